@@ -1,0 +1,54 @@
+// Kernel launch through cuLaunchKernelEx, shared by every launcher.
+//
+// A launcher is one short file: fill the kernel's parameter struct (TMA descriptors from tma.h),
+// describe the launch in a LaunchConfig and call launch_with_params(). See sm90_bf16_gemm.cpp.
+#pragma once
+
+#include <cuda.h>
+#include <stdint.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "kernel.h"
+
+namespace moegemm {
+
+// The global PDL switch (_C.set_pdl); launchers read it through LaunchConfig's default.
+void set_pdl(bool enabled);
+bool get_pdl();
+
+struct LaunchConfig {
+  uint32_t grid_x = 1, grid_y = 1, grid_z = 1;
+  uint32_t block_x = 1, block_y = 1, block_z = 1;
+  uint32_t smem_bytes = 0;
+  // Threadblocks per cluster, laid out along x; grid_x must be a multiple of it.
+  uint32_t cluster_x = 1;
+  CUstream stream = nullptr;
+  // Programmatic dependent launch: the kernel may start while the previous one on the stream
+  // finishes, and must itself wait (griddepcontrol.wait) before reading its inputs.
+  bool pdl = get_pdl();
+};
+
+// Launches `kernel` on the current context's device with kernelParams = `args`. Never
+// synchronizes; driver errors (bad launch config, too much smem) become std::runtime_error.
+void launch_kernel(Kernel& kernel, const LaunchConfig& config, void** args);
+
+// For kernels taking exactly one `const __grid_constant__ Params` argument: the driver copies
+// `params` into the launch, so a stack struct is enough.
+template <typename Params>
+inline void launch_with_params(Kernel& kernel, const LaunchConfig& config, const Params& params) {
+  void* args[] = {const_cast<Params*>(&params)};
+  launch_kernel(kernel, config, args);
+}
+
+// Range checks for Python ints narrowed into 32-bit kernel fields; cheap enough for the hot path.
+inline uint32_t checked_u32(int64_t value, const char* what) {
+  if (value < 0 || value > static_cast<int64_t>(UINT32_MAX)) {
+    throw std::invalid_argument(std::string("moegemm: ") + what + " out of range for a 32-bit " +
+                                "kernel field: " + std::to_string(value));
+  }
+  return static_cast<uint32_t>(value);
+}
+
+}  // namespace moegemm

@@ -1,0 +1,77 @@
+// Host launcher of include/moegemm/impls/sm90_bf16_gemm: D[m, n] = A[m, k] . B[n, k]^T (+ C).
+//
+// This is the hot path of every BF16 GEMM call: the Python side has already checked shapes,
+// picked the config and loaded the kernel, so this only encodes two TMA descriptors on the stack
+// and launches. No allocation, no Python objects, no synchronization.
+#include <pybind11/pybind11.h>
+
+#include <stdint.h>
+
+#include "launch.h"
+#include "moegemm/common/sm90_gemm_params.h"
+#include "tma.h"
+
+namespace moegemm {
+namespace {
+
+constexpr uint32_t kBf16Bytes = 2;
+
+inline void* as_ptr(uint64_t address) {
+  return reinterpret_cast<void*>(static_cast<uintptr_t>(address));
+}
+
+void launch_sm90_bf16_gemm(Kernel& kernel, uint64_t a_ptr, uint64_t b_ptr, uint64_t d_ptr,
+                           uint64_t c_ptr, int64_t m, int64_t n, int64_t k, int64_t lda,
+                           int64_t ldb, int64_t ldd, int64_t ldc, int64_t d_is_fp32,
+                           int64_t block_m, int64_t block_n, int64_t block_k, int64_t num_blocks,
+                           int64_t num_threads, int64_t smem_bytes, int64_t cluster_m,
+                           int64_t cluster_n, uint64_t stream) {
+  // D's element type is a template parameter of the compiled kernel; the flag is part of the
+  // uniform argument list the Python side passes but changes nothing here. It is an int, not a
+  // bool, so pybind11 matches every argument in its first, no-conversion pass.
+  (void)d_is_fp32;
+  Sm90Bf16GemmParams params;
+  params.m = checked_u32(m, "m");
+  params.n = checked_u32(n, "n");
+  params.k = checked_u32(k, "k");
+  params.ldd = checked_u32(ldd, "ldd");
+  params.ldc = checked_u32(ldc, "ldc");
+  // An empty output has nothing to write, and a zero-sized TMA dimension would not encode.
+  if (params.m == 0 || params.n == 0) return;
+
+  const CUtensorMapDataType bf16 = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+  params.tma_a = make_tma_2d(as_ptr(a_ptr), bf16, kBf16Bytes, params.m, params.k,
+                             checked_u32(lda, "lda"), checked_u32(block_m, "block_m"),
+                             checked_u32(block_k, "block_k"), swizzle);
+  params.tma_b = make_tma_2d(as_ptr(b_ptr), bf16, kBf16Bytes, params.n, params.k,
+                             checked_u32(ldb, "ldb"), checked_u32(block_n, "block_n"),
+                             checked_u32(block_k, "block_k"), swizzle);
+  params.d = as_ptr(d_ptr);
+  params.c = static_cast<const float*>(as_ptr(c_ptr));
+
+  LaunchConfig config;
+  config.grid_x = checked_u32(num_blocks, "num_blocks");
+  config.block_x = checked_u32(num_threads, "num_threads");
+  config.smem_bytes = checked_u32(smem_bytes, "smem_bytes");
+  config.cluster_x = checked_u32(cluster_m * cluster_n, "cluster_m * cluster_n");
+  config.stream = reinterpret_cast<CUstream>(static_cast<uintptr_t>(stream));
+  launch_with_params(kernel, config, params);
+}
+
+}  // namespace
+
+void register_sm90_bf16_gemm(pybind11::module_& m) {
+  namespace py = pybind11;
+  m.def("launch_sm90_bf16_gemm", &launch_sm90_bf16_gemm, py::arg("kernel"), py::arg("a_ptr"),
+        py::arg("b_ptr"), py::arg("d_ptr"), py::arg("c_ptr"), py::arg("m"), py::arg("n"),
+        py::arg("k"), py::arg("lda"), py::arg("ldb"), py::arg("ldd"), py::arg("ldc"),
+        py::arg("d_is_fp32"), py::arg("block_m"), py::arg("block_n"), py::arg("block_k"),
+        py::arg("num_blocks"), py::arg("num_threads"), py::arg("smem_bytes"),
+        py::arg("cluster_m"), py::arg("cluster_n"), py::arg("stream"),
+        "D[m, n] = A[m, k] . B[n, k]^T (+ C) with a JIT-compiled SM90 BF16 kernel. Pointers and "
+        "the stream are ints; strides are row strides in elements; c_ptr 0 means no C. "
+        "Asynchronous: never synchronizes.");
+}
+
+}  // namespace moegemm

@@ -1,0 +1,92 @@
+#include "tma.h"
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+#include "driver.h"
+
+namespace moegemm {
+namespace {
+
+// uint64_t is unsigned long and cuuint64_t unsigned long long on LP64: same bits, other type.
+static_assert(sizeof(uint64_t) == sizeof(cuuint64_t), "cuuint64_t must be 64-bit");
+static_assert(sizeof(uint32_t) == sizeof(cuuint32_t), "cuuint32_t must be 32-bit");
+
+template <typename T>
+void append_list(std::ostringstream& out, const char* label, const T* values, int count) {
+  out << ' ' << label << "={";
+  for (int i = 0; i < count; ++i) out << (i ? ", " : "") << values[i];
+  out << '}';
+}
+
+int swizzle_bytes(CUtensorMapSwizzle swizzle) {
+  switch (swizzle) {
+    case CU_TENSOR_MAP_SWIZZLE_32B: return 32;
+    case CU_TENSOR_MAP_SWIZZLE_64B: return 64;
+    case CU_TENSOR_MAP_SWIZZLE_128B: return 128;
+    default: return 0;
+  }
+}
+
+}  // namespace
+
+CUtensorMap make_tma_desc(void* ptr, CUtensorMapDataType dtype, int rank, const uint64_t* dims,
+                          const uint64_t* strides_bytes, const uint32_t* box,
+                          CUtensorMapSwizzle swizzle) {
+  if (rank < 1 || rank > 5) {
+    throw std::invalid_argument("moegemm: TMA rank must be 1..5, got " + std::to_string(rank));
+  }
+  static const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
+  CUtensorMap desc;
+  CUresult result = driver().cuTensorMapEncodeTiled(
+      &desc, dtype, static_cast<cuuint32_t>(rank), ptr, reinterpret_cast<const cuuint64_t*>(dims),
+      reinterpret_cast<const cuuint64_t*>(strides_bytes), box, element_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (result != CUDA_SUCCESS) {
+    // The driver only says "invalid value"; the arguments are what tells a bad stride from a bad
+    // box or a misaligned pointer, so they go into the message.
+    std::ostringstream out;
+    out << driver_error_message("cuTensorMapEncodeTiled", result) << ":";
+    out << " ptr=" << ptr << " dtype=" << static_cast<int>(dtype) << " rank=" << rank;
+    append_list(out, "dims", dims, rank);
+    append_list(out, "strides_bytes", strides_bytes, rank - 1);
+    append_list(out, "box", box, rank);
+    out << " swizzle=" << swizzle_bytes(swizzle) << "B";
+    throw std::runtime_error(out.str());
+  }
+  return desc;
+}
+
+CUtensorMap make_tma_2d(void* ptr, CUtensorMapDataType dtype, uint32_t elem_bytes, uint64_t rows,
+                        uint64_t cols, uint64_t ld, uint32_t box_rows, uint32_t box_cols,
+                        CUtensorMapSwizzle swizzle) {
+  const uint64_t dims[2] = {cols, rows};
+  const uint64_t strides[1] = {ld * elem_bytes};
+  const uint32_t box[2] = {box_cols, box_rows};
+  return make_tma_desc(ptr, dtype, 2, dims, strides, box, swizzle);
+}
+
+CUtensorMap make_tma_3d(void* ptr, CUtensorMapDataType dtype, uint32_t elem_bytes, uint64_t batch,
+                        uint64_t rows, uint64_t cols, uint64_t ld, uint64_t batch_stride,
+                        uint32_t box_rows, uint32_t box_cols, CUtensorMapSwizzle swizzle) {
+  const uint64_t dims[3] = {cols, rows, batch};
+  const uint64_t strides[2] = {ld * elem_bytes, batch_stride * elem_bytes};
+  const uint32_t box[3] = {box_cols, box_rows, 1};
+  return make_tma_desc(ptr, dtype, 3, dims, strides, box, swizzle);
+}
+
+CUtensorMapSwizzle swizzle_from_bytes(int bytes) {
+  switch (bytes) {
+    case 0: return CU_TENSOR_MAP_SWIZZLE_NONE;
+    case 32: return CU_TENSOR_MAP_SWIZZLE_32B;
+    case 64: return CU_TENSOR_MAP_SWIZZLE_64B;
+    case 128: return CU_TENSOR_MAP_SWIZZLE_128B;
+    default:
+      throw std::invalid_argument("moegemm: TMA swizzle must be 0, 32, 64 or 128 bytes, got " +
+                                  std::to_string(bytes));
+  }
+}
+
+}  // namespace moegemm

@@ -1,0 +1,151 @@
+// SM90 BF16 GEMM, NT: D[m, n] = sum_k A[m, k] B[n, k] (+ C[m, n]), persistent and
+// warp-specialized.
+//
+// Warp roles (kNumMathWG + 1 warpgroups of 128 threads):
+//   warpgroup 0      producer. One elected thread of warp 0 issues the TMA loads of A and B;
+//                    the warpgroup gives registers back (setmaxnreg.dec to 40).
+//   warpgroups 1..W  math. Each owns BLOCK_M / W rows of the tile (1 or 2 wgmma m64 atoms),
+//                    issues wgmma m64 x BLOCK_N x 16 from shared memory, then runs the epilogue
+//                    (setmaxnreg.inc to 232).
+// Pipeline: a ring of kNumStages shared-memory stages, each one BLOCK_M x 64 slice of A and one
+//   BLOCK_N x 64 slice of B (128-byte rows, 128B swizzle).
+//   full[s]:  producer -> math. Arrive count 1 (the producer's arrive.expect_tx); completes when
+//             the TMA bytes of both slices have landed.
+//   empty[s]: math -> producer. Arrive count = number of math warps (lane 0 of each, after its
+//             warpgroup's wgmma reading stage s has retired).
+//   Pipeline state is (stage_idx, phase); phase flips each time stage_idx wraps.
+// Shared memory: [A stages | B stages | full barriers | empty barriers]; every slice starts on
+//   a 1024-byte boundary as the 128B swizzle requires.
+// Tails: TMA zero-fills reads past M, N and K, so the mainloop never branches on bounds; the
+//   epilogue checks rows and columns.
+#pragma once
+
+#include <moegemm/common/sm90_gemm_params.h>
+#include <moegemm/epilogue/sm90_direct_store.cuh>
+#include <moegemm/ptx/sm90.cuh>
+#include <moegemm/scheduler/sm90_dense_scheduler.cuh>
+
+namespace moegemm::sm90 {
+
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t BLOCK_K, uint32_t kNumStages,
+          uint32_t kNumMathWG, bool kWithC, typename OutT>
+struct Bf16GemmTraits {
+  static_assert(BLOCK_K == 64, "one 128-byte swizzle atom of BF16 per row");
+  static_assert(BLOCK_M % (64 * kNumMathWG) == 0, "each math warpgroup owns whole m64 atoms");
+  static constexpr uint32_t kWgRows = BLOCK_M / kNumMathWG;
+  static constexpr uint32_t kAtomsM = kWgRows / 64;
+  static_assert(kAtomsM == 1 || kAtomsM == 2, "a warpgroup holds at most two m64 accumulators");
+  static constexpr uint32_t kNumThreads = 128 * (kNumMathWG + 1);
+  static constexpr uint32_t kNumMathWarps = 4 * kNumMathWG;
+  static constexpr uint32_t kBytesA = BLOCK_M * BLOCK_K * 2;
+  static constexpr uint32_t kBytesB = BLOCK_N * BLOCK_K * 2;
+  static_assert(kBytesA % 1024 == 0 && kBytesB % 1024 == 0, "slices must keep 1024B alignment");
+  static constexpr uint32_t kSmemBytes = kNumStages * (kBytesA + kBytesB) + kNumStages * 16;
+};
+
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t BLOCK_K, uint32_t kNumStages,
+          uint32_t kNumMathWG, bool kWithC, typename OutT>
+__global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
+    sm90_bf16_gemm_kernel(const __grid_constant__ Sm90Bf16GemmParams params) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using Traits = Bf16GemmTraits<BLOCK_M, BLOCK_N, BLOCK_K, kNumStages, kNumMathWG, kWithC, OutT>;
+  constexpr uint32_t kAtomsM = Traits::kAtomsM;
+
+  extern __shared__ __align__(1024) uint8_t smem[];
+  uint8_t* sA = smem;
+  uint8_t* sB = smem + kNumStages * Traits::kBytesA;
+  auto* full = reinterpret_cast<Barrier*>(sB + kNumStages * Traits::kBytesB);
+  auto* empty = full + kNumStages;
+
+  const uint32_t warp_idx = warp_idx_sync();
+  const uint32_t lane_idx = threadIdx.x % 32;
+  if (warp_idx == 0 && lane_idx == 0) {
+    prefetch_tma_desc(&params.tma_a);
+    prefetch_tma_desc(&params.tma_b);
+#pragma unroll
+    for (uint32_t s = 0; s < kNumStages; ++s) {
+      full[s].init(1);
+      empty[s].init(Traits::kNumMathWarps);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();
+
+  // Everything above overlaps the previous kernel under PDL; global memory is touched only below.
+  pdl_wait();
+  pdl_launch_dependents();
+
+  const uint32_t num_k_blocks = (params.k + BLOCK_K - 1) / BLOCK_K;
+  DenseTileScheduler<BLOCK_M, BLOCK_N> scheduler(params.m, params.n);
+  uint32_t m_block, n_block;
+
+  if (threadIdx.x < 128) {
+    cutlass::arch::warpgroup_reg_dealloc<40>();
+    if (warp_idx != 0 || !cute::elect_one_sync()) return;
+    uint32_t stage_idx = 0, phase = 0;
+    while (scheduler.next(m_block, n_block)) {
+      for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
+        empty[stage_idx].wait(phase ^ 1);
+        full[stage_idx].arrive_and_expect_tx(Traits::kBytesA + Traits::kBytesB);
+        const int32_t k_crd = static_cast<int32_t>(kb * BLOCK_K);
+        tma_load_2d(&params.tma_a, &full[stage_idx], sA + stage_idx * Traits::kBytesA, k_crd,
+                    static_cast<int32_t>(m_block * BLOCK_M));
+        tma_load_2d(&params.tma_b, &full[stage_idx], sB + stage_idx * Traits::kBytesB, k_crd,
+                    static_cast<int32_t>(n_block * BLOCK_N));
+        stage_idx = stage_idx + 1 == kNumStages ? 0 : stage_idx + 1;
+        phase ^= stage_idx == 0;
+      }
+    }
+  } else {
+    cutlass::arch::warpgroup_reg_alloc<232>();
+    const uint32_t math_wg = threadIdx.x / 128 - 1;
+    uint32_t stage_idx = 0, phase = 0;
+    float acc[kAtomsM][BLOCK_N / 2];
+    while (scheduler.next(m_block, n_block)) {
+#pragma unroll
+      for (uint32_t a = 0; a < kAtomsM; ++a)
+#pragma unroll
+        for (uint32_t i = 0; i < BLOCK_N / 2; ++i) acc[a][i] = 0.0f;
+
+      for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
+        full[stage_idx].wait(phase);
+        const uint8_t* stage_a = sA + stage_idx * Traits::kBytesA + math_wg * Traits::kWgRows * 128;
+        const uint64_t desc_b = make_smem_desc_k128b(sB + stage_idx * Traits::kBytesB);
+#pragma unroll
+        for (uint32_t a = 0; a < kAtomsM; ++a)
+#pragma unroll
+          for (uint32_t i = 0; i < BLOCK_N / 2; ++i) cute::warpgroup_fence_operand(acc[a][i]);
+        cute::warpgroup_arrive();
+#pragma unroll
+        for (uint32_t kk = 0; kk < BLOCK_K / 16; ++kk) {
+#pragma unroll
+          for (uint32_t a = 0; a < kAtomsM; ++a) {
+            const uint64_t desc_a = make_smem_desc_k128b(stage_a + a * 64 * 128);
+            wgmma_bf16<BLOCK_N>(advance_desc(desc_a, kk * 32), advance_desc(desc_b, kk * 32),
+                                acc[a]);
+          }
+        }
+        cute::warpgroup_commit_batch();
+        cute::warpgroup_wait<0>();
+#pragma unroll
+        for (uint32_t a = 0; a < kAtomsM; ++a)
+#pragma unroll
+          for (uint32_t i = 0; i < BLOCK_N / 2; ++i) cute::warpgroup_fence_operand(acc[a][i]);
+        if (lane_idx == 0) empty[stage_idx].arrive();
+        stage_idx = stage_idx + 1 == kNumStages ? 0 : stage_idx + 1;
+        phase ^= stage_idx == 0;
+      }
+
+      const uint32_t row0 = m_block * BLOCK_M + math_wg * Traits::kWgRows;
+#pragma unroll
+      for (uint32_t a = 0; a < kAtomsM; ++a) {
+        store_accumulators<BLOCK_N, kWithC, OutT>(
+            acc[a], static_cast<OutT*>(params.d), params.c, params.ldd, params.ldc, params.m,
+            params.n, row0 + a * 64, n_block * BLOCK_N);
+      }
+    }
+  }
+#endif
+}
+
+}  // namespace moegemm::sm90

@@ -1,0 +1,36 @@
+"""moegemm: JIT-compiled grouped GEMM kernels for Mixture-of-Experts on Hopper and Blackwell.
+
+Importing moegemm needs neither a GPU nor a compiler; kernels are compiled on first use (or
+ahead of time with `python -m moegemm.jit --warmup`). The public functions are imported lazily
+so that the JIT's own subprocesses (`python -m moegemm.jit ...`) never pay for importing torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_PUBLIC = {
+    "bf16_gemm_nt": "moegemm.api",
+    "get_num_sms": "moegemm.api",
+    "get_pdl": "moegemm.api",
+    "set_num_sms": "moegemm.api",
+    "set_pdl": "moegemm.api",
+}
+
+__all__ = ["__version__", *sorted(_PUBLIC)]
+
+
+def __getattr__(name: str) -> Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'moegemm' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_PUBLIC))

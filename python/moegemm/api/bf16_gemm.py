@@ -1,0 +1,127 @@
+"""`bf16_gemm_nt`: dense D = A @ B^T (+ C) on SM90."""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+
+from ..heuristics import GemmConfig, GemmDesc, select_config
+from ..jit.codegen import sm90_bf16_gemm_spec
+from ..jit.runtime import load_kernel
+from .checks import require_cuda_device, require_shape, require_tensor, row_stride
+from .device import arch_for_device, register_plan_cache
+
+_BF16 = (torch.bfloat16,)
+_D_DTYPES = (torch.bfloat16, torch.float32)
+_FP32 = (torch.float32,)
+
+
+class _Plan(NamedTuple):
+    kernel: object  # moegemm._C.Kernel
+    config: GemmConfig
+    block_m: int
+    block_n: int
+    block_k: int
+    num_blocks: int
+    num_threads: int
+    smem_bytes: int
+
+
+# (device, m, n, k, d_is_fp32, with_c) -> plan: the hot path is this one lookup.
+_plans: dict[tuple, _Plan] = register_plan_cache({})
+
+
+def plan_bf16_gemm(device: int, m: int, n: int, k: int, d_is_fp32: bool, with_c: bool) -> _Plan:
+    arch = arch_for_device(device)
+    d_dtype = "fp32" if d_is_fp32 else "bf16"
+    desc = GemmDesc("bf16_gemm_nt", m=m, n=n, k=k, d_dtype=d_dtype, with_c=with_c)
+    config = select_config(desc, arch)
+    kernel = load_kernel(sm90_bf16_gemm_spec(config, d_dtype, with_c))
+    lay = config.layout
+    num_tiles = math.ceil(m / lay.block_m) * math.ceil(n / lay.block_n)
+    return _Plan(
+        kernel=kernel,
+        config=config,
+        block_m=lay.block_m,
+        block_n=lay.block_n,
+        block_k=lay.block_k,
+        num_blocks=min(num_tiles, arch.num_sms),
+        num_threads=config.launch.num_threads,
+        smem_bytes=config.pipeline.smem_bytes,
+    )
+
+
+def _check(a, b, d, c) -> tuple[int, int, int, int, int, int, int]:
+    """Returns (m, n, k, lda, ldb, ldd, ldc). Device placement is checked last so that every
+    other rule can be exercised with CPU tensors."""
+    require_tensor("a", a, _BF16, 2)
+    require_tensor("b", b, _BF16, 2)
+    require_tensor("d", d, _D_DTYPES, 2)
+    m, k = a.shape
+    n = b.shape[0]
+    require_shape("b", b, (n, k))
+    require_shape("d", d, (m, n))
+    if c is not None:
+        require_tensor("c", c, _FP32, 2)
+        require_shape("c", c, (m, n))
+    if n % 8 != 0:
+        raise ValueError(f"N (b.shape[0]) must be a multiple of 8, got {n}")
+    if k % 8 != 0:
+        raise ValueError(f"K (a.shape[1]) must be a multiple of 8, got {k}")
+    lda = row_stride("a", a)
+    ldb = row_stride("b", b)
+    ldd = row_stride("d", d)
+    ldc = row_stride("c", c) if c is not None else 0
+    require_cuda_device(a.device, a=a, b=b, d=d, c=c)
+    return m, n, k, lda, ldb, ldd, ldc
+
+
+def bf16_gemm_nt(
+    a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Tensor | None = None
+) -> torch.Tensor:
+    """D[m, n] = sum_k A[m, k] * B[n, k] (+ C[m, n]), written into `d` and returned.
+
+    a: [M, K] bf16, b: [N, K] bf16, d: [M, N] bf16 or fp32, c: optional [M, N] fp32 (may be `d`
+    itself when d is fp32). Any M; N and K multiples of 8. Never synchronizes with the host.
+    """
+    m, n, k, lda, ldb, ldd, ldc = _check(a, b, d, c)
+    if m == 0 or n == 0:
+        return d
+    if k == 0:  # an empty sum: D = C or 0, no kernel needed (and TMA cannot map a 0-wide tensor)
+        d.copy_(c) if c is not None else d.zero_()
+        return d
+    d_is_fp32 = d.dtype == torch.float32
+    device = a.device.index
+    key = (device, m, n, k, d_is_fp32, c is not None)
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plans[key] = plan_bf16_gemm(device, m, n, k, d_is_fp32, c is not None)
+    from .. import _C
+
+    _C.launch_sm90_bf16_gemm(
+        plan.kernel,
+        a.data_ptr(),
+        b.data_ptr(),
+        d.data_ptr(),
+        0 if c is None else c.data_ptr(),
+        m,
+        n,
+        k,
+        lda,
+        ldb,
+        ldd,
+        ldc,
+        d_is_fp32,
+        plan.block_m,
+        plan.block_n,
+        plan.block_k,
+        plan.num_blocks,
+        plan.num_threads,
+        plan.smem_bytes,
+        1,
+        1,
+        torch._C._cuda_getCurrentRawStream(device),
+    )
+    return d

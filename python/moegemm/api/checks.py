@@ -1,0 +1,59 @@
+"""Argument checks shared by the public functions. Every violation raises before any launch,
+naming the argument, what was expected and what was given."""
+
+from __future__ import annotations
+
+import torch
+
+TMA_ALIGN_BYTES = 16
+
+
+def require_tensor(name: str, t: object, dtypes: tuple[torch.dtype, ...], ndim: int) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in dtypes:
+        expected = " or ".join(str(d) for d in dtypes)
+        raise TypeError(f"{name} must have dtype {expected}, got {t.dtype}")
+    if t.dim() != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(t.shape)}")
+
+
+def require_shape(name: str, t: torch.Tensor, shape: tuple[int, ...]) -> None:
+    if tuple(t.shape) != shape:
+        raise ValueError(f"{name} must have shape {shape}, got {tuple(t.shape)}")
+
+
+def require_cuda_device(device: torch.device, **tensors: torch.Tensor | None) -> None:
+    """All operands on one CUDA device, the current one (kernels launch there)."""
+    for name, t in tensors.items():
+        if t is not None and t.device.type != "cuda":
+            raise ValueError(f"{name} must be on a CUDA device, got {t.device}")
+    for name, t in tensors.items():
+        if t is not None and t.device != device:
+            raise ValueError(f"{name} is on {t.device} but the operands are on {device}")
+    current = torch.cuda.current_device()
+    if device.index != current:
+        raise ValueError(
+            f"operands are on {device} but the current CUDA device is cuda:{current}; "
+            "call torch.cuda.set_device first"
+        )
+
+
+def row_stride(name: str, t: torch.Tensor) -> int:
+    """Row stride in elements of a 2-D row-major operand, checked for TMA: unit inner stride,
+    16-byte aligned base and rows."""
+    rows, cols = t.shape
+    if rows > 0 and cols > 1 and t.stride(1) != 1:
+        raise ValueError(f"{name} must be row-major (stride(1) == 1), got strides {t.stride()}")
+    elem = t.element_size()
+    ld = t.stride(0) if rows > 1 else cols
+    if ld < cols:
+        raise ValueError(f"{name} rows overlap: stride(0) = {ld} < {cols} columns")
+    if (ld * elem) % TMA_ALIGN_BYTES != 0:
+        raise ValueError(
+            f"{name} row stride must be a multiple of {TMA_ALIGN_BYTES} bytes "
+            f"({TMA_ALIGN_BYTES // elem} elements), got {ld} elements"
+        )
+    if t.data_ptr() % TMA_ALIGN_BYTES != 0:
+        raise ValueError(f"{name} must start on a {TMA_ALIGN_BYTES}-byte boundary")
+    return ld

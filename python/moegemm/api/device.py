@@ -1,0 +1,72 @@
+"""Runtime knobs and per-device facts, read from the driver once per device."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from ..heuristics.arch import ArchSpec, arch_for, arch_for_compute_capability
+
+_num_sms_override: int | None = None
+_plan_caches: list[dict] = []  # caches keyed on the SM count; cleared when it changes
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    index: int
+    arch: ArchSpec  # with the device's own SM count
+    l2_bytes: int
+
+
+@functools.cache
+def device_info(index: int) -> DeviceInfo:
+    from .. import _C
+
+    props = _C.device_properties(index)
+    arch_name = arch_for_compute_capability(props["cc_major"], props["cc_minor"])
+    arch = arch_for(arch_name, props["num_sms"])
+    return DeviceInfo(index=index, arch=arch, l2_bytes=props["l2_size"])
+
+
+def register_plan_cache(cache: dict) -> dict:
+    _plan_caches.append(cache)
+    return cache
+
+
+def set_num_sms(num_sms: int | None) -> None:
+    """Limit the SMs kernels occupy (e.g. to leave room for communication); None = all."""
+    global _num_sms_override
+    if num_sms is not None and (not isinstance(num_sms, int) or num_sms <= 0):
+        raise ValueError(f"num_sms must be a positive int or None, got {num_sms!r}")
+    _num_sms_override = num_sms
+    for cache in _plan_caches:
+        cache.clear()
+
+
+def get_num_sms(index: int | None = None) -> int:
+    if _num_sms_override is not None:
+        return _num_sms_override
+    import torch
+
+    return device_info(torch.cuda.current_device() if index is None else index).arch.num_sms
+
+
+def arch_for_device(index: int) -> ArchSpec:
+    arch = device_info(index).arch
+    if _num_sms_override is not None:
+        arch = arch.with_num_sms(min(_num_sms_override, arch.num_sms))
+    return arch
+
+
+def set_pdl(enabled: bool) -> None:
+    """Launch kernels with programmatic dependent launch (overlaps prologues with the
+    previous kernel's tail)."""
+    from .. import _C
+
+    _C.set_pdl(bool(enabled))
+
+
+def get_pdl() -> bool:
+    from .. import _C
+
+    return bool(_C.get_pdl())

@@ -1,0 +1,41 @@
+"""Config selection: `select_config(desc, arch)` with a per-signature cache."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+
+from . import sm90, sm100
+from .arch import ARCHS, SM90, SM100, ArchSpec, arch_for, arch_for_compute_capability
+from .config import GemmConfig, GemmDesc, LaunchConfig, Layout, PipelineConfig, StorageConfig
+
+__all__ = [
+    "ARCHS",
+    "SM90",
+    "SM100",
+    "ArchSpec",
+    "GemmConfig",
+    "GemmDesc",
+    "LaunchConfig",
+    "Layout",
+    "PipelineConfig",
+    "StorageConfig",
+    "arch_for",
+    "arch_for_compute_capability",
+    "select_config",
+]
+
+
+@functools.cache
+def select_config(desc: GemmDesc, arch: ArchSpec) -> GemmConfig:
+    """The config the heuristics pick; computed once per (problem, arch) signature."""
+    if arch.name == "sm_90a":
+        if desc.kind != "bf16_gemm_nt":
+            raise ValueError(f"no SM90 kernel family for {desc.kind!r}")
+        config = sm90.select_bf16_config(desc, arch)
+    else:
+        config = sm100.select_config(desc, arch)
+    if os.environ.get("MOEGEMM_PRINT_CONFIGS"):
+        print(f"moegemm: {desc} -> {config.short_name()} on {arch.name}", file=sys.stderr)
+    return config

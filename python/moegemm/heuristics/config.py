@@ -1,0 +1,87 @@
+"""The frozen description of a problem (`GemmDesc`) and of a kernel choice (`GemmConfig`).
+
+One `GemmConfig` names one compiled kernel: the heuristics produce it, the code generator turns
+it into template arguments, the launcher reads its launch shape, and tests and benchmarks
+enumerate it. It is hashable and cheap to compare, so it can key dictionaries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DTYPE_BYTES = {"bf16": 2, "fp32": 4, "fp8": 1, "fp4": 0.5}
+
+
+@dataclass(frozen=True)
+class GemmDesc:
+    """The problem, independent of how it is computed.
+
+    kind: the API family, e.g. "bf16_gemm_nt". m is the total rows (for grouped layouts the
+    expected rows per group times the groups); n, k per group.
+    """
+
+    kind: str
+    m: int
+    n: int
+    k: int
+    num_groups: int = 1
+    ab_dtype: str = "bf16"
+    d_dtype: str = "bf16"
+    with_c: bool = False
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Tile shape and CTA arrangement. swap_ab puts B's N on the MMA's M side."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    swap_ab: bool = False
+    cluster_m: int = 1
+    cluster_n: int = 1
+
+    @property
+    def cluster_size(self) -> int:
+        return self.cluster_m * self.cluster_n
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    """TMA boxes (inner, outer) and swizzle widths in bytes for each operand."""
+
+    load_box_a: tuple[int, int]
+    load_box_b: tuple[int, int]
+    swizzle_a: int
+    swizzle_b: int
+    store_box_d: tuple[int, int] | None = None
+    swizzle_d: int = 0
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    num_stages: int
+    smem_bytes: int
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    num_sms: int
+    num_threads: int
+    num_math_warpgroups: int
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    layout: Layout
+    storage: StorageConfig
+    pipeline: PipelineConfig
+    launch: LaunchConfig
+
+    def short_name(self) -> str:
+        lay = self.layout
+        return (
+            f"m{lay.block_m}n{lay.block_n}k{lay.block_k}s{self.pipeline.num_stages}"
+            f"w{self.launch.num_math_warpgroups}c{lay.cluster_m}x{lay.cluster_n}"
+            + ("t" if lay.swap_ab else "")
+        )

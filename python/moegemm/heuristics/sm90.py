@@ -1,0 +1,131 @@
+"""SM90 config selection: enumerate legal configs, rank them with a cycle model.
+
+The model charges each tile the slowest of three pipes (tensor cores, shared memory feeding
+wgmma, L2 feeding TMA), adds the pipeline fill and the epilogue, and multiplies by the number of
+waves a persistent grid needs: fewer, fuller waves of cheap tiles win.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+from .arch import ArchSpec
+from .config import (
+    DTYPE_BYTES,
+    GemmConfig,
+    GemmDesc,
+    LaunchConfig,
+    Layout,
+    PipelineConfig,
+    StorageConfig,
+)
+
+BLOCK_K = 64  # one 128-byte swizzle row of BF16
+WGMMA_BASE_N = (8, 16, 32, 64, 96, 128, 192, 256)  # atoms that need no extended CuTe shapes
+BLOCK_N_CHOICES = tuple(range(16, 257, 16))
+MAX_ACCUM_REGS = 128  # FP32 accumulators per math thread that fit under setmaxnreg 232
+MIN_STAGES, MAX_STAGES = 3, 8
+BARRIER_BYTES_PER_STAGE = 16
+PIPELINE_FILL_CYCLES = 1500  # first TMA round trip before the first wgmma
+TILE_OVERHEAD_CYCLES = 300
+
+
+def math_warpgroups_for(block_m: int) -> int:
+    return 1 if block_m == 64 else 2
+
+
+def smem_bytes_for(block_m: int, block_n: int, num_stages: int) -> int:
+    per_stage = (block_m + block_n) * BLOCK_K * 2 + BARRIER_BYTES_PER_STAGE
+    return num_stages * per_stage
+
+
+def enumerate_bf16_configs(desc: GemmDesc, arch: ArchSpec) -> Iterator[GemmConfig]:
+    """Every legal config of the SM90 BF16 kernel for `desc` (illegal ones are never yielded)."""
+    for block_m in (64, 128, 256):
+        num_wg = math_warpgroups_for(block_m)
+        atoms_per_wg = block_m // (64 * num_wg)
+        for block_n in BLOCK_N_CHOICES:
+            if atoms_per_wg * block_n // 2 > MAX_ACCUM_REGS:
+                continue
+            per_stage = smem_bytes_for(block_m, block_n, 1)
+            num_stages = min(MAX_STAGES, arch.smem_budget // per_stage)
+            if num_stages < MIN_STAGES:
+                continue
+            yield GemmConfig(
+                layout=Layout(block_m=block_m, block_n=block_n, block_k=BLOCK_K),
+                storage=StorageConfig(
+                    load_box_a=(BLOCK_K, block_m),
+                    load_box_b=(BLOCK_K, block_n),
+                    swizzle_a=128,
+                    swizzle_b=128,
+                ),
+                pipeline=PipelineConfig(
+                    num_stages=num_stages,
+                    smem_bytes=smem_bytes_for(block_m, block_n, num_stages),
+                ),
+                launch=LaunchConfig(
+                    num_sms=arch.num_sms,
+                    num_threads=128 * (num_wg + 1),
+                    num_math_warpgroups=num_wg,
+                ),
+            )
+
+
+def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
+    lay = config.layout
+    num_wg = config.launch.num_math_warpgroups
+    return (
+        lay.block_k == BLOCK_K
+        and lay.block_m in (64, 128, 256)
+        and lay.block_n % 8 == 0
+        and 8 <= lay.block_n <= 256
+        and lay.block_m % (64 * num_wg) == 0
+        and lay.block_m // (64 * num_wg) * lay.block_n // 2 <= MAX_ACCUM_REGS
+        and config.pipeline.smem_bytes <= arch.smem_budget
+        and config.pipeline.num_stages >= MIN_STAGES
+        and config.launch.num_threads == 128 * (num_wg + 1)
+        and lay.cluster_size == 1
+        and not lay.swap_ab
+        and desc.n % 8 == 0
+        and desc.k % 8 == 0
+    )
+
+
+def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> float:
+    """Cycles for the whole problem on `arch.num_sms` persistent CTAs."""
+    lay = config.layout
+    elem = DTYPE_BYTES[desc.ab_dtype]
+    k_padded = math.ceil(desc.k / lay.block_k) * lay.block_k
+    num_tiles = math.ceil(desc.m / lay.block_m) * math.ceil(desc.n / lay.block_n)
+    num_ctas = min(num_tiles, arch.num_sms)
+    waves = math.ceil(num_tiles / arch.num_sms)
+
+    mma = 2 * max(64, lay.block_m) * lay.block_n * k_padded / arch.mma_flops_per_clk
+    # Each math warpgroup reads its A rows and all of B from shared memory for every wgmma.
+    smem_read = k_padded * (lay.block_m + config.launch.num_math_warpgroups * lay.block_n) * elem
+    l1 = smem_read / arch.smem_bytes_per_clk
+    # L2 bandwidth is shared: fewer busy SMs each get a larger share, up to the SM's own port.
+    l2_share = min(64.0, arch.l2_bytes_per_clk * arch.num_sms / num_ctas)
+    l2 = k_padded * (lay.block_m + lay.block_n) * elem / l2_share
+    epilogue = lay.block_m * lay.block_n * DTYPE_BYTES[desc.d_dtype] * (2 if desc.with_c else 1) / 32
+    tile = max(mma, l1, l2) + epilogue + TILE_OVERHEAD_CYCLES
+    return waves * tile + PIPELINE_FILL_CYCLES
+
+
+def _rank_key(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> tuple:
+    # Ties go to the larger tile (less L2 traffic), then to more stages: deterministic.
+    lay = config.layout
+    return (
+        round(estimate_cycles(config, desc, arch)),
+        -lay.block_m * lay.block_n,
+        -lay.block_m,
+        -config.pipeline.num_stages,
+    )
+
+
+def select_bf16_config(desc: GemmDesc, arch: ArchSpec) -> GemmConfig:
+    candidates = [c for c in enumerate_bf16_configs(desc, arch) if is_legal(c, desc, arch)]
+    if not candidates:
+        raise ValueError(f"no legal SM90 BF16 config for {desc}")
+    return min(candidates, key=lambda c: _rank_key(c, desc, arch))

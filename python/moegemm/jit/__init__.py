@@ -1,0 +1,23 @@
+"""JIT compilation of moegemm kernels and their on-disk cache (see DESIGN.md, "JIT and its
+cache"). Importing this package is cheap: no torch, no CUDA, no subprocess."""
+
+from .cache import build_or_load, cache_root, invalidate, key_for, lookup
+from .compiler import CompileError
+from .cubin import count_cubin_kernels
+from .include_tree import include_tree_digest, library_include_dir
+from .runtime import load_kernel
+from .spec import KernelSpec
+
+__all__ = [
+    "CompileError",
+    "KernelSpec",
+    "build_or_load",
+    "cache_root",
+    "count_cubin_kernels",
+    "include_tree_digest",
+    "invalidate",
+    "key_for",
+    "library_include_dir",
+    "load_kernel",
+    "lookup",
+]

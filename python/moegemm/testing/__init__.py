@@ -1,0 +1,41 @@
+"""Reference math and measurement helpers shared by tests and benchmarks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+
+def calc_diff(x: torch.Tensor, y: torch.Tensor) -> float:
+    """1 - cosine-like similarity, as DeepGEMM defines it: 0 for equal tensors, NaN-poisoned or
+    unwritten outputs give a large value (or NaN, which also fails any `< tol` check)."""
+    x, y = x.double(), y.double()
+    denominator = (x * x + y * y).sum()
+    if denominator == 0:
+        return 0.0 if torch.equal(x, y) else 1.0
+    return float(1 - 2 * (x * y).sum() / denominator)
+
+
+def reference_gemm_nt(
+    a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None = None
+) -> torch.Tensor:
+    """FP32 reference of D = A @ B^T (+ C) on the exact operands."""
+    out = a.float() @ b.float().t()
+    return out + c.float() if c is not None else out
+
+
+def bench_us(fn: Callable[[], object], warmup: int = 10, iters: int = 50) -> float:
+    """Median time of `fn` in microseconds, timed with CUDA events per call."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    for s, e in zip(starts, ends):
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    times = sorted(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
+    return times[len(times) // 2]

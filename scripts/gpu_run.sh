@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Build, test and benchmark moegemm on an H200 that has no package registry.
+#
+#   scripts/gpu_run.sh LOG_DIR [pytest args...]
+#
+# Needs the nvidia-cutlass wheel carried in .whl/ (pip download --no-deps nvidia-cutlass==4.2.0.0
+# -d .whl). Builds _C with the system gcc/g++ (a g++ from elsewhere was seen to crash inside
+# libstdc++ when loaded into that Python), runs every test (GPU ones included), then the
+# benchmark. Logs and JSON go to LOG_DIR; a short table is printed last.
+set -uo pipefail
+log_dir=${1:?usage: scripts/gpu_run.sh LOG_DIR [pytest args...]}
+shift
+mkdir -p "$log_dir"
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1
+
+site=/tmp/moegemm_site
+rm -rf "$site" && mkdir -p "$site"
+unzip -q -o .whl/nvidia_cutlass-*.whl -d "$site" || { echo "no nvidia-cutlass wheel in .whl/"; exit 1; }
+export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+export MOEGEMM_CUTLASS_INCLUDE="$site/cutlass_library/source/include"
+export MOEGEMM_CACHE_DIR=${MOEGEMM_CACHE_DIR:-/tmp/moegemm_cache}
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$log_dir/gpu.txt"
+echo "== build"
+CC=/usr/bin/gcc CXX=/usr/bin/g++ python3 -m pip install --no-build-isolation --no-deps -e . \
+  >"$log_dir/build.log" 2>&1 || { tail -40 "$log_dir/build.log"; exit 1; }
+
+echo "== tests"
+python3 -m pytest -q -rs "$@" tests 2>&1 | tee "$log_dir/pytest.log" | tail -25
+test_rc=${PIPESTATUS[0]}
+
+echo "== benchmark"
+python3 benchmarks/bench_bf16_gemm.py --json "$log_dir/bench_bf16_gemm.json" 2>&1 \
+  | tee "$log_dir/bench.log"
+bench_rc=${PIPESTATUS[0]}
+
+echo "== summary"
+grep -E "passed|failed|error" "$log_dir/pytest.log" | tail -1
+exit $(( test_rc != 0 || bench_rc != 0 ))

@@ -1,0 +1,112 @@
+"""Shared fixtures: an isolated JIT cache, a tiny header tree, nvcc/GPU skips."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PYTHON_DIR = REPO / "python"
+if str(PYTHON_DIR) not in sys.path:  # run from a plain checkout without `pip install -e`
+    sys.path.insert(0, str(PYTHON_DIR))
+
+
+def _has_nvcc() -> bool:
+    from moegemm.jit.compiler import find_nvcc
+
+    try:
+        find_nvcc()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU (SM90)")
+    config.addinivalue_line("markers", "nvcc: needs nvcc (no GPU)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    if gpu_items:
+        import torch  # only paid when GPU tests were collected
+
+        if not torch.cuda.is_available():
+            skip = pytest.mark.skip(reason="no CUDA GPU available")
+            for item in gpu_items:
+                item.add_marker(skip)
+    nvcc_items = [item for item in items if "nvcc" in item.keywords]
+    if nvcc_items and not _has_nvcc():
+        skip = pytest.mark.skip(reason="nvcc not found")
+        for item in nvcc_items:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def jit_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh `MOEGEMM_CACHE_DIR` for this test."""
+    root = tmp_path / "cache"
+    monkeypatch.setenv("MOEGEMM_CACHE_DIR", str(root))
+    return root
+
+
+TINY_HEADERS = {
+    "moegemm/tiny/top.h": "#pragma once\n#include <moegemm/tiny/mid.h>\n"
+    "inline __device__ int top_value() { return mid_value() + 1; }\n",
+    "moegemm/tiny/mid.h": '#pragma once\n#include "leaf.h"\n'
+    "inline __device__ int mid_value() { return leaf_value() + 1; }\n",
+    "moegemm/tiny/leaf.h": "#pragma once\ninline __device__ int leaf_value() { return 1; }\n",
+    "moegemm/tiny/unrelated.h": "#pragma once\ninline __device__ int unrelated() { return 7; }\n",
+}
+
+
+def make_tiny_source(value: int = 1, kernels: int = 1) -> str:
+    """A trivial source using the tiny header tree (`value` varies the key)."""
+    body = "".join(
+        f"__global__ void k{i}(int* p) {{ p[{i}] = top_value() + {value}; }}\n"
+        for i in range(kernels)
+    )
+    return "#include <moegemm/tiny/top.h>\n" + body
+
+
+@pytest.fixture
+def tiny_source() -> Callable[..., str]:
+    """`tiny_source(value=1, kernels=1)`: see make_tiny_source."""
+    return make_tiny_source
+
+
+@pytest.fixture
+def tiny_include(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A tmp include dir holding TINY_HEADERS, installed as `MOEGEMM_INCLUDE_DIR`."""
+    root = tmp_path / "include"
+    for rel, text in TINY_HEADERS.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    monkeypatch.setenv("MOEGEMM_INCLUDE_DIR", str(root))
+    return root
+
+
+@pytest.fixture
+def subprocess_env() -> Iterator[dict[str, str]]:
+    """os.environ (as the test set it up) plus an import path for moegemm and tests/."""
+    env = dict(os.environ)
+    extra = [str(PYTHON_DIR), str(REPO / "tests")]
+    env["PYTHONPATH"] = os.pathsep.join(
+        extra + ([env["PYTHONPATH"]] if "PYTHONPATH" in env else [])
+    )
+    yield env
+
+
+@pytest.fixture(scope="session")
+def real_nvcc() -> str:
+    from moegemm.jit.compiler import find_nvcc
+
+    try:
+        return str(find_nvcc())
+    except FileNotFoundError:
+        pytest.skip("nvcc not found")
+    raise AssertionError  # unreachable; pytest.skip raises

@@ -1,0 +1,68 @@
+"""Compile-only builds of the SM90 BF16 kernel's distinct template instantiations through the real
+JIT path (codegen -> nvcc -> cache), checked in the cubin: one kernel, HGMMA present, no local
+memory. Needs nvcc, not a GPU."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from moegemm.heuristics import SM90, GemmDesc, select_config
+from moegemm.heuristics.sm90 import enumerate_bf16_configs
+from moegemm.jit import cache
+from moegemm.jit.codegen import sm90_bf16_gemm_spec
+from moegemm.jit.compiler import find_cuobjdump
+from moegemm.jit.cubin import count_cubin_kernels
+
+pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None and not
+                                __import__("os").path.exists("/usr/local/cuda/bin/nvcc"),
+                                reason="needs nvcc")
+
+
+def config_with(block_m: int, block_n: int):
+    desc = GemmDesc("bf16_gemm_nt", m=4096, n=4096, k=4096)
+    for config in enumerate_bf16_configs(desc, SM90):
+        if config.layout.block_m == block_m and config.layout.block_n == block_n:
+            return config
+    raise AssertionError(f"no legal config {block_m}x{block_n}")
+
+
+# One warpgroup / two warpgroups / two m64 atoms per warpgroup / an extended-N atom, across the
+# epilogue variants (BF16 out, FP32 out with C).
+VARIANTS = [
+    (64, 64, "bf16", False),
+    (128, 256, "fp32", True),
+    (256, 128, "bf16", False),
+    (128, 48, "bf16", True),
+]
+
+
+@pytest.mark.parametrize("block_m,block_n,d_dtype,with_c", VARIANTS)
+def test_kernel_compiles_for_sm90a(
+    block_m: int, block_n: int, d_dtype: str, with_c: bool, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setenv("MOEGEMM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("MOEGEMM_JIT_PTXAS_CHECK", "1")  # fails the build on local memory
+    spec = sm90_bf16_gemm_spec(config_with(block_m, block_n), d_dtype, with_c)
+    cubin_path = cache.build_or_load(spec)
+    data = cubin_path.read_bytes()
+    assert count_cubin_kernels(data) == 1
+    cuobjdump = find_cuobjdump()
+    if cuobjdump is None:
+        pytest.skip("cuobjdump not found: cubin built, SASS not inspected")
+    sass = subprocess.run(
+        [str(cuobjdump), "--dump-sass", str(cubin_path)], capture_output=True, text=True, check=True
+    ).stdout
+    assert "HGMMA" in sass, "the math must run on wgmma"
+    assert "LDL" not in sass and "STL" not in sass, "no local-memory traffic"
+
+
+def test_heuristic_picks_compile(tmp_path, monkeypatch) -> None:
+    """The configs the heuristics choose for a decode and a prefill shape build too."""
+    monkeypatch.setenv("MOEGEMM_CACHE_DIR", str(tmp_path))
+    for m in (1, 8192):
+        config = select_config(GemmDesc("bf16_gemm_nt", m=m, n=4096, k=7168), SM90)
+        spec = sm90_bf16_gemm_spec(config, "bf16", False)
+        assert count_cubin_kernels(cache.build_or_load(spec).read_bytes()) == 1

@@ -1,0 +1,90 @@
+"""Heuristics: every pick is legal (shared memory, alignment, registers) and deterministic."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from moegemm.heuristics import SM90, GemmDesc, arch_for, select_config
+from moegemm.heuristics import sm90
+from moegemm.heuristics.config import GemmConfig
+
+M_VALUES = (1, 7, 64, 129, 1000, 4096, 35044)
+N_VALUES = (8, 768, 2880, 4096, 7168)
+K_VALUES = (8, 136, 2048, 2880, 7168)
+
+
+@pytest.mark.parametrize("m,n,k", list(itertools.product(M_VALUES, N_VALUES, K_VALUES)))
+@pytest.mark.parametrize("d_dtype,with_c", [("bf16", False), ("fp32", True)])
+def test_selected_config_is_legal(m: int, n: int, k: int, d_dtype: str, with_c: bool) -> None:
+    desc = GemmDesc("bf16_gemm_nt", m=m, n=n, k=k, d_dtype=d_dtype, with_c=with_c)
+    config = select_config(desc, SM90)
+    lay = config.layout
+    assert config.pipeline.smem_bytes <= SM90.smem_budget
+    assert config.pipeline.smem_bytes == sm90.smem_bytes_for(
+        lay.block_m, lay.block_n, config.pipeline.num_stages
+    )
+    assert lay.block_k * 2 == 128, "BF16 rows of one 128-byte swizzle atom"
+    assert lay.block_n % 8 == 0 and 8 <= lay.block_n <= 256
+    assert lay.block_m % (64 * config.launch.num_math_warpgroups) == 0
+    atoms = lay.block_m // (64 * config.launch.num_math_warpgroups)
+    assert atoms * lay.block_n // 2 <= sm90.MAX_ACCUM_REGS
+    assert config.launch.num_threads == 128 * (config.launch.num_math_warpgroups + 1)
+    assert config.pipeline.num_stages >= sm90.MIN_STAGES
+    assert sm90.is_legal(config, desc, SM90)
+
+
+def test_choice_is_deterministic_and_cached() -> None:
+    desc = GemmDesc("bf16_gemm_nt", m=4096, n=4096, k=4096)
+    first = select_config(desc, SM90)
+    select_config.cache_clear()
+    again = select_config(desc, SM90)
+    assert first == again and first is not again
+    assert select_config(desc, SM90) is again  # served from the per-signature cache
+
+
+def test_enumeration_yields_only_legal_configs() -> None:
+    desc = GemmDesc("bf16_gemm_nt", m=512, n=4096, k=7168)
+    configs = list(sm90.enumerate_bf16_configs(desc, SM90))
+    assert len(configs) > 20
+    assert all(sm90.is_legal(c, desc, SM90) for c in configs)
+    assert len(set(configs)) == len(configs)
+
+
+def test_illegal_configs_are_rejected() -> None:
+    desc = GemmDesc("bf16_gemm_nt", m=512, n=4096, k=7168)
+    legal = select_config(desc, SM90)
+    from dataclasses import replace
+
+    too_big = replace(legal, pipeline=replace(legal.pipeline, smem_bytes=SM90.smem_budget + 1))
+    assert not sm90.is_legal(too_big, desc, SM90)
+    odd_n = replace(legal, layout=replace(legal.layout, block_n=100))
+    assert not sm90.is_legal(odd_n, desc, SM90)
+    assert not sm90.is_legal(legal, GemmDesc("bf16_gemm_nt", m=512, n=4100, k=7168), SM90)
+
+
+def test_fewer_sms_changes_the_wave_count_not_legality() -> None:
+    desc = GemmDesc("bf16_gemm_nt", m=8192, n=8192, k=8192)
+    small = arch_for("sm_90a", 66)
+    config = select_config(desc, small)
+    assert isinstance(config, GemmConfig) and config.launch.num_sms == 66
+    assert sm90.estimate_cycles(config, desc, small) > sm90.estimate_cycles(
+        select_config(desc, SM90), desc, SM90
+    )
+
+
+def test_decode_prefers_more_ctas_than_prefill() -> None:
+    decode = select_config(GemmDesc("bf16_gemm_nt", m=8, n=4096, k=7168), SM90)
+    prefill = select_config(GemmDesc("bf16_gemm_nt", m=8192, n=4096, k=7168), SM90)
+    assert decode.layout.block_m == 64
+    assert decode.layout.block_m * decode.layout.block_n < (
+        prefill.layout.block_m * prefill.layout.block_n
+    )
+
+
+def test_unknown_arch_and_sm100_are_clear_errors() -> None:
+    with pytest.raises(ValueError, match="unknown arch"):
+        arch_for("sm_80")
+    with pytest.raises(ValueError, match="no SM100 kernel"):
+        select_config(GemmDesc("bf16_gemm_nt", m=8, n=8, k=8), arch_for("sm_100a"))
