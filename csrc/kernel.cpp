@@ -84,8 +84,11 @@ Kernel::Kernel(std::string cubin) : image_(std::move(cubin)) {
   if (count != 1) {
     driver().cuLibraryUnload(library_);
     library_ = nullptr;
-    throw std::runtime_error("moegemm: a kernel cubin must hold exactly one kernel, this one holds " +
-                             std::to_string(count));
+    // The driver reports no error for a cubin of another architecture: it just has no kernels.
+    throw std::runtime_error(
+        "moegemm: a kernel cubin must hold exactly one kernel, this one holds " +
+        std::to_string(count) +
+        (count == 0 ? " (a cubin built for another GPU architecture loads with none)" : ""));
   }
   CUresult result = driver().cuLibraryEnumerateKernels(&kernel_, 1, library_);
   if (result != CUDA_SUCCESS) {

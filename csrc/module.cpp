@@ -90,7 +90,8 @@ PYBIND11_MODULE(_C, m) {
         "num_sms, smem_per_block_optin, l2_size, cc_major, cc_minor of a device ordinal.");
   m.def("encode_tma_desc", &encode_tma_desc, py::arg("ptr"), py::arg("dtype"), py::arg("dims"),
         py::arg("strides_bytes"), py::arg("box"), py::arg("swizzle_bytes"),
-        "The 128-byte CUtensorMap of a tiled TMA view (dims innermost first, strides of dims 1..).");
+        "The 128-byte CUtensorMap of a tiled TMA view (dims innermost first, strides of dims "
+        "1..).");
   m.def("set_pdl", &set_pdl, py::arg("enabled"),
         "Turn programmatic dependent launch on or off for later launches.");
   m.def("get_pdl", &get_pdl, "Whether launches use programmatic dependent launch.");

@@ -6,8 +6,7 @@ import itertools
 
 import pytest
 
-from moegemm.heuristics import SM90, GemmDesc, arch_for, select_config
-from moegemm.heuristics import sm90
+from moegemm.heuristics import SM90, GemmDesc, arch_for, select_config, sm90
 from moegemm.heuristics.config import GemmConfig
 
 M_VALUES = (1, 7, 64, 129, 1000, 4096, 35044)

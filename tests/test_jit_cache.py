@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from moegemm.jit import CompileError, KernelSpec, build_or_load, cache, key_for, lookup, runtime
 from moegemm.jit.compiler import check_ptxas_report
 from moegemm.jit.cubin import count_cubin_kernels, cubin_kernel_names

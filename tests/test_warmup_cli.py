@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from moegemm.jit import KernelSpec, presets
 
 HOOK = "test_warmup_cli:fake_warmup_specs"
