@@ -20,7 +20,7 @@ _PUBLIC = {
     "set_pdl": "moegemm.api",
 }
 
-__all__ = ["__version__", *sorted(_PUBLIC)]
+__all__ = ["__version__", "bf16_gemm_nt", "get_num_sms", "get_pdl", "set_num_sms", "set_pdl"]
 
 
 def __getattr__(name: str) -> Any:
