@@ -16,7 +16,9 @@ export PYTHONUNBUFFERED=1
 
 site=/tmp/moegemm_site
 rm -rf "$site" && mkdir -p "$site"
-unzip -q -o .whl/nvidia_cutlass-*.whl -d "$site" || { echo "no nvidia-cutlass wheel in .whl/"; exit 1; }
+wheel=$(ls .whl/nvidia_cutlass-*.whl 2>/dev/null | head -1)
+[ -n "$wheel" ] || { echo "no nvidia-cutlass wheel in .whl/"; exit 1; }
+python3 -m zipfile -e "$wheel" "$site"  # no unzip on that machine
 export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 export MOEGEMM_CUTLASS_INCLUDE="$site/cutlass_library/source/include"
 export MOEGEMM_CACHE_DIR=${MOEGEMM_CACHE_DIR:-/tmp/moegemm_cache}
