@@ -153,3 +153,24 @@ def test_hook_must_name_a_function(cli_env: dict[str, str], shapes_file: Path) -
     env = dict(cli_env, MOEGEMM_WARMUP_SPECS_FN="no_colon_here")
     proc = run_cli(env, "--warmup", "--shapes", str(shapes_file), "--dry-run")
     assert proc.returncode == 2 and "module:function" in proc.stderr
+
+
+@pytest.mark.nvcc
+def test_real_preset_warmup_twice(
+    jit_cache_dir: Path, subprocess_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The real enumeration (moegemm.api.warmup_specs) on a one-shape slice of a model preset:
+    real kernels are built, and a second run finds them all cached."""
+    shape = presets.model_shapes("qwen3-30b-a3b")[1]  # linear2: n=2048, k=768
+    path = tmp_path / "one_shape.json"
+    path.write_text(json.dumps([shape]))
+    args = ("--warmup", "--shapes", str(path), "--tokens", "1,4096", "--no-check")
+    first = run_cli(subprocess_env, *args)
+    assert first.returncode == 0, first.stdout + first.stderr
+    compiled = int(summary(first).split("compiled ")[1].split(",")[0])
+    assert compiled >= 1 and "failed 0" in summary(first)
+    names = sorted(p.name for p in (jit_cache_dir / "kernels").iterdir())
+    assert len(names) == compiled and all(n.startswith("sm90_bf16_gemm_") for n in names)
+    second = run_cli(subprocess_env, *args)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert f"compiled 0, already cached {compiled}, failed 0" in summary(second)

@@ -1,13 +1,15 @@
 """moegemm: JIT-compiled grouped GEMM kernels for Mixture-of-Experts on Hopper and Blackwell.
 
 Importing moegemm needs neither a GPU nor a compiler; kernels are compiled on first use (or
-ahead of time with `python -m moegemm.jit --warmup`). The public functions are imported lazily
-so that the JIT's own subprocesses (`python -m moegemm.jit ...`) never pay for importing torch.
+ahead of time with `python -m moegemm.jit --warmup`). The JIT's own build subprocesses set
+`MOEGEMM_LIGHT_IMPORT=1`, which defers the public API (and so torch) until first touched; every
+other import loads it here, so a first GEMM call pays for no imports.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
 
 __version__ = "0.1.0"
@@ -34,3 +36,7 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_PUBLIC))
+
+
+if not os.environ.get("MOEGEMM_LIGHT_IMPORT"):
+    from .api import bf16_gemm_nt, get_num_sms, get_pdl, set_num_sms, set_pdl

@@ -78,6 +78,47 @@ def _check(a, b, d, c) -> tuple[int, int, int, int, int, int, int]:
     return m, n, k, lda, ldb, ldd, ldc
 
 
+# The C-level getters cost a fraction of their torch.cuda wrappers; CPU builds of torch lack them.
+_get_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
+_raw_stream = getattr(
+    torch._C, "_cuda_getCurrentRawStream", lambda i: torch.cuda.current_stream(i).cuda_stream
+)
+
+
+def _fast_path_args(a, b, d, c) -> tuple | None:
+    """The common call (no C, M > 1, K > 0, padded-or-packed rows, aligned, current device)
+    proven legal with a few attribute reads. None sends the call through the full checks,
+    which cover everything else and produce the error messages."""
+    if c is not None:
+        return None
+    try:
+        m, k = a.shape
+        n, kb = b.shape
+        md, nd = d.shape
+    except (AttributeError, ValueError, TypeError):
+        return None
+    if not (kb == k and md == m and nd == n and m > 1 and k > 0 and n % 8 == 0 and k % 8 == 0):
+        return None
+    d_dtype = d.dtype
+    if a.dtype != torch.bfloat16 or b.dtype != torch.bfloat16 or d_dtype not in _D_DTYPES:
+        return None
+    lda, one_a = a.stride()
+    ldb, one_b = b.stride()
+    ldd, one_d = d.stride()
+    if not (one_a == 1 and one_b == 1 and one_d == 1 and lda >= k and ldb >= k and ldd >= n
+            and lda % 8 == 0 and ldb % 8 == 0 and ldd % 8 == 0):
+        return None
+    device = a.get_device()
+    if device < 0 or b.get_device() != device or d.get_device() != device:
+        return None
+    if device != _get_device():
+        return None
+    a_ptr, b_ptr, d_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr()
+    if (a_ptr | b_ptr | d_ptr) & 15:
+        return None
+    return device, m, n, k, lda, ldb, ldd, d_dtype is torch.float32, a_ptr, b_ptr, d_ptr
+
+
 def bf16_gemm_nt(
     a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Tensor | None = None
 ) -> torch.Tensor:
@@ -86,6 +127,19 @@ def bf16_gemm_nt(
     a: [M, K] bf16, b: [N, K] bf16, d: [M, N] bf16 or fp32, c: optional [M, N] fp32 (may be `d`
     itself when d is fp32). Any M; N and K multiples of 8. Never synchronizes with the host.
     """
+    fast = _fast_path_args(a, b, d, c)
+    if fast is None:
+        return _checked_bf16_gemm_nt(a, b, d, c)
+    device, m, n, k, lda, ldb, ldd, d_is_fp32, a_ptr, b_ptr, d_ptr = fast
+    key = (device, m, n, k, d_is_fp32, False)
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plans[key] = plan_bf16_gemm(device, m, n, k, d_is_fp32, False)
+    _launch(plan, a_ptr, b_ptr, d_ptr, 0, m, n, k, lda, ldb, ldd, 0, d_is_fp32, device)
+    return d
+
+
+def _checked_bf16_gemm_nt(a, b, d, c) -> torch.Tensor:
     m, n, k, lda, ldb, ldd, ldc = _check(a, b, d, c)
     if m == 0 or n == 0:
         return d
@@ -98,30 +152,18 @@ def bf16_gemm_nt(
     plan = _plans.get(key)
     if plan is None:
         plan = _plans[key] = plan_bf16_gemm(device, m, n, k, d_is_fp32, c is not None)
+    c_ptr = 0 if c is None else c.data_ptr()
+    _launch(plan, a.data_ptr(), b.data_ptr(), d.data_ptr(), c_ptr, m, n, k, lda, ldb, ldd, ldc,
+            d_is_fp32, device)
+    return d
+
+
+def _launch(plan: _Plan, a_ptr, b_ptr, d_ptr, c_ptr, m, n, k, lda, ldb, ldd, ldc, d_is_fp32,
+            device) -> None:
     from .. import _C
 
     _C.launch_sm90_bf16_gemm(
-        plan.kernel,
-        a.data_ptr(),
-        b.data_ptr(),
-        d.data_ptr(),
-        0 if c is None else c.data_ptr(),
-        m,
-        n,
-        k,
-        lda,
-        ldb,
-        ldd,
-        ldc,
-        d_is_fp32,
-        plan.block_m,
-        plan.block_n,
-        plan.block_k,
-        plan.num_blocks,
-        plan.num_threads,
-        plan.smem_bytes,
-        1,
-        1,
-        torch._C._cuda_getCurrentRawStream(device),
+        plan.kernel, a_ptr, b_ptr, d_ptr, c_ptr, m, n, k, lda, ldb, ldd, ldc, int(d_is_fp32),
+        plan.block_m, plan.block_n, plan.block_k, plan.num_blocks, plan.num_threads,
+        plan.smem_bytes, 1, 1, _raw_stream(device),
     )
-    return d

@@ -1,0 +1,93 @@
+"""Where the host time of a call goes: per-call cost of each layer on back-to-back tiny calls,
+and a breakdown of the first call in a new process with a warm disk cache."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import torch
+
+FIRST_CALL = r"""
+import time
+t = [time.perf_counter()]
+import torch
+torch.cuda.init()
+a = torch.randn(1000, 1024, device="cuda").bfloat16()
+b = torch.randn(2048, 1024, device="cuda").bfloat16()
+d = torch.empty(1000, 2048, device="cuda", dtype=torch.bfloat16)
+torch.cuda.synchronize()
+marks = {}
+def mark(name):
+    now = time.perf_counter(); marks[name] = (now - t[0]) * 1e3; t[0] = now
+mark("torch setup")
+import moegemm.api.bf16_gemm as g
+mark("import moegemm.api")
+from moegemm import _C
+mark("import _C")
+from moegemm.api.device import arch_for_device
+arch = arch_for_device(0)
+mark("device properties")
+from moegemm.heuristics import GemmDesc, select_config
+config = select_config(GemmDesc("bf16_gemm_nt", m=1000, n=2048, k=1024), arch)
+mark("select_config")
+from moegemm.jit.codegen import sm90_bf16_gemm_spec
+spec = sm90_bf16_gemm_spec(config, "bf16", False)
+mark("codegen")
+from moegemm.jit import cache
+path, data = cache.load_or_build(spec)
+mark("cache lookup + validation")
+kernel = _C.Kernel(data)
+mark("cuLibraryLoadData")
+g.bf16_gemm_nt(a, b, d)
+torch.cuda.synchronize()
+mark("first call (plan, launch, sync)")
+print(" | ".join(f"{k}: {v:.2f} ms" for k, v in marks.items()))
+"""
+
+
+def per_call_us(fn, calls: int = 2000) -> float:
+    for _ in range(100):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def main() -> None:
+    import moegemm
+    from moegemm import _C
+    from moegemm.api import bf16_gemm as g
+
+    a = torch.randn(64, 128, device="cuda").bfloat16()
+    b = torch.randn(128, 128, device="cuda").bfloat16()
+    d = torch.empty(64, 128, device="cuda", dtype=torch.bfloat16)
+    bt = b.t()
+    moegemm.bf16_gemm_nt(a, b, d)
+    plan = next(iter(g._plans.values()))
+    stream = torch.cuda.current_stream().cuda_stream
+    args = (plan.kernel, a.data_ptr(), b.data_ptr(), d.data_ptr(), 0, 64, 128, 128, 128, 128,
+            128, 0, 0, plan.block_m, plan.block_n, plan.block_k, plan.num_blocks,
+            plan.num_threads, plan.smem_bytes, 1, 1, stream)
+    rows = {
+        "bf16_gemm_nt (whole call)": per_call_us(lambda: moegemm.bf16_gemm_nt(a, b, d)),
+        "argument checks only": per_call_us(lambda: g._check(a, b, d, None)),
+        "_C.launch only": per_call_us(lambda: _C.launch_sm90_bf16_gemm(*args)),
+        "empty _C call": per_call_us(lambda: _C.get_pdl()),
+        "torch.mm(out=)": per_call_us(lambda: torch.mm(a, bt, out=d)),
+    }
+    for name, us in rows.items():
+        print(f"{name:28s} {us:7.2f} us/call")
+    env = dict(os.environ)
+    out = subprocess.run([sys.executable, "-c", FIRST_CALL], env=env, capture_output=True,
+                         text=True, check=True)
+    print("first call, warm cache:", out.stdout.strip())
+
+
+if __name__ == "__main__":
+    main()
