@@ -12,12 +12,11 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 import torch
 
 import moegemm
-from moegemm.testing import bench_us, calc_diff, reference_gemm_nt
+from moegemm.testing import bench_us, calc_diff, host_us_per_call, reference_gemm_nt
 
 DENSE_CASES = [
     ("square 4096", 4096, 4096, 4096),
@@ -88,18 +87,8 @@ def bench_host_overhead(calls: int = 2000) -> dict:
     d = torch.empty(64, 128, device="cuda", dtype=torch.bfloat16)
     bt = b.t()
 
-    def per_call(fn) -> float:
-        for _ in range(50):
-            fn()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        return (time.perf_counter() - t0) / calls * 1e6
-
-    ours = per_call(lambda: moegemm.bf16_gemm_nt(a, b, d))
-    mm = per_call(lambda: torch.mm(a, bt, out=d))
+    ours = host_us_per_call(lambda: moegemm.bf16_gemm_nt(a, b, d), calls)
+    mm = host_us_per_call(lambda: torch.mm(a, bt, out=d), calls)
     return {"calls": calls, "moegemm_us": ours, "torch_mm_us": mm, "ratio": ours / mm}
 
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 import torch
+
+from moegemm.testing import host_us_per_call
 
 FIRST_CALL = r"""
 import time
@@ -48,17 +49,6 @@ print(" | ".join(f"{k}: {v:.2f} ms" for k, v in marks.items()))
 """
 
 
-def per_call_us(fn, calls: int = 2000) -> float:
-    for _ in range(100):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / calls * 1e6
-
-
 def main() -> None:
     import moegemm
     from moegemm import _C
@@ -75,12 +65,17 @@ def main() -> None:
             128, 0, 0, plan.block_m, plan.block_n, plan.block_k, plan.num_blocks,
             plan.num_threads, plan.smem_bytes, 1, 1, stream)
     rows = {
-        "bf16_gemm_nt (whole call)": per_call_us(lambda: moegemm.bf16_gemm_nt(a, b, d)),
-        "argument checks only": per_call_us(lambda: g._check(a, b, d, None)),
-        "_C.launch only": per_call_us(lambda: _C.launch_sm90_bf16_gemm(*args)),
-        "empty _C call": per_call_us(lambda: _C.get_pdl()),
-        "torch.mm(out=)": per_call_us(lambda: torch.mm(a, bt, out=d)),
+        "bf16_gemm_nt (whole call)": host_us_per_call(lambda: moegemm.bf16_gemm_nt(a, b, d)),
+        "fast-path checks only": host_us_per_call(lambda: g._fast_path_args(a, b, d, None)),
+        "full checks only": host_us_per_call(lambda: g._check(a, b, d, None)),
+        "_C.launch only": host_us_per_call(lambda: _C.launch_sm90_bf16_gemm(*args)),
+        "empty _C call": host_us_per_call(lambda: _C.get_pdl()),
+        "torch.mm(out=)": host_us_per_call(lambda: torch.mm(a, bt, out=d)),
     }
+    launcher = g._launcher
+    g._launcher = lambda *args: None
+    rows["whole call, launch stubbed"] = host_us_per_call(lambda: moegemm.bf16_gemm_nt(a, b, d))
+    g._launcher = launcher
     for name, us in rows.items():
         print(f"{name:28s} {us:7.2f} us/call")
     env = dict(os.environ)

@@ -1,5 +1,6 @@
 #include "tma.h"
 
+#include <cstring>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -29,11 +30,43 @@ int swizzle_bytes(CUtensorMapSwizzle swizzle) {
   }
 }
 
-}  // namespace
+// Everything cuTensorMapEncodeTiled reads, so equal keys give bit-identical descriptors.
+struct TmaKey {
+  void* ptr;
+  uint64_t dims[5];
+  uint64_t strides[4];
+  uint32_t box[5];
+  int32_t rank;
+  int32_t dtype;
+  int32_t swizzle;
 
-CUtensorMap make_tma_desc(void* ptr, CUtensorMapDataType dtype, int rank, const uint64_t* dims,
-                          const uint64_t* strides_bytes, const uint32_t* box,
-                          CUtensorMapSwizzle swizzle) {
+  bool operator==(const TmaKey& other) const {
+    return std::memcmp(this, &other, sizeof(*this)) == 0;
+  }
+};
+
+struct TmaCacheEntry {
+  TmaKey key;
+  CUtensorMap desc;
+  bool valid = false;
+};
+
+// Encoding costs about a microsecond of driver code per descriptor, a large share of a small
+// GEMM's host time; inference calls reuse the same weight and activation buffers, so a small
+// direct-mapped memo per thread (no locking) skips most encodes.
+constexpr size_t kTmaCacheSlots = 64;
+thread_local TmaCacheEntry g_tma_cache[kTmaCacheSlots];
+
+size_t slot_of(const TmaKey& key) {
+  uint64_t h = reinterpret_cast<uintptr_t>(key.ptr) * 0x9E3779B97F4A7C15ull;
+  h ^= (key.dims[0] + 31 * key.dims[1]) * 0xC2B2AE3D27D4EB4Full;
+  h ^= (static_cast<uint64_t>(key.box[0]) << 32 | key.box[1]) + key.dtype;
+  return static_cast<size_t>(h ^ (h >> 29)) % kTmaCacheSlots;
+}
+
+CUtensorMap encode_tma_desc(void* ptr, CUtensorMapDataType dtype, int rank, const uint64_t* dims,
+                            const uint64_t* strides_bytes, const uint32_t* box,
+                            CUtensorMapSwizzle swizzle) {
   if (rank < 1 || rank > 5) {
     throw std::invalid_argument("moegemm: TMA rank must be 1..5, got " + std::to_string(rank));
   }
@@ -56,6 +89,34 @@ CUtensorMap make_tma_desc(void* ptr, CUtensorMapDataType dtype, int rank, const 
     out << " swizzle=" << swizzle_bytes(swizzle) << "B";
     throw std::runtime_error(out.str());
   }
+  return desc;
+}
+
+}  // namespace
+
+CUtensorMap make_tma_desc(void* ptr, CUtensorMapDataType dtype, int rank, const uint64_t* dims,
+                          const uint64_t* strides_bytes, const uint32_t* box,
+                          CUtensorMapSwizzle swizzle) {
+  if (rank < 1 || rank > 5) {
+    return encode_tma_desc(ptr, dtype, rank, dims, strides_bytes, box, swizzle);  // it throws
+  }
+  TmaKey key;
+  std::memset(&key, 0, sizeof(key));  // padding and unused dims take part in the comparison
+  key.ptr = ptr;
+  key.rank = rank;
+  key.dtype = static_cast<int32_t>(dtype);
+  key.swizzle = static_cast<int32_t>(swizzle);
+  for (int i = 0; i < rank; ++i) {
+    key.dims[i] = dims[i];
+    key.box[i] = box[i];
+    if (i + 1 < rank) key.strides[i] = strides_bytes[i];
+  }
+  TmaCacheEntry& entry = g_tma_cache[slot_of(key)];
+  if (entry.valid && entry.key == key) return entry.desc;
+  const CUtensorMap desc = encode_tma_desc(ptr, dtype, rank, dims, strides_bytes, box, swizzle);
+  entry.key = key;
+  entry.desc = desc;
+  entry.valid = true;
   return desc;
 }
 

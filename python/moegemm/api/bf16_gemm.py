@@ -158,11 +158,17 @@ def _checked_bf16_gemm_nt(a, b, d, c) -> torch.Tensor:
     return d
 
 
+_launcher = None  # moegemm._C.launch_sm90_bf16_gemm, bound on first launch
+
+
 def _launch(plan: _Plan, a_ptr, b_ptr, d_ptr, c_ptr, m, n, k, lda, ldb, ldd, ldc, d_is_fp32,
             device) -> None:
-    from .. import _C
+    global _launcher
+    if _launcher is None:
+        from .. import _C
 
-    _C.launch_sm90_bf16_gemm(
+        _launcher = _C.launch_sm90_bf16_gemm
+    _launcher(
         plan.kernel, a_ptr, b_ptr, d_ptr, c_ptr, m, n, k, lda, ldb, ldd, ldc, int(d_is_fp32),
         plan.block_m, plan.block_n, plan.block_k, plan.num_blocks, plan.num_threads,
         plan.smem_bytes, 1, 1, _raw_stream(device),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import torch
@@ -39,3 +40,19 @@ def bench_us(fn: Callable[[], object], warmup: int = 10, iters: int = 50) -> flo
     torch.cuda.synchronize()
     times = sorted(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
     return times[len(times) // 2]
+
+
+def host_us_per_call(fn: Callable[[], object], calls: int = 2000, rounds: int = 5) -> float:
+    """Per-call time of `calls` back-to-back launch-bound calls (one sync at the end), best of
+    `rounds` so that OS noise does not count."""
+    best = float("inf")
+    for _ in range(rounds):
+        for _ in range(100):
+            fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - t0) / calls * 1e6)
+    return best
