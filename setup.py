@@ -17,6 +17,7 @@ from pathlib import Path
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
 
@@ -95,7 +96,19 @@ class CMakeBuild(build_ext):
             raise RuntimeError(f"CMake build finished but {target} was not produced")
 
 
+class BuildPyWithHeaders(build_py):
+    """Ships include/moegemm as moegemm/include/moegemm: the JIT compiles kernels from these
+    headers at run time, so a regular (non-editable) install needs them inside the package."""
+
+    def run(self) -> None:
+        super().run()
+        source = ROOT / "include" / "moegemm"
+        target = Path(self.build_lib) / "moegemm" / "include" / "moegemm"
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(source, target)
+
+
 setup(
     ext_modules=[CMakeExtension("moegemm._C", ROOT)],
-    cmdclass={"build_ext": CMakeBuild},
+    cmdclass={"build_ext": CMakeBuild, "build_py": BuildPyWithHeaders},
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -19,14 +20,8 @@ _FP32 = (torch.float32,)
 
 
 class _Plan(NamedTuple):
-    kernel: object  # moegemm._C.Kernel
     config: GemmConfig
-    block_m: int
-    block_n: int
-    block_k: int
-    num_blocks: int
-    num_threads: int
-    smem_bytes: int
+    launch: Callable[..., None]  # (a, b, d, c pointers, m, n, k, lda, ldb, ldd, ldc, stream)
 
 
 # (device, m, n, k, d_is_fp32, with_c) -> plan: the hot path is this one lookup.
@@ -41,16 +36,20 @@ def plan_bf16_gemm(device: int, m: int, n: int, k: int, d_is_fp32: bool, with_c:
     kernel = load_kernel(sm90_bf16_gemm_spec(config, d_dtype, with_c))
     lay = config.layout
     num_tiles = math.ceil(m / lay.block_m) * math.ceil(n / lay.block_n)
-    return _Plan(
-        kernel=kernel,
-        config=config,
-        block_m=lay.block_m,
-        block_n=lay.block_n,
-        block_k=lay.block_k,
-        num_blocks=min(num_tiles, arch.num_sms),
-        num_threads=config.launch.num_threads,
-        smem_bytes=config.pipeline.smem_bytes,
+    from .. import _C
+
+    launch = _C.Sm90Bf16GemmLauncher(
+        kernel,
+        lay.block_m,
+        lay.block_n,
+        lay.block_k,
+        min(num_tiles, arch.num_sms),
+        config.launch.num_threads,
+        config.pipeline.smem_bytes,
+        lay.cluster_m,
+        lay.cluster_n,
     )
+    return _Plan(config=config, launch=launch)
 
 
 def _check(a, b, d, c) -> tuple[int, int, int, int, int, int, int]:
@@ -76,6 +75,76 @@ def _check(a, b, d, c) -> tuple[int, int, int, int, int, int, int]:
     ldc = row_stride("c", c) if c is not None else 0
     require_cuda_device(a.device, a=a, b=b, d=d, c=c)
     return m, n, k, lda, ldb, ldd, ldc
+
+
+def _checked_bf16_gemm_nt(a, b, d, c) -> torch.Tensor:
+    m, n, k, lda, ldb, ldd, ldc = _check(a, b, d, c)
+    if m == 0 or n == 0:
+        return d
+    if k == 0:  # an empty sum: D = C or 0, no kernel needed (and TMA cannot map a 0-wide tensor)
+        d.copy_(c) if c is not None else d.zero_()
+        return d
+    d_is_fp32 = d.dtype == torch.float32
+    device = a.device.index
+    key = (device, m, n, k, d_is_fp32, c is not None)
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plans[key] = plan_bf16_gemm(device, m, n, k, d_is_fp32, c is not None)
+    c_ptr = 0 if c is None else c.data_ptr()
+    _launch(
+        plan,
+        a.data_ptr(),
+        b.data_ptr(),
+        d.data_ptr(),
+        c_ptr,
+        m,
+        n,
+        k,
+        lda,
+        ldb,
+        ldd,
+        ldc,
+        d_is_fp32,
+        device,
+    )
+    return d
+
+
+_launcher = None  # moegemm._C.launch_sm90_bf16_gemm, bound on first launch
+
+
+def _launch(
+    plan: _Plan, a_ptr, b_ptr, d_ptr, c_ptr, m, n, k, lda, ldb, ldd, ldc, d_is_fp32, device
+) -> None:
+    global _launcher
+    if _launcher is None:
+        from .. import _C
+
+        _launcher = _C.launch_sm90_bf16_gemm
+    _launcher(
+        plan.kernel,
+        a_ptr,
+        b_ptr,
+        d_ptr,
+        c_ptr,
+        m,
+        n,
+        k,
+        lda,
+        ldb,
+        ldd,
+        ldc,
+        int(d_is_fp32),
+        plan.block_m,
+        plan.block_n,
+        plan.block_k,
+        plan.num_blocks,
+        plan.num_threads,
+        plan.smem_bytes,
+        1,
+        1,
+        _raw_stream(device),
+    )
 
 
 # The C-level getters cost a fraction of their torch.cuda wrappers; CPU builds of torch lack them.
@@ -105,8 +174,9 @@ def _fast_path_args(a, b, d, c) -> tuple | None:
     lda, one_a = a.stride()
     ldb, one_b = b.stride()
     ldd, one_d = d.stride()
-    if not (one_a == 1 and one_b == 1 and one_d == 1 and lda >= k and ldb >= k and ldd >= n
-            and lda % 8 == 0 and ldb % 8 == 0 and ldd % 8 == 0):
+    if one_a != 1 or one_b != 1 or one_d != 1:
+        return None
+    if lda < k or ldb < k or ldd < n or (lda | ldb | ldd) & 7:
         return None
     device = a.get_device()
     if device < 0 or b.get_device() != device or d.get_device() != device:
@@ -135,7 +205,7 @@ def bf16_gemm_nt(
     plan = _plans.get(key)
     if plan is None:
         plan = _plans[key] = plan_bf16_gemm(device, m, n, k, d_is_fp32, False)
-    _launch(plan, a_ptr, b_ptr, d_ptr, 0, m, n, k, lda, ldb, ldd, 0, d_is_fp32, device)
+    plan.launch(a_ptr, b_ptr, d_ptr, 0, m, n, k, lda, ldb, ldd, 0, _raw_stream(device))
     return d
 
 
@@ -152,24 +222,7 @@ def _checked_bf16_gemm_nt(a, b, d, c) -> torch.Tensor:
     plan = _plans.get(key)
     if plan is None:
         plan = _plans[key] = plan_bf16_gemm(device, m, n, k, d_is_fp32, c is not None)
+    a_ptr, b_ptr, d_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr()
     c_ptr = 0 if c is None else c.data_ptr()
-    _launch(plan, a.data_ptr(), b.data_ptr(), d.data_ptr(), c_ptr, m, n, k, lda, ldb, ldd, ldc,
-            d_is_fp32, device)
+    plan.launch(a_ptr, b_ptr, d_ptr, c_ptr, m, n, k, lda, ldb, ldd, ldc, _raw_stream(device))
     return d
-
-
-_launcher = None  # moegemm._C.launch_sm90_bf16_gemm, bound on first launch
-
-
-def _launch(plan: _Plan, a_ptr, b_ptr, d_ptr, c_ptr, m, n, k, lda, ldb, ldd, ldc, d_is_fp32,
-            device) -> None:
-    global _launcher
-    if _launcher is None:
-        from .. import _C
-
-        _launcher = _C.launch_sm90_bf16_gemm
-    _launcher(
-        plan.kernel, a_ptr, b_ptr, d_ptr, c_ptr, m, n, k, lda, ldb, ldd, ldc, int(d_is_fp32),
-        plan.block_m, plan.block_n, plan.block_k, plan.num_blocks, plan.num_threads,
-        plan.smem_bytes, 1, 1, _raw_stream(device),
-    )
