@@ -35,6 +35,12 @@ if [ "${MOEGEMM_GPU_TESTS:-1}" != 0 ]; then
   test_rc=${PIPESTATUS[0]}
 fi
 
+echo "== warmup (fresh cache, 16 cores) + the CLI's GPU check"
+warm_cache=$(mktemp -d)
+python3 -m moegemm.jit --warmup --model deepseek-v3 --cache-dir "$warm_cache" 2>&1 \
+  | tee "$log_dir/warmup.log" | grep -vE '^\[[0-9]+/[0-9]+\]' | tail -14
+rm -rf "$warm_cache"
+
 echo "== benchmark"
 python3 benchmarks/bench_bf16_gemm.py --json "$log_dir/bench_bf16_gemm.json" 2>&1 \
   | tee "$log_dir/bench.log"
