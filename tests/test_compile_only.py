@@ -12,7 +12,7 @@ import pytest
 from moegemm.heuristics import SM90, GemmDesc, select_config
 from moegemm.heuristics.sm90 import enumerate_bf16_configs
 from moegemm.jit import cache
-from moegemm.jit.codegen import sm90_bf16_gemm_spec
+from moegemm.jit.codegen import sm90_bf16_gemm_spec, sm90_bf16_k_grouped_spec
 from moegemm.jit.compiler import find_cuobjdump
 from moegemm.jit.cubin import count_cubin_kernels
 
@@ -21,8 +21,8 @@ pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None and not
                                 reason="needs nvcc")
 
 
-def config_with(block_m: int, block_n: int):
-    desc = GemmDesc("bf16_gemm_nt", m=4096, n=4096, k=4096)
+def config_with(block_m: int, block_n: int, kind: str = "bf16_gemm_nt"):
+    desc = GemmDesc(kind, m=4096, n=4096, k=4096, num_groups=4)
     for config in enumerate_bf16_configs(desc, SM90):
         if config.layout.block_m == block_m and config.layout.block_n == block_n:
             return config
@@ -30,22 +30,31 @@ def config_with(block_m: int, block_n: int):
 
 
 # One warpgroup / two warpgroups / two m64 atoms per warpgroup / an extended-N atom, across the
-# epilogue variants (BF16 out, FP32 out with C).
+# epilogue variants (BF16 out, FP32 out with C) and every tile scheduler (layout).
 VARIANTS = [
-    (64, 64, "bf16", False),
-    (128, 256, "fp32", True),
-    (256, 128, "bf16", False),
-    (128, 48, "bf16", True),
+    ("bf16_gemm_nt", 64, 64, "bf16", False),
+    ("bf16_gemm_nt", 128, 256, "fp32", True),
+    ("bf16_gemm_nt", 256, 128, "bf16", False),
+    ("bf16_gemm_nt", 128, 48, "bf16", True),
+    ("m_grouped_contiguous", 128, 128, "bf16", False),
+    ("m_grouped_offsets", 64, 256, "bf16", False),
+    ("m_grouped_masked", 256, 112, "bf16", False),
+    ("k_grouped", 128, 256, "fp32", True),
+    ("k_grouped", 64, 128, "fp32", False),
 ]
 
 
-@pytest.mark.parametrize("block_m,block_n,d_dtype,with_c", VARIANTS)
+@pytest.mark.parametrize("kind,block_m,block_n,d_dtype,with_c", VARIANTS)
 def test_kernel_compiles_for_sm90a(
-    block_m: int, block_n: int, d_dtype: str, with_c: bool, tmp_path, monkeypatch
+    kind: str, block_m: int, block_n: int, d_dtype: str, with_c: bool, tmp_path, monkeypatch
 ) -> None:
     monkeypatch.setenv("MOEGEMM_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("MOEGEMM_JIT_PTXAS_CHECK", "1")  # fails the build on local memory
-    spec = sm90_bf16_gemm_spec(config_with(block_m, block_n), d_dtype, with_c)
+    config = config_with(block_m, block_n, kind)
+    if kind == "k_grouped":
+        spec = sm90_bf16_k_grouped_spec(config, with_c)
+    else:
+        spec = sm90_bf16_gemm_spec(config, d_dtype, with_c, kind)
     cubin_path = cache.build_or_load(spec)
     data = cubin_path.read_bytes()
     assert count_cubin_kernels(data) == 1

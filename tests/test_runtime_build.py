@@ -84,7 +84,8 @@ def test_exposes_runtime_api():
         "encode_tma_desc",
         "set_pdl",
         "get_pdl",
-        "launch_sm90_bf16_gemm",
+        "Sm90Bf16GemmLauncher",
+        "Sm90Bf16KGroupedLauncher",
     ):
         assert callable(getattr(C, name)), name
     assert isinstance(C.Kernel.name, property) or hasattr(C.Kernel, "name")
@@ -241,7 +242,7 @@ def test_kernel_rejects_garbage_and_multi_kernel_cubins(tmp_path):
 
 @gpu
 @needs_gpu
-def test_launch_sm90_bf16_gemm_passes_params_cluster_and_pdl(tmp_path):
+def test_launcher_passes_params_cluster_and_pdl(tmp_path):
     torch = _make_context_current()
     if torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("needs SM90 for clusters")
@@ -255,30 +256,35 @@ def test_launch_sm90_bf16_gemm_passes_params_cluster_and_pdl(tmp_path):
     b = torch.empty(n, k, dtype=torch.bfloat16, device="cuda")
     c = torch.empty(m, n, dtype=torch.float32, device="cuda")
     d = torch.zeros(num_blocks * 8, dtype=torch.int32, device="cuda")
-    args = {
-        "kernel": kernel, "a_ptr": a.data_ptr(), "b_ptr": b.data_ptr(), "d_ptr": d.data_ptr(),
-        "c_ptr": 0, "m": m, "n": n, "k": k, "lda": k, "ldb": k, "ldd": n + 8, "ldc": n,
-        "d_is_fp32": 0, "block_m": 128, "block_n": 128, "block_k": 64,
-        "num_blocks": num_blocks, "num_threads": 128, "smem_bytes": 100 * 1024,
-        "cluster_m": 2, "cluster_n": 1, "stream": torch.cuda.current_stream().cuda_stream,
+    shape = {
+        "block_m": 128, "block_n": 128, "block_k": 64, "num_blocks": num_blocks,
+        "num_threads": 128, "cluster_m": 2, "cluster_n": 1,
     }  # fmt: skip
+    call = {
+        "a_ptr": a.data_ptr(), "b_ptr": b.data_ptr(), "d_ptr": d.data_ptr(), "c_ptr": 0,
+        "group_info_ptr": 0, "rows": m, "m": m, "n": n, "k": k, "num_groups": 1, "lda": k,
+        "ldb": k, "ldb_group": n * k, "ldd": n + 8, "ldc": n,
+        "stream": torch.cuda.current_stream().cuda_stream,
+    }  # fmt: skip
+
+    def launcher(**overrides):
+        args = {**shape, "smem_bytes": 100 * 1024, **overrides}
+        return C.Sm90Bf16GemmLauncher(kernel, **args)
+
     before = C.get_pdl()
     try:
         for pdl, smem, c_ptr in ((False, 100 * 1024, 0), (True, 200 * 1024, c.data_ptr())):
             C.set_pdl(pdl)
             d.zero_()
-            C.launch_sm90_bf16_gemm(**{**args, "smem_bytes": smem, "c_ptr": c_ptr})
+            launcher(smem_bytes=smem)(*{**call, "c_ptr": c_ptr}.values())
             torch.cuda.synchronize()
             expected = [m, n, k, n + 8, n, 2, 128, 14 + (c_ptr != 0)]
             assert d.view(num_blocks, 8).tolist() == [expected] * num_blocks
     finally:
         C.set_pdl(before)
-    # Positional arguments work too (the API layer passes them positionally on the hot path).
-    C.launch_sm90_bf16_gemm(*args.values())
-    torch.cuda.synchronize()
     with pytest.raises(RuntimeError, match="cuKernelSetAttribute failed"):
-        C.launch_sm90_bf16_gemm(**{**args, "smem_bytes": 1 << 20})
+        launcher(smem_bytes=1 << 20)(*call.values())
     with pytest.raises(ValueError, match="multiple of the cluster size"):
-        C.launch_sm90_bf16_gemm(**{**args, "num_blocks": 3})
+        launcher(num_blocks=3)(*call.values())
     with pytest.raises(ValueError, match="out of range"):
-        C.launch_sm90_bf16_gemm(**{**args, "m": -1})
+        launcher()(*{**call, "m": -1}.values())

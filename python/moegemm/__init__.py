@@ -16,13 +16,28 @@ __version__ = "0.1.0"
 
 _PUBLIC = {
     "bf16_gemm_nt": "moegemm.api",
+    "get_mk_alignment_for_contiguous_layout": "moegemm.api",
     "get_num_sms": "moegemm.api",
     "get_pdl": "moegemm.api",
+    "k_grouped_bf16_gemm_tn_contiguous": "moegemm.api",
+    "m_grouped_bf16_gemm_nt_contiguous": "moegemm.api",
+    "m_grouped_bf16_gemm_nt_masked": "moegemm.api",
     "set_num_sms": "moegemm.api",
     "set_pdl": "moegemm.api",
 }
 
-__all__ = ["__version__", "bf16_gemm_nt", "get_num_sms", "get_pdl", "set_num_sms", "set_pdl"]
+__all__ = [
+    "__version__",
+    "bf16_gemm_nt",
+    "get_mk_alignment_for_contiguous_layout",
+    "get_num_sms",
+    "get_pdl",
+    "k_grouped_bf16_gemm_tn_contiguous",
+    "m_grouped_bf16_gemm_nt_contiguous",
+    "m_grouped_bf16_gemm_nt_masked",
+    "set_num_sms",
+    "set_pdl",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -39,4 +54,14 @@ def __dir__() -> list[str]:
 
 
 if not os.environ.get("MOEGEMM_LIGHT_IMPORT"):
-    from .api import bf16_gemm_nt, get_num_sms, get_pdl, set_num_sms, set_pdl
+    from .api import (
+        bf16_gemm_nt,
+        get_mk_alignment_for_contiguous_layout,
+        get_num_sms,
+        get_pdl,
+        k_grouped_bf16_gemm_tn_contiguous,
+        m_grouped_bf16_gemm_nt_contiguous,
+        m_grouped_bf16_gemm_nt_masked,
+        set_num_sms,
+        set_pdl,
+    )

@@ -1,4 +1,4 @@
-// Kernel parameters shared by the host launcher (csrc/, compiled by g++) and the device kernel
+// Kernel parameters shared by the host launchers (csrc/, compiled by g++) and the device kernels
 // (include/moegemm/impls/, compiled by nvcc). Passed by value as one `__grid_constant__` argument,
 // so the TMA descriptors live in parameter space where `cp.async.bulk.tensor` can read them.
 // Plain C++ with CUDA's driver types only: no torch, no CuTe.
@@ -9,14 +9,32 @@
 
 namespace moegemm {
 
-// D[m, n] = sum_k A[m, k] * B[n, k] (+ C[m, n]); A and B K-major BF16.
+// D[r, n] = sum_k A[r, k] * B[g(r), n, k] (+ C[r, n]); A and B K-major BF16. The dense GEMM is
+// the one-group case.
 struct Sm90Bf16GemmParams {
-  CUtensorMap tma_a;  // A [M, K]: dims {K, M}, box {BLOCK_K, BLOCK_M}, 128B swizzle
-  CUtensorMap tma_b;  // B [N, K]: dims {K, N}, box {BLOCK_K, BLOCK_N}, 128B swizzle
-  void* d;            // D [M, N], row stride ldd elements; BF16 or FP32 by template
-  const float* c;     // C [M, N] FP32, row stride ldc elements; nullptr when absent
-  uint32_t m, n, k;
+  CUtensorMap tma_a;  // A [rows, K]: dims {K, rows}, box {BLOCK_K, BLOCK_M}, 128B swizzle
+  CUtensorMap tma_b;  // B [G, N, K]: dims {K, N, G}, box {BLOCK_K, BLOCK_N, 1}, 128B swizzle
+  void* d;            // D [rows, N], row stride ldd elements; BF16 or FP32 by template
+  const float* c;     // C [rows, N] FP32, row stride ldc elements; nullptr when absent
+  // Layout integers on the device: m_indices [rows] (contiguous), cumulative end rows [G]
+  // (offsets) or valid rows per group [G] (masked); nullptr for the dense GEMM.
+  const int32_t* group_info;
+  uint32_t m;  // total rows (dense, contiguous, offsets) or rows per group (masked)
+  uint32_t n, k;
+  uint32_t num_groups;
   uint32_t ldd, ldc;
+};
+
+// Weight gradients: D[g, m, n] = sum over rows t of group g of A[t, m] * B[t, n] (+ C[g, m, n]).
+// A and B are MN-major (the reduction runs over their rows), D and C FP32.
+struct Sm90Bf16KGroupedParams {
+  CUtensorMap tma_a;  // A [T, M]: dims {M, T}, box {64, BLOCK_K}, 128B swizzle
+  CUtensorMap tma_b;  // B [T, N]: dims {N, T}, box {64, BLOCK_K}, 128B swizzle
+  float* d;           // D [G, M, N] contiguous
+  const float* c;     // C [G, M, N] contiguous; nullptr when absent
+  const int32_t* offs;  // cumulative end row of each group [G]
+  uint32_t m, n, num_tokens;
+  uint32_t num_groups;
 };
 
 }  // namespace moegemm

@@ -84,6 +84,13 @@ __device__ __forceinline__ void tma_load_2d(const void* desc, Barrier* bar, void
                                crd0, crd1);
 }
 
+__device__ __forceinline__ void tma_load_3d(const void* desc, Barrier* bar, void* smem,
+                                            int32_t crd0, int32_t crd1, int32_t crd2) {
+  constexpr uint64_t kCacheHintNormal = 0x1000000000000000ull;
+  cute::SM90_TMA_LOAD_3D::copy(desc, reinterpret_cast<uint64_t*>(bar), kCacheHintNormal, smem,
+                               crd0, crd1, crd2);
+}
+
 __device__ __forceinline__ void prefetch_tma_desc(const void* desc) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(desc)) : "memory");
 }

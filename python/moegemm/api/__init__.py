@@ -2,30 +2,70 @@
 
 from __future__ import annotations
 
+import math
+
 from ..heuristics import GemmDesc, arch_for, select_config
-from ..jit.codegen import sm90_bf16_gemm_spec
+from ..jit.codegen import sm90_bf16_gemm_spec, sm90_bf16_k_grouped_spec
 from ..jit.spec import KernelSpec
 from .bf16_gemm import bf16_gemm_nt
 from .device import get_num_sms, get_pdl, set_num_sms, set_pdl
+from .k_grouped import k_grouped_bf16_gemm_tn_contiguous
+from .m_grouped import (
+    get_mk_alignment_for_contiguous_layout,
+    m_grouped_bf16_gemm_nt_contiguous,
+    m_grouped_bf16_gemm_nt_masked,
+)
 
-__all__ = ["bf16_gemm_nt", "get_num_sms", "get_pdl", "set_num_sms", "set_pdl", "warmup_specs"]
+__all__ = [
+    "bf16_gemm_nt",
+    "get_mk_alignment_for_contiguous_layout",
+    "get_num_sms",
+    "get_pdl",
+    "k_grouped_bf16_gemm_tn_contiguous",
+    "m_grouped_bf16_gemm_nt_contiguous",
+    "m_grouped_bf16_gemm_nt_masked",
+    "set_num_sms",
+    "set_pdl",
+    "warmup_specs",
+]
 
 
 def warmup_specs(
     shapes: list[dict], tokens: list[int], arch: str, num_sms: int
 ) -> list[KernelSpec]:
-    """The kernels the heuristics pick for `shapes` (dicts with `n`, `k`) at each token count.
+    """The kernels the heuristics pick for `shapes` (dicts with `n`, `k`, optional
+    `num_groups`) when `tokens` rows reach the layer, BF16 out.
 
-    Only the dense BF16 kernel exists so far, so each shape is enumerated as a dense
-    `bf16_gemm_nt` with M = tokens, BF16 output (shared experts and dense fallbacks).
+    One group (shared experts, dense layers): `bf16_gemm_nt` with M = tokens. Several groups
+    (routed experts): every m-grouped layout with tokens rows spread evenly over the groups
+    (the masked layout's buffers sized to the expected rows, which is all its choice reads), and
+    the k-grouped weight gradient of the same layer (M = n, N = k, tokens rows).
     """
     spec_arch = arch_for(arch, num_sms)
-    specs: dict[KernelSpec, None] = {}
     if spec_arch.name != "sm_90a":
         return []
+    specs: dict[KernelSpec, None] = {}
+
+    def add(desc: GemmDesc) -> None:
+        config = select_config(desc, spec_arch)
+        if desc.kind == "k_grouped":
+            specs[sm90_bf16_k_grouped_spec(config, desc.with_c)] = None
+        else:
+            specs[sm90_bf16_gemm_spec(config, desc.d_dtype, desc.with_c, desc.kind)] = None
+
     for shape in shapes:
+        n, k = int(shape["n"]), int(shape["k"])
+        groups = int(shape.get("num_groups", 1))
         for m in tokens:
-            desc = GemmDesc("bf16_gemm_nt", m=m, n=int(shape["n"]), k=int(shape["k"]))
-            config = select_config(desc, spec_arch)
-            specs[sm90_bf16_gemm_spec(config, "bf16", with_c=False)] = None
+            if groups == 1:
+                add(GemmDesc("bf16_gemm_nt", m=m, n=n, k=k))
+                continue
+            per_group = max(1, math.ceil(m / groups))
+            align = get_mk_alignment_for_contiguous_layout()
+            padded = groups * math.ceil(per_group / align) * align
+            add(GemmDesc("m_grouped_contiguous", padded, n, k, groups))
+            add(GemmDesc("m_grouped_offsets", m, n, k, groups, expected_m=per_group))
+            add(GemmDesc("m_grouped_masked", per_group, n, k, groups, expected_m=per_group))
+            if n % 8 == 0 and k % 8 == 0:
+                add(GemmDesc("k_grouped", n, k, per_group, groups, d_dtype="fp32"))
     return list(specs)

@@ -2,54 +2,20 @@
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-from typing import NamedTuple
-
 import torch
 
-from ..heuristics import GemmConfig, GemmDesc, select_config
-from ..jit.codegen import sm90_bf16_gemm_spec
-from ..jit.runtime import load_kernel
+from ..heuristics import GemmDesc
 from .checks import require_cuda_device, require_shape, require_tensor, row_stride
-from .device import arch_for_device, register_plan_cache
+from .plans import get_plan, plans
 
 _BF16 = (torch.bfloat16,)
 _D_DTYPES = (torch.bfloat16, torch.float32)
 _FP32 = (torch.float32,)
 
 
-class _Plan(NamedTuple):
-    config: GemmConfig
-    launch: Callable[..., None]  # (a, b, d, c pointers, m, n, k, lda, ldb, ldd, ldc, stream)
-
-
-# (device, m, n, k, d_is_fp32, with_c) -> plan: the hot path is this one lookup.
-_plans: dict[tuple, _Plan] = register_plan_cache({})
-
-
-def plan_bf16_gemm(device: int, m: int, n: int, k: int, d_is_fp32: bool, with_c: bool) -> _Plan:
-    arch = arch_for_device(device)
+def _dense_desc(m: int, n: int, k: int, d_is_fp32: bool, with_c: bool) -> GemmDesc:
     d_dtype = "fp32" if d_is_fp32 else "bf16"
-    desc = GemmDesc("bf16_gemm_nt", m=m, n=n, k=k, d_dtype=d_dtype, with_c=with_c)
-    config = select_config(desc, arch)
-    kernel = load_kernel(sm90_bf16_gemm_spec(config, d_dtype, with_c))
-    lay = config.layout
-    num_tiles = math.ceil(m / lay.block_m) * math.ceil(n / lay.block_n)
-    from .. import _C
-
-    launch = _C.Sm90Bf16GemmLauncher(
-        kernel,
-        lay.block_m,
-        lay.block_n,
-        lay.block_k,
-        min(num_tiles, arch.num_sms),
-        config.launch.num_threads,
-        config.pipeline.smem_bytes,
-        lay.cluster_m,
-        lay.cluster_n,
-    )
-    return _Plan(config=config, launch=launch)
+    return GemmDesc("bf16_gemm_nt", m=m, n=n, k=k, d_dtype=d_dtype, with_c=with_c)
 
 
 def _check(a, b, d, c) -> tuple[int, int, int, int, int, int, int]:
@@ -75,76 +41,6 @@ def _check(a, b, d, c) -> tuple[int, int, int, int, int, int, int]:
     ldc = row_stride("c", c) if c is not None else 0
     require_cuda_device(a.device, a=a, b=b, d=d, c=c)
     return m, n, k, lda, ldb, ldd, ldc
-
-
-def _checked_bf16_gemm_nt(a, b, d, c) -> torch.Tensor:
-    m, n, k, lda, ldb, ldd, ldc = _check(a, b, d, c)
-    if m == 0 or n == 0:
-        return d
-    if k == 0:  # an empty sum: D = C or 0, no kernel needed (and TMA cannot map a 0-wide tensor)
-        d.copy_(c) if c is not None else d.zero_()
-        return d
-    d_is_fp32 = d.dtype == torch.float32
-    device = a.device.index
-    key = (device, m, n, k, d_is_fp32, c is not None)
-    plan = _plans.get(key)
-    if plan is None:
-        plan = _plans[key] = plan_bf16_gemm(device, m, n, k, d_is_fp32, c is not None)
-    c_ptr = 0 if c is None else c.data_ptr()
-    _launch(
-        plan,
-        a.data_ptr(),
-        b.data_ptr(),
-        d.data_ptr(),
-        c_ptr,
-        m,
-        n,
-        k,
-        lda,
-        ldb,
-        ldd,
-        ldc,
-        d_is_fp32,
-        device,
-    )
-    return d
-
-
-_launcher = None  # moegemm._C.launch_sm90_bf16_gemm, bound on first launch
-
-
-def _launch(
-    plan: _Plan, a_ptr, b_ptr, d_ptr, c_ptr, m, n, k, lda, ldb, ldd, ldc, d_is_fp32, device
-) -> None:
-    global _launcher
-    if _launcher is None:
-        from .. import _C
-
-        _launcher = _C.launch_sm90_bf16_gemm
-    _launcher(
-        plan.kernel,
-        a_ptr,
-        b_ptr,
-        d_ptr,
-        c_ptr,
-        m,
-        n,
-        k,
-        lda,
-        ldb,
-        ldd,
-        ldc,
-        int(d_is_fp32),
-        plan.block_m,
-        plan.block_n,
-        plan.block_k,
-        plan.num_blocks,
-        plan.num_threads,
-        plan.smem_bytes,
-        1,
-        1,
-        _raw_stream(device),
-    )
 
 
 # The C-level getters cost a fraction of their torch.cuda wrappers; CPU builds of torch lack them.
@@ -201,11 +97,13 @@ def bf16_gemm_nt(
     if fast is None:
         return _checked_bf16_gemm_nt(a, b, d, c)
     device, m, n, k, lda, ldb, ldd, d_is_fp32, a_ptr, b_ptr, d_ptr = fast
-    key = (device, m, n, k, d_is_fp32, False)
-    plan = _plans.get(key)
+    key = ("dense", device, m, n, k, d_is_fp32, False)
+    plan = plans.get(key)
     if plan is None:
-        plan = _plans[key] = plan_bf16_gemm(device, m, n, k, d_is_fp32, False)
-    plan.launch(a_ptr, b_ptr, d_ptr, 0, m, n, k, lda, ldb, ldd, 0, _raw_stream(device))
+        plan = get_plan(key, device, lambda: _dense_desc(m, n, k, d_is_fp32, False))
+    plan.launch(
+        a_ptr, b_ptr, d_ptr, 0, 0, m, m, n, k, 1, lda, ldb, n * ldb, ldd, 0, _raw_stream(device)
+    )
     return d
 
 
@@ -218,11 +116,27 @@ def _checked_bf16_gemm_nt(a, b, d, c) -> torch.Tensor:
         return d
     d_is_fp32 = d.dtype == torch.float32
     device = a.device.index
-    key = (device, m, n, k, d_is_fp32, c is not None)
-    plan = _plans.get(key)
-    if plan is None:
-        plan = _plans[key] = plan_bf16_gemm(device, m, n, k, d_is_fp32, c is not None)
+    with_c = c is not None
+    key = ("dense", device, m, n, k, d_is_fp32, with_c)
+    plan = get_plan(key, device, lambda: _dense_desc(m, n, k, d_is_fp32, with_c))
     a_ptr, b_ptr, d_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr()
-    c_ptr = 0 if c is None else c.data_ptr()
-    plan.launch(a_ptr, b_ptr, d_ptr, c_ptr, m, n, k, lda, ldb, ldd, ldc, _raw_stream(device))
+    c_ptr = c.data_ptr() if with_c else 0
+    plan.launch(
+        a_ptr,
+        b_ptr,
+        d_ptr,
+        c_ptr,
+        0,
+        m,
+        m,
+        n,
+        k,
+        1,
+        lda,
+        ldb,
+        n * ldb,
+        ldd,
+        ldc,
+        _raw_stream(device),
+    )
     return d

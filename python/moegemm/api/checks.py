@@ -59,3 +59,43 @@ def row_stride(name: str, t: torch.Tensor) -> int:
     if t.data_ptr() % TMA_ALIGN_BYTES != 0:
         raise ValueError(f"{name} must start on a {TMA_ALIGN_BYTES}-byte boundary")
     return ld
+
+
+def batched_row_stride(name: str, t: torch.Tensor, *, collapsible: bool) -> tuple[int, int]:
+    """(row stride, batch stride) in elements of a 3-D row-major operand [batch, rows, cols],
+    checked for TMA. collapsible: the batches must tile one 2-D [batch * rows, cols] tensor
+    (what a kernel that addresses rows across batches needs)."""
+    batch, rows, cols = t.shape
+    if batch == 0 or rows == 0 or cols == 0:
+        return cols, rows * cols
+    if cols > 1 and t.stride(2) != 1:
+        raise ValueError(f"{name} must be row-major (stride(2) == 1), got strides {t.stride()}")
+    elem = t.element_size()
+    ld = t.stride(1) if rows > 1 else cols
+    ld_batch = t.stride(0) if batch > 1 else rows * ld
+    if ld < cols:
+        raise ValueError(f"{name} rows overlap: stride(1) = {ld} < {cols} columns")
+    if collapsible and ld_batch != rows * ld:
+        raise ValueError(
+            f"{name} batches must be contiguous rows: stride(0) must be {rows * ld}, got {ld_batch}"
+        )
+    if ld_batch < rows * ld:
+        raise ValueError(f"{name} batches overlap: stride(0) = {ld_batch} < {rows * ld}")
+    for what, stride in (("row", ld), ("batch", ld_batch)):
+        if (stride * elem) % TMA_ALIGN_BYTES != 0:
+            raise ValueError(
+                f"{name} {what} stride must be a multiple of {TMA_ALIGN_BYTES} bytes "
+                f"({TMA_ALIGN_BYTES // elem} elements), got {stride} elements"
+            )
+    if t.data_ptr() % TMA_ALIGN_BYTES != 0:
+        raise ValueError(f"{name} must start on a {TMA_ALIGN_BYTES}-byte boundary")
+    return ld, ld_batch
+
+
+def require_index_vector(name: str, t: object, length: int) -> None:
+    """A contiguous int32 vector of `length` entries (group indices, offsets, row counts)."""
+    require_tensor(name, t, (torch.int32,), 1)
+    if t.shape[0] != length:
+        raise ValueError(f"{name} must have shape ({length},), got {tuple(t.shape)}")
+    if length > 1 and t.stride(0) != 1:
+        raise ValueError(f"{name} must be contiguous, got stride {t.stride(0)}")

@@ -31,9 +31,7 @@ __all__ = [
 def select_config(desc: GemmDesc, arch: ArchSpec) -> GemmConfig:
     """The config the heuristics pick; computed once per (problem, arch) signature."""
     if arch.name == "sm_90a":
-        if desc.kind != "bf16_gemm_nt":
-            raise ValueError(f"no SM90 kernel family for {desc.kind!r}")
-        config = sm90.select_bf16_config(desc, arch)
+        config = sm90.select(desc, arch)
     else:
         config = sm100.select_config(desc, arch)
     if os.environ.get("MOEGEMM_PRINT_CONFIGS"):

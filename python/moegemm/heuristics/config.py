@@ -16,8 +16,10 @@ DTYPE_BYTES = {"bf16": 2, "fp32": 4, "fp8": 1, "fp4": 0.5}
 class GemmDesc:
     """The problem, independent of how it is computed.
 
-    kind: the API family, e.g. "bf16_gemm_nt". m is the total rows (for grouped layouts the
-    expected rows per group times the groups); n, k per group.
+    kind: one of KINDS. m is the total rows for the dense and contiguous layouts and the rows
+    each group may hold (max_m) for the masked one; n, k per group. expected_m is the rows a
+    group is expected to hold (masked: the caller's hint; packed offsets: m / groups); for the
+    k-grouped GEMM, m and n are the output's and k is the expected rows per group.
     """
 
     kind: str
@@ -28,6 +30,21 @@ class GemmDesc:
     ab_dtype: str = "bf16"
     d_dtype: str = "bf16"
     with_c: bool = False
+    expected_m: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown GEMM kind {self.kind!r}; known: {KINDS}")
+
+
+# Dense, the three m-grouped layouts (per-row indices, packed offsets, masked), k-grouped.
+KINDS = (
+    "bf16_gemm_nt",
+    "m_grouped_contiguous",
+    "m_grouped_offsets",
+    "m_grouped_masked",
+    "k_grouped",
+)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """SM90 config selection: enumerate legal configs, rank them with a cycle model.
 
 The model charges each tile the slowest of three pipes (tensor cores, shared memory feeding
-wgmma, L2 feeding TMA), adds the pipeline fill and the epilogue, and multiplies by the number of
-waves a persistent grid needs: fewer, fuller waves of cheap tiles win.
+wgmma, L2 feeding TMA), adds the epilogue, and multiplies by the number of waves a persistent
+grid needs: fewer, fuller waves of cheap tiles win. Grouped layouts count their tiles per group
+(a group's last m-block is partly empty), which is what makes small groups prefer small tiles.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from .config import (
 BLOCK_K = 64  # one 128-byte swizzle row of BF16
 WGMMA_BASE_N = (8, 16, 32, 64, 96, 128, 192, 256)  # atoms that need no extended CuTe shapes
 BLOCK_N_CHOICES = tuple(range(16, 257, 16))
+K_GROUPED_BLOCK_N = (64, 128, 192, 256)  # B of the k-grouped kernel loads in 64-wide chunks
+CONTIGUOUS_ALIGNMENT = 128  # rows; each m_indices segment starts on a multiple of this
 MAX_ACCUM_REGS = 128  # FP32 accumulators per math thread that fit under setmaxnreg 232
 MIN_STAGES, MAX_STAGES = 3, 8
 BARRIER_BYTES_PER_STAGE = 16
@@ -40,36 +43,54 @@ def smem_bytes_for(block_m: int, block_n: int, num_stages: int) -> int:
     return num_stages * per_stage
 
 
-def enumerate_bf16_configs(desc: GemmDesc, arch: ArchSpec) -> Iterator[GemmConfig]:
-    """Every legal config of the SM90 BF16 kernel for `desc` (illegal ones are never yielded)."""
-    for block_m in (64, 128, 256):
+def block_m_choices(desc: GemmDesc) -> tuple[int, ...]:
+    if desc.kind == "k_grouped":
+        return (64, 128)  # one warpgroup per 64 output rows, MN-major A
+    if desc.kind == "m_grouped_contiguous":
+        return (64, 128)  # must divide the segment alignment
+    return (64, 128, 256)
+
+
+def block_n_choices(desc: GemmDesc) -> tuple[int, ...]:
+    return K_GROUPED_BLOCK_N if desc.kind == "k_grouped" else BLOCK_N_CHOICES
+
+
+def _make_config(block_m: int, block_n: int, num_stages: int, arch: ArchSpec) -> GemmConfig:
+    num_wg = math_warpgroups_for(block_m)
+    return GemmConfig(
+        layout=Layout(block_m=block_m, block_n=block_n, block_k=BLOCK_K),
+        storage=StorageConfig(
+            load_box_a=(BLOCK_K, block_m),
+            load_box_b=(BLOCK_K, block_n),
+            swizzle_a=128,
+            swizzle_b=128,
+        ),
+        pipeline=PipelineConfig(
+            num_stages=num_stages, smem_bytes=smem_bytes_for(block_m, block_n, num_stages)
+        ),
+        launch=LaunchConfig(
+            num_sms=arch.num_sms, num_threads=128 * (num_wg + 1), num_math_warpgroups=num_wg
+        ),
+    )
+
+
+def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> Iterator[GemmConfig]:
+    """Every legal config of the SM90 BF16 kernels for `desc` (illegal ones are never yielded)."""
+    for block_m in block_m_choices(desc):
         num_wg = math_warpgroups_for(block_m)
         atoms_per_wg = block_m // (64 * num_wg)
-        for block_n in BLOCK_N_CHOICES:
+        for block_n in block_n_choices(desc):
             if atoms_per_wg * block_n // 2 > MAX_ACCUM_REGS:
                 continue
             per_stage = smem_bytes_for(block_m, block_n, 1)
             num_stages = min(MAX_STAGES, arch.smem_budget // per_stage)
             if num_stages < MIN_STAGES:
                 continue
-            yield GemmConfig(
-                layout=Layout(block_m=block_m, block_n=block_n, block_k=BLOCK_K),
-                storage=StorageConfig(
-                    load_box_a=(BLOCK_K, block_m),
-                    load_box_b=(BLOCK_K, block_n),
-                    swizzle_a=128,
-                    swizzle_b=128,
-                ),
-                pipeline=PipelineConfig(
-                    num_stages=num_stages,
-                    smem_bytes=smem_bytes_for(block_m, block_n, num_stages),
-                ),
-                launch=LaunchConfig(
-                    num_sms=arch.num_sms,
-                    num_threads=128 * (num_wg + 1),
-                    num_math_warpgroups=num_wg,
-                ),
-            )
+            yield _make_config(block_m, block_n, num_stages, arch)
+
+
+# Kept for callers that only know the dense family.
+enumerate_bf16_configs = enumerate_configs
 
 
 def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
@@ -77,27 +98,51 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
     num_wg = config.launch.num_math_warpgroups
     return (
         lay.block_k == BLOCK_K
-        and lay.block_m in (64, 128, 256)
-        and lay.block_n % 8 == 0
-        and 8 <= lay.block_n <= 256
-        and lay.block_m % (64 * num_wg) == 0
+        and lay.block_m in block_m_choices(desc)
+        and lay.block_n in block_n_choices(desc)
+        and num_wg == math_warpgroups_for(lay.block_m)
         and lay.block_m // (64 * num_wg) * lay.block_n // 2 <= MAX_ACCUM_REGS
+        and config.pipeline.smem_bytes
+        == smem_bytes_for(lay.block_m, lay.block_n, config.pipeline.num_stages)
         and config.pipeline.smem_bytes <= arch.smem_budget
         and config.pipeline.num_stages >= MIN_STAGES
         and config.launch.num_threads == 128 * (num_wg + 1)
         and lay.cluster_size == 1
         and not lay.swap_ab
         and desc.n % 8 == 0
-        and desc.k % 8 == 0
+        and (desc.k % 8 == 0 or desc.kind == "k_grouped")
+        and (desc.m % 8 == 0 or desc.kind != "k_grouped")
     )
+
+
+def expected_rows_per_group(desc: GemmDesc) -> int:
+    if desc.expected_m > 0:
+        return desc.expected_m
+    return max(1, math.ceil(desc.m / max(1, desc.num_groups)))
+
+
+def count_tiles(desc: GemmDesc, block_m: int, block_n: int) -> int:
+    n_blocks = math.ceil(desc.n / block_n)
+    if desc.kind in ("bf16_gemm_nt", "m_grouped_contiguous"):
+        return math.ceil(desc.m / block_m) * n_blocks
+    if desc.kind == "k_grouped":
+        return desc.num_groups * math.ceil(desc.m / block_m) * n_blocks
+    rows = expected_rows_per_group(desc)  # offsets and masked: every group rounds up
+    return desc.num_groups * math.ceil(rows / block_m) * n_blocks
+
+
+def reduction_length(desc: GemmDesc) -> int:
+    return expected_rows_per_group(desc) if desc.kind == "k_grouped" else desc.k
 
 
 def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> float:
     """Cycles for the whole problem on `arch.num_sms` persistent CTAs."""
     lay = config.layout
     elem = DTYPE_BYTES[desc.ab_dtype]
-    k_padded = math.ceil(desc.k / lay.block_k) * lay.block_k
-    num_tiles = math.ceil(desc.m / lay.block_m) * math.ceil(desc.n / lay.block_n)
+    k_padded = math.ceil(reduction_length(desc) / lay.block_k) * lay.block_k
+    num_tiles = count_tiles(desc, lay.block_m, lay.block_n)
+    if num_tiles == 0:
+        return float(PIPELINE_FILL_CYCLES)
     num_ctas = min(num_tiles, arch.num_sms)
     waves = math.ceil(num_tiles / arch.num_sms)
 
@@ -108,7 +153,8 @@ def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> float
     # L2 bandwidth is shared: fewer busy SMs each get a larger share, up to the SM's own port.
     l2_share = min(64.0, arch.l2_bytes_per_clk * arch.num_sms / num_ctas)
     l2 = k_padded * (lay.block_m + lay.block_n) * elem / l2_share
-    epilogue = lay.block_m * lay.block_n * DTYPE_BYTES[desc.d_dtype] * (2 if desc.with_c else 1) / 32
+    out_bytes = DTYPE_BYTES[desc.d_dtype] * (2 if desc.with_c else 1)
+    epilogue = lay.block_m * lay.block_n * out_bytes / 32
     tile = max(mma, l1, l2) + epilogue + TILE_OVERHEAD_CYCLES
     return waves * tile + PIPELINE_FILL_CYCLES
 
@@ -124,8 +170,11 @@ def _rank_key(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> tuple:
     )
 
 
-def select_bf16_config(desc: GemmDesc, arch: ArchSpec) -> GemmConfig:
-    candidates = [c for c in enumerate_bf16_configs(desc, arch) if is_legal(c, desc, arch)]
+def select(desc: GemmDesc, arch: ArchSpec) -> GemmConfig:
+    candidates = [c for c in enumerate_configs(desc, arch) if is_legal(c, desc, arch)]
     if not candidates:
         raise ValueError(f"no legal SM90 BF16 config for {desc}")
     return min(candidates, key=lambda c: _rank_key(c, desc, arch))
+
+
+select_bf16_config = select

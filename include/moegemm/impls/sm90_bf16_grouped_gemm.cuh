@@ -1,5 +1,7 @@
-// SM90 BF16 GEMM, NT: D[m, n] = sum_k A[m, k] B[n, k] (+ C[m, n]), persistent and
-// warp-specialized.
+// SM90 BF16 GEMM, NT, dense or m-grouped: D[r, n] = sum_k A[r, k] B[g(r), n, k] (+ C[r, n]),
+// persistent and warp-specialized. The Scheduler decides the layout (dense, contiguous with
+// per-row group indices, packed with group offsets, masked) by the tiles it hands out: each
+// names its A/D rows, the group whose B it uses and the row bound its stores respect.
 //
 // Warp roles (kNumMathWG + 1 warpgroups of 128 threads):
 //   warpgroup 0      producer. One elected thread of warp 0 issues the TMA loads of A and B;
@@ -16,14 +18,15 @@
 //   Pipeline state is (stage_idx, phase); phase flips each time stage_idx wraps.
 // Shared memory: [A stages | B stages | full barriers | empty barriers]; every slice starts on
 //   a 1024-byte boundary as the 128B swizzle requires.
-// Tails: TMA zero-fills reads past M, N and K, so the mainloop never branches on bounds; the
-//   epilogue checks rows and columns.
+// Tails: TMA zero-fills reads past the rows, N and K, so the mainloop never branches on bounds;
+//   rows of a neighbouring group that a tile's A box covers are read but never stored: the
+//   epilogue checks rows against the tile's bound and columns against N.
 #pragma once
 
 #include <moegemm/common/sm90_gemm_params.h>
 #include <moegemm/epilogue/sm90_direct_store.cuh>
 #include <moegemm/ptx/sm90.cuh>
-#include <moegemm/scheduler/sm90_dense_scheduler.cuh>
+#include <moegemm/scheduler/sm90_grouped_scheduler.cuh>
 
 namespace moegemm::sm90 {
 
@@ -44,9 +47,9 @@ struct Bf16GemmTraits {
 };
 
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t BLOCK_K, uint32_t kNumStages,
-          uint32_t kNumMathWG, bool kWithC, typename OutT>
+          uint32_t kNumMathWG, bool kWithC, typename OutT, typename Scheduler>
 __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
-    sm90_bf16_gemm_kernel(const __grid_constant__ Sm90Bf16GemmParams params) {
+    sm90_bf16_grouped_gemm_kernel(const __grid_constant__ Sm90Bf16GemmParams params) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using Traits = Bf16GemmTraits<BLOCK_M, BLOCK_N, BLOCK_K, kNumStages, kNumMathWG, kWithC, OutT>;
   constexpr uint32_t kAtomsM = Traits::kAtomsM;
@@ -76,22 +79,23 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
   pdl_launch_dependents();
 
   const uint32_t num_k_blocks = (params.k + BLOCK_K - 1) / BLOCK_K;
-  DenseTileScheduler<BLOCK_M, BLOCK_N> scheduler(params.m, params.n);
-  uint32_t m_block, n_block;
+  const GroupingArgs grouping{params.m, params.n, params.num_groups, params.group_info};
+  Scheduler scheduler(grouping);
+  Tile tile;
 
   if (threadIdx.x < 128) {
     cutlass::arch::warpgroup_reg_dealloc<40>();
     if (warp_idx != 0 || !cute::elect_one_sync()) return;
     uint32_t stage_idx = 0, phase = 0;
-    while (scheduler.next(m_block, n_block)) {
+    while (scheduler.next(tile)) {
       for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
         empty[stage_idx].wait(phase ^ 1);
         full[stage_idx].arrive_and_expect_tx(Traits::kBytesA + Traits::kBytesB);
         const int32_t k_crd = static_cast<int32_t>(kb * BLOCK_K);
         tma_load_2d(&params.tma_a, &full[stage_idx], sA + stage_idx * Traits::kBytesA, k_crd,
-                    static_cast<int32_t>(m_block * BLOCK_M));
-        tma_load_2d(&params.tma_b, &full[stage_idx], sB + stage_idx * Traits::kBytesB, k_crd,
-                    static_cast<int32_t>(n_block * BLOCK_N));
+                    static_cast<int32_t>(tile.row0));
+        tma_load_3d(&params.tma_b, &full[stage_idx], sB + stage_idx * Traits::kBytesB, k_crd,
+                    static_cast<int32_t>(tile.n_block * BLOCK_N), static_cast<int32_t>(tile.group));
         stage_idx = stage_idx + 1 == kNumStages ? 0 : stage_idx + 1;
         phase ^= stage_idx == 0;
       }
@@ -101,7 +105,7 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
     const uint32_t math_wg = threadIdx.x / 128 - 1;
     uint32_t stage_idx = 0, phase = 0;
     float acc[kAtomsM][BLOCK_N / 2];
-    while (scheduler.next(m_block, n_block)) {
+    while (scheduler.next(tile)) {
 #pragma unroll
       for (uint32_t a = 0; a < kAtomsM; ++a)
 #pragma unroll
@@ -136,12 +140,12 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
         phase ^= stage_idx == 0;
       }
 
-      const uint32_t row0 = m_block * BLOCK_M + math_wg * Traits::kWgRows;
+      const uint32_t row0 = tile.row0 + math_wg * Traits::kWgRows;
 #pragma unroll
       for (uint32_t a = 0; a < kAtomsM; ++a) {
         store_accumulators<BLOCK_N, kWithC, OutT>(
-            acc[a], static_cast<OutT*>(params.d), params.c, params.ldd, params.ldc, params.m,
-            params.n, row0 + a * 64, n_block * BLOCK_N);
+            acc[a], static_cast<OutT*>(params.d), params.c, params.ldd, params.ldc, tile.row_end,
+            params.n, row0 + a * 64, tile.n_block * BLOCK_N);
       }
     }
   }

@@ -1,0 +1,144 @@
+// Persistent tile schedulers for the SM90 m-grouped GEMMs. CTA b visits tiles b, b + gridDim.x,
+// ...; every role of the CTA (producer, math warpgroups) runs its own copy over the same
+// sequence, so they agree without talking. Group sizes are read on the device: no host sync,
+// and a CUDA graph replays with new sizes.
+//
+// A tile names the first A/D row it covers (`row0`, absolute), the bound its stores must stay
+// below (`row_end`, so rows of other groups and padding are never written), its n-block and the
+// group whose B it multiplies.
+#pragma once
+
+#include <stdint.h>
+
+namespace moegemm::sm90 {
+
+struct Tile {
+  uint32_t row0;
+  uint32_t row_end;
+  uint32_t n_block;
+  uint32_t group;
+};
+
+// What a scheduler reads: total rows (contiguous) or rows per group (masked), N, groups and the
+// per-row / per-group integers of the layout.
+struct GroupingArgs {
+  uint32_t m;
+  uint32_t n;
+  uint32_t num_groups;
+  const int32_t* group_info;
+};
+
+// One dense problem, rasterised in stripes of kStripeM m-blocks with n-blocks inner so the CTAs
+// running together share A row-blocks and sweep B together.
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kStripeM = 8>
+struct DenseScheduler {
+  uint32_t m, num_m_blocks, num_n_blocks, num_tiles, tile_idx;
+
+  __device__ __forceinline__ explicit DenseScheduler(const GroupingArgs& args)
+      : m(args.m),
+        num_m_blocks((args.m + BLOCK_M - 1) / BLOCK_M),
+        num_n_blocks((args.n + BLOCK_N - 1) / BLOCK_N),
+        num_tiles(num_m_blocks * num_n_blocks),
+        tile_idx(blockIdx.x) {}
+
+  __device__ __forceinline__ bool next(Tile& tile) {
+    if (tile_idx >= num_tiles) return false;
+    const uint32_t tiles_per_stripe = kStripeM * num_n_blocks;
+    const uint32_t stripe = tile_idx / tiles_per_stripe;
+    const uint32_t first_m = stripe * kStripeM;
+    const uint32_t stripe_m = min(kStripeM, num_m_blocks - first_m);
+    const uint32_t in_stripe = tile_idx - stripe * tiles_per_stripe;
+    tile.row0 = (first_m + in_stripe % stripe_m) * BLOCK_M;
+    tile.row_end = m;
+    tile.n_block = in_stripe / stripe_m;
+    tile.group = 0;
+    tile_idx += gridDim.x;
+    return true;
+  }
+};
+
+// DeepGEMM's contiguous layout: group_info[r] is the group of row r, -1 for padding; each
+// group's segment starts on a multiple of the alignment, which BLOCK_M divides, so a block
+// belongs to the group of its first row. Blocks that start on padding are skipped. Rows are
+// walked m-block-major per n-block stripe, like DenseScheduler.
+template <uint32_t BLOCK_M, uint32_t BLOCK_N>
+struct ContiguousIndexScheduler {
+  DenseScheduler<BLOCK_M, BLOCK_N> dense;
+  const int32_t* m_indices;
+
+  __device__ __forceinline__ explicit ContiguousIndexScheduler(const GroupingArgs& args)
+      : dense(args), m_indices(args.group_info) {}
+
+  __device__ __forceinline__ bool next(Tile& tile) {
+    while (dense.next(tile)) {
+      const int32_t group = __ldg(m_indices + tile.row0);
+      if (group < 0) continue;
+      tile.group = static_cast<uint32_t>(group);
+      return true;
+    }
+    return false;
+  }
+};
+
+// Groups laid one after another: group g owns rows [start(g), start(g) + size(g)). The linear
+// tile space is the concatenation of each group's m-blocks x n-blocks; a CTA's tile indices only
+// grow, so its group cursor only moves forward. Inside a group, m-blocks are fastest: CTAs that
+// run together share one n-block of the group's weights, read from HBM once.
+//   kOffsets = true : torch's packed layout, group_info[g] = cumulative end row of group g;
+//                     m = total rows.
+//   kOffsets = false: masked layout, group g starts at g * m (m = rows per group) and uses
+//                     group_info[g] rows of it.
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, bool kOffsets>
+struct GroupWalkScheduler {
+  const int32_t* group_info;
+  uint32_t m, num_groups, num_n_blocks;
+  uint32_t tile_idx;
+  // Cursor: the group under consideration and where its tiles begin in the linear space.
+  uint32_t group = 0, group_first_tile = 0, group_tiles = 0, group_m_blocks = 0;
+  uint32_t group_start = 0, group_rows = 0;
+
+  __device__ __forceinline__ explicit GroupWalkScheduler(const GroupingArgs& args)
+      : group_info(args.group_info),
+        m(args.m),
+        num_groups(args.num_groups),
+        num_n_blocks((args.n + BLOCK_N - 1) / BLOCK_N),
+        tile_idx(blockIdx.x) {
+    load_group();
+  }
+
+  __device__ __forceinline__ void load_group() {
+    if (group >= num_groups) return;
+    if constexpr (kOffsets) {
+      // Clamped to [0, m]: malformed offsets (decreasing, negative, past the rows) can then
+      // neither hang the walk nor send a store outside the tensor.
+      const int32_t start = group == 0 ? 0 : __ldg(group_info + group - 1);
+      const int32_t end = __ldg(group_info + group);
+      group_start = min(static_cast<uint32_t>(max(start, 0)), m);
+      group_rows = min(static_cast<uint32_t>(max(end, 0)), m);
+      group_rows = group_rows > group_start ? group_rows - group_start : 0;
+    } else {
+      group_start = group * m;
+      group_rows = min(static_cast<uint32_t>(max(__ldg(group_info + group), 0)), m);
+    }
+    group_m_blocks = (group_rows + BLOCK_M - 1) / BLOCK_M;
+    group_tiles = group_m_blocks * num_n_blocks;
+  }
+
+  __device__ __forceinline__ bool next(Tile& tile) {
+    while (group < num_groups && tile_idx >= group_first_tile + group_tiles) {
+      group_first_tile += group_tiles;
+      ++group;
+      load_group();
+    }
+    if (group >= num_groups) return false;
+    const uint32_t local = tile_idx - group_first_tile;
+    tile.row0 = group_start + (local % group_m_blocks) * BLOCK_M;
+    tile.row_end = group_start + group_rows;
+    tile.n_block = local / group_m_blocks;
+    tile.group = group;
+    tile_idx += gridDim.x;
+    return true;
+  }
+};
+
+}  // namespace moegemm::sm90

@@ -1,0 +1,158 @@
+"""m-grouped BF16 GEMMs: each row of A multiplies the weights of its group.
+
+    contiguous: rows of all groups in one [M, K] tensor, grouped either by DeepGEMM's per-row
+                `m_indices` (segments aligned to get_mk_alignment_for_contiguous_layout(), -1 for
+                padding rows) or by torch._grouped_mm's packed `offs` (cumulative end rows).
+    masked:     [G, max_m, K] buffers, group g uses its first masked_m[g] rows (decode under
+                CUDA graphs: sizes stay on the device).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..heuristics import GemmConfig, GemmDesc
+from ..heuristics.sm90 import CONTIGUOUS_ALIGNMENT
+from .bf16_gemm import _raw_stream
+from .checks import (
+    batched_row_stride,
+    require_cuda_device,
+    require_index_vector,
+    require_shape,
+    require_tensor,
+    row_stride,
+)
+from .plans import get_plan
+
+_BF16 = (torch.bfloat16,)
+_D_DTYPES = (torch.bfloat16, torch.float32)
+
+
+def get_mk_alignment_for_contiguous_layout() -> int:
+    """Rows each group's segment of the `m_indices` layout is padded to (as in DeepGEMM)."""
+    return CONTIGUOUS_ALIGNMENT
+
+
+def _check_nk(n: int, k: int) -> None:
+    if k == 0:
+        # An empty reduction would still have to write exactly the groups' rows; no MoE layer
+        # has K = 0, so it is refused rather than given a path of its own.
+        raise ValueError("K (b.shape[2]) must be positive")
+    if n % 8 != 0:
+        raise ValueError(f"N (b.shape[1]) must be a multiple of 8, got {n}")
+    if k % 8 != 0:
+        raise ValueError(f"K (b.shape[2]) must be a multiple of 8, got {k}")
+
+
+def m_grouped_bf16_gemm_nt_contiguous(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    d: torch.Tensor,
+    m_indices: torch.Tensor | None = None,
+    *,
+    offs: torch.Tensor | None = None,
+    config: GemmConfig | None = None,
+) -> torch.Tensor:
+    """d[r] = a[r] @ b[group(r)]^T for the rows of every group, written into `d` and returned.
+
+    a: [M, K] bf16, b: [G, N, K] bf16, d: [M, N] bf16 or fp32. Exactly one of
+    m_indices: int32 [M], the group of each row (-1: a padding row whose output is unspecified;
+        each group's rows start on a multiple of get_mk_alignment_for_contiguous_layout()), or
+    offs: int32 [G], cumulative end row of each group (packed, no alignment, empty groups
+        allowed; rows past offs[-1] and all rows of other groups are never written).
+    `config` forces a kernel config (benchmarks); by default the heuristics choose.
+    """
+    require_tensor("a", a, _BF16, 2)
+    require_tensor("b", b, _BF16, 3)
+    require_tensor("d", d, _D_DTYPES, 2)
+    rows, k = a.shape
+    num_groups, n = b.shape[0], b.shape[1]
+    require_shape("b", b, (num_groups, n, k))
+    require_shape("d", d, (rows, n))
+    _check_nk(n, k)
+    if (m_indices is None) == (offs is None):
+        raise ValueError("pass exactly one of m_indices (per-row groups) or offs (group ends)")
+    if m_indices is not None:
+        require_index_vector("m_indices", m_indices, rows)
+        if rows % CONTIGUOUS_ALIGNMENT != 0:
+            raise ValueError(
+                f"with m_indices, M must be a multiple of {CONTIGUOUS_ALIGNMENT} (each group's "
+                f"segment is padded to it), got {rows}"
+            )
+        kind, group_info = "m_grouped_contiguous", m_indices
+    else:
+        require_index_vector("offs", offs, num_groups)
+        kind, group_info = "m_grouped_offsets", offs
+    lda = row_stride("a", a)
+    ldb, ldb_group = batched_row_stride("b", b, collapsible=False)
+    ldd = row_stride("d", d)
+    require_cuda_device(a.device, a=a, b=b, d=d, group_info=group_info)
+    if rows == 0 or n == 0 or num_groups == 0:
+        return d
+    d_is_fp32 = d.dtype == torch.float32
+    device = a.device.index
+
+    def describe() -> GemmDesc:
+        expected = math.ceil(rows / num_groups) if kind == "m_grouped_offsets" else 0
+        d_dtype = "fp32" if d_is_fp32 else "bf16"
+        return GemmDesc(kind, rows, n, k, num_groups, d_dtype=d_dtype, expected_m=expected)
+
+    key = (kind, device, rows, n, k, num_groups, d_is_fp32)
+    plan = get_plan(key, device, describe, config)
+    plan.launch(
+        a.data_ptr(), b.data_ptr(), d.data_ptr(), 0, group_info.data_ptr(), rows, rows, n, k,
+        num_groups, lda, ldb, ldb_group, ldd, 0, _raw_stream(device),
+    )  # fmt: skip
+    return d
+
+
+def m_grouped_bf16_gemm_nt_masked(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    d: torch.Tensor,
+    masked_m: torch.Tensor,
+    expected_m: int,
+    *,
+    config: GemmConfig | None = None,
+) -> torch.Tensor:
+    """d[g, :masked_m[g]] = a[g, :masked_m[g]] @ b[g]^T for every group; rows past masked_m[g]
+    are never written. a: [G, max_m, K] bf16, b: [G, N, K] bf16, d: [G, max_m, N] bf16 or
+    fp32, masked_m: int32 [G] on the device (values clamped to [0, max_m]), expected_m: the
+    rows a group typically holds (a positive int; it only steers the kernel choice).
+    """
+    require_tensor("a", a, _BF16, 3)
+    require_tensor("b", b, _BF16, 3)
+    require_tensor("d", d, _D_DTYPES, 3)
+    num_groups, max_m, k = a.shape
+    n = b.shape[1]
+    require_shape("b", b, (num_groups, n, k))
+    require_shape("d", d, (num_groups, max_m, n))
+    _check_nk(n, k)
+    require_index_vector("masked_m", masked_m, num_groups)
+    if isinstance(expected_m, bool) or not isinstance(expected_m, int) or expected_m <= 0:
+        raise TypeError(f"expected_m must be a positive int, got {expected_m!r}")
+    lda, _ = batched_row_stride("a", a, collapsible=True)
+    ldb, ldb_group = batched_row_stride("b", b, collapsible=False)
+    ldd, _ = batched_row_stride("d", d, collapsible=True)
+    require_cuda_device(a.device, a=a, b=b, d=d, masked_m=masked_m)
+    if num_groups == 0 or max_m == 0 or n == 0:
+        return d
+    d_is_fp32 = d.dtype == torch.float32
+    device = a.device.index
+    expected = min(expected_m, max_m)
+
+    def describe() -> GemmDesc:
+        d_dtype = "fp32" if d_is_fp32 else "bf16"
+        return GemmDesc(
+            "m_grouped_masked", max_m, n, k, num_groups, d_dtype=d_dtype, expected_m=expected
+        )
+
+    key = ("m_grouped_masked", device, max_m, n, k, num_groups, expected, d_is_fp32)
+    plan = get_plan(key, device, describe, config)
+    plan.launch(
+        a.data_ptr(), b.data_ptr(), d.data_ptr(), 0, masked_m.data_ptr(), num_groups * max_m,
+        max_m, n, k, num_groups, lda, ldb, ldb_group, ldd, 0, _raw_stream(device),
+    )  # fmt: skip
+    return d
