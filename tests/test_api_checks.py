@@ -81,3 +81,38 @@ def test_runtime_knobs_validate() -> None:
     with pytest.raises(ValueError, match="num_sms must be a positive int"):
         moegemm.set_num_sms(0)
     moegemm.set_num_sms(None)
+
+
+def test_grouped_argument_checks_on_cpu_tensors() -> None:
+    a, b = torch.randn(256, 64).to(BF16), torch.randn(4, 128, 64).to(BF16)
+    d = torch.empty(256, 128, dtype=BF16)
+    offs = torch.tensor([64, 128, 192, 256], dtype=torch.int32)
+    with pytest.raises(ValueError, match="exactly one of m_indices"):
+        moegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d)
+    with pytest.raises(ValueError, match="b must be 3-D"):
+        moegemm.m_grouped_bf16_gemm_nt_contiguous(a, b[0], d, offs=offs)
+    with pytest.raises(TypeError, match="offs must have dtype torch.int32, got torch.int64"):
+        moegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, offs=offs.long())
+    with pytest.raises(ValueError, match="K .* must be positive"):
+        moegemm.m_grouped_bf16_gemm_nt_contiguous(a[:, :0], b[:, :, :0], d, offs=offs)
+    with pytest.raises(ValueError, match="must be on a CUDA device"):
+        moegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, offs=offs)
+    with pytest.raises(ValueError, match="must be on a CUDA device"):
+        moegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, torch.zeros(256, dtype=torch.int32))
+    ma, md = torch.randn(4, 32, 64).to(BF16), torch.empty(4, 32, 128, dtype=BF16)
+    with pytest.raises(TypeError, match="expected_m must be a positive int"):
+        moegemm.m_grouped_bf16_gemm_nt_masked(ma, b, md, offs, expected_m=2.5)
+    with pytest.raises(ValueError, match="a batches must be contiguous rows"):
+        moegemm.m_grouped_bf16_gemm_nt_masked(
+            torch.randn(4, 40, 64).to(BF16)[:, :32], b, md, offs, expected_m=8
+        )
+    with pytest.raises(ValueError, match="must be on a CUDA device"):
+        moegemm.m_grouped_bf16_gemm_nt_masked(ma, b, md, offs, expected_m=8)
+    ka, kb = torch.randn(100, 64).to(BF16), torch.randn(100, 32).to(BF16)
+    kd = torch.empty(4, 64, 32)
+    with pytest.raises(TypeError, match="d must have dtype torch.float32"):
+        moegemm.k_grouped_bf16_gemm_tn_contiguous(ka, kb, kd.to(BF16), offs)
+    with pytest.raises(ValueError, match=r"c must have shape \(4, 64, 32\)"):
+        moegemm.k_grouped_bf16_gemm_tn_contiguous(ka, kb, kd, offs, torch.empty(4, 64, 16))
+    with pytest.raises(ValueError, match="must be on a CUDA device"):
+        moegemm.k_grouped_bf16_gemm_tn_contiguous(ka, kb, kd, offs)
