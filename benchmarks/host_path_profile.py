@@ -59,22 +59,13 @@ def main() -> None:
     d = torch.empty(64, 128, device="cuda", dtype=torch.bfloat16)
     bt = b.t()
     moegemm.bf16_gemm_nt(a, b, d)
-    plan = next(iter(g._plans.values()))
+    from moegemm.api.plans import plans
+
+    plan = next(iter(plans.values()))
     stream = torch.cuda.current_stream().cuda_stream
-    launch_args = (
-        a.data_ptr(),
-        b.data_ptr(),
-        d.data_ptr(),
-        0,
-        64,
-        128,
-        128,
-        128,
-        128,
-        128,
-        0,
-        stream,
-    )
+    # (a, b, d, c, group_info, rows, m, n, k, groups, lda, ldb, ldb_group, ldd, ldc, stream)
+    launch_args = (a.data_ptr(), b.data_ptr(), d.data_ptr(), 0, 0, 64, 64, 128, 128, 1, 128,
+                   128, 128 * 128, 128, 0, stream)
     rows = {
         "bf16_gemm_nt (whole call)": host_us_per_call(lambda: moegemm.bf16_gemm_nt(a, b, d)),
         "fast-path checks only": host_us_per_call(lambda: g._fast_path_args(a, b, d, None)),

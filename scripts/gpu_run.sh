@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build, test and benchmark moegemm on an H200 that has no package registry.
 #
-#   scripts/gpu_run.sh LOG_DIR [pytest args...]
+#   scripts/gpu_run.sh LOG_DIR [pytest args...]     (default args: tests)
+#   MOEGEMM_GPU_TESTS=0 skips the tests, MOEGEMM_GPU_BENCH=0 the warmup and benchmarks.
 #
 # Needs the nvidia-cutlass wheel carried in .whl/ (pip download --no-deps nvidia-cutlass==4.2.0.0
 # -d .whl). Builds _C with the system gcc/g++ (a g++ from elsewhere was seen to crash inside
@@ -31,8 +32,13 @@ CC=/usr/bin/gcc CXX=/usr/bin/g++ python3 -m pip install --no-build-isolation --n
 test_rc=0
 if [ "${MOEGEMM_GPU_TESTS:-1}" != 0 ]; then
   echo "== tests"
-  python3 -m pytest -q -rs "$@" tests 2>&1 | tee "$log_dir/pytest.log" | tail -25
+  python3 -m pytest -q -rs "${@:-tests}" 2>&1 | tee "$log_dir/pytest.log" | tail -25
   test_rc=${PIPESTATUS[0]}
+fi
+
+if [ "${MOEGEMM_GPU_BENCH:-1}" = 0 ]; then
+  [ -f "$log_dir/pytest.log" ] && grep -E "passed|failed|error" "$log_dir/pytest.log" | tail -1
+  exit "$test_rc"
 fi
 
 echo "== warmup (fresh cache, 16 cores) + the CLI's GPU check"

@@ -29,7 +29,6 @@ def main() -> int:
     moegemm.bf16_gemm_nt(a, b[0], d)
     check("dense", d, a.float() @ b[0].float().t())
 
-    sizes = [30, 0, 40]
     offs = torch.tensor([30, 30, 70], device="cuda", dtype=torch.int32)
     moegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, offs=offs)
     ref = torch.cat([a[:30].float() @ b[0].float().t(), a[30:].float() @ b[2].float().t()])
@@ -70,7 +69,6 @@ def main() -> int:
     )
     check("k_grouped", kd, kref)
     torch.cuda.synchronize()
-    del sizes
     return 0 if ok else 1
 
 
