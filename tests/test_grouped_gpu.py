@@ -225,7 +225,7 @@ def test_no_host_synchronization() -> None:
     m_indices[:40] = 0
     m_indices[256:346] = 2
     ia, id_ = bf16(384, 1024), nan(384, 1024)
-    ka, kb, kd = bf16(sum(sizes), 256), bf16(sum(sizes), 128), nan(3, 256, 128, torch.float32)
+    ka, kb, kd = bf16(sum(sizes), 256), bf16(sum(sizes), 128), nan(3, 256, 128, dtype=torch.float32)
 
     def calls() -> None:
         moegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, offs=offs)
@@ -264,5 +264,5 @@ def test_argument_errors() -> None:
         )
     with pytest.raises(ValueError, match="M .* multiple of 8"):
         moegemm.k_grouped_bf16_gemm_tn_contiguous(
-            bf16(10, 100), bf16(10, 64), nan(4, 100, 64, torch.float32), offs
+            bf16(10, 100), bf16(10, 64), nan(4, 100, 64, dtype=torch.float32), offs
         )
