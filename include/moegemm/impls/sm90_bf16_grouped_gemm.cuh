@@ -14,7 +14,8 @@
 //   full[s]:  producer -> math. Arrive count 1 (the producer's arrive.expect_tx); completes when
 //             the TMA bytes of both slices have landed.
 //   empty[s]: math -> producer. Arrive count = number of math warps (lane 0 of each, after its
-//             warpgroup's wgmma reading stage s has retired).
+//             warpgroup's wgmma reading stage s has retired). One wgmma batch stays in flight:
+//             stage s is released once the batch of stage s + 1 has been issued.
 //   Pipeline state is (stage_idx, phase); phase flips each time stage_idx wraps.
 // Shared memory: [A stages | B stages | full barriers | empty barriers]; every slice starts on
 //   a 1024-byte boundary as the 128B swizzle requires.
@@ -111,6 +112,7 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
 #pragma unroll
         for (uint32_t i = 0; i < BLOCK_N / 2; ++i) acc[a][i] = 0.0f;
 
+      uint32_t prev_stage = 0, kb_done = 0;
       for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
         full[stage_idx].wait(phase);
         const uint8_t* stage_a = sA + stage_idx * Traits::kBytesA + math_wg * Traits::kWgRows * 128;
@@ -130,15 +132,25 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
           }
         }
         cute::warpgroup_commit_batch();
-        cute::warpgroup_wait<0>();
+        // Keep this k-block's wgmma in flight while the next stage is awaited: only the
+        // previous one must have retired before its stage goes back to the producer.
+        cute::warpgroup_wait<1>();
 #pragma unroll
         for (uint32_t a = 0; a < kAtomsM; ++a)
 #pragma unroll
           for (uint32_t i = 0; i < BLOCK_N / 2; ++i) cute::warpgroup_fence_operand(acc[a][i]);
-        if (lane_idx == 0) empty[stage_idx].arrive();
+        if (lane_idx == 0 && kb_done > 0) empty[prev_stage].arrive();
+        prev_stage = stage_idx;
+        ++kb_done;
         stage_idx = stage_idx + 1 == kNumStages ? 0 : stage_idx + 1;
         phase ^= stage_idx == 0;
       }
+      cute::warpgroup_wait<0>();
+#pragma unroll
+      for (uint32_t a = 0; a < kAtomsM; ++a)
+#pragma unroll
+        for (uint32_t i = 0; i < BLOCK_N / 2; ++i) cute::warpgroup_fence_operand(acc[a][i]);
+      if (lane_idx == 0 && kb_done > 0) empty[prev_stage].arrive();
 
       const uint32_t row0 = tile.row0 + math_wg * Traits::kWgRows;
 #pragma unroll

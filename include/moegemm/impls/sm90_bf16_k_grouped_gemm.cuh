@@ -142,6 +142,7 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
 #pragma unroll
       for (uint32_t i = 0; i < BLOCK_N / 2; ++i) acc[i] = 0.0f;
 
+      uint32_t prev_stage = 0, kb_done = 0;
       for (uint32_t row = start; row < end; row += BLOCK_K) {
         full[stage_idx].wait(phase);
         uint8_t* stage_a = sA + stage_idx * kBytesA;
@@ -173,13 +174,21 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
           wgmma_bf16_mn_impl<BLOCK_N>(desc_a, desc_b, acc, std::make_index_sequence<BLOCK_N / 2>{});
         }
         cute::warpgroup_commit_batch();
-        cute::warpgroup_wait<0>();
+        // Keep this k-block's wgmma in flight while the next stage is awaited: only the
+        // previous one must have retired before its stage goes back to the producer.
+        cute::warpgroup_wait<1>();
 #pragma unroll
         for (uint32_t i = 0; i < BLOCK_N / 2; ++i) cute::warpgroup_fence_operand(acc[i]);
-        if (lane_idx == 0) empty[stage_idx].arrive();
+        if (lane_idx == 0 && kb_done > 0) empty[prev_stage].arrive();
+        prev_stage = stage_idx;
+        ++kb_done;
         stage_idx = stage_idx + 1 == kNumStages ? 0 : stage_idx + 1;
         phase ^= stage_idx == 0;
       }
+      cute::warpgroup_wait<0>();
+#pragma unroll
+      for (uint32_t i = 0; i < BLOCK_N / 2; ++i) cute::warpgroup_fence_operand(acc[i]);
+      if (lane_idx == 0 && kb_done > 0) empty[prev_stage].arrive();
 
       const uint32_t row_end = g * params.m + params.m;
       store_accumulators<BLOCK_N, kWithC, float>(acc, params.d, params.c, params.n, params.n,

@@ -1,0 +1,823 @@
+"""BF16 grouped GEMMs (m-grouped offs / m_indices / masked, k-grouped) against in-run peers.
+
+Runs the DeepGEMM anchor cases of /work/shared/BENCHMARKS.md (their published numbers are kept
+below as data) and the decode, prefill, masked and k_grouped suites of moe_shapes.json. For
+each case: inputs per the protocol (random normal, weights x 0.02), a correctness check against
+an FP32 reference on the real rows (outputs NaN-poisoned first, max calc_diff over groups),
+then timings of moegemm and of the peers in the same process:
+
+  contiguous  moegemm `offs` (packed rows), moegemm `m_indices` (128-row padded segments),
+              torch._grouped_mm on the packed rows, a per-expert torch.mm loop (G <= 32)
+  masked      moegemm masked, torch._grouped_mm on the packed valid rows, padded torch.bmm
+              over [G, max_m, K], a per-expert torch.mm loop (G <= 32)
+  k_grouped   moegemm (FP32 D, C accumulated in place as in DeepGEMM's test),
+              torch._grouped_mm(a.t(), b, offs=offs) (FP32 out if supported), per-group torch.mm
+
+Ceilings measured once per run: a device-to-device copy (bytes read + written) and cuBLAS
+dense BF16 8192^3. FLOPs count real rows only; "GB/s w" counts the weight bytes of the groups
+that have rows. Timing is a CUDA-event median per call; by default the timed launches are
+queued behind a GPU sleep so host overhead (ours and the peers') is hidden (--timer events
+uses moegemm.testing.bench_us as is). Weights smaller than 3x the L2 rotate among buffers.
+
+Prints one line per case and a geometric mean per ratio column; --json writes everything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import itertools
+import json
+import math
+import os
+import random
+import re
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+import moegemm
+from moegemm.testing import bench_us, calc_diff
+
+ALIGN = 128  # moegemm.get_mk_alignment_for_contiguous_layout() (checked at run time)
+L2_BYTES = 60 * 2**20
+ROTATE_BELOW = 3 * L2_BYTES
+MAX_ROTATE = 16
+TOL = 1e-5
+GPU_CLOCK_MHZ = 1980  # H200 boost clock; only sizes the queue-ahead sleep
+SUITES = ("anchors", "decode", "prefill", "masked", "k_grouped")
+
+# --- Anchor 1 of BENCHMARKS.md (BF16 columns). rows = total real rows; each group gets
+# int(expected_m * U(0.7, 1.3)) rows with expected_m = rows / G and random.seed(0).
+# max_m (masked only) is our choice: the buffer capacity is not in the table; DeepGEMM's
+# v4 tests use 4096, the decode cases use the matching masked-suite capacity or 128.
+# (layout, case, G, N, K, rows, DeepGEMM us, torch._grouped_mm us, DeepGEMM / torch speed, max_m)
+ANCHOR_CASES = [
+    ("contiguous", "dsv3-ep8 L1 prefill", 32, 4096, 7168, 35044, 3101, 3207, 1.03, 0),
+    ("contiguous", "dsv3-ep8 L2 prefill", 32, 7168, 2048, 35044, 1490, 1674, 1.12, 0),
+    ("contiguous", "qwen3-30b L1 prefill", 128, 1536, 2048, 135787, 1322, 1457, 1.10, 0),
+    ("contiguous", "qwen3-235b-ep8 L1", 16, 3072, 4096, 67158, 2419, 2584, 1.07, 0),
+    ("contiguous", "mixtral L1 prefill", 8, 28672, 4096, 33464, 11138, 11716, 1.05, 0),
+    ("contiguous", "gpt-oss-120b L1", 128, 5760, 2880, 33896, 2172, 2542, 1.17, 0),
+    ("contiguous", "dg-test v4pro L1", 4, 6144, 7168, 34151, 4170, 4544, 1.09, 0),
+    ("contiguous", "dg-test v4flash L2", 8, 4096, 2048, 33464, 834, 853, 1.02, 0),
+    ("masked", "dsv3-ep8 L1 decode", 32, 4096, 7168, 256, 460, 657, 1.43, 256),
+    ("masked", "dsv3-ep8 L2 decode", 32, 7168, 2048, 256, 242, 348, 1.44, 256),
+    ("masked", "dsv3-ep8 L1 decode32", 32, 4096, 7168, 1079, 460, 641, 1.39, 1024),
+    ("masked", "qwen3-30b L1 decode", 128, 1536, 2048, 466, 218, 271, 1.24, 128),
+    ("masked", "mixtral L1 decode", 8, 28672, 4096, 28, 457, 749, 1.64, 128),
+    ("masked", "gpt-oss L1 decode", 128, 5760, 2880, 466, 1044, 1429, 1.37, 128),
+    ("masked", "dg-test v4flash masked", 32, 4096, 4096, 6559, 415, 425, 1.02, 4096),
+    ("masked", "dg-test v4pro masked", 6, 6144, 7168, 6262, 825, 859, 1.04, 4096),
+]
+
+# --- Anchor 2: DeepGEMM masked BF16 on the `masked` suite, in suite order.
+# (model, op, G, N, K, rows, DeepGEMM us, torch._grouped_mm us, weight-bytes floor us)
+ANCHOR_MASKED_SUITE = [
+    ("deepseek_v3", "linear1", 32, 4096, 7168, 1161, 461, 642, 441),
+    ("deepseek_v3", "linear2", 32, 7168, 2048, 1006, 242, 321, 221),
+    ("deepseek_v3", "linear1", 32, 4096, 7168, 256, 460, 626, 441),
+    ("deepseek_v3", "linear2", 32, 7168, 2048, 2048, 243, 330, 221),
+    ("kimi_k2", "linear1", 48, 4096, 7168, 1000, 685, 924, 662),
+    ("kimi_k2", "linear2", 48, 7168, 2048, 1020, 358, 466, 331),
+    ("deepseek_v4_flash", "linear1", 32, 4096, 4096, 6054, 427, 428, 252),
+    ("deepseek_v4_flash", "linear2", 32, 4096, 2048, 632, 146, 183, 126),
+    ("deepseek_v4_pro", "linear1", 6, 6144, 7168, 6644, 874, 946, 124),
+    ("deepseek_v4_pro", "linear2", 6, 7168, 3072, 128, 78, 117, 62),
+    ("qwen3_235b_a22b", "linear1", 16, 3072, 4096, 512, 112, 148, 95),
+    ("qwen3_30b_a3b", "linear2", 16, 2048, 768, 512, 24, 34, 12),
+    ("glm4_5", "linear1", 20, 3072, 5120, 952, 168, 224, 148),
+    ("llama4_maverick", "linear1", 16, 16384, 5120, 256, 641, 964, 630),
+    ("gpt_oss_120b", "linear1", 16, 5760, 2880, 512, 143, 196, 125),
+    ("mixtral_8x22b", "linear1", 1, 32768, 6144, 128, 111, 124, 95),
+]
+
+# --- DeepGEMM k-grouped BF16 (FP32 D with C accumulated); rows per group = T / G.
+# (G, M, N, T, DeepGEMM TFLOP/s, share of in-run cuBLAS dense)
+ANCHOR_K_GROUPED = [
+    (4, 4096, 7168, 33792, 654, 0.91),
+    (8, 4096, 7168, 33024, 556, 0.78),
+    (16, 7168, 2048, 32640, 446, 0.62),
+    (16, 1536, 2048, 66176, 555, 0.78),
+    (16, 2048, 768, 66176, 549, 0.77),
+]
+
+# Case indices per suite that --quick keeps (anchors: index into the anchor list, in which the
+# k-grouped anchors follow the 16 m-grouped ones).
+QUICK = {
+    "anchors": [0, 5, 8, 12, 16],
+    "decode": [0, 3, 9],
+    "prefill": [0, 10, 15],
+    "masked": [0, 6, 13],
+    "k_grouped": [0, 8, 13],
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# Cases and input layouts (CPU-only logic: importable and testable without a GPU)
+
+
+@dataclass
+class Case:
+    """One benchmark problem.
+
+    layout "contiguous" / "masked": b is [G, n, k], a has k columns.
+    layout "k_grouped": d[g] = a_g^T b_g is [n, k] (the forward weight's shape), a is [T, n],
+    b is [T, k] (as moe_shapes.json: DeepGEMM's m = n, n = k, ks = rows).
+    """
+
+    suite: str
+    index: int
+    name: str
+    layout: str
+    num_groups: int
+    n: int
+    k: int
+    rows: list[int]
+    max_m: int = 0  # masked: per-group capacity
+    expected_m: int = 0  # masked: the hint passed to the kernel
+    anchor: dict = field(default_factory=dict)  # DeepGEMM / torch reference numbers, if any
+
+    @property
+    def total_rows(self) -> int:
+        return sum(self.rows)
+
+    @property
+    def mean_rows(self) -> float:
+        """Mean rows over the groups that have any (regime classification)."""
+        busy = [r for r in self.rows if r]
+        return sum(busy) / len(busy) if busy else 0.0
+
+    @property
+    def regime(self) -> str:
+        if self.layout == "k_grouped":
+            return "kgrp"
+        if self.suite in ("decode", "prefill"):
+            return self.suite
+        if self.mean_rows <= 64:
+            return "decode"
+        return "prefill" if self.mean_rows >= 1024 else "mid"
+
+
+def rows_per_group(m_per_group: int | list[int], num_groups: int) -> list[int]:
+    """A suite's `m_per_group`: an int is balanced, a list gives every group's rows."""
+    if isinstance(m_per_group, int):
+        return [m_per_group] * num_groups
+    rows = [int(r) for r in m_per_group]
+    if len(rows) != num_groups:
+        raise ValueError(f"m_per_group has {len(rows)} entries for {num_groups} groups")
+    return rows
+
+
+def anchor_rows(total: int, num_groups: int, seed: int = 0) -> list[int]:
+    """The protocol's rows per group: int(expected_m * U(0.7, 1.3)), expected_m = total / G,
+    with random.seed(seed) (a private generator seeded the same way)."""
+    rng = random.Random(seed)
+    expected = total / num_groups
+    return [int(expected * rng.uniform(0.7, 1.3)) for _ in range(num_groups)]
+
+
+def balanced_rows(total: int, num_groups: int) -> list[int]:
+    base, extra = divmod(total, num_groups)
+    return [base + (g < extra) for g in range(num_groups)]
+
+
+def round_up(x: int, align: int) -> int:
+    return -(-x // align) * align
+
+
+def group_layouts(rows: list[int], align: int = ALIGN, device: str = "cpu") -> dict:
+    """Index tensors for the two contiguous layouts of `rows` (real rows per group).
+
+    offs:          int32 [G], cumulative end row of each group (packed, torch._grouped_mm)
+    starts:        packed start row of each group (python ints)
+    padded_starts: start row of each group's segment in the m_indices layout (python ints)
+    padded_total:  rows of the m_indices layout (each segment rounded up to `align`)
+    m_indices:     int32 [padded_total], the group of each row, -1 for padding
+    real_rows:     int64 [sum(rows)], position of each real row in the m_indices layout
+    """
+    starts, padded_starts, ends = [], [], []
+    pos = ppos = 0
+    for r in rows:
+        if r < 0:
+            raise ValueError(f"negative rows in {rows}")
+        starts.append(pos)
+        padded_starts.append(ppos)
+        pos += r
+        ppos += round_up(r, align)
+        ends.append(pos)
+    m_indices = torch.full((ppos,), -1, dtype=torch.int32)
+    real = []
+    for g, (r, ps) in enumerate(zip(rows, padded_starts)):
+        m_indices[ps : ps + r] = g
+        real.append(torch.arange(ps, ps + r, dtype=torch.int64))
+    real_rows = torch.cat(real) if real else torch.zeros(0, dtype=torch.int64)
+    return {
+        "offs": torch.tensor(ends, dtype=torch.int32, device=device),
+        "starts": starts,
+        "padded_starts": padded_starts,
+        "padded_total": ppos,
+        "m_indices": m_indices.to(device),
+        "real_rows": real_rows.to(device),
+    }
+
+
+def shapes_path() -> Path:
+    return Path(moegemm.__file__).parent / "data" / "moe_shapes.json"
+
+
+def _suite_name(suite: str, entry: dict, g: int, n: int, k: int, rows: list[int]) -> str:
+    return f"{suite}:{entry['model']}.{entry['op']} G{g} N{n} K{k} m{sum(rows)}"
+
+
+def load_cases(suites: tuple[str, ...] = SUITES, quick: bool = False) -> list[Case]:
+    """The cases of the selected suites, anchors first."""
+    data = json.loads(shapes_path().read_text())["suites"]
+    cases: list[Case] = []
+    if "anchors" in suites:
+        anchors: list[Case] = []
+        for layout, name, g, n, k, rows, dg_us, torch_us, dg_x, max_m in ANCHOR_CASES:
+            per_group = anchor_rows(rows, g)
+            anchor = {"table_rows": rows, "deepgemm_us": dg_us, "torch_us": torch_us,
+                      "deepgemm_x_torch": dg_x}
+            if max_m and max(per_group) > max_m:
+                raise ValueError(f"anchor {name}: rows exceed max_m {max_m}")
+            anchors.append(Case(
+                "anchors", len(anchors), f"anchor:{name}", layout, g, n, k, per_group,
+                max_m=max_m, expected_m=max(1, math.ceil(rows / g)) if max_m else 0,
+                anchor=anchor,
+            ))
+        for g, m, n, t, dg_tflops, dg_share in ANCHOR_K_GROUPED:
+            anchors.append(Case(
+                "anchors", len(anchors), f"anchor:k-grouped G{g} M{m} N{n} T{t}", "k_grouped",
+                g, m, n, balanced_rows(t, g),
+                anchor={"deepgemm_tflops": dg_tflops, "deepgemm_share_cublas": dg_share},
+            ))
+        cases += [c for c in anchors if not quick or c.index in QUICK["anchors"]]
+    for suite in ("decode", "prefill", "masked", "k_grouped"):
+        if suite not in suites:
+            continue
+        for i, e in enumerate(data[suite]):
+            if quick and i not in QUICK[suite]:
+                continue
+            g, n, k = e["num_groups"], e["n"], e["k"]
+            rows = rows_per_group(e["m_per_group"], g)
+            case = Case(suite, i, _suite_name(suite, e, g, n, k, rows),
+                        {"masked": "masked", "k_grouped": "k_grouped"}.get(suite, "contiguous"),
+                        g, n, k, rows)
+            if suite == "masked":
+                case.max_m = int(e["max_m"])
+                hint = e.get("expected_m") or sum(rows) / g
+                case.expected_m = max(1, min(case.max_m, math.ceil(hint)))
+                for ref in ANCHOR_MASKED_SUITE:
+                    if ref[:6] == (e["model"], e["op"], g, n, k, sum(rows)):
+                        case.anchor = {"deepgemm_us": ref[6], "torch_us": ref[7],
+                                       "deepgemm_x_torch": ref[7] / ref[6],
+                                       "weight_floor_us": ref[8]}
+                        break
+            cases.append(case)
+    return cases
+
+
+def filter_cases(cases: list[Case], pattern: str | None) -> list[Case]:
+    if not pattern:
+        return cases
+    rx = re.compile(pattern)
+    return [c for c in cases if rx.search(c.name)]
+
+
+# ----------------------------------------------------------------------------------------------
+# Heuristic descriptions and ahead-of-time compilation
+
+
+def descs_for(case: Case) -> list:
+    """The GemmDescs moegemm's API builds for this case (for parallel precompilation)."""
+    from moegemm.heuristics import GemmDesc
+
+    g, n, k, total = case.num_groups, case.n, case.k, case.total_rows
+    if case.layout == "contiguous":
+        padded = sum(round_up(r, ALIGN) for r in case.rows)
+        return [
+            GemmDesc("m_grouped_offsets", total, n, k, g, expected_m=math.ceil(total / g)),
+            GemmDesc("m_grouped_contiguous", padded, n, k, g),
+        ]
+    if case.layout == "masked":
+        return [GemmDesc("m_grouped_masked", case.max_m, n, k, g,
+                         expected_m=min(case.expected_m, case.max_m))]
+    return [GemmDesc("k_grouped", n, k, math.ceil(total / g), g, d_dtype="fp32", with_c=True)]
+
+
+def spec_for(desc, config):
+    from moegemm.jit.codegen import sm90_bf16_gemm_spec, sm90_bf16_k_grouped_spec
+
+    if desc.kind == "k_grouped":
+        return sm90_bf16_k_grouped_spec(config, desc.with_c)
+    return sm90_bf16_gemm_spec(config, desc.d_dtype, desc.with_c, desc.kind)
+
+
+def precompile(specs: list, jobs: int | None = None, quiet: bool = False) -> dict:
+    """Compile (or find cached) every spec in parallel; returns {spec: error string}."""
+    from moegemm.jit.cache import build_or_load
+
+    unique = list(dict.fromkeys(specs))
+    errors: dict = {}
+    if not unique:
+        return errors
+    t0 = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 8) as pool:
+        futures = {pool.submit(build_or_load, s): s for s in unique}
+        for fut in concurrent.futures.as_completed(futures):
+            try:
+                fut.result()
+            except Exception as exc:  # noqa: BLE001 - reported, the case then fails alone
+                errors[futures[fut]] = f"{type(exc).__name__}: {exc}"[:2000]
+    if not quiet:
+        print(f"# precompiled {len(unique)} kernels in {time.perf_counter() - t0:.1f} s"
+              f" ({len(errors)} failed)", flush=True)
+    return errors
+
+
+# ----------------------------------------------------------------------------------------------
+# Timing
+
+
+@dataclass
+class Timer:
+    queued: bool = True
+    budget_ms: float = 60.0
+    max_iters: int = 100
+    min_iters: int = 5
+
+    def __call__(self, fn) -> float:
+        """Median µs per call of fn (CUDA events), iterations sized to the time budget."""
+        fn()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        probe = 3
+        t0 = time.perf_counter()
+        start.record()
+        for _ in range(probe):
+            fn()
+        end.record()
+        host_us = (time.perf_counter() - t0) / probe * 1e6
+        torch.cuda.synchronize()
+        est_us = max(1.0, start.elapsed_time(end) * 1e3 / probe)
+        iters = int(max(self.min_iters, min(self.max_iters, self.budget_ms * 1e3 / est_us)))
+        warmup = max(2, min(10, iters // 5))
+        if not self.queued or not hasattr(torch.cuda, "_sleep"):
+            return bench_us(fn, warmup=warmup, iters=iters)
+        for _ in range(warmup):
+            fn()
+        torch.cuda.synchronize()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        # Keep the GPU busy while the host queues every timed launch: no host gaps are timed.
+        sleep_us = min(200_000.0, host_us * iters * 1.5 + 200.0)
+        torch.cuda._sleep(int(sleep_us * GPU_CLOCK_MHZ))
+        for s, e in zip(starts, ends):
+            s.record()
+            fn()
+            e.record()
+        torch.cuda.synchronize()
+        times = sorted(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
+        return times[len(times) // 2]
+
+
+def rotating(fn, buffers: list):
+    """A no-argument callable that passes the next buffer of `buffers` to fn on every call."""
+    cycle = itertools.cycle(buffers)
+    return lambda: fn(next(cycle))
+
+
+def rotation_count(weight_bytes: int) -> int:
+    if weight_bytes <= 0 or weight_bytes >= ROTATE_BELOW:
+        return 1
+    return max(2, min(MAX_ROTATE, math.ceil(ROTATE_BELOW / weight_bytes)))
+
+
+# ----------------------------------------------------------------------------------------------
+# Inputs and checks (GPU)
+
+
+def randn_bf16(*shape: int, scale: float = 1.0) -> torch.Tensor:
+    t = torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
+    return t.mul_(scale) if scale != 1.0 else t
+
+
+def nan_tensor(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    return torch.full(shape, float("nan"), device="cuda", dtype=dtype)
+
+
+def touched_weight_bytes(case: Case) -> int:
+    if case.layout == "k_grouped":
+        return 0
+    return sum(1 for r in case.rows if r) * case.n * case.k * 2
+
+
+def weight_sets(case: Case) -> list[torch.Tensor]:
+    count = rotation_count(touched_weight_bytes(case))
+    return [randn_bf16(case.num_groups, case.n, case.k, scale=0.02) for _ in range(count)]
+
+
+def worse(a: float, b: float) -> float:
+    """max() that keeps NaN (a NaN diff is a failure, max(0.0, nan) would hide it)."""
+    if math.isnan(a) or math.isnan(b):
+        return float("nan")
+    return max(a, b)
+
+
+def try_time(timer: Timer, fn, label: str, errors: dict) -> float | None:
+    try:
+        return timer(fn)
+    except Exception as exc:  # noqa: BLE001 - a peer that cannot run this case reads n/a
+        errors[label] = f"{type(exc).__name__}: {exc}"[:300]
+        torch.cuda.synchronize()
+        return None
+
+
+def probe_out_dtype(fn_fp32, fn_bf16, errors: dict, label: str):
+    """The first of (fp32-out, bf16-out) variants that runs, with its dtype name."""
+    for fn, name in ((fn_fp32, "fp32"), (fn_bf16, "bf16")):
+        try:
+            fn()
+            torch.cuda.synchronize()
+            return fn, name
+        except Exception as exc:  # noqa: BLE001
+            errors[f"{label}_{name}"] = f"{type(exc).__name__}: {exc}"[:300]
+    return None, None
+
+
+def run_contiguous(case: Case, timer: Timer, loop_max_groups: int) -> dict:
+    g, n, k, rows = case.num_groups, case.n, case.k, case.rows
+    lay = group_layouts(rows, ALIGN, device="cuda")
+    total, padded = case.total_rows, lay["padded_total"]
+    a = randn_bf16(total, k)
+    bs = weight_sets(case)
+    offs, m_indices = lay["offs"], lay["m_indices"]
+    a_pad = randn_bf16(padded, k)  # padding rows stay random (never zeros)
+    a_pad[lay["real_rows"]] = a
+    d = nan_tensor(total, n)
+    d_pad = nan_tensor(padded, n)
+    api = moegemm.m_grouped_bf16_gemm_nt_contiguous
+    api(a, bs[0], d, offs=offs)
+    api(a_pad, bs[0], d_pad, m_indices)
+    torch.cuda.synchronize()
+    diff_offs = diff_idx = 0.0
+    for grp, (r, s, ps) in enumerate(zip(rows, lay["starts"], lay["padded_starts"])):
+        if r:
+            ref = a[s : s + r].float() @ bs[0][grp].float().t()
+            diff_offs = worse(diff_offs, calc_diff(d[s : s + r], ref))
+            diff_idx = worse(diff_idx, calc_diff(d_pad[ps : ps + r], ref))
+            del ref
+    res: dict = {"calc_diff": diff_offs, "calc_diff_idx": diff_idx, "rotate": len(bs),
+                 "padded_rows": padded, "errors": {}}
+    if not (diff_offs < TOL and diff_idx < TOL):
+        res["errors"]["check"] = f"calc_diff offs {diff_offs:.2e} m_indices {diff_idx:.2e}"
+    errors = res["errors"]
+    res["ours_us"] = timer(rotating(lambda b: api(a, b, d, offs=offs), bs))
+    res["ours_idx_us"] = timer(rotating(lambda b: api(a_pad, b, d_pad, m_indices), bs))
+    res["torch_us"] = try_time(
+        timer, rotating(lambda b: torch._grouped_mm(a, b.transpose(-2, -1), offs=offs), bs),
+        "torch_grouped_mm", errors)
+    if g <= loop_max_groups:
+        pieces = [(grp, a[s : s + r], d[s : s + r])
+                  for grp, (r, s) in enumerate(zip(rows, lay["starts"])) if r]
+
+        def loop(b):
+            for grp, ag, dg in pieces:
+                torch.mm(ag, b[grp].t(), out=dg)
+
+        res["loop_us"] = try_time(timer, rotating(loop, bs), "loop", errors)
+    return res
+
+
+def run_masked(case: Case, timer: Timer, loop_max_groups: int) -> dict:
+    g, n, k, rows, max_m = case.num_groups, case.n, case.k, case.rows, case.max_m
+    a = randn_bf16(g, max_m, k)
+    bs = weight_sets(case)
+    d = nan_tensor(g, max_m, n)
+    masked_m = torch.tensor(rows, device="cuda", dtype=torch.int32)
+    api = moegemm.m_grouped_bf16_gemm_nt_masked
+    api(a, bs[0], d, masked_m, case.expected_m)
+    torch.cuda.synchronize()
+    diff, untouched = 0.0, True
+    for grp, r in enumerate(rows):
+        if r:
+            ref = a[grp, :r].float() @ bs[0][grp].float().t()
+            diff = worse(diff, calc_diff(d[grp, :r], ref))
+        untouched = untouched and bool(d[grp, r:].isnan().all())
+    res: dict = {"calc_diff": diff, "untouched_ok": untouched, "rotate": len(bs), "errors": {}}
+    if not (diff < TOL and untouched):
+        res["errors"]["check"] = f"calc_diff {diff:.2e}, rows past masked_m untouched: {untouched}"
+    errors = res["errors"]
+    expected = case.expected_m
+    res["ours_us"] = timer(rotating(lambda b: api(a, b, d, masked_m, expected), bs))
+    a_packed = torch.cat([a[grp, :r] for grp, r in enumerate(rows)])
+    offs = group_layouts(rows, device="cuda")["offs"]
+    res["torch_us"] = try_time(
+        timer,
+        rotating(lambda b: torch._grouped_mm(a_packed, b.transpose(-2, -1), offs=offs), bs),
+        "torch_grouped_mm", errors)
+    d_bmm = torch.empty(g, max_m, n, device="cuda", dtype=torch.bfloat16)
+    res["bmm_us"] = try_time(
+        timer, rotating(lambda b: torch.bmm(a, b.transpose(1, 2), out=d_bmm), bs), "bmm", errors)
+    del d_bmm
+    if g <= loop_max_groups:
+        pieces = [(grp, a[grp, :r], d[grp, :r]) for grp, r in enumerate(rows) if r]
+
+        def loop(b):
+            for grp, ag, dg in pieces:
+                torch.mm(ag, b[grp].t(), out=dg)
+
+        res["loop_us"] = try_time(timer, rotating(loop, bs), "loop", errors)
+    return res
+
+
+def run_k_grouped(case: Case, timer: Timer, loop_max_groups: int, with_c: bool) -> dict:
+    g, m_out, n_out, rows = case.num_groups, case.n, case.k, case.rows
+    total = case.total_rows
+    a = randn_bf16(total, m_out)
+    b = randn_bf16(total, n_out)
+    lay = group_layouts(rows, device="cuda")
+    offs, starts = lay["offs"], lay["starts"]
+    c = torch.randn(g, m_out, n_out, device="cuda")
+    d = nan_tensor(g, m_out, n_out, dtype=torch.float32)
+    api = moegemm.k_grouped_bf16_gemm_tn_contiguous
+    api(a, b, d, offs, c)
+    torch.cuda.synchronize()
+    diff = 0.0
+    for grp, (r, s) in enumerate(zip(rows, starts)):
+        ref = a[s : s + r].float().t() @ b[s : s + r].float() + c[grp]
+        diff = worse(diff, calc_diff(d[grp], ref))
+        del ref
+    del c
+    res: dict = {"calc_diff": diff, "with_c": with_c, "errors": {}}
+    if not diff < TOL:
+        res["errors"]["check"] = f"calc_diff {diff:.2e}"
+    errors = res["errors"]
+    d.normal_()
+    if with_c:  # accumulate into D in place, as DeepGEMM's k-grouped test does
+        res["ours_us"] = timer(lambda: api(a, b, d, offs, d))
+    else:
+        res["ours_us"] = timer(lambda: api(a, b, d, offs))
+    at = a.t()
+    fn, dtype = probe_out_dtype(
+        lambda: torch._grouped_mm(at, b, offs=offs, out_dtype=torch.float32),
+        lambda: torch._grouped_mm(at, b, offs=offs), errors, "torch_grouped_mm")
+    res["torch_out_dtype"] = dtype
+    res["torch_us"] = try_time(timer, fn, "torch_grouped_mm", errors) if fn else None
+    if g <= loop_max_groups:
+        pieces = [(a[s : s + r].t(), b[s : s + r]) for r, s in zip(rows, starts) if r]
+        fn, dtype = probe_out_dtype(
+            lambda: [torch.mm(x, y, out_dtype=torch.float32) for x, y in pieces],
+            lambda: [torch.mm(x, y) for x, y in pieces], errors, "loop")
+        res["loop_out_dtype"] = dtype
+        res["loop_us"] = try_time(timer, fn, "loop", errors) if fn else None
+    return res
+
+
+# ----------------------------------------------------------------------------------------------
+# Ceilings, metrics, report
+
+
+def measure_ceilings(timer: Timer) -> dict:
+    nbytes = 1 << 30  # 1 GiB read + 1 GiB written
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_(0, 255)
+    dst = torch.empty_like(src)
+    copy_us = timer(lambda: dst.copy_(src))
+    del src, dst
+    size = 8192
+    a, b = randn_bf16(size, size), randn_bf16(size, size)
+    out = torch.empty(size, size, device="cuda", dtype=torch.bfloat16)
+    mm_us = timer(lambda: torch.mm(a, b.t(), out=out))
+    del a, b, out
+    torch.cuda.empty_cache()
+    return {
+        "copy_bytes": 2 * nbytes,
+        "copy_us": copy_us,
+        "copy_gbps": 2 * nbytes / copy_us / 1e3,
+        "cublas_8192_us": mm_us,
+        "cublas_tflops": 2 * size**3 / mm_us / 1e6,
+    }
+
+
+def add_metrics(case: Case, res: dict, ceilings: dict) -> None:
+    us = res.get("ours_us")
+    if not us:
+        return
+    if case.layout == "k_grouped":
+        flops = 2 * case.n * case.k * case.total_rows
+        out_bytes = case.num_groups * case.n * case.k * 4 * (2 if res.get("with_c") else 1)
+        res["gbps_all"] = ((case.n + case.k) * case.total_rows * 2 + out_bytes) / us / 1e3
+    else:
+        flops = 2 * case.total_rows * case.n * case.k
+        wbytes = touched_weight_bytes(case)
+        res["gbps_weights"] = wbytes / us / 1e3
+        res["pct_copy"] = res["gbps_weights"] / ceilings["copy_gbps"]
+    res["tflops"] = flops / us / 1e6
+    res["pct_cublas"] = res["tflops"] / ceilings["cublas_tflops"]
+    for peer in ("torch", "loop", "bmm"):
+        if res.get(f"{peer}_us"):
+            res[f"x_{peer}"] = res[f"{peer}_us"] / us
+    if res.get("ours_idx_us"):
+        res["offs_over_idx"] = res["ours_idx_us"] / us  # > 1: offs faster
+        if res.get("torch_us"):
+            res["x_torch_idx"] = res["torch_us"] / res["ours_idx_us"]
+    dg = case.anchor
+    if "deepgemm_x_torch" in dg:
+        res["dg_x_torch"] = dg["deepgemm_x_torch"]
+        if res.get("x_torch"):
+            res["vs_dg"] = res["x_torch"] / dg["deepgemm_x_torch"]
+        if res.get("x_torch_idx"):
+            res["vs_dg_idx"] = res["x_torch_idx"] / dg["deepgemm_x_torch"]
+    if "deepgemm_share_cublas" in dg:
+        res["vs_dg_share"] = res["pct_cublas"] / dg["deepgemm_share_cublas"]
+
+
+RATIO_COLUMNS = ("x_torch", "x_torch_idx", "offs_over_idx", "x_loop", "x_bmm", "dg_x_torch",
+                 "vs_dg", "vs_dg_idx", "vs_dg_share")
+
+
+def geomean(values: list[float]) -> float | None:
+    vals = [v for v in values if v and v > 0 and math.isfinite(v)]
+    return math.exp(sum(map(math.log, vals)) / len(vals)) if vals else None
+
+
+def fmt(x, spec: str, width: int) -> str:
+    return format(x, spec).rjust(width) if isinstance(x, (int, float)) else "-".rjust(width)
+
+
+HEADER = (f"{'case':58s} {'reg':>7s} {'rows':>7s} {'ours us':>9s} {'idx us':>9s} {'TF/s':>6s} "
+          f"{'GB/s w':>7s} {'%copy':>6s} {'%cuBL':>6s} {'xtorch':>6s} {'offs/i':>6s} "
+          f"{'xloop':>6s} {'xbmm':>6s} {'DGx':>5s} {'vsDG':>5s} {'diff':>8s}")
+
+
+def format_row(r: dict) -> str:
+    regime = r["regime"]
+    pct_copy = r.get("pct_copy") if regime == "decode" else None
+    pct_cublas = r.get("pct_cublas") if regime in ("prefill", "kgrp", "mid") else None
+    line = (f"{r['case'][:58]:58s} {regime:>7s} {r['total_rows']:7d} "
+            f"{fmt(r.get('ours_us'), '.1f', 9)} {fmt(r.get('ours_idx_us'), '.1f', 9)} "
+            f"{fmt(r.get('tflops'), '.0f', 6)} {fmt(r.get('gbps_weights'), '.0f', 7)} "
+            f"{fmt(pct_copy and 100 * pct_copy, '.1f', 6)} "
+            f"{fmt(pct_cublas and 100 * pct_cublas, '.1f', 6)} "
+            f"{fmt(r.get('x_torch'), '.3f', 6)} {fmt(r.get('offs_over_idx'), '.3f', 6)} "
+            f"{fmt(r.get('x_loop'), '.3f', 6)} {fmt(r.get('x_bmm'), '.3f', 6)} "
+            f"{fmt(r.get('dg_x_torch'), '.2f', 5)} "
+            f"{fmt(r.get('vs_dg', r.get('vs_dg_share')), '.3f', 5)} "
+            f"{fmt(r.get('calc_diff'), '.1e', 8)}")
+    errs = r.get("errors") or {}
+    if errs:
+        line += "  ! " + "; ".join(f"{k}: {v}" for k, v in errs.items())[:300]
+    return line
+
+
+def summarize(results: list[dict]) -> dict:
+    geo = {col: geomean([r.get(col) for r in results]) for col in RATIO_COLUMNS}
+    decode = [r for r in results if r["regime"] == "decode" and r.get("pct_copy")]
+    prefill = [r for r in results if r["regime"] == "prefill" and r.get("pct_cublas")]
+    kg = [r for r in results if r["regime"] == "kgrp" and r.get("pct_cublas")
+          and r["min_rows"] >= 2048]
+    geo["pct_copy_decode"] = geomean([r["pct_copy"] for r in decode])
+    geo["pct_cublas_prefill"] = geomean([r["pct_cublas"] for r in prefill])
+    geo["pct_cublas_k_grouped"] = geomean([r["pct_cublas"] for r in kg])
+    vs_dg = [r for r in results if r.get("vs_dg")]
+    checks = {
+        "vs_deepgemm_every_case>=1": [r["case"] for r in vs_dg if r["vs_dg"] < 1.0],
+        "vs_deepgemm_geomean>=1.02": geomean([r["vs_dg"] for r in vs_dg]),
+        "decode_pct_copy>=0.95": [r["case"] for r in decode if r["pct_copy"] < 0.95],
+        "prefill_pct_cublas>=0.92": [r["case"] for r in prefill if r["pct_cublas"] < 0.92],
+        "offs_faster_than_idx_at_decode": [r["case"] for r in results if r["regime"] == "decode"
+                                           and r.get("offs_over_idx", 2.0) <= 1.0],
+        "k_grouped_pct_cublas>=0.9": [r["case"] for r in kg if r["pct_cublas"] < 0.9],
+        "correctness_failures": [r["case"] for r in results if "check" in (r.get("errors") or {})
+                                 or "exception" in (r.get("errors") or {})],
+    }
+    return {"geomean": geo, "checks": checks}
+
+
+def print_summary(summary: dict, ceilings: dict) -> None:
+    geo = summary["geomean"]
+    print("\ngeometric means: " + ", ".join(
+        f"{k} {v:.3f}" for k, v in geo.items() if v is not None))
+    print(f"ceilings: copy {ceilings['copy_gbps']:.0f} GB/s (read + written), cuBLAS BF16 8192^3 "
+          f"{ceilings['cublas_tflops']:.0f} TFLOP/s")
+    for name, val in summary["checks"].items():
+        if isinstance(val, list):
+            status = "PASS" if not val else f"MISS ({len(val)}): " + ", ".join(val[:6])
+            if val and len(val) > 6:
+                status += ", ..."
+        else:
+            target = 1.02
+            status = "n/a" if val is None else f"{'PASS' if val >= target else 'MISS'} ({val:.3f})"
+        print(f"  {name:36s} {status}")
+
+
+def run_case(case: Case, timer: Timer, args, ceilings: dict) -> dict:
+    base = {"case": case.name, "suite": case.suite, "index": case.index, "layout": case.layout,
+            "regime": case.regime, "num_groups": case.num_groups, "n": case.n, "k": case.k,
+            "total_rows": case.total_rows, "min_rows": min(case.rows), "max_m": case.max_m,
+            "expected_m": case.expected_m, "anchor": case.anchor}
+    try:
+        if case.layout == "contiguous":
+            res = run_contiguous(case, timer, args.loop_max_groups)
+        elif case.layout == "masked":
+            res = run_masked(case, timer, args.loop_max_groups)
+        else:
+            res = run_k_grouped(case, timer, args.loop_max_groups, not args.kg_no_c)
+        add_metrics(case, res, ceilings)
+    except Exception as exc:  # noqa: BLE001 - one failing case must not kill the table
+        res = {"errors": {"exception": f"{type(exc).__name__}: {exc}"[:500]}}
+        if args.verbose:
+            traceback.print_exc()
+        try:
+            torch.cuda.synchronize()
+        except Exception:  # noqa: BLE001 - a sticky CUDA error: later cases will report it
+            pass
+    torch.cuda.empty_cache()
+    return {**base, **res}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", help="write all results here")
+    parser.add_argument("--suite", action="append", choices=SUITES,
+                        help="run only this suite (repeatable; default: all)")
+    parser.add_argument("--cases", help="regex: run only cases whose name matches")
+    parser.add_argument("--quick", action="store_true", help="a few cases per suite")
+    parser.add_argument("--timer", choices=("queued", "events"), default="queued",
+                        help="queued: launches queued behind a GPU sleep (no host gaps); "
+                        "events: moegemm.testing.bench_us as is")
+    parser.add_argument("--budget-ms", type=float, default=60.0,
+                        help="timed GPU time per measurement (sets the iteration count)")
+    parser.add_argument("--max-iters", type=int, default=100)
+    parser.add_argument("--loop-max-groups", type=int, default=32,
+                        help="run the per-expert torch.mm loop only up to this many groups")
+    parser.add_argument("--kg-no-c", action="store_true",
+                        help="time k-grouped without C (default: C accumulated in place)")
+    parser.add_argument("--jobs", type=int, default=None, help="parallel compiles")
+    parser.add_argument("--list", action="store_true", help="list the cases and exit")
+    parser.add_argument("-v", "--verbose", action="store_true", help="tracebacks of failures")
+    args = parser.parse_args(argv)
+
+    suites = tuple(args.suite) if args.suite else SUITES
+    cases = filter_cases(load_cases(suites, args.quick), args.cases)
+    if args.list:
+        for c in cases:
+            print(f"{c.name:64s} {c.layout:10s} rows {c.total_rows} max_m {c.max_m}")
+        return 0
+    if not torch.cuda.is_available():
+        print("bench_bf16: no CUDA device", file=sys.stderr)
+        return 1
+    if moegemm.get_mk_alignment_for_contiguous_layout() != ALIGN:
+        print(f"bench_bf16: alignment is {moegemm.get_mk_alignment_for_contiguous_layout()}, "
+              f"this script assumes {ALIGN}", file=sys.stderr)
+        return 1
+    torch.manual_seed(0)
+    t_start = time.perf_counter()
+
+    from moegemm.api.device import arch_for_device
+    from moegemm.heuristics import select_config
+
+    arch = arch_for_device(torch.cuda.current_device())
+    specs = []
+    for c in cases:
+        for desc in descs_for(c):
+            try:
+                specs.append(spec_for(desc, select_config(desc, arch)))
+            except Exception as exc:  # noqa: BLE001 - the case reports it when it runs
+                print(f"# no config for {c.name}: {exc}")
+    precompile(specs, args.jobs)
+
+    timer = Timer(queued=args.timer == "queued", budget_ms=args.budget_ms,
+                  max_iters=args.max_iters)
+    ceilings = measure_ceilings(timer)
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, timer {args.timer}; "
+          f"copy {ceilings['copy_gbps']:.0f} GB/s, cuBLAS BF16 {ceilings['cublas_tflops']:.0f} "
+          f"TFLOP/s", flush=True)
+    print(HEADER, flush=True)
+    results = []
+    for case in cases:
+        r = run_case(case, timer, args, ceilings)
+        results.append(r)
+        print(format_row(r), flush=True)
+    summary = summarize(results)
+    print_summary(summary, ceilings)
+    elapsed = time.perf_counter() - t_start
+    print(f"# {len(results)} cases in {elapsed:.0f} s")
+    if args.json:
+        out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+               "timer": args.timer, "ceilings": ceilings, "cases": results, **summary,
+               "elapsed_s": elapsed, "case_defs": [asdict(c) for c in cases]}
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
