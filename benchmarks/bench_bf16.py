@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import itertools
 import json
 import math
@@ -51,28 +52,31 @@ TOL = 1e-5
 GPU_CLOCK_MHZ = 1980  # H200 boost clock; only sizes the queue-ahead sleep
 SUITES = ("anchors", "decode", "prefill", "masked", "k_grouped")
 
-# --- Anchor 1 of BENCHMARKS.md (BF16 columns). rows = total real rows; each group gets
-# int(expected_m * U(0.7, 1.3)) rows with expected_m = rows / G and random.seed(0).
+# --- Anchor 1 of BENCHMARKS.md (BF16 columns). rows = the table's total real rows; each group
+# gets int(expected_m * U(0.7, 1.3)) rows with random.seed(0). The table's totals are exactly
+# what that rule gives for a round expected_m (1024, 4096, 256, ...), not for rows / G, so the
+# round value is kept here and load_cases() checks that the generated total matches `rows`.
 # max_m (masked only) is our choice: the buffer capacity is not in the table; DeepGEMM's
 # v4 tests use 4096, the decode cases use the matching masked-suite capacity or 128.
-# (layout, case, G, N, K, rows, DeepGEMM us, torch._grouped_mm us, DeepGEMM / torch speed, max_m)
+# (layout, case, G, N, K, rows, expected_m, DeepGEMM us, torch._grouped_mm us,
+#  DeepGEMM / torch speed, max_m)
 ANCHOR_CASES = [
-    ("contiguous", "dsv3-ep8 L1 prefill", 32, 4096, 7168, 35044, 3101, 3207, 1.03, 0),
-    ("contiguous", "dsv3-ep8 L2 prefill", 32, 7168, 2048, 35044, 1490, 1674, 1.12, 0),
-    ("contiguous", "qwen3-30b L1 prefill", 128, 1536, 2048, 135787, 1322, 1457, 1.10, 0),
-    ("contiguous", "qwen3-235b-ep8 L1", 16, 3072, 4096, 67158, 2419, 2584, 1.07, 0),
-    ("contiguous", "mixtral L1 prefill", 8, 28672, 4096, 33464, 11138, 11716, 1.05, 0),
-    ("contiguous", "gpt-oss-120b L1", 128, 5760, 2880, 33896, 2172, 2542, 1.17, 0),
-    ("contiguous", "dg-test v4pro L1", 4, 6144, 7168, 34151, 4170, 4544, 1.09, 0),
-    ("contiguous", "dg-test v4flash L2", 8, 4096, 2048, 33464, 834, 853, 1.02, 0),
-    ("masked", "dsv3-ep8 L1 decode", 32, 4096, 7168, 256, 460, 657, 1.43, 256),
-    ("masked", "dsv3-ep8 L2 decode", 32, 7168, 2048, 256, 242, 348, 1.44, 256),
-    ("masked", "dsv3-ep8 L1 decode32", 32, 4096, 7168, 1079, 460, 641, 1.39, 1024),
-    ("masked", "qwen3-30b L1 decode", 128, 1536, 2048, 466, 218, 271, 1.24, 128),
-    ("masked", "mixtral L1 decode", 8, 28672, 4096, 28, 457, 749, 1.64, 128),
-    ("masked", "gpt-oss L1 decode", 128, 5760, 2880, 466, 1044, 1429, 1.37, 128),
-    ("masked", "dg-test v4flash masked", 32, 4096, 4096, 6559, 415, 425, 1.02, 4096),
-    ("masked", "dg-test v4pro masked", 6, 6144, 7168, 6262, 825, 859, 1.04, 4096),
+    ("contiguous", "dsv3-ep8 L1 prefill", 32, 4096, 7168, 35044, 1024, 3101, 3207, 1.03, 0),
+    ("contiguous", "dsv3-ep8 L2 prefill", 32, 7168, 2048, 35044, 1024, 1490, 1674, 1.12, 0),
+    ("contiguous", "qwen3-30b L1 prefill", 128, 1536, 2048, 135787, 1024, 1322, 1457, 1.10, 0),
+    ("contiguous", "qwen3-235b-ep8 L1", 16, 3072, 4096, 67158, 4096, 2419, 2584, 1.07, 0),
+    ("contiguous", "mixtral L1 prefill", 8, 28672, 4096, 33464, 4096, 11138, 11716, 1.05, 0),
+    ("contiguous", "gpt-oss-120b L1", 128, 5760, 2880, 33896, 256, 2172, 2542, 1.17, 0),
+    ("contiguous", "dg-test v4pro L1", 4, 6144, 7168, 34151, 8192, 4170, 4544, 1.09, 0),
+    ("contiguous", "dg-test v4flash L2", 8, 4096, 2048, 33464, 4096, 834, 853, 1.02, 0),
+    ("masked", "dsv3-ep8 L1 decode", 32, 4096, 7168, 256, 8, 460, 657, 1.43, 256),
+    ("masked", "dsv3-ep8 L2 decode", 32, 7168, 2048, 256, 8, 242, 348, 1.44, 256),
+    ("masked", "dsv3-ep8 L1 decode32", 32, 4096, 7168, 1079, 32, 460, 641, 1.39, 1024),
+    ("masked", "qwen3-30b L1 decode", 128, 1536, 2048, 466, 4, 218, 271, 1.24, 128),
+    ("masked", "mixtral L1 decode", 8, 28672, 4096, 28, 4, 457, 749, 1.64, 128),
+    ("masked", "gpt-oss L1 decode", 128, 5760, 2880, 466, 4, 1044, 1429, 1.37, 128),
+    ("masked", "dg-test v4flash masked", 32, 4096, 4096, 6559, 192, 415, 425, 1.02, 4096),
+    ("masked", "dg-test v4pro masked", 6, 6144, 7168, 6262, 1024, 825, 859, 1.04, 4096),
 ]
 
 # --- Anchor 2: DeepGEMM masked BF16 on the `masked` suite, in suite order.
@@ -173,12 +177,11 @@ def rows_per_group(m_per_group: int | list[int], num_groups: int) -> list[int]:
     return rows
 
 
-def anchor_rows(total: int, num_groups: int, seed: int = 0) -> list[int]:
-    """The protocol's rows per group: int(expected_m * U(0.7, 1.3)), expected_m = total / G,
-    with random.seed(seed) (a private generator seeded the same way)."""
+def anchor_rows(expected_m: float, num_groups: int, seed: int = 0) -> list[int]:
+    """The protocol's rows per group: int(expected_m * U(0.7, 1.3)) with random.seed(seed)
+    (a private generator seeded the same way, so the global one is left alone)."""
     rng = random.Random(seed)
-    expected = total / num_groups
-    return [int(expected * rng.uniform(0.7, 1.3)) for _ in range(num_groups)]
+    return [int(expected_m * rng.uniform(0.7, 1.3)) for _ in range(num_groups)]
 
 
 def balanced_rows(total: int, num_groups: int) -> list[int]:
@@ -240,15 +243,17 @@ def load_cases(suites: tuple[str, ...] = SUITES, quick: bool = False) -> list[Ca
     cases: list[Case] = []
     if "anchors" in suites:
         anchors: list[Case] = []
-        for layout, name, g, n, k, rows, dg_us, torch_us, dg_x, max_m in ANCHOR_CASES:
-            per_group = anchor_rows(rows, g)
-            anchor = {"table_rows": rows, "deepgemm_us": dg_us, "torch_us": torch_us,
-                      "deepgemm_x_torch": dg_x}
+        for layout, name, g, n, k, rows, exp_m, dg_us, torch_us, dg_x, max_m in ANCHOR_CASES:
+            per_group = anchor_rows(exp_m, g)
+            if sum(per_group) != rows:  # the table's rows come from this rule (see above)
+                raise ValueError(f"anchor {name}: {sum(per_group)} rows generated, table {rows}")
+            anchor = {"table_rows": rows, "expected_m": exp_m, "deepgemm_us": dg_us,
+                      "torch_us": torch_us, "deepgemm_x_torch": dg_x}
             if max_m and max(per_group) > max_m:
                 raise ValueError(f"anchor {name}: rows exceed max_m {max_m}")
             anchors.append(Case(
                 "anchors", len(anchors), f"anchor:{name}", layout, g, n, k, per_group,
-                max_m=max_m, expected_m=max(1, math.ceil(rows / g)) if max_m else 0,
+                max_m=max_m, expected_m=exp_m if max_m else 0,
                 anchor=anchor,
             ))
         for g, m, n, t, dg_tflops, dg_share in ANCHOR_K_GROUPED:
@@ -439,15 +444,16 @@ def try_time(timer: Timer, fn, label: str, errors: dict) -> float | None:
         return None
 
 
-def probe_out_dtype(fn_fp32, fn_bf16, errors: dict, label: str):
-    """The first of (fp32-out, bf16-out) variants that runs, with its dtype name."""
+def probe_out_dtype(fn_fp32, fn_bf16, notes: dict, label: str):
+    """The first of (fp32-out, bf16-out) variants that runs, with its dtype name; why a variant
+    could not run goes to `notes`."""
     for fn, name in ((fn_fp32, "fp32"), (fn_bf16, "bf16")):
         try:
             fn()
             torch.cuda.synchronize()
             return fn, name
         except Exception as exc:  # noqa: BLE001
-            errors[f"{label}_{name}"] = f"{type(exc).__name__}: {exc}"[:300]
+            notes[f"{label}_{name}"] = f"{type(exc).__name__}: {exc}"[:300]
     return None, None
 
 
@@ -525,7 +531,6 @@ def run_masked(case: Case, timer: Timer, loop_max_groups: int) -> dict:
     d_bmm = torch.empty(g, max_m, n, device="cuda", dtype=torch.bfloat16)
     res["bmm_us"] = try_time(
         timer, rotating(lambda b: torch.bmm(a, b.transpose(1, 2), out=d_bmm), bs), "bmm", errors)
-    del d_bmm
     if g <= loop_max_groups:
         pieces = [(grp, a[grp, :r], d[grp, :r]) for grp, r in enumerate(rows) if r]
 
@@ -555,10 +560,10 @@ def run_k_grouped(case: Case, timer: Timer, loop_max_groups: int, with_c: bool) 
         diff = worse(diff, calc_diff(d[grp], ref))
         del ref
     del c
-    res: dict = {"calc_diff": diff, "with_c": with_c, "errors": {}}
+    res: dict = {"calc_diff": diff, "with_c": with_c, "errors": {}, "notes": {}}
     if not diff < TOL:
         res["errors"]["check"] = f"calc_diff {diff:.2e}"
-    errors = res["errors"]
+    errors, notes = res["errors"], res["notes"]
     d.normal_()
     if with_c:  # accumulate into D in place, as DeepGEMM's k-grouped test does
         res["ours_us"] = timer(lambda: api(a, b, d, offs, d))
@@ -567,14 +572,14 @@ def run_k_grouped(case: Case, timer: Timer, loop_max_groups: int, with_c: bool) 
     at = a.t()
     fn, dtype = probe_out_dtype(
         lambda: torch._grouped_mm(at, b, offs=offs, out_dtype=torch.float32),
-        lambda: torch._grouped_mm(at, b, offs=offs), errors, "torch_grouped_mm")
+        lambda: torch._grouped_mm(at, b, offs=offs), notes, "torch_grouped_mm")
     res["torch_out_dtype"] = dtype
     res["torch_us"] = try_time(timer, fn, "torch_grouped_mm", errors) if fn else None
     if g <= loop_max_groups:
         pieces = [(a[s : s + r].t(), b[s : s + r]) for r, s in zip(rows, starts) if r]
         fn, dtype = probe_out_dtype(
             lambda: [torch.mm(x, y, out_dtype=torch.float32) for x, y in pieces],
-            lambda: [torch.mm(x, y) for x, y in pieces], errors, "loop")
+            lambda: [torch.mm(x, y) for x, y in pieces], notes, "loop")
         res["loop_out_dtype"] = dtype
         res["loop_us"] = try_time(timer, fn, "loop", errors) if fn else None
     return res
@@ -584,17 +589,22 @@ def run_k_grouped(case: Case, timer: Timer, loop_max_groups: int, with_c: bool) 
 # Ceilings, metrics, report
 
 
-def measure_ceilings(timer: Timer) -> dict:
-    nbytes = 1 << 30  # 1 GiB read + 1 GiB written
+def _copy_us(timer: Timer, nbytes: int) -> float:
     src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_(0, 255)
     dst = torch.empty_like(src)
-    copy_us = timer(lambda: dst.copy_(src))
-    del src, dst
-    size = 8192
+    return timer(lambda: dst.copy_(src))
+
+
+def _cublas_us(timer: Timer, size: int) -> float:
     a, b = randn_bf16(size, size), randn_bf16(size, size)
     out = torch.empty(size, size, device="cuda", dtype=torch.bfloat16)
-    mm_us = timer(lambda: torch.mm(a, b.t(), out=out))
-    del a, b, out
+    return timer(lambda: torch.mm(a, b.t(), out=out))
+
+
+def measure_ceilings(timer: Timer) -> dict:
+    nbytes, size = 1 << 30, 8192  # copy: 1 GiB read + 1 GiB written
+    copy_us = _copy_us(timer, nbytes)
+    mm_us = _cublas_us(timer, size)
     torch.cuda.empty_cache()
     return {
         "copy_bytes": 2 * nbytes,
@@ -734,10 +744,8 @@ def run_case(case: Case, timer: Timer, args, ceilings: dict) -> dict:
         res = {"errors": {"exception": f"{type(exc).__name__}: {exc}"[:500]}}
         if args.verbose:
             traceback.print_exc()
-        try:
+        with contextlib.suppress(Exception):  # a sticky CUDA error: later cases report it
             torch.cuda.synchronize()
-        except Exception:  # noqa: BLE001 - a sticky CUDA error: later cases will report it
-            pass
     torch.cuda.empty_cache()
     return {**base, **res}
 

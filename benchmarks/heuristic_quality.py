@@ -23,8 +23,6 @@ import traceback
 from dataclasses import dataclass
 
 import torch
-
-import moegemm
 from bench_bf16 import (
     ALIGN,
     Case,
@@ -40,8 +38,9 @@ from bench_bf16 import (
     spec_for,
     weight_sets,
 )
-from moegemm.heuristics import GemmDesc
-from moegemm.heuristics import sm90
+
+import moegemm
+from moegemm.heuristics import GemmDesc, sm90
 from moegemm.testing import calc_diff
 
 TARGET_GEOMEAN, TARGET_EVERY = 0.97, 0.90
