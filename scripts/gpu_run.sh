@@ -2,7 +2,8 @@
 # Build, test and benchmark moegemm on an H200 that has no package registry.
 #
 #   scripts/gpu_run.sh LOG_DIR [pytest args...]     (default args: tests)
-#   MOEGEMM_GPU_TESTS=0 skips the tests, MOEGEMM_GPU_BENCH=0 the warmup and benchmarks.
+#   MOEGEMM_GPU_TESTS=0 skips the tests; MOEGEMM_GPU_BENCH picks benchmark stages (below; "none"
+#   for none).
 #
 # Needs the nvidia-cutlass wheel carried in .whl/ (pip download --no-deps nvidia-cutlass==4.2.0.0
 # -d .whl). Builds _C with the system gcc/g++ (a g++ from elsewhere was seen to crash inside
@@ -36,22 +37,34 @@ if [ "${MOEGEMM_GPU_TESTS:-1}" != 0 ]; then
   test_rc=${PIPESTATUS[0]}
 fi
 
-if [ "${MOEGEMM_GPU_BENCH:-1}" = 0 ]; then
-  [ -f "$log_dir/pytest.log" ] && grep -E "passed|failed|error" "$log_dir/pytest.log" | tail -1
-  exit "$test_rc"
+# Which benchmark stages run: any of warmup, dense, grouped, quality (comma-separated).
+stages=",${MOEGEMM_GPU_BENCH:-warmup,dense,grouped,quality},"
+bench_rc=0
+
+if [[ $stages == *,warmup,* ]]; then
+  echo "== warmup (fresh cache, 16 cores) + the CLI's GPU check"
+  warm_cache=$(mktemp -d)
+  python3 -m moegemm.jit --warmup --model deepseek-v3 --cache-dir "$warm_cache" 2>&1 \
+    | tee "$log_dir/warmup.log" | grep -vE '^\[[0-9]+/[0-9]+\]' | tail -14
+  rm -rf "$warm_cache"
 fi
-
-echo "== warmup (fresh cache, 16 cores) + the CLI's GPU check"
-warm_cache=$(mktemp -d)
-python3 -m moegemm.jit --warmup --model deepseek-v3 --cache-dir "$warm_cache" 2>&1 \
-  | tee "$log_dir/warmup.log" | grep -vE '^\[[0-9]+/[0-9]+\]' | tail -14
-rm -rf "$warm_cache"
-
-echo "== benchmark"
-python3 benchmarks/bench_bf16_gemm.py --json "$log_dir/bench_bf16_gemm.json" 2>&1 \
-  | tee "$log_dir/bench.log"
-bench_rc=${PIPESTATUS[0]}
-python3 benchmarks/host_path_profile.py 2>&1 | tee "$log_dir/host_path.log"
+if [[ $stages == *,dense,* ]]; then
+  echo "== dense benchmark and host path"
+  python3 benchmarks/bench_bf16_gemm.py --json "$log_dir/bench_bf16_gemm.json" 2>&1 \
+    | tee "$log_dir/bench.log" || bench_rc=1
+  python3 benchmarks/host_path_profile.py 2>&1 | tee "$log_dir/host_path.log"
+fi
+if [[ $stages == *,grouped,* ]]; then
+  echo "== grouped benchmark"
+  timeout "${MOEGEMM_GROUPED_TIMEOUT:-300}" python3 benchmarks/bench_bf16.py \
+    --json "$log_dir/bench_bf16.json" 2>&1 | tee "$log_dir/bench_bf16.log" | tail -70 || bench_rc=1
+fi
+if [[ $stages == *,quality,* ]]; then
+  echo "== heuristic quality"
+  timeout "${MOEGEMM_QUALITY_TIMEOUT:-240}" python3 benchmarks/heuristic_quality.py \
+    ${MOEGEMM_QUALITY_ARGS:-} --json "$log_dir/heuristic_quality.json" 2>&1 \
+    | tee "$log_dir/heuristic_quality.log" | tail -30 || bench_rc=1
+fi
 
 echo "== summary"
 [ -f "$log_dir/pytest.log" ] && grep -E "passed|failed|error" "$log_dir/pytest.log" | tail -1
