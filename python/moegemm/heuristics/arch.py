@@ -30,7 +30,7 @@ SM90 = ArchSpec(
     l2_bytes=60 * 1024 * 1024,
     mma_flops_per_clk=4096,
     smem_bytes_per_clk=128,
-    l2_bytes_per_clk=32.0,
+    l2_bytes_per_clk=48.0,
 )
 
 SM100 = ArchSpec(

@@ -32,6 +32,7 @@ MIN_STAGES, MAX_STAGES = 3, 8
 BARRIER_BYTES_PER_STAGE = 16
 PIPELINE_FILL_CYCLES = 1500  # first TMA round trip before the first wgmma
 TILE_OVERHEAD_CYCLES = 300
+WGMMA_ISSUE_CYCLES = 8  # fixed cost of one wgmma instruction beyond its tensor-core cycles
 
 
 def math_warpgroups_for(block_m: int) -> int:
@@ -146,9 +147,13 @@ def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> float
     num_ctas = min(num_tiles, arch.num_sms)
     waves = math.ceil(num_tiles / arch.num_sms)
 
-    mma = 2 * max(64, lay.block_m) * lay.block_n * k_padded / arch.mma_flops_per_clk
-    # Each math warpgroup reads its A rows and all of B from shared memory for every wgmma.
-    smem_read = k_padded * (lay.block_m + config.launch.num_math_warpgroups * lay.block_n) * elem
+    # One wgmma m64 x N x 16 per m64 atom and k16 step; each pays a fixed issue cost on top of
+    # its tensor-core time, so two m64 x 128 atoms cost more than one m64 x 256.
+    num_atoms = max(1, lay.block_m // 64)
+    per_wgmma = 2 * 64 * lay.block_n * 16 / arch.mma_flops_per_clk + WGMMA_ISSUE_CYCLES
+    mma = num_atoms * (k_padded // 16) * per_wgmma
+    # Every wgmma reads its 64 A rows and all BLOCK_N rows of B from shared memory.
+    smem_read = k_padded * (lay.block_m + num_atoms * lay.block_n) * elem
     l1 = smem_read / arch.smem_bytes_per_clk
     # L2 bandwidth is shared: fewer busy SMs each get a larger share, up to the SM's own port.
     l2_share = min(64.0, arch.l2_bytes_per_clk * arch.num_sms / num_ctas)
