@@ -1,0 +1,37 @@
+"""The benchmark case definitions (CPU logic): every suite loads, the anchors reproduce the
+published row totals, and the two contiguous layouts index the same real rows."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import bf16_cases
+
+
+def test_all_suites_load_with_published_anchor_totals() -> None:
+    cases = bf16_cases.load_cases()
+    assert {c.suite for c in cases} == set(bf16_cases.SUITES)
+    for case in cases:
+        assert len(case.rows) == case.num_groups and min(case.rows) >= 0
+        table_rows = case.anchor.get("table_rows")
+        if table_rows is not None:
+            assert case.total_rows == table_rows, case.name
+        if case.layout == "masked":
+            assert max(case.rows) <= case.max_m and case.expected_m > 0
+
+
+def test_group_layouts_agree() -> None:
+    rows = [5, 0, 130, 7]
+    lay = bf16_cases.group_layouts(rows, align=128)
+    assert lay["offs"].tolist() == [5, 5, 135, 142]
+    assert lay["padded_starts"] == [0, 128, 128, 384] and lay["padded_total"] == 512
+    m_indices, real = lay["m_indices"], lay["real_rows"]
+    assert real.numel() == sum(rows)
+    expected_groups = torch.repeat_interleave(torch.arange(4), torch.tensor(rows))
+    assert torch.equal(m_indices[real].long(), expected_groups)
+    assert (m_indices >= 0).sum() == sum(rows)
