@@ -54,7 +54,6 @@ L2_BYTES = 60 * 2**20
 ROTATE_BELOW = 3 * L2_BYTES
 MAX_ROTATE = 16
 TOL = 1e-5
-GPU_CLOCK_MHZ = 1980  # H200 boost clock; only sizes the queue-ahead sleep
 
 def descs_for(case: Case) -> list:
     """The GemmDescs moegemm's API builds for this case (for parallel precompilation)."""
@@ -132,21 +131,9 @@ class Timer:
         warmup = max(2, min(10, iters // 5))
         if not self.queued or not hasattr(torch.cuda, "_sleep"):
             return bench_us(fn, warmup=warmup, iters=iters)
-        for _ in range(warmup):
-            fn()
-        torch.cuda.synchronize()
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
         # Keep the GPU busy while the host queues every timed launch: no host gaps are timed.
         sleep_us = min(200_000.0, host_us * iters * 1.5 + 200.0)
-        torch.cuda._sleep(int(sleep_us * GPU_CLOCK_MHZ))
-        for s, e in zip(starts, ends):
-            s.record()
-            fn()
-            e.record()
-        torch.cuda.synchronize()
-        times = sorted(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
-        return times[len(times) // 2]
+        return bench_us(fn, warmup=warmup, iters=iters, queue_ahead_us=sleep_us)
 
 
 def rotating(fn, buffers: list):

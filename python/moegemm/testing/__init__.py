@@ -7,6 +7,8 @@ from collections.abc import Callable
 
 import torch
 
+SLEEP_CYCLES_PER_US = 1980  # torch.cuda._sleep counts clock cycles; H200 boost clock
+
 
 def calc_diff(x: torch.Tensor, y: torch.Tensor) -> float:
     """1 - cosine-like similarity, as DeepGEMM defines it: 0 for equal tensors, NaN-poisoned or
@@ -26,13 +28,21 @@ def reference_gemm_nt(
     return out + c.float() if c is not None else out
 
 
-def bench_us(fn: Callable[[], object], warmup: int = 10, iters: int = 50) -> float:
-    """Median time of `fn` in microseconds, timed with CUDA events per call."""
+def bench_us(
+    fn: Callable[[], object], warmup: int = 10, iters: int = 50, queue_ahead_us: float = 0.0
+) -> float:
+    """Median time of `fn` in microseconds, timed with CUDA events per call.
+
+    queue_ahead_us > 0 first parks the GPU in a sleep kernel that long (at ~2 GHz), so the host
+    queues every timed launch before the first runs: the events then time the kernels alone,
+    without the host gaps between launches."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    if queue_ahead_us > 0:
+        torch.cuda._sleep(int(queue_ahead_us * SLEEP_CYCLES_PER_US))
     for s, e in zip(starts, ends):
         s.record()
         fn()
