@@ -47,18 +47,24 @@ def row_stride(name: str, t: torch.Tensor) -> int:
         return cols  # nothing is read or written, so neither stride nor address matters
     if rows > 0 and cols > 1 and t.stride(1) != 1:
         raise ValueError(f"{name} must be row-major (stride(1) == 1), got strides {t.stride()}")
-    elem = t.element_size()
     ld = t.stride(0) if rows > 1 else cols
     if ld < cols:
         raise ValueError(f"{name} rows overlap: stride(0) = {ld} < {cols} columns")
-    if (ld * elem) % TMA_ALIGN_BYTES != 0:
-        raise ValueError(
-            f"{name} row stride must be a multiple of {TMA_ALIGN_BYTES} bytes "
-            f"({TMA_ALIGN_BYTES // elem} elements), got {ld} elements"
-        )
+    _require_tma_alignment(name, t, {"row": ld})
+    return ld
+
+
+def _require_tma_alignment(name: str, t: torch.Tensor, strides: dict[str, int]) -> None:
+    """TMA addresses rows in 16-byte units: every stride and the base must be multiples."""
+    elem = t.element_size()
+    for what, stride in strides.items():
+        if (stride * elem) % TMA_ALIGN_BYTES != 0:
+            raise ValueError(
+                f"{name} {what} stride must be a multiple of {TMA_ALIGN_BYTES} bytes "
+                f"({TMA_ALIGN_BYTES // elem} elements), got {stride} elements"
+            )
     if t.data_ptr() % TMA_ALIGN_BYTES != 0:
         raise ValueError(f"{name} must start on a {TMA_ALIGN_BYTES}-byte boundary")
-    return ld
 
 
 def batched_row_stride(name: str, t: torch.Tensor, *, collapsible: bool) -> tuple[int, int]:
@@ -70,7 +76,6 @@ def batched_row_stride(name: str, t: torch.Tensor, *, collapsible: bool) -> tupl
         return cols, rows * cols
     if cols > 1 and t.stride(2) != 1:
         raise ValueError(f"{name} must be row-major (stride(2) == 1), got strides {t.stride()}")
-    elem = t.element_size()
     ld = t.stride(1) if rows > 1 else cols
     ld_batch = t.stride(0) if batch > 1 else rows * ld
     if ld < cols:
@@ -81,14 +86,7 @@ def batched_row_stride(name: str, t: torch.Tensor, *, collapsible: bool) -> tupl
         )
     if ld_batch < rows * ld:
         raise ValueError(f"{name} batches overlap: stride(0) = {ld_batch} < {rows * ld}")
-    for what, stride in (("row", ld), ("batch", ld_batch)):
-        if (stride * elem) % TMA_ALIGN_BYTES != 0:
-            raise ValueError(
-                f"{name} {what} stride must be a multiple of {TMA_ALIGN_BYTES} bytes "
-                f"({TMA_ALIGN_BYTES // elem} elements), got {stride} elements"
-            )
-    if t.data_ptr() % TMA_ALIGN_BYTES != 0:
-        raise ValueError(f"{name} must start on a {TMA_ALIGN_BYTES}-byte boundary")
+    _require_tma_alignment(name, t, {"row": ld, "batch": ld_batch})
     return ld, ld_batch
 
 
