@@ -74,6 +74,26 @@ def main() -> None:
         "empty _C call": host_us_per_call(lambda: _C.get_pdl()),
         "torch.mm(out=)": host_us_per_call(lambda: torch.mm(a, bt, out=d)),
     }
+    # The grouped functions on tiny problems (2 groups): they take the full argument checks.
+    gb = torch.randn(2, 128, 128, device="cuda").bfloat16()
+    offs = torch.tensor([32, 64], device="cuda", dtype=torch.int32)
+    ma, md = a.view(2, 32, 128), d.view(2, 32, 128)
+    masked_m = torch.tensor([32, 17], device="cuda", dtype=torch.int32)
+    kd = torch.empty(2, 128, 128, device="cuda")
+    rows["m-grouped offs (whole call)"] = host_us_per_call(
+        lambda: moegemm.m_grouped_bf16_gemm_nt_contiguous(a, gb, d, offs=offs)
+    )
+    rows["m-grouped masked (whole call)"] = host_us_per_call(
+        lambda: moegemm.m_grouped_bf16_gemm_nt_masked(ma, gb, md, masked_m, 16)
+    )
+    rows["k-grouped (whole call)"] = host_us_per_call(
+        lambda: moegemm.k_grouped_bf16_gemm_tn_contiguous(a, d, kd, offs)
+    )
+    if hasattr(torch, "_grouped_mm"):
+        gbt = gb.transpose(-2, -1)
+        rows["torch._grouped_mm (offs)"] = host_us_per_call(
+            lambda: torch._grouped_mm(a, gbt, offs=offs)
+        )
     for name, us in rows.items():
         print(f"{name:28s} {us:7.2f} us/call")
     env = dict(os.environ)
