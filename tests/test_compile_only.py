@@ -61,9 +61,11 @@ def test_kernel_compiles_for_sm90a(
     cuobjdump = find_cuobjdump()
     if cuobjdump is None:
         pytest.skip("cuobjdump not found: cubin built, SASS not inspected")
-    sass = subprocess.run(
-        [str(cuobjdump), "--dump-sass", str(cubin_path)], capture_output=True, text=True, check=True
-    ).stdout
+    proc = subprocess.run(
+        [str(cuobjdump), "--dump-sass", str(cubin_path)], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, f"cuobjdump failed: {proc.stdout[-500:]} {proc.stderr[-500:]}"
+    sass = proc.stdout
     assert "HGMMA" in sass, "the math must run on wgmma"
     assert "LDL" not in sass and "STL" not in sass, "no local-memory traffic"
 
