@@ -37,7 +37,8 @@ if [ "${MOEGEMM_GPU_TESTS:-1}" != 0 ]; then
   test_rc=${PIPESTATUS[0]}
 fi
 
-# Which benchmark stages run: any of warmup, dense, grouped, quality (comma-separated).
+# Which benchmark stages run: any of warmup, dense, grouped, quality, breakdown (comma-separated;
+# breakdown is opt-in).
 stages=",${MOEGEMM_GPU_BENCH:-warmup,dense,grouped,quality},"
 bench_rc=0
 
@@ -64,6 +65,11 @@ if [[ $stages == *,quality,* ]]; then
   timeout "${MOEGEMM_QUALITY_TIMEOUT:-240}" python3 benchmarks/heuristic_quality.py \
     ${MOEGEMM_QUALITY_ARGS:-} --json "$log_dir/heuristic_quality.json" 2>&1 \
     | tee "$log_dir/heuristic_quality.log" | tail -30 || bench_rc=1
+fi
+
+if [[ $stages == *,breakdown,* ]]; then
+  echo "== stage breakdown (variants that leave the wgmma or the stores out)"
+  python3 benchmarks/stage_breakdown.py 2>&1 | tee "$log_dir/stage_breakdown.log" || bench_rc=1
 fi
 
 echo "== summary"

@@ -77,3 +77,17 @@ def test_heuristic_picks_compile(tmp_path, monkeypatch) -> None:
         config = select_config(GemmDesc("bf16_gemm_nt", m=m, n=4096, k=7168), SM90)
         spec = sm90_bf16_gemm_spec(config, "bf16", False)
         assert count_cubin_kernels(cache.build_or_load(spec).read_bytes()) == 1
+
+
+def test_stage_breakdown_variants_compile(tmp_path, monkeypatch) -> None:
+    """The timing-only builds of benchmarks/stage_breakdown.py (wgmma and/or stores left out)."""
+    monkeypatch.setenv("MOEGEMM_CACHE_DIR", str(tmp_path))
+    config = config_with(128, 256, "m_grouped_offsets")
+    names = set()
+    for variant in (1, 2, 3):
+        spec = sm90_bf16_gemm_spec(config, "bf16", False, "m_grouped_offsets", variant)
+        assert f"#define MOEGEMM_STAGE_VARIANT {variant}" in spec.source
+        assert count_cubin_kernels(cache.build_or_load(spec).read_bytes()) == 1
+        names.add(spec.name)
+    assert len(names) == 3
+    assert "MOEGEMM_STAGE_VARIANT" not in sm90_bf16_gemm_spec(config, "bf16", False).source

@@ -29,6 +29,12 @@
 #include <moegemm/ptx/sm90.cuh>
 #include <moegemm/scheduler/sm90_grouped_scheduler.cuh>
 
+// Stage-breakdown builds (benchmarks/stage_breakdown.py) leave one stage out to time the rest:
+// bit 0 skips the wgmma, bit 1 skips the epilogue's stores. Production kernels never define it.
+#ifndef MOEGEMM_STAGE_VARIANT
+#define MOEGEMM_STAGE_VARIANT 0
+#endif
+
 namespace moegemm::sm90 {
 
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t BLOCK_K, uint32_t kNumStages,
@@ -127,8 +133,9 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
 #pragma unroll
           for (uint32_t a = 0; a < kAtomsM; ++a) {
             const uint64_t desc_a = make_smem_desc_k128b(stage_a + a * 64 * 128);
-            wgmma_bf16<BLOCK_N>(advance_desc(desc_a, kk * 32), advance_desc(desc_b, kk * 32),
-                                acc[a]);
+            if constexpr ((MOEGEMM_STAGE_VARIANT & 1) == 0)
+              wgmma_bf16<BLOCK_N>(advance_desc(desc_a, kk * 32), advance_desc(desc_b, kk * 32),
+                                  acc[a]);
           }
         }
         cute::warpgroup_commit_batch();
@@ -154,7 +161,7 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
 
       const uint32_t row0 = tile.row0 + math_wg * Traits::kWgRows;
 #pragma unroll
-      for (uint32_t a = 0; a < kAtomsM; ++a) {
+      for (uint32_t a = 0; a < kAtomsM && (MOEGEMM_STAGE_VARIANT & 2) == 0; ++a) {
         store_accumulators<BLOCK_N, kWithC, OutT>(
             acc[a], static_cast<OutT*>(params.d), params.c, params.ldd, params.ldc, tile.row_end,
             params.n, row0 + a * 64, tile.n_block * BLOCK_N);

@@ -36,8 +36,11 @@ def max_ctas(desc: GemmDesc, config: GemmConfig) -> int:
     return desc.num_groups * math.ceil(desc.m / lay.block_m) * n_blocks  # k_grouped
 
 
-def build_plan(device: int, desc: GemmDesc, config: GemmConfig | None = None) -> Plan:
-    """The heuristics' config for `desc` (or the given one), compiled, loaded and bound."""
+def build_plan(
+    device: int, desc: GemmDesc, config: GemmConfig | None = None, stage_variant: int = 0
+) -> Plan:
+    """The heuristics' config for `desc` (or the given one), compiled, loaded and bound.
+    stage_variant builds a timing-only kernel (see jit/codegen.py); never used by the API."""
     from .. import _C
 
     arch = arch_for_device(device)
@@ -48,7 +51,8 @@ def build_plan(device: int, desc: GemmDesc, config: GemmConfig | None = None) ->
         kernel = load_kernel(sm90_bf16_k_grouped_spec(config, desc.with_c))
         launcher_type = _C.Sm90Bf16KGroupedLauncher
     else:
-        kernel = load_kernel(sm90_bf16_gemm_spec(config, desc.d_dtype, desc.with_c, desc.kind))
+        spec = sm90_bf16_gemm_spec(config, desc.d_dtype, desc.with_c, desc.kind, stage_variant)
+        kernel = load_kernel(spec)
         launcher_type = _C.Sm90Bf16GemmLauncher
     num_blocks = max(1, min(arch.num_sms, max_ctas(desc, config)))
     launch = launcher_type(

@@ -18,14 +18,25 @@ _SCHEDULERS = {
 
 
 def sm90_bf16_gemm_spec(
-    config: GemmConfig, d_dtype: str, with_c: bool, kind: str = "bf16_gemm_nt"
+    config: GemmConfig,
+    d_dtype: str,
+    with_c: bool,
+    kind: str = "bf16_gemm_nt",
+    stage_variant: int = 0,
 ) -> KernelSpec:
-    """The dense or m-grouped kernel (impls/sm90_bf16_grouped_gemm.cuh) for `config`."""
+    """The dense or m-grouped kernel (impls/sm90_bf16_grouped_gemm.cuh) for `config`.
+
+    stage_variant != 0 builds a timing-only kernel that leaves stages out (bit 0: the wgmma,
+    bit 1: the epilogue stores); its results are wrong by design (benchmarks/stage_breakdown.py).
+    """
     lay = config.layout
     scheduler_template, tag = _SCHEDULERS[kind]
     scheduler = "moegemm::sm90::" + scheduler_template.format(m=lay.block_m, n=lay.block_n)
     name = f"sm90_bf16_{tag}_{config.short_name()}_{d_dtype}" + ("_c" if with_c else "")
     extended = "" if lay.block_n in WGMMA_BASE_N else "#define MOEGEMM_WGMMA_EXTENDED_N\n"
+    if stage_variant:
+        name += f"_variant{stage_variant}"
+        extended += f"#define MOEGEMM_STAGE_VARIANT {stage_variant}\n"
     template_args = (
         f"{lay.block_m}, {lay.block_n}, {lay.block_k}, {config.pipeline.num_stages}, "
         f"{config.launch.num_math_warpgroups}, {'true' if with_c else 'false'}, "
