@@ -70,14 +70,7 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
   const uint32_t warp_idx = warp_idx_sync();
   const uint32_t lane_idx = threadIdx.x % 32;
   if (warp_idx == 0 && lane_idx == 0) {
-    prefetch_tma_desc(&params.tma_a);
-    prefetch_tma_desc(&params.tma_b);
-#pragma unroll
-    for (uint32_t s = 0; s < kNumStages; ++s) {
-      full[s].init(1);
-      empty[s].init(Traits::kNumMathWarps);
-    }
-    cutlass::arch::fence_barrier_init();
+    init_pipeline<kNumStages>(&params.tma_a, &params.tma_b, full, empty, Traits::kNumMathWarps);
   }
   __syncthreads();
 

@@ -102,6 +102,22 @@ __device__ __forceinline__ void pdl_launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;" :::);
 }
 
+// One thread sets up a kernel's TMA -> math pipeline: prefetches both operand descriptors and
+// initialises the stage barriers (full: the producer's one arrive plus TMA bytes; empty: one
+// arrive per math warp).
+template <uint32_t kNumStages>
+__device__ __forceinline__ void init_pipeline(const void* tma_a, const void* tma_b, Barrier* full,
+                                              Barrier* empty, uint32_t num_math_warps) {
+  prefetch_tma_desc(tma_a);
+  prefetch_tma_desc(tma_b);
+#pragma unroll
+  for (uint32_t s = 0; s < kNumStages; ++s) {
+    full[s].init(1);
+    empty[s].init(num_math_warps);
+  }
+  cutlass::arch::fence_barrier_init();
+}
+
 __device__ __forceinline__ uint32_t warp_idx_sync() {
   return __shfl_sync(0xffffffff, threadIdx.x / 32, 0);
 }
