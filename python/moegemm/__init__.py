@@ -54,14 +54,6 @@ def __dir__() -> list[str]:
 
 
 if not os.environ.get("MOEGEMM_LIGHT_IMPORT"):
-    from .api import (
-        bf16_gemm_nt,
-        get_mk_alignment_for_contiguous_layout,
-        get_num_sms,
-        get_pdl,
-        k_grouped_bf16_gemm_tn_contiguous,
-        m_grouped_bf16_gemm_nt_contiguous,
-        m_grouped_bf16_gemm_nt_masked,
-        set_num_sms,
-        set_pdl,
-    )
+    for _name in _PUBLIC:
+        __getattr__(_name)
+    del _name
