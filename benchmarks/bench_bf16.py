@@ -55,6 +55,7 @@ ROTATE_BELOW = 3 * L2_BYTES
 MAX_ROTATE = 16
 TOL = 1e-5
 
+
 def descs_for(case: Case) -> list:
     """The GemmDescs moegemm's API builds for this case (for parallel precompilation)."""
     from moegemm.heuristics import GemmDesc
@@ -67,8 +68,11 @@ def descs_for(case: Case) -> list:
             GemmDesc("m_grouped_contiguous", padded, n, k, g),
         ]
     if case.layout == "masked":
-        return [GemmDesc("m_grouped_masked", case.max_m, n, k, g,
-                         expected_m=min(case.expected_m, case.max_m))]
+        return [
+            GemmDesc(
+                "m_grouped_masked", case.max_m, n, k, g, expected_m=min(case.expected_m, case.max_m)
+            )
+        ]
     return [GemmDesc("k_grouped", n, k, math.ceil(total / g), g, d_dtype="fp32", with_c=True)]
 
 
@@ -97,8 +101,11 @@ def precompile(specs: list, jobs: int | None = None, quiet: bool = False) -> dic
             except Exception as exc:  # noqa: BLE001 - reported, the case then fails alone
                 errors[futures[fut]] = f"{type(exc).__name__}: {exc}"[:2000]
     if not quiet:
-        print(f"# precompiled {len(unique)} kernels in {time.perf_counter() - t0:.1f} s"
-              f" ({len(errors)} failed)", flush=True)
+        print(
+            f"# precompiled {len(unique)} kernels in {time.perf_counter() - t0:.1f} s"
+            f" ({len(errors)} failed)",
+            flush=True,
+        )
     return errors
 
 
@@ -223,19 +230,30 @@ def run_contiguous(case: Case, timer: Timer, loop_max_groups: int) -> dict:
             diff_offs = worse(diff_offs, calc_diff(d[s : s + r], ref))
             diff_idx = worse(diff_idx, calc_diff(d_pad[ps : ps + r], ref))
             del ref
-    res: dict = {"calc_diff": diff_offs, "calc_diff_idx": diff_idx, "rotate": len(bs),
-                 "padded_rows": padded, "errors": {}}
+    res: dict = {
+        "calc_diff": diff_offs,
+        "calc_diff_idx": diff_idx,
+        "rotate": len(bs),
+        "padded_rows": padded,
+        "errors": {},
+    }
     if not (diff_offs < TOL and diff_idx < TOL):
         res["errors"]["check"] = f"calc_diff offs {diff_offs:.2e} m_indices {diff_idx:.2e}"
     errors = res["errors"]
     res["ours_us"] = timer(rotating(lambda b: api(a, b, d, offs=offs), bs))
     res["ours_idx_us"] = timer(rotating(lambda b: api(a_pad, b, d_pad, m_indices), bs))
     res["torch_us"] = try_time(
-        timer, rotating(lambda b: torch._grouped_mm(a, b.transpose(-2, -1), offs=offs), bs),
-        "torch_grouped_mm", errors)
+        timer,
+        rotating(lambda b: torch._grouped_mm(a, b.transpose(-2, -1), offs=offs), bs),
+        "torch_grouped_mm",
+        errors,
+    )
     if g <= loop_max_groups:
-        pieces = [(grp, a[s : s + r], d[s : s + r])
-                  for grp, (r, s) in enumerate(zip(rows, lay["starts"])) if r]
+        pieces = [
+            (grp, a[s : s + r], d[s : s + r])
+            for grp, (r, s) in enumerate(zip(rows, lay["starts"]))
+            if r
+        ]
 
         def loop(b):
             for grp, ag, dg in pieces:
@@ -271,10 +289,13 @@ def run_masked(case: Case, timer: Timer, loop_max_groups: int) -> dict:
     res["torch_us"] = try_time(
         timer,
         rotating(lambda b: torch._grouped_mm(a_packed, b.transpose(-2, -1), offs=offs), bs),
-        "torch_grouped_mm", errors)
+        "torch_grouped_mm",
+        errors,
+    )
     d_bmm = torch.empty(g, max_m, n, device="cuda", dtype=torch.bfloat16)
     res["bmm_us"] = try_time(
-        timer, rotating(lambda b: torch.bmm(a, b.transpose(1, 2), out=d_bmm), bs), "bmm", errors)
+        timer, rotating(lambda b: torch.bmm(a, b.transpose(1, 2), out=d_bmm), bs), "bmm", errors
+    )
     if g <= loop_max_groups:
         pieces = [(grp, a[grp, :r], d[grp, :r]) for grp, r in enumerate(rows) if r]
 
@@ -316,14 +337,20 @@ def run_k_grouped(case: Case, timer: Timer, loop_max_groups: int, with_c: bool) 
     at = a.t()
     fn, dtype = probe_out_dtype(
         lambda: torch._grouped_mm(at, b, offs=offs, out_dtype=torch.float32),
-        lambda: torch._grouped_mm(at, b, offs=offs), notes, "torch_grouped_mm")
+        lambda: torch._grouped_mm(at, b, offs=offs),
+        notes,
+        "torch_grouped_mm",
+    )
     res["torch_out_dtype"] = dtype
     res["torch_us"] = try_time(timer, fn, "torch_grouped_mm", errors) if fn else None
     if g <= loop_max_groups:
         pieces = [(a[s : s + r].t(), b[s : s + r]) for r, s in zip(rows, starts) if r]
         fn, dtype = probe_out_dtype(
             lambda: [torch.mm(x, y, out_dtype=torch.float32) for x, y in pieces],
-            lambda: [torch.mm(x, y) for x, y in pieces], notes, "loop")
+            lambda: [torch.mm(x, y) for x, y in pieces],
+            notes,
+            "loop",
+        )
         res["loop_out_dtype"] = dtype
         res["loop_us"] = try_time(timer, fn, "loop", errors) if fn else None
     return res
@@ -392,8 +419,17 @@ def add_metrics(case: Case, res: dict, ceilings: dict) -> None:
         res["vs_dg_share"] = res["pct_cublas"] / dg["deepgemm_share_cublas"]
 
 
-RATIO_COLUMNS = ("x_torch", "x_torch_idx", "offs_over_idx", "x_loop", "x_bmm", "dg_x_torch",
-                 "vs_dg", "vs_dg_idx", "vs_dg_share")
+RATIO_COLUMNS = (
+    "x_torch",
+    "x_torch_idx",
+    "offs_over_idx",
+    "x_loop",
+    "x_bmm",
+    "dg_x_torch",
+    "vs_dg",
+    "vs_dg_idx",
+    "vs_dg_share",
+)
 
 
 def geomean(values: list[float]) -> float | None:
@@ -405,25 +441,29 @@ def fmt(x, spec: str, width: int) -> str:
     return format(x, spec).rjust(width) if isinstance(x, (int, float)) else "-".rjust(width)
 
 
-HEADER = (f"{'case':58s} {'reg':>7s} {'rows':>7s} {'ours us':>9s} {'idx us':>9s} {'TF/s':>6s} "
-          f"{'GB/s w':>7s} {'%copy':>6s} {'%cuBL':>6s} {'xtorch':>6s} {'offs/i':>6s} "
-          f"{'xloop':>6s} {'xbmm':>6s} {'DGx':>5s} {'vsDG':>5s} {'diff':>8s}")
+HEADER = (
+    f"{'case':58s} {'reg':>7s} {'rows':>7s} {'ours us':>9s} {'idx us':>9s} {'TF/s':>6s} "
+    f"{'GB/s w':>7s} {'%copy':>6s} {'%cuBL':>6s} {'xtorch':>6s} {'offs/i':>6s} "
+    f"{'xloop':>6s} {'xbmm':>6s} {'DGx':>5s} {'vsDG':>5s} {'diff':>8s}"
+)
 
 
 def format_row(r: dict) -> str:
     regime = r["regime"]
     pct_copy = r.get("pct_copy") if regime == "decode" else None
     pct_cublas = r.get("pct_cublas") if regime in ("prefill", "kgrp", "mid") else None
-    line = (f"{r['case'][:58]:58s} {regime:>7s} {r['total_rows']:7d} "
-            f"{fmt(r.get('ours_us'), '.1f', 9)} {fmt(r.get('ours_idx_us'), '.1f', 9)} "
-            f"{fmt(r.get('tflops'), '.0f', 6)} {fmt(r.get('gbps_weights'), '.0f', 7)} "
-            f"{fmt(pct_copy and 100 * pct_copy, '.1f', 6)} "
-            f"{fmt(pct_cublas and 100 * pct_cublas, '.1f', 6)} "
-            f"{fmt(r.get('x_torch'), '.3f', 6)} {fmt(r.get('offs_over_idx'), '.3f', 6)} "
-            f"{fmt(r.get('x_loop'), '.3f', 6)} {fmt(r.get('x_bmm'), '.3f', 6)} "
-            f"{fmt(r.get('dg_x_torch'), '.2f', 5)} "
-            f"{fmt(r.get('vs_dg', r.get('vs_dg_share')), '.3f', 5)} "
-            f"{fmt(r.get('calc_diff'), '.1e', 8)}")
+    line = (
+        f"{r['case'][:58]:58s} {regime:>7s} {r['total_rows']:7d} "
+        f"{fmt(r.get('ours_us'), '.1f', 9)} {fmt(r.get('ours_idx_us'), '.1f', 9)} "
+        f"{fmt(r.get('tflops'), '.0f', 6)} {fmt(r.get('gbps_weights'), '.0f', 7)} "
+        f"{fmt(pct_copy and 100 * pct_copy, '.1f', 6)} "
+        f"{fmt(pct_cublas and 100 * pct_cublas, '.1f', 6)} "
+        f"{fmt(r.get('x_torch'), '.3f', 6)} {fmt(r.get('offs_over_idx'), '.3f', 6)} "
+        f"{fmt(r.get('x_loop'), '.3f', 6)} {fmt(r.get('x_bmm'), '.3f', 6)} "
+        f"{fmt(r.get('dg_x_torch'), '.2f', 5)} "
+        f"{fmt(r.get('vs_dg', r.get('vs_dg_share')), '.3f', 5)} "
+        f"{fmt(r.get('calc_diff'), '.1e', 8)}"
+    )
     errs = r.get("errors") or {}
     if errs:
         line += "  ! " + "; ".join(f"{k}: {v}" for k, v in errs.items())[:300]
@@ -434,8 +474,11 @@ def summarize(results: list[dict]) -> dict:
     geo = {col: geomean([r.get(col) for r in results]) for col in RATIO_COLUMNS}
     decode = [r for r in results if r["regime"] == "decode" and r.get("pct_copy")]
     prefill = [r for r in results if r["regime"] == "prefill" and r.get("pct_cublas")]
-    kg = [r for r in results if r["regime"] == "kgrp" and r.get("pct_cublas")
-          and r["min_rows"] >= 2048]
+    kg = [
+        r
+        for r in results
+        if r["regime"] == "kgrp" and r.get("pct_cublas") and r["min_rows"] >= 2048
+    ]
     geo["pct_copy_decode"] = geomean([r["pct_copy"] for r in decode])
     geo["pct_cublas_prefill"] = geomean([r["pct_cublas"] for r in prefill])
     geo["pct_cublas_k_grouped"] = geomean([r["pct_cublas"] for r in kg])
@@ -445,21 +488,30 @@ def summarize(results: list[dict]) -> dict:
         "vs_deepgemm_geomean>=1.02": geomean([r["vs_dg"] for r in vs_dg]),
         "decode_pct_copy>=0.95": [r["case"] for r in decode if r["pct_copy"] < 0.95],
         "prefill_pct_cublas>=0.92": [r["case"] for r in prefill if r["pct_cublas"] < 0.92],
-        "offs_faster_than_idx_at_decode": [r["case"] for r in results if r["regime"] == "decode"
-                                           and r.get("offs_over_idx", 2.0) <= 1.0],
+        "offs_faster_than_idx_at_decode": [
+            r["case"]
+            for r in results
+            if r["regime"] == "decode" and r.get("offs_over_idx", 2.0) <= 1.0
+        ],
         "k_grouped_pct_cublas>=0.9": [r["case"] for r in kg if r["pct_cublas"] < 0.9],
-        "correctness_failures": [r["case"] for r in results if "check" in (r.get("errors") or {})
-                                 or "exception" in (r.get("errors") or {})],
+        "correctness_failures": [
+            r["case"]
+            for r in results
+            if "check" in (r.get("errors") or {}) or "exception" in (r.get("errors") or {})
+        ],
     }
     return {"geomean": geo, "checks": checks}
 
 
 def print_summary(summary: dict, ceilings: dict) -> None:
     geo = summary["geomean"]
-    print("\ngeometric means: " + ", ".join(
-        f"{k} {v:.3f}" for k, v in geo.items() if v is not None))
-    print(f"ceilings: copy {ceilings['copy_gbps']:.0f} GB/s (read + written), cuBLAS BF16 8192^3 "
-          f"{ceilings['cublas_tflops']:.0f} TFLOP/s")
+    print(
+        "\ngeometric means: " + ", ".join(f"{k} {v:.3f}" for k, v in geo.items() if v is not None)
+    )
+    print(
+        f"ceilings: copy {ceilings['copy_gbps']:.0f} GB/s (read + written), cuBLAS BF16 8192^3 "
+        f"{ceilings['cublas_tflops']:.0f} TFLOP/s"
+    )
     for name, val in summary["checks"].items():
         if isinstance(val, list):
             status = "PASS" if not val else f"MISS ({len(val)}): " + ", ".join(val[:6])
@@ -472,10 +524,21 @@ def print_summary(summary: dict, ceilings: dict) -> None:
 
 
 def run_case(case: Case, timer: Timer, args, ceilings: dict) -> dict:
-    base = {"case": case.name, "suite": case.suite, "index": case.index, "layout": case.layout,
-            "regime": case.regime, "num_groups": case.num_groups, "n": case.n, "k": case.k,
-            "total_rows": case.total_rows, "min_rows": min(case.rows), "max_m": case.max_m,
-            "expected_m": case.expected_m, "anchor": case.anchor}
+    base = {
+        "case": case.name,
+        "suite": case.suite,
+        "index": case.index,
+        "layout": case.layout,
+        "regime": case.regime,
+        "num_groups": case.num_groups,
+        "n": case.n,
+        "k": case.k,
+        "total_rows": case.total_rows,
+        "min_rows": min(case.rows),
+        "max_m": case.max_m,
+        "expected_m": case.expected_m,
+        "anchor": case.anchor,
+    }
     try:
         if case.layout == "contiguous":
             res = run_contiguous(case, timer, args.loop_max_groups)
@@ -496,22 +559,42 @@ def run_case(case: Case, timer: Timer, args, ceilings: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--json", help="write all results here")
-    parser.add_argument("--suite", action="append", choices=SUITES,
-                        help="run only this suite (repeatable; default: all)")
+    parser.add_argument(
+        "--suite",
+        action="append",
+        choices=SUITES,
+        help="run only this suite (repeatable; default: all)",
+    )
     parser.add_argument("--cases", help="regex: run only cases whose name matches")
     parser.add_argument("--quick", action="store_true", help="a few cases per suite")
-    parser.add_argument("--timer", choices=("queued", "events"), default="queued",
-                        help="queued: launches queued behind a GPU sleep (no host gaps); "
-                        "events: moegemm.testing.bench_us as is")
-    parser.add_argument("--budget-ms", type=float, default=60.0,
-                        help="timed GPU time per measurement (sets the iteration count)")
+    parser.add_argument(
+        "--timer",
+        choices=("queued", "events"),
+        default="queued",
+        help="queued: launches queued behind a GPU sleep (no host gaps); "
+        "events: moegemm.testing.bench_us as is",
+    )
+    parser.add_argument(
+        "--budget-ms",
+        type=float,
+        default=60.0,
+        help="timed GPU time per measurement (sets the iteration count)",
+    )
     parser.add_argument("--max-iters", type=int, default=100)
-    parser.add_argument("--loop-max-groups", type=int, default=32,
-                        help="run the per-expert torch.mm loop only up to this many groups")
-    parser.add_argument("--kg-no-c", action="store_true",
-                        help="time k-grouped without C (default: C accumulated in place)")
+    parser.add_argument(
+        "--loop-max-groups",
+        type=int,
+        default=32,
+        help="run the per-expert torch.mm loop only up to this many groups",
+    )
+    parser.add_argument(
+        "--kg-no-c",
+        action="store_true",
+        help="time k-grouped without C (default: C accumulated in place)",
+    )
     parser.add_argument("--jobs", type=int, default=None, help="parallel compiles")
     parser.add_argument("--list", action="store_true", help="list the cases and exit")
     parser.add_argument("-v", "--verbose", action="store_true", help="tracebacks of failures")
@@ -527,8 +610,11 @@ def main(argv: list[str] | None = None) -> int:
         print("bench_bf16: no CUDA device", file=sys.stderr)
         return 1
     if moegemm.get_mk_alignment_for_contiguous_layout() != ALIGN:
-        print(f"bench_bf16: alignment is {moegemm.get_mk_alignment_for_contiguous_layout()}, "
-              f"this script assumes {ALIGN}", file=sys.stderr)
+        print(
+            f"bench_bf16: alignment is {moegemm.get_mk_alignment_for_contiguous_layout()}, "
+            f"this script assumes {ALIGN}",
+            file=sys.stderr,
+        )
         return 1
     torch.manual_seed(0)
     t_start = time.perf_counter()
@@ -546,12 +632,14 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"# no config for {c.name}: {exc}")
     precompile(specs, args.jobs)
 
-    timer = Timer(queued=args.timer == "queued", budget_ms=args.budget_ms,
-                  max_iters=args.max_iters)
+    timer = Timer(queued=args.timer == "queued", budget_ms=args.budget_ms, max_iters=args.max_iters)
     ceilings = measure_ceilings(timer)
-    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, timer {args.timer}; "
-          f"copy {ceilings['copy_gbps']:.0f} GB/s, cuBLAS BF16 {ceilings['cublas_tflops']:.0f} "
-          f"TFLOP/s", flush=True)
+    print(
+        f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, timer {args.timer}; "
+        f"copy {ceilings['copy_gbps']:.0f} GB/s, cuBLAS BF16 {ceilings['cublas_tflops']:.0f} "
+        f"TFLOP/s",
+        flush=True,
+    )
     print(HEADER, flush=True)
     results = []
     for case in cases:
@@ -563,9 +651,16 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - t_start
     print(f"# {len(results)} cases in {elapsed:.0f} s")
     if args.json:
-        out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-               "timer": args.timer, "ceilings": ceilings, "cases": results, **summary,
-               "elapsed_s": elapsed, "case_defs": [asdict(c) for c in cases]}
+        out = {
+            "gpu": torch.cuda.get_device_name(),
+            "torch": torch.__version__,
+            "timer": args.timer,
+            "ceilings": ceilings,
+            "cases": results,
+            **summary,
+            "elapsed_s": elapsed,
+            "case_defs": [asdict(c) for c in cases],
+        }
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1, default=str)
     return 0

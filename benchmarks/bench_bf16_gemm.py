@@ -74,9 +74,15 @@ def bench_dense(name: str, m: int, n: int, k: int) -> dict:
     cublas = time_rotating(lambda a, b: torch.mm(a, b.t(), out=d), sets)
     flops = 2 * m * n * k
     return {
-        "case": name, "m": m, "n": n, "k": k, "calc_diff": diff,
-        "moegemm_us": ours, "cublas_us": cublas,
-        "moegemm_tflops": flops / ours / 1e6, "cublas_tflops": flops / cublas / 1e6,
+        "case": name,
+        "m": m,
+        "n": n,
+        "k": k,
+        "calc_diff": diff,
+        "moegemm_us": ours,
+        "cublas_us": cublas,
+        "moegemm_tflops": flops / ours / 1e6,
+        "cublas_tflops": flops / cublas / 1e6,
         "speed_vs_cublas": cublas / ours,
     }
 
@@ -95,8 +101,9 @@ def bench_host_overhead(calls: int = 2000) -> dict:
 def first_call_seconds(cache_dir: str, m: int, n: int, k: int) -> float:
     env = dict(os.environ, MOEGEMM_CACHE_DIR=cache_dir)
     script = FIRST_CALL_SCRIPT.format(m=m, n=n, k=k)
-    out = subprocess.run([sys.executable, "-c", script], env=env, check=True,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, check=True, capture_output=True, text=True
+    )
     return float(out.stdout.strip().splitlines()[-1])
 
 
@@ -120,18 +127,26 @@ def main() -> None:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
 
-    print(f"{'case':32s} {'moegemm us':>10s} {'cuBLAS us':>10s} {'TFLOP/s':>8s} "
-          f"{'cuBLAS TF':>9s} {'x cuBLAS':>8s} {'diff':>8s}")
+    print(
+        f"{'case':32s} {'moegemm us':>10s} {'cuBLAS us':>10s} {'TFLOP/s':>8s} "
+        f"{'cuBLAS TF':>9s} {'x cuBLAS':>8s} {'diff':>8s}"
+    )
     for r in dense:
-        print(f"{r['case']:32s} {r['moegemm_us']:10.1f} {r['cublas_us']:10.1f} "
-              f"{r['moegemm_tflops']:8.1f} {r['cublas_tflops']:9.1f} "
-              f"{r['speed_vs_cublas']:8.3f} {r['calc_diff']:8.1e}")
+        print(
+            f"{r['case']:32s} {r['moegemm_us']:10.1f} {r['cublas_us']:10.1f} "
+            f"{r['moegemm_tflops']:8.1f} {r['cublas_tflops']:9.1f} "
+            f"{r['speed_vs_cublas']:8.3f} {r['calc_diff']:8.1e}"
+        )
     geo = math.exp(sum(math.log(r["speed_vs_cublas"]) for r in dense) / len(dense))
     print(f"{'geometric mean x cuBLAS':32s} {geo:51.3f}")
-    print(f"host path: {host['moegemm_us']:.2f} us/call vs torch.mm {host['torch_mm_us']:.2f} "
-          f"us/call over {host['calls']} tiny calls: {host['ratio']:.2f} x torch.mm")
-    print(f"JIT: cold first call {jit['cold_first_call_s']:.2f} s, warm-cache first call in a "
-          f"new process {jit['warm_first_call_ms']:.1f} ms")
+    print(
+        f"host path: {host['moegemm_us']:.2f} us/call vs torch.mm {host['torch_mm_us']:.2f} "
+        f"us/call over {host['calls']} tiny calls: {host['ratio']:.2f} x torch.mm"
+    )
+    print(
+        f"JIT: cold first call {jit['cold_first_call_s']:.2f} s, warm-cache first call in a "
+        f"new process {jit['warm_first_call_ms']:.1f} ms"
+    )
 
 
 if __name__ == "__main__":

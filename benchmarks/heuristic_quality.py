@@ -98,8 +98,7 @@ def desc_for(q: QCase) -> GemmDesc:
     if q.layout == "idx":
         return GemmDesc("m_grouped_contiguous", sum(round_up(r, ALIGN) for r in c.rows), n, k, g)
     if q.layout == "masked":
-        return GemmDesc("m_grouped_masked", c.max_m, n, k, g,
-                        expected_m=min(c.expected_m, c.max_m))
+        return GemmDesc("m_grouped_masked", c.max_m, n, k, g, expected_m=min(c.expected_m, c.max_m))
     return GemmDesc("k_grouped", n, k, math.ceil(total / g), g, d_dtype="fp32", with_c=True)
 
 
@@ -151,8 +150,13 @@ class Problem:
             lay = group_layouts(rows, ALIGN, device="cuda")
             a = randn_bf16(c.total_rows, k)
             self.bs = weight_sets(c)
-            ref = torch.cat([a[s : s + r].float() @ self.bs[0][grp].float().t()
-                             for grp, (r, s) in enumerate(zip(rows, lay["starts"])) if r])
+            ref = torch.cat(
+                [
+                    a[s : s + r].float() @ self.bs[0][grp].float().t()
+                    for grp, (r, s) in enumerate(zip(rows, lay["starts"]))
+                    if r
+                ]
+            )
             api = moegemm.m_grouped_bf16_gemm_nt_contiguous
             if layout == "offs":
                 d, offs = nan_tensor(c.total_rows, n), lay["offs"]
@@ -170,8 +174,13 @@ class Problem:
             d = nan_tensor(g, c.max_m, n)
             masked_m = torch.tensor(rows, device="cuda", dtype=torch.int32)
             valid = torch.arange(c.max_m, device="cuda")[None, :] < masked_m[:, None]
-            ref = torch.cat([a[grp, :r].float() @ self.bs[0][grp].float().t()
-                             for grp, r in enumerate(rows) if r])
+            ref = torch.cat(
+                [
+                    a[grp, :r].float() @ self.bs[0][grp].float().t()
+                    for grp, r in enumerate(rows)
+                    if r
+                ]
+            )
             api, expected = moegemm.m_grouped_bf16_gemm_nt_masked, c.expected_m
             self.run = lambda b, cfg: api(a, b, d, masked_m, expected, config=cfg)
             self.real = lambda: d[valid]
@@ -180,8 +189,15 @@ class Problem:
             lay = group_layouts(rows, device="cuda")
             offs = lay["offs"]
             c_in = torch.randn(g, n, k, device="cuda")
-            ref = torch.stack([a[s : s + r].float().t() @ bk[s : s + r].float()
-                               for r, s in zip(rows, lay["starts"])]) + c_in
+            ref = (
+                torch.stack(
+                    [
+                        a[s : s + r].float().t() @ bk[s : s + r].float()
+                        for r, s in zip(rows, lay["starts"])
+                    ]
+                )
+                + c_in
+            )
             d = nan_tensor(g, n, k, dtype=torch.float32)
             self.bs = [None]
             api = moegemm.k_grouped_bf16_gemm_tn_contiguous
@@ -212,11 +228,18 @@ def measure_case(q: QCase, arch, args, failed_specs: dict) -> dict:
     cands, pick = choose_candidates(desc, arch, args.max_configs)
     names = {c: c.short_name() for c in cands}
     est = {c: sm90.estimate_cycles(c, desc, arch) for c in cands}
-    row: dict = {"id": q.id, "case": q.label, "desc": str(desc), "pick": names[pick],
-                 "candidates": len(cands), "bad": {}, "times_us": {}, "est_cycles": {}}
+    row: dict = {
+        "id": q.id,
+        "case": q.label,
+        "desc": str(desc),
+        "pick": names[pick],
+        "candidates": len(cands),
+        "bad": {},
+        "times_us": {},
+        "est_cycles": {},
+    }
     prob = Problem(q)
-    timer = Timer(queued=args.timer == "queued", budget_ms=args.budget_ms,
-                  max_iters=args.max_iters)
+    timer = Timer(queued=args.timer == "queued", budget_ms=args.budget_ms, max_iters=args.max_iters)
     times: dict = {}
     for cfg in cands:
         name = names[cfg]
@@ -244,34 +267,55 @@ def measure_case(q: QCase, arch, args, failed_specs: dict) -> dict:
     default_us = timer(prob.timed(None))  # the plain API path (cached plan) for the pick
     best = min(times, key=times.get)
     order = sorted(times, key=times.get)
-    row.update({
-        "best": names[best], "pick_us": times[pick], "best_us": times[best],
-        "fraction": times[best] / times[pick], "pick_default_path_us": default_us,
-        "pick_measured_rank": order.index(pick) + 1,
-        "times_us": {names[c]: round(t, 2) for c, t in sorted(times.items(), key=lambda x: x[1])},
-    })
+    row.update(
+        {
+            "best": names[best],
+            "pick_us": times[pick],
+            "best_us": times[best],
+            "fraction": times[best] / times[pick],
+            "pick_default_path_us": default_us,
+            "pick_measured_rank": order.index(pick) + 1,
+            "times_us": {
+                names[c]: round(t, 2) for c, t in sorted(times.items(), key=lambda x: x[1])
+            },
+        }
+    )
     return row
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--all", action="store_true", help="every case of the suites")
     parser.add_argument("--cases", help="regex over case ids/names (applied after --all)")
-    parser.add_argument("--max-configs", type=int, default=12,
-                        help="candidates per case, the pick included (0: all legal)")
-    parser.add_argument("--retime", type=int, default=3,
-                        help="fastest candidates re-timed with the pick")
-    parser.add_argument("--timer", choices=("queued", "events"), default="queued",
-                        help="queued hides the host cost of forced-config calls (see "
-                        "bench_bf16.py); events: moegemm.testing.bench_us as is")
-    parser.add_argument("--budget-ms", type=float, default=30.0,
-                        help="timed GPU time per measurement")
+    parser.add_argument(
+        "--max-configs",
+        type=int,
+        default=12,
+        help="candidates per case, the pick included (0: all legal)",
+    )
+    parser.add_argument(
+        "--retime", type=int, default=3, help="fastest candidates re-timed with the pick"
+    )
+    parser.add_argument(
+        "--timer",
+        choices=("queued", "events"),
+        default="queued",
+        help="queued hides the host cost of forced-config calls (see "
+        "bench_bf16.py); events: moegemm.testing.bench_us as is",
+    )
+    parser.add_argument(
+        "--budget-ms", type=float, default=30.0, help="timed GPU time per measurement"
+    )
     parser.add_argument("--max-iters", type=int, default=60)
     parser.add_argument("--jobs", type=int, default=None, help="parallel compiles")
     parser.add_argument("--json", help="write the results here")
-    parser.add_argument("--list", action="store_true",
-                        help="list the cases and their candidates, then exit (no GPU needed)")
+    parser.add_argument(
+        "--list",
+        action="store_true",
+        help="list the cases and their candidates, then exit (no GPU needed)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
 
@@ -286,8 +330,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         for q in qcases:
             cands, pick = choose_candidates(desc_for(q), sm90_arch(), args.max_configs)
-            print(f"{q.label:70s} pick {pick.short_name():20s} "
-                  + " ".join(c.short_name() for c in cands[1:]))
+            print(
+                f"{q.label:70s} pick {pick.short_name():20s} "
+                + " ".join(c.short_name() for c in cands[1:])
+            )
         return 0
     if not torch.cuda.is_available():
         print("heuristic_quality: no CUDA device", file=sys.stderr)
@@ -306,10 +352,16 @@ def main(argv: list[str] | None = None) -> int:
         specs += [spec_for(desc, c) for c in choose_candidates(desc, arch, args.max_configs)[0]]
     failed = precompile(specs, args.jobs)
 
-    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, timer {args.timer}, "
-          f"max {args.max_configs} configs per case", flush=True)
-    print(f"{'case':70s} {'pick':>18s} {'best':>18s} {'pick us':>9s} {'best us':>9s} "
-          f"{'frac':>6s} {'rank':>5s}", flush=True)
+    print(
+        f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, timer {args.timer}, "
+        f"max {args.max_configs} configs per case",
+        flush=True,
+    )
+    print(
+        f"{'case':70s} {'pick':>18s} {'best':>18s} {'pick us':>9s} {'best us':>9s} "
+        f"{'frac':>6s} {'rank':>5s}",
+        flush=True,
+    )
     rows = []
     for q in qcases:
         try:
@@ -321,10 +373,13 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.empty_cache()
         rows.append(row)
         if "fraction" in row:
-            print(f"{row['case'][:70]:70s} {row['pick']:>18s} {row['best']:>18s} "
-                  f"{row['pick_us']:9.1f} {row['best_us']:9.1f} {100 * row['fraction']:5.1f}% "
-                  f"{row['pick_measured_rank']:2d}/{len(row['times_us']):<2d}"
-                  + (f"  ({len(row['bad'])} bad)" if row.get("bad") else ""), flush=True)
+            print(
+                f"{row['case'][:70]:70s} {row['pick']:>18s} {row['best']:>18s} "
+                f"{row['pick_us']:9.1f} {row['best_us']:9.1f} {100 * row['fraction']:5.1f}% "
+                f"{row['pick_measured_rank']:2d}/{len(row['times_us']):<2d}"
+                + (f"  ({len(row['bad'])} bad)" if row.get("bad") else ""),
+                flush=True,
+            )
         else:
             print(f"{row['case'][:70]:70s} ERROR {row.get('error')}", flush=True)
 
@@ -334,25 +389,45 @@ def main(argv: list[str] | None = None) -> int:
     errors = [r["id"] for r in rows if "fraction" not in r]
     print()
     if geo is not None:
-        print(f"geometric mean {100 * geo:.1f}% (target {100 * TARGET_GEOMEAN:.0f}%): "
-              f"{'PASS' if geo >= TARGET_GEOMEAN else 'MISS'}")
+        print(
+            f"geometric mean {100 * geo:.1f}% (target {100 * TARGET_GEOMEAN:.0f}%): "
+            f"{'PASS' if geo >= TARGET_GEOMEAN else 'MISS'}"
+        )
         below = [r for r in rows if "fraction" in r and r["fraction"] < TARGET_EVERY]
-        print(f"every case >= {100 * TARGET_EVERY:.0f}%: {'PASS' if not below else 'MISS'} "
-              f"(min {100 * min(fractions):.1f}%, {len(below)} below)")
-        print("worst: " + "; ".join(f"{r['id']} {100 * r['fraction']:.1f}% "
-                                    f"(pick {r['pick']}, best {r['best']})" for r in worst))
+        print(
+            f"every case >= {100 * TARGET_EVERY:.0f}%: {'PASS' if not below else 'MISS'} "
+            f"(min {100 * min(fractions):.1f}%, {len(below)} below)"
+        )
+        print(
+            "worst: "
+            + "; ".join(
+                f"{r['id']} {100 * r['fraction']:.1f}% (pick {r['pick']}, best {r['best']})"
+                for r in worst
+            )
+        )
     if errors:
         print(f"errors in {len(errors)} cases: {', '.join(errors)}")
     elapsed = time.perf_counter() - t0
     print(f"# {len(rows)} cases in {elapsed:.0f} s")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-                       "timer": args.timer, "max_configs": args.max_configs,
-                       "geomean": geo, "min": min(fractions) if fractions else None,
-                       "pass_geomean": geo is not None and geo >= TARGET_GEOMEAN,
-                       "pass_every": bool(fractions) and min(fractions) >= TARGET_EVERY,
-                       "errors": errors, "cases": rows, "elapsed_s": elapsed}, f, indent=1)
+            json.dump(
+                {
+                    "gpu": torch.cuda.get_device_name(),
+                    "torch": torch.__version__,
+                    "timer": args.timer,
+                    "max_configs": args.max_configs,
+                    "geomean": geo,
+                    "min": min(fractions) if fractions else None,
+                    "pass_geomean": geo is not None and geo >= TARGET_GEOMEAN,
+                    "pass_every": bool(fractions) and min(fractions) >= TARGET_EVERY,
+                    "errors": errors,
+                    "cases": rows,
+                    "elapsed_s": elapsed,
+                },
+                f,
+                indent=1,
+            )
     return 0
 
 

@@ -64,8 +64,24 @@ def main() -> None:
     plan = next(iter(plans.values()))
     stream = torch.cuda.current_stream().cuda_stream
     # (a, b, d, c, group_info, rows, m, n, k, groups, lda, ldb, ldb_group, ldd, ldc, stream)
-    launch_args = (a.data_ptr(), b.data_ptr(), d.data_ptr(), 0, 0, 64, 64, 128, 128, 1, 128,
-                   128, 128 * 128, 128, 0, stream)
+    launch_args = (
+        a.data_ptr(),
+        b.data_ptr(),
+        d.data_ptr(),
+        0,
+        0,
+        64,
+        64,
+        128,
+        128,
+        1,
+        128,
+        128,
+        128 * 128,
+        128,
+        0,
+        stream,
+    )
     rows = {
         "bf16_gemm_nt (whole call)": host_us_per_call(lambda: moegemm.bf16_gemm_nt(a, b, d)),
         "fast-path checks only": host_us_per_call(lambda: g._fast_path_args(a, b, d, None)),

@@ -27,6 +27,7 @@ inline void* as_ptr(uint64_t address) {
 // per-call values (a measurable share of a launch-bound call's host time).
 struct LaunchShape {
   int64_t block_m, block_n, block_k, num_blocks, num_threads, smem_bytes, cluster_m, cluster_n;
+  int64_t store_cols;  // TMA-store epilogue box width in columns; 0 = stores from registers
 
   LaunchConfig config(uint64_t stream) const {
     LaunchConfig config;
@@ -63,6 +64,12 @@ void launch_grouped(Kernel& kernel, const LaunchShape& shape, uint64_t a_ptr, ui
   params.tma_b = make_tma_3d(as_ptr(b_ptr), kBf16, kBf16Bytes, params.num_groups, params.n,
                              params.k, checked_u32(ldb, "ldb"), static_cast<uint64_t>(ldb_group),
                              checked_u32(shape.block_n, "block_n"), block_k, kSwizzle128B);
+  params.rows = num_rows;
+  if (shape.store_cols != 0) {
+    const uint32_t store_cols = checked_u32(shape.store_cols, "store_cols");
+    params.tma_d = make_tma_2d(as_ptr(d_ptr), kBf16, kBf16Bytes, num_rows, params.n, params.ldd,
+                               64, store_cols, swizzle_from_bytes(static_cast<int>(2 * store_cols)));
+  }
   params.d = as_ptr(d_ptr);
   params.c = static_cast<const float*>(as_ptr(c_ptr));
   params.group_info = static_cast<const int32_t*>(as_ptr(group_info_ptr));
@@ -130,9 +137,9 @@ class KGroupedLauncher {
 template <typename Launcher>
 Launcher* make_launcher(Kernel& kernel, int64_t block_m, int64_t block_n, int64_t block_k,
                         int64_t num_blocks, int64_t num_threads, int64_t smem_bytes,
-                        int64_t cluster_m, int64_t cluster_n) {
+                        int64_t cluster_m, int64_t cluster_n, int64_t store_cols) {
   return new Launcher(kernel, LaunchShape{block_m, block_n, block_k, num_blocks, num_threads,
-                                          smem_bytes, cluster_m, cluster_n});
+                                          smem_bytes, cluster_m, cluster_n, store_cols});
 }
 
 }  // namespace
@@ -143,7 +150,8 @@ void register_sm90_bf16_gemm(pybind11::module_& m) {
     return cls.def(py::init(&make_launcher<typename std::decay_t<decltype(cls)>::type>),
                    py::arg("kernel"), py::arg("block_m"), py::arg("block_n"), py::arg("block_k"),
                    py::arg("num_blocks"), py::arg("num_threads"), py::arg("smem_bytes"),
-                   py::arg("cluster_m"), py::arg("cluster_n"), py::keep_alive<1, 2>());
+                   py::arg("cluster_m"), py::arg("cluster_n"), py::arg("store_cols") = 0,
+                   py::keep_alive<1, 2>());
   };
   shape_args(py::class_<GroupedLauncher>(
                  m, "Sm90Bf16GemmLauncher",

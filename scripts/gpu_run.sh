@@ -37,8 +37,8 @@ if [ "${MOEGEMM_GPU_TESTS:-1}" != 0 ]; then
   test_rc=${PIPESTATUS[0]}
 fi
 
-# Which benchmark stages run: any of warmup, dense, grouped, quality, breakdown (comma-separated;
-# breakdown is opt-in).
+# Which benchmark stages run: any of warmup, dense, host, grouped, quality, breakdown
+# (comma-separated; host and breakdown are opt-in, dense includes host).
 stages=",${MOEGEMM_GPU_BENCH:-warmup,dense,grouped,quality},"
 bench_rc=0
 
@@ -54,6 +54,10 @@ if [[ $stages == *,dense,* ]]; then
   python3 benchmarks/bench_bf16_gemm.py --json "$log_dir/bench_bf16_gemm.json" 2>&1 \
     | tee "$log_dir/bench.log" || bench_rc=1
   python3 benchmarks/host_path_profile.py 2>&1 | tee "$log_dir/host_path.log"
+fi
+if [[ $stages == *,host,* ]]; then
+  echo "== host path (dense and grouped functions vs torch)"
+  python3 benchmarks/host_path_profile.py 2>&1 | tee "$log_dir/host_path.log" | tail -25
 fi
 if [[ $stages == *,grouped,* ]]; then
   echo "== grouped benchmark"

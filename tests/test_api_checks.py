@@ -29,7 +29,12 @@ def test_valid_cpu_operands_are_refused_for_their_device() -> None:
 @pytest.mark.parametrize(
     "which,bad,exc,pattern",
     [
-        ("a", torch.randn(64, 256), TypeError, "a must have dtype torch.bfloat16, got torch.float32"),
+        (
+            "a",
+            torch.randn(64, 256),
+            TypeError,
+            "a must have dtype torch.bfloat16, got torch.float32",
+        ),
         ("b", torch.randn(128, 256).half(), TypeError, "b must have dtype torch.bfloat16"),
         ("d", torch.empty(64, 128, dtype=torch.float16), TypeError, "d must have dtype"),
         ("a", [[1.0]], TypeError, "a must be a torch.Tensor, got list"),

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from moegemm.heuristics import SM90, GemmDesc, select_config
-from moegemm.heuristics.sm90 import enumerate_bf16_configs
+from moegemm.heuristics.sm90 import enumerate_bf16_configs, store_cols
 from moegemm.jit import cache
 from moegemm.jit.codegen import sm90_bf16_gemm_spec, sm90_bf16_k_grouped_spec
 from moegemm.jit.compiler import find_cuobjdump
@@ -18,36 +18,56 @@ from moegemm.jit.cubin import count_cubin_kernels
 pytestmark = pytest.mark.nvcc  # conftest skips these where nvcc is missing
 
 
-def config_with(block_m: int, block_n: int, kind: str = "bf16_gemm_nt"):
-    desc = GemmDesc(kind, m=4096, n=4096, k=4096, num_groups=4)
+def config_with(
+    block_m: int,
+    block_n: int,
+    kind: str = "bf16_gemm_nt",
+    tma_store: bool = False,
+    d_dtype: str = "bf16",
+    with_c: bool = False,
+):
+    desc = GemmDesc(kind, m=4096, n=4096, k=4096, num_groups=4, d_dtype=d_dtype, with_c=with_c)
     for config in enumerate_bf16_configs(desc, SM90):
-        if config.layout.block_m == block_m and config.layout.block_n == block_n:
+        lay = config.layout
+        if (lay.block_m, lay.block_n, bool(store_cols(config))) == (block_m, block_n, tma_store):
             return config
-    raise AssertionError(f"no legal config {block_m}x{block_n}")
+    raise AssertionError(f"no legal config {block_m}x{block_n} (TMA store: {tma_store})")
 
 
 # One warpgroup / two warpgroups / two m64 atoms per warpgroup / an extended-N atom, across the
-# epilogue variants (BF16 out, FP32 out with C) and every tile scheduler (layout).
+# epilogues (registers with BF16 out, FP32 out with C; TMA stores of 64-, 32- and 16-column
+# boxes) and every tile scheduler (layout).
 VARIANTS = [
-    ("bf16_gemm_nt", 64, 64, "bf16", False),
-    ("bf16_gemm_nt", 128, 256, "fp32", True),
-    ("bf16_gemm_nt", 256, 128, "bf16", False),
-    ("bf16_gemm_nt", 128, 48, "bf16", True),
-    ("m_grouped_contiguous", 128, 128, "bf16", False),
-    ("m_grouped_offsets", 64, 256, "bf16", False),
-    ("m_grouped_masked", 256, 112, "bf16", False),
-    ("k_grouped", 128, 256, "fp32", True),
-    ("k_grouped", 64, 128, "fp32", False),
+    ("bf16_gemm_nt", 64, 64, "bf16", False, False),
+    ("bf16_gemm_nt", 128, 256, "fp32", True, False),
+    ("bf16_gemm_nt", 256, 128, "bf16", False, False),
+    ("bf16_gemm_nt", 128, 48, "bf16", True, False),
+    ("bf16_gemm_nt", 128, 224, "bf16", False, True),
+    ("m_grouped_contiguous", 128, 128, "bf16", False, False),
+    ("m_grouped_contiguous", 128, 256, "bf16", False, True),
+    ("m_grouped_offsets", 64, 256, "bf16", False, False),
+    ("m_grouped_offsets", 128, 240, "bf16", False, True),
+    ("m_grouped_masked", 256, 112, "bf16", False, False),
+    ("m_grouped_masked", 256, 96, "bf16", False, True),
+    ("k_grouped", 128, 256, "fp32", True, False),
+    ("k_grouped", 64, 128, "fp32", False, False),
 ]
 
 
-@pytest.mark.parametrize("kind,block_m,block_n,d_dtype,with_c", VARIANTS)
+@pytest.mark.parametrize("kind,block_m,block_n,d_dtype,with_c,tma_store", VARIANTS)
 def test_kernel_compiles_for_sm90a(
-    kind: str, block_m: int, block_n: int, d_dtype: str, with_c: bool, tmp_path, monkeypatch
+    kind: str,
+    block_m: int,
+    block_n: int,
+    d_dtype: str,
+    with_c: bool,
+    tma_store: bool,
+    tmp_path,
+    monkeypatch,
 ) -> None:
     monkeypatch.setenv("MOEGEMM_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("MOEGEMM_JIT_PTXAS_CHECK", "1")  # fails the build on local memory
-    config = config_with(block_m, block_n, kind)
+    config = config_with(block_m, block_n, kind, tma_store, d_dtype, with_c)
     if kind == "k_grouped":
         spec = sm90_bf16_k_grouped_spec(config, with_c)
     else:
@@ -68,6 +88,10 @@ def test_kernel_compiles_for_sm90a(
     sass = proc.stdout
     assert "HGMMA" in sass, "the math must run on wgmma"
     assert "LDL" not in sass and "STL" not in sass, "no local-memory traffic"
+    if tma_store:
+        assert "STSM" in sass and "UTMASTG" in sass, "staged with stmatrix, stored by TMA"
+    else:
+        assert "UTMASTG" not in sass
 
 
 def test_heuristic_picks_compile(tmp_path, monkeypatch) -> None:
@@ -82,12 +106,24 @@ def test_heuristic_picks_compile(tmp_path, monkeypatch) -> None:
 def test_stage_breakdown_variants_compile(tmp_path, monkeypatch) -> None:
     """The timing-only builds of benchmarks/stage_breakdown.py (wgmma and/or stores left out)."""
     monkeypatch.setenv("MOEGEMM_CACHE_DIR", str(tmp_path))
-    config = config_with(128, 256, "m_grouped_offsets")
+    config = config_with(128, 256, "m_grouped_offsets", tma_store=True)
     names = set()
+    cuobjdump = find_cuobjdump()
     for variant in (1, 2, 3):
         spec = sm90_bf16_gemm_spec(config, "bf16", False, "m_grouped_offsets", variant)
         assert f"#define MOEGEMM_STAGE_VARIANT {variant}" in spec.source
-        assert count_cubin_kernels(cache.build_or_load(spec).read_bytes()) == 1
+        cubin_path = cache.build_or_load(spec)
+        assert count_cubin_kernels(cubin_path.read_bytes()) == 1
         names.add(spec.name)
+        if variant == 2 and cuobjdump is not None:
+            # Without stores the accumulators must stay live, or ptxas drops the wgmma too and
+            # the "no epilogue" timing measures loads only.
+            sass = subprocess.run(
+                [str(cuobjdump), "--dump-sass", str(cubin_path)],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            assert "HGMMA.64x256x16.F32.BF16" in sass
     assert len(names) == 3
     assert "MOEGEMM_STAGE_VARIANT" not in sm90_bf16_gemm_spec(config, "bf16", False).source

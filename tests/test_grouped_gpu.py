@@ -266,3 +266,69 @@ def test_argument_errors() -> None:
         moegemm.k_grouped_bf16_gemm_tn_contiguous(
             bf16(10, 100), bf16(10, 64), nan(4, 100, 64, dtype=torch.float32), offs
         )
+
+
+def epilogue_pairs(desc, block_ms=(64, 128, 256)):
+    """(register-store config, TMA-store config) of the same tile, for each block_m."""
+    from moegemm.heuristics import SM90
+    from moegemm.heuristics.sm90 import enumerate_configs, store_cols
+
+    by_tile: dict[tuple[int, int], dict[bool, object]] = {}
+    for config in enumerate_configs(desc, SM90):
+        lay = config.layout
+        by_tile.setdefault((lay.block_m, lay.block_n), {})[bool(store_cols(config))] = config
+    pairs = []
+    for block_m in block_ms:
+        # The widest tile with both epilogues, plus one whose width needs 16- or 32-column boxes.
+        tiles = sorted(t for t, v in by_tile.items() if t[0] == block_m and len(v) == 2)
+        for tile in {tiles[-1], next(t for t in tiles if t[1] % 64)}:
+            pairs.append((by_tile[tile][False], by_tile[tile][True]))
+    return pairs
+
+
+def test_tma_store_epilogue_matches_register_stores() -> None:
+    """Both epilogues write the same bits, and only inside each group: tiles whose rows cross a
+    group boundary, the N tail and the tensor's last rows all take their own path."""
+    from moegemm.heuristics import GemmDesc
+
+    sizes = [0, 1, 127, 128, 300, 1000, 64, 65]
+    num_groups, n, k = len(sizes), 2880, 2048  # 2880 = 11 * 256 + 64: an N tail for most tiles
+    total = sum(sizes)
+    a, b = bf16(total, k), bf16(num_groups, n, k, scale=0.02)
+    offs = offsets(sizes)
+    desc = GemmDesc("m_grouped_offsets", total, n, k, num_groups, expected_m=total // num_groups)
+    for direct, staged in epilogue_pairs(desc):
+        outs = []
+        for config in (direct, staged):
+            storage = nan(total + 64, n)
+            moegemm.m_grouped_bf16_gemm_nt_contiguous(
+                a, b, storage[:total], offs=offs, config=config
+            )
+            assert storage[total:].isnan().all(), config.short_name()
+            outs.append(storage[:total])
+        assert torch.equal(outs[0], outs[1]), f"{direct.short_name()} vs {staged.short_name()}"
+        assert max_group_diff(outs[1], a, b, sizes) < TOL
+
+
+def test_tma_store_epilogue_masked_and_dense() -> None:
+    from moegemm.heuristics import GemmDesc
+
+    num_groups, max_m, n, k = 4, 256, 4096, 768
+    masked = [256, 0, 200, 64]  # full (TMA), empty, crossing (registers), one atom
+    a, b = bf16(num_groups, max_m, k), bf16(num_groups, n, k, scale=0.02)
+    masked_m = torch.tensor(masked, device="cuda", dtype=torch.int32)
+    desc = GemmDesc("m_grouped_masked", max_m, n, k, num_groups, expected_m=max_m)
+    for _, staged in epilogue_pairs(desc):
+        d = nan(num_groups, max_m, n)
+        moegemm.m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, max_m, config=staged)
+        for g, rows in enumerate(masked):
+            if rows:
+                ref = a[g, :rows].float() @ b[g].float().t()
+                assert calc_diff(d[g, :rows], ref) < TOL, staged.short_name()
+            assert d[g, rows:].isnan().all(), staged.short_name()
+    m = 1000  # the last m-block runs past the tensor: TMA clips it
+    da, db = bf16(m, k), bf16(n, k, scale=0.02)
+    storage = nan(m + 64, n)
+    moegemm.bf16_gemm_nt(da, db, storage[:m])
+    assert calc_diff(storage[:m], da.float() @ db.float().t()) < TOL
+    assert storage[m:].isnan().all()

@@ -22,8 +22,12 @@ def test_selected_config_is_legal(m: int, n: int, k: int, d_dtype: str, with_c: 
     lay = config.layout
     assert config.pipeline.smem_bytes <= SM90.smem_budget
     assert config.pipeline.smem_bytes == sm90.smem_bytes_for(
-        lay.block_m, lay.block_n, config.pipeline.num_stages
+        lay.block_m, lay.block_n, config.pipeline.num_stages, sm90.store_cols(config)
     )
+    if sm90.store_cols(config):  # the TMA-store epilogue writes BF16 and reads no C
+        assert d_dtype == "bf16" and not with_c
+        assert lay.block_n % sm90.store_cols(config) == 0
+        assert config.storage.swizzle_d == 2 * sm90.store_cols(config)
     assert lay.block_k * 2 == 128, "BF16 rows of one 128-byte swizzle atom"
     assert lay.block_n % 8 == 0 and 8 <= lay.block_n <= 256
     assert lay.block_m % (64 * config.launch.num_math_warpgroups) == 0

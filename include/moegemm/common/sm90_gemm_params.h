@@ -14,12 +14,16 @@ namespace moegemm {
 struct Sm90Bf16GemmParams {
   CUtensorMap tma_a;  // A [rows, K]: dims {K, rows}, box {BLOCK_K, BLOCK_M}, 128B swizzle
   CUtensorMap tma_b;  // B [G, N, K]: dims {K, N, G}, box {BLOCK_K, BLOCK_N, 1}, 128B swizzle
+  // D [rows, N] BF16 for the TMA-store epilogue: dims {N, rows}, box {store_cols, 64}, swizzle of
+  // store_cols * 2 bytes. Left unencoded when the kernel stores from registers.
+  CUtensorMap tma_d;
   void* d;            // D [rows, N], row stride ldd elements; BF16 or FP32 by template
   const float* c;     // C [rows, N] FP32, row stride ldc elements; nullptr when absent
   // Layout integers on the device: m_indices [rows] (contiguous), cumulative end rows [G]
   // (offsets) or valid rows per group [G] (masked); nullptr for the dense GEMM.
   const int32_t* group_info;
-  uint32_t m;  // total rows (dense, contiguous, offsets) or rows per group (masked)
+  uint32_t m;     // total rows (dense, contiguous, offsets) or rows per group (masked)
+  uint32_t rows;  // A/D rows in all (masked: groups * m); TMA stores clip at this bound
   uint32_t n, k;
   uint32_t num_groups;
   uint32_t ldd, ldc;

@@ -17,8 +17,14 @@
 //             warpgroup's wgmma reading stage s has retired). One wgmma batch stays in flight:
 //             stage s is released once the batch of stage s + 1 has been issued.
 //   Pipeline state is (stage_idx, phase); phase flips each time stage_idx wraps.
-// Shared memory: [A stages | B stages | full barriers | empty barriers]; every slice starts on
-//   a 1024-byte boundary as the 128B swizzle requires.
+// Shared memory: [A stages | B stages | D staging | full barriers | empty barriers]; every slice
+//   starts on a 1024-byte boundary as the 128B swizzle requires.
+// Epilogue (kStoreCols): 0 stores from registers (epilogue/sm90_direct_store.cuh). Otherwise a
+//   warpgroup whose rows all lie inside the tile's bound (or whose bound is the tensor's end,
+//   where TMA clips) stages BF16 results in its own D buffer and issues TMA stores
+//   (epilogue/sm90_tma_store.cuh, named barrier 1 + warpgroup), then starts the next tile while
+//   the copy engine writes; a warpgroup whose rows cross into another group stores from
+//   registers, so no row outside the tile's bound is ever written.
 // Tails: TMA zero-fills reads past the rows, N and K, so the mainloop never branches on bounds;
 //   rows of a neighbouring group that a tile's A box covers are read but never stored: the
 //   epilogue checks rows against the tile's bound and columns against N.
@@ -26,6 +32,7 @@
 
 #include <moegemm/common/sm90_gemm_params.h>
 #include <moegemm/epilogue/sm90_direct_store.cuh>
+#include <moegemm/epilogue/sm90_tma_store.cuh>
 #include <moegemm/ptx/sm90.cuh>
 #include <moegemm/scheduler/sm90_grouped_scheduler.cuh>
 
@@ -38,7 +45,7 @@
 namespace moegemm::sm90 {
 
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t BLOCK_K, uint32_t kNumStages,
-          uint32_t kNumMathWG, bool kWithC, typename OutT>
+          uint32_t kNumMathWG, bool kWithC, typename OutT, uint32_t kStoreCols>
 struct Bf16GemmTraits {
   static_assert(BLOCK_K == 64, "one 128-byte swizzle atom of BF16 per row");
   static_assert(BLOCK_M % (64 * kNumMathWG) == 0, "each math warpgroup owns whole m64 atoms");
@@ -50,27 +57,37 @@ struct Bf16GemmTraits {
   static constexpr uint32_t kBytesA = BLOCK_M * BLOCK_K * 2;
   static constexpr uint32_t kBytesB = BLOCK_N * BLOCK_K * 2;
   static_assert(kBytesA % 1024 == 0 && kBytesB % 1024 == 0, "slices must keep 1024B alignment");
-  static constexpr uint32_t kSmemBytes = kNumStages * (kBytesA + kBytesB) + kNumStages * 16;
+  static constexpr bool kTmaStore = kStoreCols != 0;
+  static_assert(!kTmaStore || (!kWithC && sizeof(OutT) == 2),
+                "the TMA-store epilogue writes BF16 without C");
+  static constexpr uint32_t kBytesD = kTmaStore ? BLOCK_M * BLOCK_N * 2 : 0;
+  static constexpr uint32_t kBytesDPerWG = kBytesD / kNumMathWG;
+  static constexpr uint32_t kSmemBytes =
+      kNumStages * (kBytesA + kBytesB) + kBytesD + kNumStages * 16;
 };
 
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t BLOCK_K, uint32_t kNumStages,
-          uint32_t kNumMathWG, bool kWithC, typename OutT, typename Scheduler>
+          uint32_t kNumMathWG, bool kWithC, typename OutT, uint32_t kStoreCols,
+          typename Scheduler>
 __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
     sm90_bf16_grouped_gemm_kernel(const __grid_constant__ Sm90Bf16GemmParams params) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using Traits = Bf16GemmTraits<BLOCK_M, BLOCK_N, BLOCK_K, kNumStages, kNumMathWG, kWithC, OutT>;
+  using Traits =
+      Bf16GemmTraits<BLOCK_M, BLOCK_N, BLOCK_K, kNumStages, kNumMathWG, kWithC, OutT, kStoreCols>;
   constexpr uint32_t kAtomsM = Traits::kAtomsM;
 
   extern __shared__ __align__(1024) uint8_t smem[];
   uint8_t* sA = smem;
   uint8_t* sB = smem + kNumStages * Traits::kBytesA;
-  auto* full = reinterpret_cast<Barrier*>(sB + kNumStages * Traits::kBytesB);
+  uint8_t* sD = sB + kNumStages * Traits::kBytesB;
+  auto* full = reinterpret_cast<Barrier*>(sD + Traits::kBytesD);
   auto* empty = full + kNumStages;
 
   const uint32_t warp_idx = warp_idx_sync();
   const uint32_t lane_idx = threadIdx.x % 32;
   if (warp_idx == 0 && lane_idx == 0) {
     init_pipeline<kNumStages>(&params.tma_a, &params.tma_b, full, empty, Traits::kNumMathWarps);
+    if constexpr (Traits::kTmaStore) prefetch_tma_desc(&params.tma_d);
   }
   __syncthreads();
 
@@ -153,13 +170,29 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
       if (lane_idx == 0 && kb_done > 0) empty[prev_stage].arrive();
 
       const uint32_t row0 = tile.row0 + math_wg * Traits::kWgRows;
+      if constexpr ((MOEGEMM_STAGE_VARIANT & 2) != 0) {
+        // Timing build without stores: keep the accumulators live so the wgmma stays.
+        if (acc[0][0] == 1.2345e-30f) static_cast<float*>(params.d)[threadIdx.x] = acc[0][1];
+        continue;
+      }
+      if constexpr (Traits::kTmaStore) {
+        if (row0 + Traits::kWgRows <= tile.row_end || tile.row_end >= params.rows) {
+          store_accumulators_tma<BLOCK_N, kStoreCols, kAtomsM>(
+              acc, sD + math_wg * Traits::kBytesDPerWG, &params.tma_d, row0,
+              tile.n_block * BLOCK_N, 1 + math_wg);
+          continue;
+        }
+      }
 #pragma unroll
-      for (uint32_t a = 0; a < kAtomsM && (MOEGEMM_STAGE_VARIANT & 2) == 0; ++a) {
+      for (uint32_t a = 0; a < kAtomsM; ++a) {
         store_accumulators<BLOCK_N, kWithC, OutT>(
             acc[a], static_cast<OutT*>(params.d), params.c, params.ldd, params.ldc, tile.row_end,
             params.n, row0 + a * 64, tile.n_block * BLOCK_N);
       }
     }
+    // The CTA's shared memory must outlive the copy engine's reads of the staging buffer.
+    if constexpr (Traits::kTmaStore)
+      if (threadIdx.x % 128 == 0) tma_store_drain();
   }
 #endif
 }

@@ -91,6 +91,36 @@ __device__ __forceinline__ void tma_load_3d(const void* desc, Barrier* bar, void
                                crd0, crd1, crd2);
 }
 
+// TMA stores from shared memory, tracked as bulk groups of the issuing thread: commit closes a
+// group; wait_read returns once every committed group has finished reading shared memory (the
+// buffer may be rewritten); drain waits until they have fully completed.
+__device__ __forceinline__ void tma_store_2d(const void* desc, const void* smem, int32_t crd0,
+                                             int32_t crd1) {
+  cute::SM90_TMA_STORE_2D::copy(desc, smem, crd0, crd1);
+}
+__device__ __forceinline__ void tma_store_commit() { cute::tma_store_arrive(); }
+__device__ __forceinline__ void tma_store_wait_read() { cute::tma_store_wait<0>(); }
+__device__ __forceinline__ void tma_store_drain() {
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
+// Orders this thread's ordinary shared-memory writes before later async-proxy reads (TMA
+// stores, wgmma) of the same bytes; a barrier must still follow.
+__device__ __forceinline__ void fence_async_shared() { cute::tma_store_fence(); }
+
+__device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t num_threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(num_threads) : "memory");
+}
+
+// Four 8 x 8 BF16 matrices to shared memory; lane l gives the address of row l % 8 of matrix
+// l / 8, and register i holds this lane's pair of matrix i.
+__device__ __forceinline__ void stmatrix_x4(uint32_t smem_addr, uint32_t r0, uint32_t r1,
+                                            uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.x4.m8n8.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(smem_addr),
+               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+
 __device__ __forceinline__ void prefetch_tma_desc(const void* desc) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(desc)) : "memory");
 }

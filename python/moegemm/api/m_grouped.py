@@ -1,10 +1,10 @@
 """m-grouped BF16 GEMMs: each row of A multiplies the weights of its group.
 
-    contiguous: rows of all groups in one [M, K] tensor, grouped either by DeepGEMM's per-row
-                `m_indices` (segments aligned to get_mk_alignment_for_contiguous_layout(), -1 for
-                padding rows) or by torch._grouped_mm's packed `offs` (cumulative end rows).
-    masked:     [G, max_m, K] buffers, group g uses its first masked_m[g] rows (decode under
-                CUDA graphs: sizes stay on the device).
+contiguous: rows of all groups in one [M, K] tensor, grouped either by DeepGEMM's per-row
+            `m_indices` (segments aligned to get_mk_alignment_for_contiguous_layout(), -1 for
+            padding rows) or by torch._grouped_mm's packed `offs` (cumulative end rows).
+masked:     [G, max_m, K] buffers, group g uses its first masked_m[g] rows (decode under
+            CUDA graphs: sizes stay on the device).
 """
 
 from __future__ import annotations

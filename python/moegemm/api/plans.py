@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from ..heuristics import GemmConfig, GemmDesc, select_config
+from ..heuristics.sm90 import store_cols
 from ..jit.codegen import sm90_bf16_gemm_spec, sm90_bf16_k_grouped_spec
 from ..jit.runtime import load_kernel
 from .device import arch_for_device, register_plan_cache
@@ -65,6 +66,7 @@ def build_plan(
         config.pipeline.smem_bytes,
         lay.cluster_m,
         lay.cluster_n,
+        store_cols=store_cols(config),
     )
     return Plan(config=config, launch=launch)
 

@@ -101,4 +101,5 @@ class GemmConfig:
             f"m{lay.block_m}n{lay.block_n}k{lay.block_k}s{self.pipeline.num_stages}"
             f"w{self.launch.num_math_warpgroups}c{lay.cluster_m}x{lay.cluster_n}"
             + ("t" if lay.swap_ab else "")
+            + (f"e{self.storage.store_box_d[0]}" if self.storage.store_box_d else "")
         )

@@ -4,6 +4,11 @@ The model charges each tile the slowest of three pipes (tensor cores, shared mem
 wgmma, L2 feeding TMA), adds the epilogue, and multiplies by the number of waves a persistent
 grid needs: fewer, fuller waves of cheap tiles win. Grouped layouts count their tiles per group
 (a group's last m-block is partly empty), which is what makes small groups prefer small tiles.
+
+Two epilogues: stores from registers (slow, measured ~5 B/clk per SM while the wgmma waits) or
+BF16 staged in shared memory and written by TMA stores behind the next tile's mainloop (only the
+shared-memory write is exposed, but the staging buffer costs pipeline stages, and a warpgroup
+whose rows cross a group boundary falls back to register stores).
 """
 
 from __future__ import annotations
@@ -33,15 +38,33 @@ BARRIER_BYTES_PER_STAGE = 16
 PIPELINE_FILL_CYCLES = 1500  # first TMA round trip before the first wgmma
 TILE_OVERHEAD_CYCLES = 300
 WGMMA_ISSUE_CYCLES = 8  # fixed cost of one wgmma instruction beyond its tensor-core cycles
+# Register-to-global stores, per SM while the math warpgroups wait: stage_breakdown.py measured
+# 6-7 us per 64 KB tile (~5 B/clk) on the H200.
+DIRECT_STORE_BYTES_PER_CLK = 6
+STMATRIX_BYTES_PER_CLK = 64  # staging writes into shared memory (half the port's peak)
+TMA_STORE_SYNC_CYCLES = 400  # two warpgroup barriers, the fence and the issue of the stores
+TMA_STORE_COLS = (64, 32, 16)  # box widths: one 128-, 64- or 32-byte swizzle span per row
 
 
 def math_warpgroups_for(block_m: int) -> int:
     return 1 if block_m == 64 else 2
 
 
-def smem_bytes_for(block_m: int, block_n: int, num_stages: int) -> int:
+def smem_bytes_for(block_m: int, block_n: int, num_stages: int, store_cols: int = 0) -> int:
+    """Shared memory of the m-grouped and k-grouped kernels: the stage ring plus, for the
+    TMA-store epilogue, one BF16 staging tile (the kernel's Traits::kSmemBytes)."""
     per_stage = (block_m + block_n) * BLOCK_K * 2 + BARRIER_BYTES_PER_STAGE
-    return num_stages * per_stage
+    staging = block_m * block_n * 2 if store_cols else 0
+    return num_stages * per_stage + staging
+
+
+def tma_store_cols(block_n: int) -> int:
+    """The widest TMA-store box (columns) that tiles block_n."""
+    return next(cols for cols in TMA_STORE_COLS if block_n % cols == 0)
+
+
+def tma_store_possible(desc: GemmDesc) -> bool:
+    return desc.kind != "k_grouped" and desc.d_dtype == "bf16" and not desc.with_c
 
 
 def block_m_choices(desc: GemmDesc) -> tuple[int, ...]:
@@ -56,7 +79,9 @@ def block_n_choices(desc: GemmDesc) -> tuple[int, ...]:
     return K_GROUPED_BLOCK_N if desc.kind == "k_grouped" else BLOCK_N_CHOICES
 
 
-def _make_config(block_m: int, block_n: int, num_stages: int, arch: ArchSpec) -> GemmConfig:
+def _make_config(
+    block_m: int, block_n: int, num_stages: int, arch: ArchSpec, store_cols: int = 0
+) -> GemmConfig:
     num_wg = math_warpgroups_for(block_m)
     return GemmConfig(
         layout=Layout(block_m=block_m, block_n=block_n, block_k=BLOCK_K),
@@ -65,9 +90,12 @@ def _make_config(block_m: int, block_n: int, num_stages: int, arch: ArchSpec) ->
             load_box_b=(BLOCK_K, block_n),
             swizzle_a=128,
             swizzle_b=128,
+            store_box_d=(store_cols, 64) if store_cols else None,
+            swizzle_d=2 * store_cols,
         ),
         pipeline=PipelineConfig(
-            num_stages=num_stages, smem_bytes=smem_bytes_for(block_m, block_n, num_stages)
+            num_stages=num_stages,
+            smem_bytes=smem_bytes_for(block_m, block_n, num_stages, store_cols),
         ),
         launch=LaunchConfig(
             num_sms=arch.num_sms, num_threads=128 * (num_wg + 1), num_math_warpgroups=num_wg
@@ -83,11 +111,14 @@ def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> Iterator[GemmConfig]:
         for block_n in block_n_choices(desc):
             if atoms_per_wg * block_n // 2 > MAX_ACCUM_REGS:
                 continue
-            per_stage = smem_bytes_for(block_m, block_n, 1)
-            num_stages = min(MAX_STAGES, arch.smem_budget // per_stage)
-            if num_stages < MIN_STAGES:
-                continue
-            yield _make_config(block_m, block_n, num_stages, arch)
+            epilogues = (0, tma_store_cols(block_n)) if tma_store_possible(desc) else (0,)
+            for store_cols in epilogues:
+                per_stage = smem_bytes_for(block_m, block_n, 1)
+                staging = smem_bytes_for(block_m, block_n, 0, store_cols)
+                num_stages = min(MAX_STAGES, (arch.smem_budget - staging) // per_stage)
+                if num_stages < MIN_STAGES:
+                    continue
+                yield _make_config(block_m, block_n, num_stages, arch, store_cols)
 
 
 # Kept for callers that only know the dense family.
@@ -103,8 +134,9 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
         and lay.block_n in block_n_choices(desc)
         and num_wg == math_warpgroups_for(lay.block_m)
         and lay.block_m // (64 * num_wg) * lay.block_n // 2 <= MAX_ACCUM_REGS
+        and _store_cols_legal(config, desc)
         and config.pipeline.smem_bytes
-        == smem_bytes_for(lay.block_m, lay.block_n, config.pipeline.num_stages)
+        == smem_bytes_for(lay.block_m, lay.block_n, config.pipeline.num_stages, store_cols(config))
         and config.pipeline.smem_bytes <= arch.smem_budget
         and config.pipeline.num_stages >= MIN_STAGES
         and config.launch.num_threads == 128 * (num_wg + 1)
@@ -113,6 +145,24 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
         and desc.n % 8 == 0
         and (desc.k % 8 == 0 or desc.kind == "k_grouped")
         and (desc.m % 8 == 0 or desc.kind != "k_grouped")
+    )
+
+
+def store_cols(config: GemmConfig) -> int:
+    """The TMA-store box width of `config`, 0 for the register-store epilogue."""
+    box = config.storage.store_box_d
+    return box[0] if box else 0
+
+
+def _store_cols_legal(config: GemmConfig, desc: GemmDesc) -> bool:
+    cols = store_cols(config)
+    if cols == 0:
+        return config.storage.swizzle_d == 0
+    return (
+        tma_store_possible(desc)
+        and cols == tma_store_cols(config.layout.block_n)
+        and config.storage.store_box_d == (cols, 64)
+        and config.storage.swizzle_d == 2 * cols
     )
 
 
@@ -158,10 +208,28 @@ def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> float
     # L2 bandwidth is shared: fewer busy SMs each get a larger share, up to the SM's own port.
     l2_share = min(64.0, arch.l2_bytes_per_clk * arch.num_sms / num_ctas)
     l2 = k_padded * (lay.block_m + lay.block_n) * elem / l2_share
-    out_bytes = DTYPE_BYTES[desc.d_dtype] * (2 if desc.with_c else 1)
-    epilogue = lay.block_m * lay.block_n * out_bytes / 32
+    epilogue = epilogue_cycles(config, desc)
     tile = max(mma, l1, l2) + epilogue + TILE_OVERHEAD_CYCLES
     return waves * tile + PIPELINE_FILL_CYCLES
+
+
+def epilogue_cycles(config: GemmConfig, desc: GemmDesc) -> float:
+    """Exposed epilogue cycles of an average tile: what the math warpgroups spend storing."""
+    lay = config.layout
+    grouped_rows = desc.kind in ("m_grouped_offsets", "m_grouped_masked")
+    rows_per_group = expected_rows_per_group(desc)
+    # A group's last m-block holds only its leftover rows; the others are full.
+    rows = min(lay.block_m, rows_per_group if grouped_rows else desc.m)
+    out_bytes = DTYPE_BYTES[desc.d_dtype] * (2 if desc.with_c else 1)
+    direct = rows * lay.block_n * out_bytes / DIRECT_STORE_BYTES_PER_CLK
+    if not store_cols(config):
+        return direct
+    staged = lay.block_m * lay.block_n * 2 / STMATRIX_BYTES_PER_CLK + TMA_STORE_SYNC_CYCLES
+    if not grouped_rows:
+        return staged
+    m_blocks = math.ceil(rows_per_group / lay.block_m)
+    partial = (rows_per_group % lay.block_m != 0) / m_blocks  # share of tiles crossing a bound
+    return (1 - partial) * staged + partial * direct
 
 
 def _rank_key(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> tuple:

@@ -37,8 +37,10 @@ def run_quick_check(shapes: list[dict[str, Any]], tokens: list[int]) -> bool:
             cublas = bench_us(lambda a=a, b=b, d=d: torch.mm(a, b.t(), out=d))
             ratios.append(cublas / ours)
             label = f"{shape.get('op', '')} n={n} k={k}"
-            print(f"{label:28s} {m:6d} {diff:8.1e} {ours:9.1f} "
-                  f"{2 * m * n * k / ours / 1e6:8.1f} {cublas / ours:8.3f}")
+            print(
+                f"{label:28s} {m:6d} {diff:8.1e} {ours:9.1f} "
+                f"{2 * m * n * k / ours / 1e6:8.1f} {cublas / ours:8.3f}"
+            )
     if ratios:
         geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
         print(f"check: {'all passed' if ok else 'FAILED'}; geometric mean {geo:.3f} x cuBLAS")

@@ -1,0 +1,93 @@
+// Epilogue that stages a warpgroup's BF16 results in shared memory and writes them with TMA
+// stores, so the math warpgroup goes back to the next tile's wgmma while the copy engine drains
+// the previous tile to global memory.
+//
+// Staging layout (one buffer per math warpgroup, reused every tile): for each m64 atom, the
+// BLOCK_N columns are cut into chunks of kStoreCols columns (kStoreCols * 2 = 32, 64 or 128
+// bytes per row); a chunk is 64 rows x that many bytes, swizzled the way the TMA store's
+// tensor map expects (16-byte unit index XOR the row bits above the 128-byte line), which also
+// keeps every stmatrix phase free of bank conflicts. One TMA store per chunk, box
+// {kStoreCols, 64}; tensor-map bounds clip the N tail and the tensor's last rows.
+//
+// Synchronisation, per tile, inside the warpgroup (named barrier `barrier_id`, 128 threads):
+//   1. thread 0 waits until the previous tile's stores have finished reading the buffer;
+//   2. barrier; every thread writes its accumulators with stmatrix; async-proxy fence;
+//   3. barrier; thread 0 issues the stores and commits them as one bulk group.
+// The caller must call tma_store_drain() from thread 0 before the CTA exits.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#include <moegemm/ptx/sm90.cuh>
+
+namespace moegemm::sm90 {
+
+template <uint32_t BLOCK_N, uint32_t kStoreCols>
+struct TmaStoreLayout {
+  static_assert(kStoreCols == 16 || kStoreCols == 32 || kStoreCols == 64,
+                "a chunk row must be one 32-, 64- or 128-byte swizzle span");
+  static_assert(BLOCK_N % kStoreCols == 0, "chunks must tile the block's columns");
+  static constexpr uint32_t kSpanBytes = kStoreCols * 2;
+  static constexpr uint32_t kChunkBytes = 64 * kSpanBytes;
+  static constexpr uint32_t kNumChunks = BLOCK_N / kStoreCols;
+  static constexpr uint32_t kAtomBytes = kNumChunks * kChunkBytes;  // one m64 x BLOCK_N slab
+
+  // Byte offset of (row, col) inside an atom's staging slab, swizzled as TMA reads it. The slab
+  // must start on a 1024-byte boundary.
+  __device__ __forceinline__ static uint32_t offset(uint32_t row, uint32_t col) {
+    const uint32_t linear =
+        (col / kStoreCols) * kChunkBytes + row * kSpanBytes + (col % kStoreCols) * 2;
+    return linear ^ (((linear >> 7) & (kSpanBytes / 16 - 1)) << 4);
+  }
+};
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Writes kAtomsM m64 x BLOCK_N accumulator blocks (rows row0 + 64 a) through `smem_buf`
+// (kAtomsM * kAtomBytes, 1024-aligned). All 128 threads of the warpgroup call it.
+template <uint32_t BLOCK_N, uint32_t kStoreCols, uint32_t kAtomsM>
+__device__ __forceinline__ void store_accumulators_tma(const float (*acc)[BLOCK_N / 2],
+                                                       uint8_t* smem_buf, const void* tma_d,
+                                                       uint32_t row0, uint32_t col0,
+                                                       uint32_t barrier_id) {
+  using L = TmaStoreLayout<BLOCK_N, kStoreCols>;
+  const uint32_t t = threadIdx.x % 128;
+  if (t == 0) tma_store_wait_read();
+  named_barrier_sync(barrier_id, 128);
+
+  // stmatrix x4 stores a 16 x 16 block: matrices (rows 0-7 | 8-15) x (cols 0-7 | 8-15), fed by
+  // registers acc[8 jj + 0..7] of the wgmma layout; lane l addresses row l % 8 of matrix l / 8.
+  const uint32_t lane = t % 32;
+  const uint32_t row = 16 * (t / 32) + (lane % 8) + 8 * ((lane / 8) % 2);
+  const uint32_t col_in_16 = 8 * (lane / 16);
+  const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem_buf));
+#pragma unroll
+  for (uint32_t a = 0; a < kAtomsM; ++a) {
+#pragma unroll
+    for (uint32_t jj = 0; jj < BLOCK_N / 16; ++jj) {
+      const float* v = acc[a] + 8 * jj;
+      stmatrix_x4(smem_base + a * L::kAtomBytes + L::offset(row, 16 * jj + col_in_16),
+                  pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]), pack_bf16x2(v[4], v[5]),
+                  pack_bf16x2(v[6], v[7]));
+    }
+  }
+  fence_async_shared();
+  named_barrier_sync(barrier_id, 128);
+
+  if (t == 0) {
+#pragma unroll
+    for (uint32_t a = 0; a < kAtomsM; ++a)
+#pragma unroll
+      for (uint32_t c = 0; c < L::kNumChunks; ++c)
+        tma_store_2d(tma_d, smem_buf + a * L::kAtomBytes + c * L::kChunkBytes,
+                     static_cast<int32_t>(col0 + c * kStoreCols),
+                     static_cast<int32_t>(row0 + 64 * a));
+    tma_store_commit();
+  }
+}
+
+}  // namespace moegemm::sm90
