@@ -25,9 +25,11 @@
 //   (epilogue/sm90_tma_store.cuh, named barrier 1 + warpgroup), then starts the next tile while
 //   the copy engine writes; a warpgroup whose rows cross into another group stores from
 //   registers, so no row outside the tile's bound is ever written.
-// Tails: TMA zero-fills reads past the rows, N and K, so the mainloop never branches on bounds;
+// Tails: TMA zero-fills reads past the rows, N and K, so the mainloop needs no bounds checks;
 //   rows of a neighbouring group that a tile's A box covers are read but never stored: the
-//   epilogue checks rows against the tile's bound and columns against N.
+//   epilogue checks rows against the tile's bound and columns against N. An m64 atom with no
+//   row below the bound skips its wgmma and its epilogue (one branch per tile, uniform in the
+//   warpgroup).
 #pragma once
 
 #include <moegemm/common/sm90_gemm_params.h>
@@ -128,6 +130,13 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
 #pragma unroll
         for (uint32_t i = 0; i < BLOCK_N / 2; ++i) acc[a][i] = 0.0f;
 
+      // m64 atoms of this warpgroup that hold rows of the tile's group. A group's last m-block
+      // often fills only its first atom(s): the others skip their wgmma (the tensor cores are
+      // shared, so the busy warpgroup runs faster) but keep the pipeline's waits and arrives.
+      const uint32_t row0 = tile.row0 + math_wg * Traits::kWgRows;
+      const uint32_t active_atoms =
+          row0 >= tile.row_end ? 0 : min(kAtomsM, (tile.row_end - row0 + 63) / 64);
+
       uint32_t prev_stage = 0, kb_done = 0;
       for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
         full[stage_idx].wait(phase);
@@ -143,7 +152,7 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
 #pragma unroll
           for (uint32_t a = 0; a < kAtomsM; ++a) {
             const uint64_t desc_a = make_smem_desc_k128b(stage_a + a * 64 * 128);
-            if constexpr ((MOEGEMM_STAGE_VARIANT & 1) == 0)
+            if ((MOEGEMM_STAGE_VARIANT & 1) == 0 && a < active_atoms)
               wgmma_bf16<BLOCK_N>(advance_desc(desc_a, kk * 32), advance_desc(desc_b, kk * 32),
                                   acc[a]);
           }
@@ -169,7 +178,7 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
         for (uint32_t i = 0; i < BLOCK_N / 2; ++i) cute::warpgroup_fence_operand(acc[a][i]);
       if (lane_idx == 0 && kb_done > 0) empty[prev_stage].arrive();
 
-      const uint32_t row0 = tile.row0 + math_wg * Traits::kWgRows;
+      if (active_atoms == 0) continue;  // no row of this warpgroup belongs to the group
       if constexpr ((MOEGEMM_STAGE_VARIANT & 2) != 0) {
         // Timing build without stores: keep the accumulators live so the wgmma stays.
         if (acc[0][0] == 1.2345e-30f) static_cast<float*>(params.d)[threadIdx.x] = acc[0][1];

@@ -182,6 +182,20 @@ def count_tiles(desc: GemmDesc, block_m: int, block_n: int) -> int:
     return desc.num_groups * math.ceil(rows / block_m) * n_blocks
 
 
+def busy_atom_fraction(desc: GemmDesc, block_m: int) -> float:
+    """Share of a tile's m64 atoms that hold rows: atoms past a group's (or the problem's) last
+    row skip their wgmma in the m-grouped kernel."""
+    if desc.kind == "k_grouped":
+        return 1.0
+    if desc.kind in ("m_grouped_offsets", "m_grouped_masked"):
+        rows = expected_rows_per_group(desc)
+    else:
+        rows = desc.m
+    if rows <= 0:
+        return 1.0
+    return math.ceil(rows / 64) / (math.ceil(rows / block_m) * (block_m // 64))
+
+
 def reduction_length(desc: GemmDesc) -> int:
     return expected_rows_per_group(desc) if desc.kind == "k_grouped" else desc.k
 
@@ -201,7 +215,7 @@ def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> float
     # its tensor-core time, so two m64 x 128 atoms cost more than one m64 x 256.
     num_atoms = max(1, lay.block_m // 64)
     per_wgmma = 2 * 64 * lay.block_n * 16 / arch.mma_flops_per_clk + WGMMA_ISSUE_CYCLES
-    mma = num_atoms * (k_padded // 16) * per_wgmma
+    mma = num_atoms * (k_padded // 16) * per_wgmma * busy_atom_fraction(desc, lay.block_m)
     # Every wgmma reads its 64 A rows and all BLOCK_N rows of B from shared memory.
     smem_read = k_padded * (lay.block_m + num_atoms * lay.block_n) * elem
     l1 = smem_read / arch.smem_bytes_per_clk
