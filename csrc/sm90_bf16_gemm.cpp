@@ -95,6 +95,12 @@ void launch_k_grouped(Kernel& kernel, const LaunchShape& shape, uint64_t a_ptr, 
                              checked_u32(lda, "lda"), block_k, 64, kSwizzle128B);
   params.tma_b = make_tma_2d(as_ptr(b_ptr), kBf16, kBf16Bytes, mapped_rows, params.n,
                              checked_u32(ldb, "ldb"), block_k, 64, kSwizzle128B);
+  if (shape.store_cols != 0) {
+    params.tma_d = make_tma_2d(as_ptr(d_ptr), CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4,
+                               static_cast<uint64_t>(params.num_groups) * params.m, params.n,
+                               params.n, 64, checked_u32(shape.store_cols, "store_cols"),
+                               kSwizzle128B);
+  }
   params.d = static_cast<float*>(as_ptr(d_ptr));
   params.c = static_cast<const float*>(as_ptr(c_ptr));
   params.offs = static_cast<const int32_t*>(as_ptr(offs_ptr));

@@ -332,3 +332,29 @@ def test_tma_store_epilogue_masked_and_dense() -> None:
     moegemm.bf16_gemm_nt(da, db, storage[:m])
     assert calc_diff(storage[:m], da.float() @ db.float().t()) < TOL
     assert storage[m:].isnan().all()
+
+
+@pytest.mark.parametrize("m", [200, 256])  # 200: the second warpgroup's rows run past M
+@pytest.mark.parametrize("with_c", [False, True])
+def test_k_grouped_tma_store_matches_register_stores(m: int, with_c: bool) -> None:
+    from moegemm.heuristics import SM90, GemmDesc
+    from moegemm.heuristics.sm90 import enumerate_configs, store_cols
+
+    sizes, n = [300, 0, 129, 64], 320  # 320 = 256 + 64: an N tail for 256-wide tiles
+    total = sum(sizes)
+    a, b = bf16(total, m), bf16(total, n)
+    c = torch.randn(len(sizes), m, n, device="cuda") if with_c else None
+    desc = GemmDesc("k_grouped", m, n, total // len(sizes), len(sizes), "bf16", "fp32", with_c)
+    configs = {}
+    for config in enumerate_configs(desc, SM90):
+        configs.setdefault(config.layout, {})[bool(store_cols(config))] = config
+    ref = k_grouped_reference(a, b, sizes, c)
+    for layout in [lay for lay in configs if lay.block_m == 128]:
+        outs = []
+        for config in (configs[layout][False], configs[layout][True]):
+            d = nan(len(sizes), m, n, dtype=torch.float32)
+            moegemm.k_grouped_bf16_gemm_tn_contiguous(a, b, d, offsets(sizes), c, config=config)
+            outs.append(d)
+        assert torch.equal(outs[0], outs[1]), layout
+        for g in range(len(sizes)):
+            assert calc_diff(outs[1][g], ref[g]) < TOL, f"{layout} group {g}"

@@ -34,6 +34,9 @@ struct Sm90Bf16GemmParams {
 struct Sm90Bf16KGroupedParams {
   CUtensorMap tma_a;  // A [T, M]: dims {M, T}, box {64, BLOCK_K}, 128B swizzle
   CUtensorMap tma_b;  // B [T, N]: dims {N, T}, box {64, BLOCK_K}, 128B swizzle
+  // D as [G * M, N] FP32 for the TMA-store epilogue: box {32, 64}, 128B swizzle; unencoded when
+  // the kernel stores from registers.
+  CUtensorMap tma_d;
   float* d;           // D [G, M, N] contiguous
   const float* c;     // C [G, M, N] contiguous; nullptr when absent
   const int32_t* offs;  // cumulative end row of each group [G]

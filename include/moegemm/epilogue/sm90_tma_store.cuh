@@ -91,3 +91,61 @@ __device__ __forceinline__ void store_accumulators_tma(const float (*acc)[BLOCK_
 }
 
 }  // namespace moegemm::sm90
+
+namespace moegemm::sm90 {
+
+// FP32 results (k-grouped weight gradients) through two 8 KB chunk buffers per warpgroup: each
+// chunk is 64 rows x 32 FP32 columns (128-byte rows, 128B swizzle), written with 8-byte shared
+// stores (two wavefronts per warp instruction, the minimum) and sent by one TMA store while the
+// warpgroup fills the other buffer. One named barrier per chunk: before it, thread 0 waits
+// until every earlier chunk's store has read its buffer, so after it the buffer the next chunk
+// writes is free. Optional FP32 C is read from global memory (rows must all be in bounds).
+template <uint32_t BLOCK_N, bool kWithC>
+__device__ __forceinline__ void store_accumulators_tma_f32(const float* acc, uint8_t* smem_buf,
+                                                           const void* tma_d, const float* c,
+                                                           uint32_t ldc, uint32_t n,
+                                                           uint32_t row0, uint32_t col0,
+                                                           uint32_t barrier_id) {
+  constexpr uint32_t kChunkCols = 32, kChunkBytes = 64 * 128;
+  constexpr uint32_t kNumChunks = BLOCK_N / kChunkCols;
+  static_assert(BLOCK_N % kChunkCols == 0 && kNumChunks % 2 == 0,
+                "an even chunk count leaves buffer 0 free for the next tile's first chunk");
+  const uint32_t t = threadIdx.x % 128;
+  const uint32_t r = 16 * (t / 32) + (t % 32) / 4;
+  const uint32_t q = t % 4;
+  const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem_buf));
+#pragma unroll
+  for (uint32_t ch = 0; ch < kNumChunks; ++ch) {
+    const uint32_t buf = smem_base + (ch % 2) * kChunkBytes;
+#pragma unroll
+    for (uint32_t jj = 0; jj < 4; ++jj) {
+      const uint32_t j = 4 * ch + jj;
+#pragma unroll
+      for (uint32_t half = 0; half < 2; ++half) {
+        const uint32_t row = r + 8 * half;
+        float x = acc[4 * j + 2 * half], y = acc[4 * j + 2 * half + 1];
+        if constexpr (kWithC) {
+          const uint32_t col = col0 + 8 * j + 2 * q;
+          if (col < n) {
+            const float2 cv =
+                *reinterpret_cast<const float2*>(c + static_cast<uint64_t>(row0 + row) * ldc + col);
+            x += cv.x;
+            y += cv.y;
+          }
+        }
+        const uint32_t offset = row * 128 + (8 * jj + 2 * q) * 4;
+        st_shared_v2_f32(buf + (offset ^ ((row % 8) << 4)), x, y);
+      }
+    }
+    fence_async_shared();
+    if (t == 0) tma_store_wait_read();
+    named_barrier_sync(barrier_id, 128);
+    if (t == 0) {
+      tma_store_2d(tma_d, smem_buf + (ch % 2) * kChunkBytes,
+                   static_cast<int32_t>(col0 + ch * kChunkCols), static_cast<int32_t>(row0));
+      tma_store_commit();
+    }
+  }
+}
+
+}  // namespace moegemm::sm90

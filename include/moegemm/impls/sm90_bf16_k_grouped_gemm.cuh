@@ -7,7 +7,11 @@
 //   warpgroup 0      producer. One elected thread issues the TMA loads: per k-block, BLOCK_M/64
 //                    boxes of A and BLOCK_N/64 boxes of B, each 64 columns x BLOCK_K rows.
 //   warpgroups 1..W  math. Each owns 64 of the tile's M columns: wgmma m64 x BLOCK_N x 16 with
-//                    both operands MN-major; then the FP32 epilogue (+ C).
+//                    both operands MN-major; then the FP32 epilogue (+ C). With kStoreCols = 32
+//                    the results go through two 8 KB shared-memory chunks per warpgroup and TMA
+//                    stores (epilogue/sm90_tma_store.cuh, named barrier 2 + warpgroup), so the
+//                    writes overlap the next tile; kStoreCols = 0, or a warpgroup whose 64 rows
+//                    run past its group's M, stores from registers.
 // Pipeline: kNumStages stages; full[s] (arrive count 1 + TMA bytes) and empty[s] (one arrive per
 //   math warp), state (stage_idx, phase) as in the m-grouped kernel.
 // Group tails: a group's last k-block may cover rows of the next group. Before using it, the
@@ -19,6 +23,7 @@
 
 #include <moegemm/common/sm90_gemm_params.h>
 #include <moegemm/epilogue/sm90_direct_store.cuh>
+#include <moegemm/epilogue/sm90_tma_store.cuh>
 #include <moegemm/ptx/sm90.cuh>
 
 namespace moegemm::sm90 {
@@ -56,28 +61,44 @@ __device__ __forceinline__ void wgmma_bf16_mn_impl(uint64_t desc_a, uint64_t des
 }
 
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t BLOCK_K, uint32_t kNumStages,
-          uint32_t kNumMathWG, bool kWithC>
-__global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
-    sm90_bf16_k_grouped_gemm_kernel(const __grid_constant__ Sm90Bf16KGroupedParams params) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+          uint32_t kNumMathWG, bool kWithC, uint32_t kStoreCols>
+struct KGroupedTraits {
   static_assert(BLOCK_M == 64 * kNumMathWG, "each math warpgroup owns 64 columns of M");
   static_assert(BLOCK_N % 64 == 0 && BLOCK_N <= 256, "B is loaded in 64-wide chunks");
   static_assert(BLOCK_K % 16 == 0 && BLOCK_K % 8 == 0, "whole k16 steps and 8-row atoms");
-  constexpr uint32_t kChunkBytes = BLOCK_K * 128;  // one 64-wide column chunk, all k rows
-  constexpr uint32_t kBytesA = BLOCK_M / 64 * kChunkBytes;
-  constexpr uint32_t kBytesB = BLOCK_N / 64 * kChunkBytes;
+  static_assert(kStoreCols == 0 || kStoreCols == 32, "FP32 TMA stores use 128-byte rows");
+  static constexpr uint32_t kChunkBytes = BLOCK_K * 128;  // one 64-wide column chunk, all k
+  static constexpr uint32_t kBytesA = BLOCK_M / 64 * kChunkBytes;
+  static constexpr uint32_t kBytesB = BLOCK_N / 64 * kChunkBytes;
+  static constexpr uint32_t kBytesDPerWG = kStoreCols ? 2 * 64 * kStoreCols * 4 : 0;
+  static constexpr uint32_t kSmemBytes =
+      kNumStages * (kBytesA + kBytesB) + kNumMathWG * kBytesDPerWG + kNumStages * 16;
+};
+
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t BLOCK_K, uint32_t kNumStages,
+          uint32_t kNumMathWG, bool kWithC, uint32_t kStoreCols>
+__global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
+    sm90_bf16_k_grouped_gemm_kernel(const __grid_constant__ Sm90Bf16KGroupedParams params) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using Traits =
+      KGroupedTraits<BLOCK_M, BLOCK_N, BLOCK_K, kNumStages, kNumMathWG, kWithC, kStoreCols>;
+  constexpr uint32_t kChunkBytes = Traits::kChunkBytes;
+  constexpr uint32_t kBytesA = Traits::kBytesA;
+  constexpr uint32_t kBytesB = Traits::kBytesB;
   constexpr uint32_t kNumMathThreads = 128 * kNumMathWG;
 
   extern __shared__ __align__(1024) uint8_t smem[];
   uint8_t* sA = smem;
   uint8_t* sB = smem + kNumStages * kBytesA;
-  auto* full = reinterpret_cast<Barrier*>(sB + kNumStages * kBytesB);
+  uint8_t* sD = sB + kNumStages * kBytesB;
+  auto* full = reinterpret_cast<Barrier*>(sD + kNumMathWG * Traits::kBytesDPerWG);
   auto* empty = full + kNumStages;
 
   const uint32_t warp_idx = warp_idx_sync();
   const uint32_t lane_idx = threadIdx.x % 32;
   if (warp_idx == 0 && lane_idx == 0) {
     init_pipeline<kNumStages>(&params.tma_a, &params.tma_b, full, empty, 4 * kNumMathWG);
+    if constexpr (kStoreCols != 0) prefetch_tma_desc(&params.tma_d);
   }
   __syncthreads();
   pdl_wait();
@@ -184,10 +205,21 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
       if (lane_idx == 0 && kb_done > 0) empty[prev_stage].arrive();
 
       const uint32_t row_end = g * params.m + params.m;
+      const uint32_t row0 = g * params.m + m0 + math_wg * 64;
+      if constexpr (kStoreCols != 0) {
+        if (row0 + 64 <= row_end) {
+          store_accumulators_tma_f32<BLOCK_N, kWithC>(acc, sD + math_wg * Traits::kBytesDPerWG,
+                                                      &params.tma_d, params.c, params.n,
+                                                      params.n, row0, n0, 2 + math_wg);
+          continue;
+        }
+      }
       store_accumulators<BLOCK_N, kWithC, float>(acc, params.d, params.c, params.n, params.n,
-                                                 row_end, params.n, g * params.m + m0 + math_wg * 64,
-                                                 n0);
+                                                 row_end, params.n, row0, n0);
     }
+    // The CTA's shared memory must outlive the copy engine's reads of the staging buffers.
+    if constexpr (kStoreCols != 0)
+      if (threadIdx.x % 128 == 0) tma_store_drain();
   }
 #endif
 }

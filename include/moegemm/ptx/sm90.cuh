@@ -112,6 +112,10 @@ __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t num_thr
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(num_threads) : "memory");
 }
 
+__device__ __forceinline__ void st_shared_v2_f32(uint32_t smem_addr, float x, float y) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(smem_addr), "f"(x), "f"(y) : "memory");
+}
+
 // Four 8 x 8 BF16 matrices to shared memory; lane l gives the address of row l % 8 of matrix
 // l / 8, and register i holds this lane's pair of matrix i.
 __device__ __forceinline__ void stmatrix_x4(uint32_t smem_addr, uint32_t r0, uint32_t r1,

@@ -50,21 +50,34 @@ def math_warpgroups_for(block_m: int) -> int:
     return 1 if block_m == 64 else 2
 
 
-def smem_bytes_for(block_m: int, block_n: int, num_stages: int, store_cols: int = 0) -> int:
-    """Shared memory of the m-grouped and k-grouped kernels: the stage ring plus, for the
-    TMA-store epilogue, one BF16 staging tile (the kernel's Traits::kSmemBytes)."""
+def smem_bytes_for(
+    block_m: int, block_n: int, num_stages: int, store_cols: int = 0, k_grouped: bool = False
+) -> int:
+    """Shared memory of a kernel (its Traits::kSmemBytes): the stage ring plus the TMA-store
+    epilogue's staging, one BF16 tile (m-grouped) or two 64 x 32 FP32 chunks per warpgroup
+    (k-grouped)."""
     per_stage = (block_m + block_n) * BLOCK_K * 2 + BARRIER_BYTES_PER_STAGE
-    staging = block_m * block_n * 2 if store_cols else 0
+    if not store_cols:
+        staging = 0
+    elif k_grouped:
+        staging = block_m // 64 * 2 * 64 * store_cols * 4
+    else:
+        staging = block_m * block_n * 2
     return num_stages * per_stage + staging
 
 
-def tma_store_cols(block_n: int) -> int:
-    """The widest TMA-store box (columns) that tiles block_n."""
+def tma_store_cols(block_n: int, desc: GemmDesc) -> int:
+    """The TMA-store box width (columns) for block_n: FP32 k-grouped chunks are 32 wide (128
+    bytes); BF16 takes the widest of 64/32/16 that tiles block_n."""
+    if desc.kind == "k_grouped":
+        return 32
     return next(cols for cols in TMA_STORE_COLS if block_n % cols == 0)
 
 
 def tma_store_possible(desc: GemmDesc) -> bool:
-    return desc.kind != "k_grouped" and desc.d_dtype == "bf16" and not desc.with_c
+    if desc.kind == "k_grouped":
+        return True  # FP32 out, C read from global memory
+    return desc.d_dtype == "bf16" and not desc.with_c
 
 
 def block_m_choices(desc: GemmDesc) -> tuple[int, ...]:
@@ -80,7 +93,12 @@ def block_n_choices(desc: GemmDesc) -> tuple[int, ...]:
 
 
 def _make_config(
-    block_m: int, block_n: int, num_stages: int, arch: ArchSpec, store_cols: int = 0
+    block_m: int,
+    block_n: int,
+    num_stages: int,
+    arch: ArchSpec,
+    store_cols: int = 0,
+    k_grouped: bool = False,
 ) -> GemmConfig:
     num_wg = math_warpgroups_for(block_m)
     return GemmConfig(
@@ -95,7 +113,7 @@ def _make_config(
         ),
         pipeline=PipelineConfig(
             num_stages=num_stages,
-            smem_bytes=smem_bytes_for(block_m, block_n, num_stages, store_cols),
+            smem_bytes=smem_bytes_for(block_m, block_n, num_stages, store_cols, k_grouped),
         ),
         launch=LaunchConfig(
             num_sms=arch.num_sms, num_threads=128 * (num_wg + 1), num_math_warpgroups=num_wg
@@ -111,14 +129,15 @@ def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> Iterator[GemmConfig]:
         for block_n in block_n_choices(desc):
             if atoms_per_wg * block_n // 2 > MAX_ACCUM_REGS:
                 continue
-            epilogues = (0, tma_store_cols(block_n)) if tma_store_possible(desc) else (0,)
+            epilogues = (0, tma_store_cols(block_n, desc)) if tma_store_possible(desc) else (0,)
+            k_grouped = desc.kind == "k_grouped"
             for store_cols in epilogues:
                 per_stage = smem_bytes_for(block_m, block_n, 1)
-                staging = smem_bytes_for(block_m, block_n, 0, store_cols)
+                staging = smem_bytes_for(block_m, block_n, 0, store_cols, k_grouped)
                 num_stages = min(MAX_STAGES, (arch.smem_budget - staging) // per_stage)
                 if num_stages < MIN_STAGES:
                     continue
-                yield _make_config(block_m, block_n, num_stages, arch, store_cols)
+                yield _make_config(block_m, block_n, num_stages, arch, store_cols, k_grouped)
 
 
 # Kept for callers that only know the dense family.
@@ -136,7 +155,13 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
         and lay.block_m // (64 * num_wg) * lay.block_n // 2 <= MAX_ACCUM_REGS
         and _store_cols_legal(config, desc)
         and config.pipeline.smem_bytes
-        == smem_bytes_for(lay.block_m, lay.block_n, config.pipeline.num_stages, store_cols(config))
+        == smem_bytes_for(
+            lay.block_m,
+            lay.block_n,
+            config.pipeline.num_stages,
+            store_cols(config),
+            desc.kind == "k_grouped",
+        )
         and config.pipeline.smem_bytes <= arch.smem_budget
         and config.pipeline.num_stages >= MIN_STAGES
         and config.launch.num_threads == 128 * (num_wg + 1)
@@ -160,7 +185,7 @@ def _store_cols_legal(config: GemmConfig, desc: GemmDesc) -> bool:
         return config.storage.swizzle_d == 0
     return (
         tma_store_possible(desc)
-        and cols == tma_store_cols(config.layout.block_n)
+        and cols == tma_store_cols(config.layout.block_n, desc)
         and config.storage.store_box_d == (cols, 64)
         and config.storage.swizzle_d == 2 * cols
     )
@@ -238,6 +263,10 @@ def epilogue_cycles(config: GemmConfig, desc: GemmDesc) -> float:
     direct = rows * lay.block_n * out_bytes / DIRECT_STORE_BYTES_PER_CLK
     if not store_cols(config):
         return direct
+    if desc.kind == "k_grouped":  # FP32 through 8 KB chunks, one barrier each
+        chunks = lay.block_m // 64 * lay.block_n // 32
+        c_read = rows * lay.block_n * 4 / DIRECT_STORE_BYTES_PER_CLK if desc.with_c else 0
+        return rows * lay.block_n * 4 / STMATRIX_BYTES_PER_CLK + 100 * chunks + c_read
     staged = lay.block_m * lay.block_n * 2 / STMATRIX_BYTES_PER_CLK + TMA_STORE_SYNC_CYCLES
     if not grouped_rows:
         return staged
