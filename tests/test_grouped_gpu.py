@@ -358,3 +358,29 @@ def test_k_grouped_tma_store_matches_register_stores(m: int, with_c: bool) -> No
         assert torch.equal(outs[0], outs[1]), layout
         for g in range(len(sizes)):
             assert calc_diff(outs[1][g], ref[g]) < TOL, f"{layout} group {g}"
+
+
+def test_group_walk_over_many_mostly_empty_groups() -> None:
+    """The warp-cooperative walk: non-empty groups on both sides of 32-group windows, the last
+    group included, for both walked layouts."""
+    num_groups, n, k = 1000, 512, 256
+    sizes = [0] * num_groups
+    for g, rows in {0: 3, 31: 1, 32: 130, 63: 64, 64: 7, 500: 257, 998: 0, 999: 40}.items():
+        sizes[g] = rows
+    total = sum(sizes)
+    a, b = bf16(total, k), bf16(num_groups, n, k, scale=0.02)
+    storage = nan(total + 8, n)
+    moegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, storage[:total], offs=offsets(sizes))
+    assert max_group_diff(storage[:total], a, b, sizes) < TOL
+    assert not storage[:total].isnan().any() and storage[total:].isnan().all()
+
+    max_m = 80
+    masked = [min(rows, max_m) for rows in sizes]
+    ma = bf16(num_groups, max_m, k)
+    md = nan(num_groups, max_m, n)
+    masked_m = torch.tensor(masked, device="cuda", dtype=torch.int32)
+    moegemm.m_grouped_bf16_gemm_nt_masked(ma, b, md, masked_m, expected_m=1)
+    for g, rows in enumerate(masked):
+        if rows:
+            assert calc_diff(md[g, :rows], ma[g, :rows].float() @ b[g].float().t()) < TOL
+    assert md[masked_m.cpu() == 0].isnan().all()

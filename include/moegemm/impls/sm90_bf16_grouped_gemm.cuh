@@ -4,8 +4,8 @@
 // names its A/D rows, the group whose B it uses and the row bound its stores respect.
 //
 // Warp roles (kNumMathWG + 1 warpgroups of 128 threads):
-//   warpgroup 0      producer. One elected thread of warp 0 issues the TMA loads of A and B;
-//                    the warpgroup gives registers back (setmaxnreg.dec to 40).
+//   warpgroup 0      producer. Warp 0 walks the tile schedule; one elected lane issues the TMA
+//                    loads of A and B; the warpgroup gives registers back (setmaxnreg.dec 40).
 //   warpgroups 1..W  math. Each owns BLOCK_M / W rows of the tile (1 or 2 wgmma m64 atoms),
 //                    issues wgmma m64 x BLOCK_N x 16 from shared memory, then runs the epilogue
 //                    (setmaxnreg.inc to 232).
@@ -104,20 +104,26 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
 
   if (threadIdx.x < 128) {
     cutlass::arch::warpgroup_reg_dealloc<40>();
-    if (warp_idx != 0 || !cute::elect_one_sync()) return;
+    if (warp_idx != 0) return;
+    // The whole warp walks the schedule (a warp-cooperative search); one lane issues.
+    const bool leader = cute::elect_one_sync();
     uint32_t stage_idx = 0, phase = 0;
     while (scheduler.next(tile)) {
-      for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
-        empty[stage_idx].wait(phase ^ 1);
-        full[stage_idx].arrive_and_expect_tx(Traits::kBytesA + Traits::kBytesB);
-        const int32_t k_crd = static_cast<int32_t>(kb * BLOCK_K);
-        tma_load_2d(&params.tma_a, &full[stage_idx], sA + stage_idx * Traits::kBytesA, k_crd,
-                    static_cast<int32_t>(tile.row0));
-        tma_load_3d(&params.tma_b, &full[stage_idx], sB + stage_idx * Traits::kBytesB, k_crd,
-                    static_cast<int32_t>(tile.n_block * BLOCK_N), static_cast<int32_t>(tile.group));
-        stage_idx = stage_idx + 1 == kNumStages ? 0 : stage_idx + 1;
-        phase ^= stage_idx == 0;
+      if (leader) {
+        for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
+          empty[stage_idx].wait(phase ^ 1);
+          full[stage_idx].arrive_and_expect_tx(Traits::kBytesA + Traits::kBytesB);
+          const int32_t k_crd = static_cast<int32_t>(kb * BLOCK_K);
+          tma_load_2d(&params.tma_a, &full[stage_idx], sA + stage_idx * Traits::kBytesA, k_crd,
+                      static_cast<int32_t>(tile.row0));
+          tma_load_3d(&params.tma_b, &full[stage_idx], sB + stage_idx * Traits::kBytesB, k_crd,
+                      static_cast<int32_t>(tile.n_block * BLOCK_N),
+                      static_cast<int32_t>(tile.group));
+          stage_idx = stage_idx + 1 == kNumStages ? 0 : stage_idx + 1;
+          phase ^= stage_idx == 0;
+        }
       }
+      __syncwarp();
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<232>();

@@ -88,49 +88,74 @@ struct ContiguousIndexScheduler {
 //                     m = total rows.
 //   kOffsets = false: masked layout, group g starts at g * m (m = rows per group) and uses
 //                     group_info[g] rows of it.
+// The cursor moves 32 groups at a time: each lane of the calling warp reads one group's size,
+// a warp prefix sum turns sizes into tile counts, a ballot finds the group that holds the tile.
+// Decode with hundreds of mostly empty groups then costs a few dependent loads instead of one
+// per group. next() must be called by whole warps (every lane, same sequence).
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, bool kOffsets>
 struct GroupWalkScheduler {
   const int32_t* group_info;
   uint32_t m, num_groups, num_n_blocks;
   uint32_t tile_idx;
-  // Cursor: the group under consideration and where its tiles begin in the linear space.
-  uint32_t group = 0, group_first_tile = 0, group_tiles = 0, group_m_blocks = 0;
-  uint32_t group_start = 0, group_rows = 0;
+  // Cursor: the group that holds the last tile handed out, where its tiles begin in the linear
+  // space, and the first group not yet examined.
+  uint32_t group_first_tile = 0, group_tiles = 0, group_m_blocks = 0;
+  uint32_t group = 0, group_start = 0, group_rows = 0, next_group = 0;
 
   __device__ __forceinline__ explicit GroupWalkScheduler(const GroupingArgs& args)
       : group_info(args.group_info),
         m(args.m),
         num_groups(args.num_groups),
         num_n_blocks((args.n + BLOCK_N - 1) / BLOCK_N),
-        tile_idx(blockIdx.x) {
-    load_group();
-  }
+        tile_idx(blockIdx.x) {}
 
-  __device__ __forceinline__ void load_group() {
-    if (group >= num_groups) return;
+  // Rows of group g, clamped to [0, m]: malformed sizes (decreasing or negative offsets, rows
+  // past the tensor) can then neither hang the walk nor send a store outside the tensor.
+  __device__ __forceinline__ void read_group(uint32_t g, uint32_t& start, uint32_t& rows) const {
     if constexpr (kOffsets) {
-      // Clamped to [0, m]: malformed offsets (decreasing, negative, past the rows) can then
-      // neither hang the walk nor send a store outside the tensor.
-      const int32_t start = group == 0 ? 0 : __ldg(group_info + group - 1);
-      const int32_t end = __ldg(group_info + group);
-      group_start = min(static_cast<uint32_t>(max(start, 0)), m);
-      group_rows = min(static_cast<uint32_t>(max(end, 0)), m);
-      group_rows = group_rows > group_start ? group_rows - group_start : 0;
+      const int32_t lo = g == 0 ? 0 : __ldg(group_info + g - 1);
+      const int32_t hi = __ldg(group_info + g);
+      start = min(static_cast<uint32_t>(max(lo, 0)), m);
+      const uint32_t end = min(static_cast<uint32_t>(max(hi, 0)), m);
+      rows = end > start ? end - start : 0;
     } else {
-      group_start = group * m;
-      group_rows = min(static_cast<uint32_t>(max(__ldg(group_info + group), 0)), m);
+      start = g * m;
+      rows = min(static_cast<uint32_t>(max(__ldg(group_info + g), 0)), m);
     }
-    group_m_blocks = (group_rows + BLOCK_M - 1) / BLOCK_M;
-    group_tiles = group_m_blocks * num_n_blocks;
   }
 
   __device__ __forceinline__ bool next(Tile& tile) {
-    while (group < num_groups && tile_idx >= group_first_tile + group_tiles) {
-      group_first_tile += group_tiles;
-      ++group;
-      load_group();
+    constexpr uint32_t kFullMask = 0xffffffffu;
+    const uint32_t lane = threadIdx.x % 32;
+    while (tile_idx >= group_first_tile + group_tiles) {
+      if (next_group >= num_groups) return false;
+      const uint32_t base = group_first_tile + group_tiles;
+      const uint32_t g = next_group + lane;
+      uint32_t start = 0, rows = 0;
+      if (g < num_groups) read_group(g, start, rows);
+      const uint32_t tiles = (rows + BLOCK_M - 1) / BLOCK_M * num_n_blocks;
+      uint32_t cum = tiles;  // inclusive prefix sum over the lanes
+#pragma unroll
+      for (uint32_t delta = 1; delta < 32; delta *= 2) {
+        const uint32_t up = __shfl_up_sync(kFullMask, cum, delta);
+        if (lane >= delta) cum += up;
+      }
+      const uint32_t hit = __ballot_sync(kFullMask, g < num_groups && base + cum > tile_idx);
+      if (hit == 0) {  // none of these 32 groups holds the tile
+        group_first_tile = base + __shfl_sync(kFullMask, cum, 31);
+        group_tiles = 0;
+        next_group += 32;
+        continue;
+      }
+      const uint32_t l = __ffs(hit) - 1;
+      group = next_group + l;
+      next_group = group + 1;
+      group_first_tile = base + __shfl_sync(kFullMask, cum - tiles, l);
+      group_tiles = __shfl_sync(kFullMask, tiles, l);
+      group_start = __shfl_sync(kFullMask, start, l);
+      group_rows = __shfl_sync(kFullMask, rows, l);
+      group_m_blocks = (group_rows + BLOCK_M - 1) / BLOCK_M;
     }
-    if (group >= num_groups) return false;
     const uint32_t local = tile_idx - group_first_tile;
     tile.row0 = group_start + (local % group_m_blocks) * BLOCK_M;
     tile.row_end = group_start + group_rows;
