@@ -4,11 +4,12 @@ g owns rows [offs[g-1], offs[g]) of a and b."""
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 
 from ..heuristics import GemmConfig, GemmDesc
-from .bf16_gemm import _raw_stream
+from .bf16_gemm import _get_device, _raw_stream
 from .checks import (
     require_cuda_device,
     require_index_vector,
@@ -16,10 +17,12 @@ from .checks import (
     require_tensor,
     row_stride,
 )
-from .plans import get_plan
+from .plans import get_plan, plans
 
 _BF16 = (torch.bfloat16,)
 _FP32 = (torch.float32,)
+_Tensor = torch.Tensor
+_BF16_DTYPE, _FP32_DTYPE, _INT32_DTYPE = torch.bfloat16, torch.float32, torch.int32
 
 
 def _require_contiguous(name: str, t: torch.Tensor) -> None:
@@ -27,6 +30,77 @@ def _require_contiguous(name: str, t: torch.Tensor) -> None:
         raise ValueError(f"{name} must be contiguous, got strides {t.stride()}")
     if t.numel() and t.data_ptr() % 16 != 0:
         raise ValueError(f"{name} must start on a 16-byte boundary")
+
+
+def _k_grouped_desc(m: int, n: int, num_tokens: int, num_groups: int, with_c: bool) -> GemmDesc:
+    expected = math.ceil(num_tokens / num_groups)
+    return GemmDesc("k_grouped", m, n, expected, num_groups, d_dtype="fp32", with_c=with_c)
+
+
+def _fast_path_args(a, b, d, offs, c) -> tuple | None:
+    """The common call (more than one token, at least one group, M and N positive multiples of
+    8, row-major a and b with 16-byte aligned bases and row strides, contiguous aligned d and
+    c, a unit-stride int32 offs, everything on the current CUDA device) proven legal with a few
+    attribute reads. Returns (device, m, n, num_tokens, num_groups, lda, ldb, a_ptr, b_ptr,
+    d_ptr, c_ptr, offs_ptr), exactly what the full checks derive (c_ptr 0 without c); None
+    sends the call through them (they cover everything else and produce the error messages)."""
+    if not (
+        isinstance(a, _Tensor)
+        and isinstance(b, _Tensor)
+        and isinstance(d, _Tensor)
+        and isinstance(offs, _Tensor)
+    ):
+        return None
+    try:
+        num_tokens, m = a.shape
+        tokens_b, n = b.shape
+        num_groups, m_d, n_d = d.shape
+        (length,) = offs.shape
+        lda, one_a = a.stride()
+        ldb, one_b = b.stride()
+        (step,) = offs.stride()
+    except ValueError:  # a wrong rank
+        return None
+    if not (tokens_b == num_tokens and m_d == m and n_d == n and length == num_groups):
+        return None
+    if not (num_tokens > 1 and num_groups > 0 and m > 0 and n > 0 and (m | n) & 7 == 0):
+        return None
+    if not (
+        a.dtype is _BF16_DTYPE
+        and b.dtype is _BF16_DTYPE
+        and d.dtype is _FP32_DTYPE
+        and offs.dtype is _INT32_DTYPE
+    ):
+        return None
+    if one_a != 1 or one_b != 1 or step != 1 or lda < m or ldb < n or (lda | ldb) & 7:
+        return None
+    if not d.is_contiguous():
+        return None
+    device = a.get_device()
+    if (
+        device < 0
+        or b.get_device() != device
+        or d.get_device() != device
+        or offs.get_device() != device
+    ):
+        return None
+    if not (a.is_cuda and b.is_cuda and d.is_cuda and offs.is_cuda):
+        return None
+    c_ptr = 0
+    if c is not None:
+        if not (isinstance(c, _Tensor) and c.dtype is _FP32_DTYPE and c.is_contiguous()):
+            return None
+        if c.shape != (num_groups, m, n) or c.get_device() != device or not c.is_cuda:
+            return None
+        c_ptr = c.data_ptr()
+    if device != _get_device():
+        return None
+    a_ptr, b_ptr, d_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr()
+    if (a_ptr | b_ptr | d_ptr | c_ptr) & 15:
+        return None
+    return (
+        device, m, n, num_tokens, num_groups, lda, ldb, a_ptr, b_ptr, d_ptr, c_ptr, offs.data_ptr(),
+    )  # fmt: skip
 
 
 def k_grouped_bf16_gemm_tn_contiguous(
@@ -45,6 +119,23 @@ def k_grouped_bf16_gemm_tn_contiguous(
     an empty group gets c or zeros), c: optional [G, M, N] fp32 contiguous (may be d itself).
     M and N multiples of 8. `config` forces a kernel config (benchmarks).
     """
+    fast = _fast_path_args(a, b, d, offs, c) if config is None else None
+    if fast is None:
+        return _checked_k_grouped(a, b, d, offs, c, config)
+    device, m, n, num_tokens, num_groups, lda, ldb, a_ptr, b_ptr, d_ptr, c_ptr, offs_ptr = fast
+    with_c = c is not None
+    key = ("k_grouped", device, m, n, num_tokens, num_groups, with_c)
+    plan = plans.get(key)
+    if plan is None:
+        plan = get_plan(key, device, partial(_k_grouped_desc, m, n, num_tokens, num_groups, with_c))
+    plan.launch(
+        a_ptr, b_ptr, d_ptr, c_ptr, offs_ptr, m, n, num_tokens, num_groups, lda, ldb,
+        _raw_stream(device),
+    )  # fmt: skip
+    return d
+
+
+def _checked_k_grouped(a, b, d, offs, c, config) -> torch.Tensor:
     require_tensor("a", a, _BF16, 2)
     require_tensor("b", b, _BF16, 2)
     require_tensor("d", d, _FP32, 3)
@@ -73,12 +164,8 @@ def k_grouped_bf16_gemm_tn_contiguous(
         return d
     device = a.device.index
     with_c = c is not None
-
-    def describe() -> GemmDesc:
-        expected = math.ceil(num_tokens / num_groups)
-        return GemmDesc("k_grouped", m, n, expected, num_groups, d_dtype="fp32", with_c=with_c)
-
     key = ("k_grouped", device, m, n, num_tokens, num_groups, with_c)
+    describe = partial(_k_grouped_desc, m, n, num_tokens, num_groups, with_c)
     plan = get_plan(key, device, describe, config)
     plan.launch(
         a.data_ptr(), b.data_ptr(), d.data_ptr(), c.data_ptr() if with_c else 0, offs.data_ptr(),
