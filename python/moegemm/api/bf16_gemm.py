@@ -67,15 +67,20 @@ def _fast_path_args(a, b, d, c) -> tuple | None:
     d_dtype = d.dtype
     if a.dtype != torch.bfloat16 or b.dtype != torch.bfloat16 or d_dtype not in _D_DTYPES:
         return None
-    lda, one_a = a.stride()
-    ldb, one_b = b.stride()
-    ldd, one_d = d.stride()
+    try:
+        lda, one_a = a.stride()
+        ldb, one_b = b.stride()
+        ldd, one_d = d.stride()
+    except (AttributeError, ValueError, TypeError, RuntimeError):  # e.g. nested tensors
+        return None
     if one_a != 1 or one_b != 1 or one_d != 1:
         return None
     if lda < k or ldb < k or ldd < n or (lda | ldb | ldd) & 7:
         return None
     device = a.get_device()
     if device < 0 or b.get_device() != device or d.get_device() != device:
+        return None
+    if not (a.is_cuda and b.is_cuda and d.is_cuda):  # other accelerators number devices too
         return None
     if device != _get_device():
         return None

@@ -49,6 +49,7 @@ def _fast_path_args(a, b, d, offs, c) -> tuple | None:
         and isinstance(b, _Tensor)
         and isinstance(d, _Tensor)
         and isinstance(offs, _Tensor)
+        and (c is None or isinstance(c, _Tensor))
     ):
         return None
     try:
@@ -59,7 +60,8 @@ def _fast_path_args(a, b, d, offs, c) -> tuple | None:
         lda, one_a = a.stride()
         ldb, one_b = b.stride()
         (step,) = offs.stride()
-    except ValueError:  # a wrong rank
+        c_shape = None if c is None else c.shape
+    except (ValueError, RuntimeError):  # a wrong rank; no sizes or strides (nested)
         return None
     if not (tokens_b == num_tokens and m_d == m and n_d == n and length == num_groups):
         return None
@@ -88,9 +90,9 @@ def _fast_path_args(a, b, d, offs, c) -> tuple | None:
         return None
     c_ptr = 0
     if c is not None:
-        if not (isinstance(c, _Tensor) and c.dtype is _FP32_DTYPE and c.is_contiguous()):
+        if c_shape != (num_groups, m, n) or c.dtype is not _FP32_DTYPE or not c.is_contiguous():
             return None
-        if c.shape != (num_groups, m, n) or c.get_device() != device or not c.is_cuda:
+        if c.get_device() != device or not c.is_cuda:
             return None
         c_ptr = c.data_ptr()
     if device != _get_device():

@@ -97,7 +97,7 @@ def _contiguous_fast_args(a, b, d, m_indices, offs) -> tuple | None:
         ldb_group, ldb, one_b = b.stride()
         ldd, one_d = d.stride()
         (step,) = group_info.stride()
-    except ValueError:  # a wrong rank
+    except (ValueError, RuntimeError):  # a wrong rank; no sizes or strides (nested)
         return None
     if not (kb == k and rows_d == rows and n_d == n and rows > 1 and num_groups > 0):
         return None
@@ -113,7 +113,7 @@ def _contiguous_fast_args(a, b, d, m_indices, offs) -> tuple | None:
         a.dtype is _BF16_DTYPE
         and b.dtype is _BF16_DTYPE
         and (d_dtype is _BF16_DTYPE or d_dtype is _FP32_DTYPE)
-
+        and group_info.dtype is _INT32_DTYPE
     ):
         return None
     if one_a != 1 or one_b != 1 or one_d != 1 or step != 1:
@@ -243,7 +243,7 @@ def _masked_fast_args(a, b, d, masked_m, expected_m) -> tuple | None:
         ldb_group, ldb, one_b = b.stride()
         ldd_group, ldd, one_d = d.stride()
         (step,) = masked_m.stride()
-    except ValueError:  # a wrong rank
+    except (ValueError, RuntimeError):  # a wrong rank; no sizes or strides (nested)
         return None
     if not (groups_b == num_groups and groups_d == num_groups and length == num_groups):
         return None
