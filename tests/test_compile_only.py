@@ -90,6 +90,10 @@ def test_kernel_compiles_for_sm90a(
     sass = proc.stdout
     assert "HGMMA" in sass, "the math must run on wgmma"
     assert "LDL" not in sass and "STL" not in sass, "no local-memory traffic"
+    # A batch of wgmma carries one scoreboard (gsb0) at its end; ptxas serializes them (each
+    # with its own gsb0 and a wait) when it cannot prove the accumulators untouched.
+    hgmma = [line for line in sass.splitlines() if "HGMMA." in line and "RZ" not in line]
+    assert 2 * sum("gsb0" in line for line in hgmma) <= len(hgmma), "wgmma serialized"
     if tma_store:
         assert "UTMASTG" in sass, "stored by TMA"
         if d_dtype == "bf16":

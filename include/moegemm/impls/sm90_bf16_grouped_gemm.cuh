@@ -27,8 +27,8 @@
 //   registers, so no row outside the tile's bound is ever written.
 // Tails: TMA zero-fills reads past the rows, N and K, so the mainloop needs no bounds checks;
 //   rows of a neighbouring group that a tile's A box covers are read but never stored: the
-//   epilogue checks rows against the tile's bound and columns against N. An m64 atom with no
-//   row below the bound skips its wgmma and its epilogue (one branch per tile, uniform in the
+//   epilogue checks rows against the tile's bound and columns against N. A math warpgroup with
+//   no row below the bound skips its wgmma and its epilogue (one branch per tile, uniform in the
 //   warpgroup).
 #pragma once
 
@@ -136,12 +136,21 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
 #pragma unroll
         for (uint32_t i = 0; i < BLOCK_N / 2; ++i) acc[a][i] = 0.0f;
 
-      // m64 atoms of this warpgroup that hold rows of the tile's group. A group's last m-block
-      // often fills only its first atom(s): the others skip their wgmma (the tensor cores are
-      // shared, so the busy warpgroup runs faster) but keep the pipeline's waits and arrives.
+      // A group's last m-block often holds rows for the first warpgroup only: the other one
+      // then runs a mainloop without wgmma (the tensor cores are shared, so the busy warpgroup
+      // runs faster) that keeps the pipeline's waits and arrives. The branch sits outside the
+      // wgmma loop: a wgmma under a condition makes ptxas serialize every one of them.
       const uint32_t row0 = tile.row0 + math_wg * Traits::kWgRows;
-      const uint32_t active_atoms =
-          row0 >= tile.row_end ? 0 : min(kAtomsM, (tile.row_end - row0 + 63) / 64);
+      if (kNumMathWG > 1 && row0 >= tile.row_end) {
+        for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
+          full[stage_idx].wait(phase);
+          __syncwarp();
+          if (lane_idx == 0) empty[stage_idx].arrive();
+          stage_idx = stage_idx + 1 == kNumStages ? 0 : stage_idx + 1;
+          phase ^= stage_idx == 0;
+        }
+        continue;  // and no row to store
+      }
 
       uint32_t prev_stage = 0, kb_done = 0;
       for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
@@ -158,7 +167,7 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
 #pragma unroll
           for (uint32_t a = 0; a < kAtomsM; ++a) {
             const uint64_t desc_a = make_smem_desc_k128b(stage_a + a * 64 * 128);
-            if ((MOEGEMM_STAGE_VARIANT & 1) == 0 && a < active_atoms)
+            if constexpr ((MOEGEMM_STAGE_VARIANT & 1) == 0)
               wgmma_bf16<BLOCK_N>(advance_desc(desc_a, kk * 32), advance_desc(desc_b, kk * 32),
                                   acc[a]);
           }
@@ -184,7 +193,6 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
         for (uint32_t i = 0; i < BLOCK_N / 2; ++i) cute::warpgroup_fence_operand(acc[a][i]);
       if (lane_idx == 0 && kb_done > 0) empty[prev_stage].arrive();
 
-      if (active_atoms == 0) continue;  // no row of this warpgroup belongs to the group
       if constexpr ((MOEGEMM_STAGE_VARIANT & 2) != 0) {
         // Timing build without stores: keep the accumulators live so the wgmma stays.
         if (acc[0][0] == 1.2345e-30f) static_cast<float*>(params.d)[threadIdx.x] = acc[0][1];

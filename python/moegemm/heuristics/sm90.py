@@ -208,8 +208,8 @@ def count_tiles(desc: GemmDesc, block_m: int, block_n: int) -> int:
 
 
 def busy_atom_fraction(desc: GemmDesc, block_m: int) -> float:
-    """Share of a tile's m64 atoms that hold rows: atoms past a group's (or the problem's) last
-    row skip their wgmma in the m-grouped kernel."""
+    """Share of a tile's wgmma work that is issued: a math warpgroup whose rows all lie past a
+    group's (or the problem's) last row skips its wgmma in the m-grouped kernel."""
     if desc.kind == "k_grouped":
         return 1.0
     if desc.kind in ("m_grouped_offsets", "m_grouped_masked"):
@@ -218,7 +218,8 @@ def busy_atom_fraction(desc: GemmDesc, block_m: int) -> float:
         rows = desc.m
     if rows <= 0:
         return 1.0
-    return math.ceil(rows / 64) / (math.ceil(rows / block_m) * (block_m // 64))
+    wg_rows = block_m // math_warpgroups_for(block_m)
+    return math.ceil(rows / wg_rows) / (math.ceil(rows / block_m) * (block_m // wg_rows))
 
 
 def reduction_length(desc: GemmDesc) -> int:
