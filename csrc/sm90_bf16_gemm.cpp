@@ -61,9 +61,11 @@ void launch_grouped(Kernel& kernel, const LaunchShape& shape, uint64_t a_ptr, ui
   params.tma_a = make_tma_2d(as_ptr(a_ptr), kBf16, kBf16Bytes, num_rows, params.k,
                              checked_u32(lda, "lda"), checked_u32(shape.block_m, "block_m"),
                              block_k, kSwizzle128B);
+  // With a cluster along M each CTA loads (and multicasts) its share of the B tile's rows.
   params.tma_b = make_tma_3d(as_ptr(b_ptr), kBf16, kBf16Bytes, params.num_groups, params.n,
                              params.k, checked_u32(ldb, "ldb"), static_cast<uint64_t>(ldb_group),
-                             checked_u32(shape.block_n, "block_n"), block_k, kSwizzle128B);
+                             checked_u32(shape.block_n / shape.cluster_m, "block_n / cluster_m"),
+                             block_k, kSwizzle128B);
   params.rows = num_rows;
   if (shape.store_cols != 0) {
     const uint32_t store_cols = checked_u32(shape.store_cols, "store_cols");

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from moegemm.heuristics import SM90, GemmDesc, select_config
+from moegemm.heuristics import SM90, GemmDesc, select_config, sm90
 from moegemm.heuristics.sm90 import enumerate_bf16_configs, store_cols
 from moegemm.jit import cache
 from moegemm.jit.codegen import sm90_bf16_gemm_spec, sm90_bf16_k_grouped_spec
@@ -135,3 +135,51 @@ def test_stage_breakdown_variants_compile(tmp_path, monkeypatch) -> None:
             assert "HGMMA.64x256x16.F32.BF16" in sass
     assert len(names) == 3
     assert "MOEGEMM_STAGE_VARIANT" not in sm90_bf16_gemm_spec(config, "bf16", False).source
+
+
+@pytest.mark.parametrize("kind", ["bf16_gemm_nt", "m_grouped_offsets", "m_grouped_masked"])
+@pytest.mark.parametrize("block_m,tma_store", [(128, True), (64, False)])
+def test_cluster_multicast_kernels_compile(kind, block_m, tma_store, tmp_path, monkeypatch) -> None:
+    """2-CTA clusters sharing B by multicast (experimental, enumerated only on request)."""
+    from moegemm.heuristics.sm90 import EXPERIMENTAL_CLUSTERS_ENV, enumerate_configs
+
+    monkeypatch.setenv("MOEGEMM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("MOEGEMM_JIT_PTXAS_CHECK", "1")
+    desc = GemmDesc(kind, m=4096, n=4096, k=4096, num_groups=4, expected_m=1024)
+    assert all(c.layout.cluster_m == 1 for c in enumerate_configs(desc, SM90))
+    monkeypatch.setenv(EXPERIMENTAL_CLUSTERS_ENV, "1")
+    config = next(
+        c
+        for c in enumerate_configs(desc, SM90)
+        if c.layout.cluster_m == 2
+        and c.layout.block_m == block_m
+        and c.layout.block_n == 256
+        and bool(store_cols(c)) == tma_store
+    )
+    spec = sm90_bf16_gemm_spec(config, "bf16", False, kind)
+    cubin_path = cache.build_or_load(spec)
+    assert count_cubin_kernels(cubin_path.read_bytes()) == 1
+    cuobjdump = find_cuobjdump()
+    if cuobjdump is None:
+        pytest.skip("cuobjdump not found: cubin built, SASS not inspected")
+    sass = subprocess.run(
+        [str(cuobjdump), "--dump-sass", str(cubin_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "MULTICAST" in sass, "B must be loaded with a multicast TMA"
+    assert "LDL" not in sass and "STL" not in sass
+    hgmma = [line for line in sass.splitlines() if "HGMMA." in line and "RZ" not in line]
+    assert hgmma and 2 * sum("gsb0" in line for line in hgmma) <= len(hgmma), "wgmma serialized"
+
+
+def test_clusters_refused_for_m_indices() -> None:
+    from dataclasses import replace
+
+    config = config_with(128, 256, "m_grouped_contiguous")
+    clustered = replace(config, layout=replace(config.layout, cluster_m=2))
+    with pytest.raises(ValueError, match="clusters"):
+        sm90_bf16_gemm_spec(clustered, "bf16", False, "m_grouped_contiguous")
+    desc = GemmDesc("m_grouped_contiguous", m=4096, n=4096, k=4096, num_groups=4)
+    assert not sm90.is_legal(clustered, desc, SM90)

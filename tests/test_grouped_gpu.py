@@ -385,3 +385,62 @@ def test_group_walk_over_many_mostly_empty_groups() -> None:
             assert calc_diff(md[g, :rows], ma[g, :rows].float() @ b[g].float().t()) < TOL
     assert md[masked_m == 0].isnan().all()
     assert md[32, 80:].numel() == 0 and md[63, 64:].isnan().all() and md[999, 40:].isnan().all()
+
+
+def cluster_twins(desc, monkeypatch):
+    """(single-CTA config, 2-CTA cluster config) pairs of the same tile and epilogue."""
+    from moegemm.heuristics import SM90
+    from moegemm.heuristics.sm90 import EXPERIMENTAL_CLUSTERS_ENV, enumerate_configs
+
+    monkeypatch.setenv(EXPERIMENTAL_CLUSTERS_ENV, "1")
+    by_key: dict = {}
+    for config in enumerate_configs(desc, SM90):
+        lay = config.layout
+        key = (lay.block_m, lay.block_n, config.storage.store_box_d)
+        by_key.setdefault(key, {})[lay.cluster_m] = config
+    wanted = [(128, 256, (64, 64)), (128, 240, (16, 64)), (64, 256, None), (256, 128, None)]
+    return [(by_key[k][1], by_key[k][2]) for k in wanted if k in by_key and 2 in by_key[k]]
+
+
+def test_cluster_multicast_matches_single_cta(monkeypatch) -> None:
+    """Experimental 2-CTA clusters (B multicast): same bits as one CTA per tile, on groups with
+    odd m-block counts (the second CTA of a group's last cluster tile has no rows), empty groups,
+    an N tail, masked groups and a dense M tail."""
+    from moegemm.heuristics import GemmDesc
+
+    sizes = [0, 1, 127, 128, 300, 1000, 64, 65, 129]
+    num_groups, n, k = len(sizes), 2880, 1024
+    total = sum(sizes)
+    a, b = bf16(total, k), bf16(num_groups, n, k, scale=0.02)
+    offs = offsets(sizes)
+    desc = GemmDesc("m_grouped_offsets", total, n, k, num_groups, expected_m=total // num_groups)
+    pairs = cluster_twins(desc, monkeypatch)
+    assert pairs
+    for single, clustered in pairs:
+        outs = []
+        for config in (single, clustered):
+            storage = nan(total + 64, n)
+            moegemm.m_grouped_bf16_gemm_nt_contiguous(
+                a, b, storage[:total], offs=offs, config=config
+            )
+            assert storage[total:].isnan().all(), config.short_name()
+            outs.append(storage[:total])
+        assert torch.equal(outs[0], outs[1]), clustered.short_name()
+        assert max_group_diff(outs[1], a, b, sizes) < TOL
+
+    max_m, masked = 320, [320, 0, 65, 200, 1]
+    ma, mb = bf16(len(masked), max_m, k), bf16(len(masked), n, k, scale=0.02)
+    masked_m = torch.tensor(masked, device="cuda", dtype=torch.int32)
+    mdesc = GemmDesc("m_grouped_masked", max_m, n, k, len(masked), expected_m=max_m)
+    for single, clustered in cluster_twins(mdesc, monkeypatch):
+        outs = []
+        for config in (single, clustered):
+            d = nan(len(masked), max_m, n)
+            moegemm.m_grouped_bf16_gemm_nt_masked(ma, mb, d, masked_m, max_m, config=config)
+            outs.append(d)
+        assert torch.equal(outs[0], outs[1]), clustered.short_name()
+        for g, rows in enumerate(masked):
+            if rows:
+                ref = ma[g, :rows].float() @ mb[g].float().t()
+                assert calc_diff(outs[1][g, :rows], ref) < TOL
+            assert outs[1][g, rows:].isnan().all()

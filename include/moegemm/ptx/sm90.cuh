@@ -8,6 +8,7 @@
 #if defined(MOEGEMM_WGMMA_EXTENDED_N) && !defined(CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED)
 #define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
 #endif
+#include <cute/arch/cluster_sm90.hpp>
 #include <cute/arch/copy_sm90_tma.hpp>
 #include <cute/arch/mma_sm90_desc.hpp>
 #include <cute/arch/mma_sm90_gmma.hpp>
@@ -123,6 +124,28 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t smem_addr, uint32_t r0, uin
   asm volatile("stmatrix.sync.aligned.x4.m8n8.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(smem_addr),
                "r"(r0), "r"(r1), "r"(r2), "r"(r3)
                : "memory");
+}
+
+// B shared by the CTAs of a cluster: one CTA's box lands at the same offset of every CTA in
+// `cta_mask`, completing bytes on the barrier at the same offset in each.
+__device__ __forceinline__ void tma_load_3d_multicast(const void* desc, Barrier* bar, void* smem,
+                                                      int32_t crd0, int32_t crd1, int32_t crd2,
+                                                      uint16_t cta_mask) {
+  constexpr uint64_t kCacheHintNormal = 0x1000000000000000ull;
+  cute::SM90_TMA_LOAD_MULTICAST_3D::copy(desc, reinterpret_cast<uint64_t*>(bar), cta_mask,
+                                         kCacheHintNormal, smem, crd0, crd1, crd2);
+}
+
+// A math warp gives a stage back to the producer(s): its own CTA's empty barrier, or with a
+// cluster every CTA's (each CTA's producer multicasts into this CTA's stage too).
+template <uint32_t kClusterM>
+__device__ __forceinline__ void release_stage(Barrier& empty, bool pred) {
+  if constexpr (kClusterM == 1) {
+    if (pred) empty.arrive();
+  } else {
+#pragma unroll
+    for (uint32_t cta = 0; cta < kClusterM; ++cta) empty.arrive(cta, pred);
+  }
 }
 
 __device__ __forceinline__ void prefetch_tma_desc(const void* desc) {
