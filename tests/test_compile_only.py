@@ -135,3 +135,19 @@ def test_stage_breakdown_variants_compile(tmp_path, monkeypatch) -> None:
             assert "HGMMA.64x256x16.F32.BF16" in sass
     assert len(names) == 3
     assert "MOEGEMM_STAGE_VARIANT" not in sm90_bf16_gemm_spec(config, "bf16", False).source
+
+    k_config = config_with(128, 256, "k_grouped", tma_store=True, d_dtype="fp32")
+    assert "MOEGEMM_STAGE_VARIANT" not in sm90_bf16_k_grouped_spec(k_config, False).source
+    for variant in (1, 2, 3, 4):
+        spec = sm90_bf16_k_grouped_spec(k_config, False, variant)
+        assert f"#define MOEGEMM_STAGE_VARIANT {variant}" in spec.source
+        cubin_path = cache.build_or_load(spec)
+        assert count_cubin_kernels(cubin_path.read_bytes()) == 1
+        if variant in (2, 4) and cuobjdump is not None:
+            sass = subprocess.run(
+                [str(cuobjdump), "--dump-sass", str(cubin_path)],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            assert "HGMMA.64x256x16.F32.BF16" in sass
