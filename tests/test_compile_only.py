@@ -34,6 +34,17 @@ def config_with(
     raise AssertionError(f"no legal config {block_m}x{block_n} (TMA store: {tma_store})")
 
 
+def dump_sass(cuobjdump, cubin_path) -> str:
+    proc = subprocess.run(
+        [str(cuobjdump), "--dump-sass", str(cubin_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, f"cuobjdump failed: {proc.stdout[-500:]} {proc.stderr[-500:]}"
+    return proc.stdout
+
+
 # One warpgroup / two warpgroups / two m64 atoms per warpgroup / an extended-N atom, across the
 # epilogues (registers with BF16 out, FP32 out with C; TMA stores of 64-, 32- and 16-column
 # boxes) and every tile scheduler (layout).
@@ -80,14 +91,7 @@ def test_kernel_compiles_for_sm90a(
     cuobjdump = find_cuobjdump()
     if cuobjdump is None:
         pytest.skip("cuobjdump not found: cubin built, SASS not inspected")
-    proc = subprocess.run(
-        [str(cuobjdump), "--dump-sass", str(cubin_path)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert proc.returncode == 0, f"cuobjdump failed: {proc.stdout[-500:]} {proc.stderr[-500:]}"
-    sass = proc.stdout
+    sass = dump_sass(cuobjdump, cubin_path)
     assert "HGMMA" in sass, "the math must run on wgmma"
     assert "LDL" not in sass and "STL" not in sass, "no local-memory traffic"
     # A batch of wgmma carries one scoreboard (gsb0) at its end; ptxas serializes them (each
@@ -126,12 +130,7 @@ def test_stage_breakdown_variants_compile(tmp_path, monkeypatch) -> None:
         if variant == 2 and cuobjdump is not None:
             # Without stores the accumulators must stay live, or ptxas drops the wgmma too and
             # the "no epilogue" timing measures loads only.
-            sass = subprocess.run(
-                [str(cuobjdump), "--dump-sass", str(cubin_path)],
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout
+            sass = dump_sass(cuobjdump, cubin_path)
             assert "HGMMA.64x256x16.F32.BF16" in sass
     assert len(names) == 3
     assert "MOEGEMM_STAGE_VARIANT" not in sm90_bf16_gemm_spec(config, "bf16", False).source
@@ -144,10 +143,5 @@ def test_stage_breakdown_variants_compile(tmp_path, monkeypatch) -> None:
         cubin_path = cache.build_or_load(spec)
         assert count_cubin_kernels(cubin_path.read_bytes()) == 1
         if variant in (2, 4) and cuobjdump is not None:
-            sass = subprocess.run(
-                [str(cuobjdump), "--dump-sass", str(cubin_path)],
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout
+            sass = dump_sass(cuobjdump, cubin_path)
             assert "HGMMA.64x256x16.F32.BF16" in sass
