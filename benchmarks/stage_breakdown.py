@@ -1,7 +1,8 @@
-"""Where an m-grouped BF16 kernel's time goes, measured by leaving stages out (METHOD.md's
-"time variants that leave one stage out"): the full kernel, without the wgmma, without the
-epilogue stores, and without both (TMA streaming and barriers alone). Same config (the
-heuristics' pick), same inputs, same run; the variants' outputs are wrong by design.
+"""Where a kernel's time goes, measured by leaving stages out (METHOD.md's "time variants that
+leave one stage out"): the full kernel, without the wgmma, without the epilogue stores, without
+both (TMA streaming and barriers alone), for the k-grouped kernel also without the zeroing of
+group tails, and the same tile with the register-store epilogue instead of TMA stores. Same
+config (the heuristics' pick), same inputs, same run; the variants' outputs are wrong by design.
 
     python benchmarks/stage_breakdown.py [--cases REGEX]
 """
@@ -11,17 +12,18 @@ from __future__ import annotations
 import argparse
 import math
 import re
+from collections.abc import Callable
 
 import torch
 
 from moegemm.api.device import arch_for_device
 from moegemm.api.plans import build_plan
-from moegemm.heuristics import GemmDesc, select_config
+from moegemm.heuristics import GemmConfig, GemmDesc, select_config
 from moegemm.heuristics.sm90 import enumerate_configs, store_cols
 from moegemm.testing import bench_us
 
-# (name, groups, rows per group, N, K): prefill and decode shapes of the suites.
-CASES = [
+# m-grouped (offs layout): (name, groups, rows per group, N, K).
+M_GROUPED_CASES = [
     ("dsv3 L1 prefill", 32, 1024, 4096, 7168),
     ("dsv3 L2 prefill", 32, 1024, 7168, 2048),
     ("qwen3-30b L2 prefill", 128, 1024, 2048, 768),
@@ -29,10 +31,45 @@ CASES = [
     ("dsv3 L1 decode", 32, 8, 4096, 7168),
     ("qwen3-30b L2 decode", 128, 4, 2048, 768),
 ]
-VARIANTS = {0: "full", 2: "no epilogue", 1: "no wgmma", 3: "loads only"}
+# k-grouped (weight gradients): (name, groups, rows per group, M, N); rows not a multiple of 64
+# so every group ends in a partial k-block (the tail-zeroing path).
+K_GROUPED_CASES = [
+    ("dsv3 wgrad L1", 8, 4100, 4096, 7168),
+    ("dsv3 wgrad L2", 16, 2044, 7168, 2048),
+    ("qwen3-30b wgrad L2", 16, 4100, 2048, 768),
+]
+COMMON_VARIANTS = {0: "full", 2: "no epilogue", 1: "no wgmma", 3: "loads only"}
+K_GROUPED_VARIANTS = {**COMMON_VARIANTS, 4: "no tail zeroing"}
+TWIN = "full, reg stores"
 
 
-def time_variants(groups: int, per_group: int, n: int, k: int) -> dict[str, float]:
+def register_store_twin(desc: GemmDesc, pick: GemmConfig, device: int) -> GemmConfig | None:
+    if not store_cols(pick):
+        return None
+    for config in enumerate_configs(desc, arch_for_device(device)):
+        if config.layout == pick.layout and not store_cols(config):
+            return config
+    return None
+
+
+def time_runs(
+    desc: GemmDesc, variants: dict[int, str], launch_args: Callable[[], tuple]
+) -> dict[str, float | str]:
+    device = torch.cuda.current_device()
+    pick = select_config(desc, arch_for_device(device))
+    runs = [(variant, label, pick) for variant, label in variants.items()]
+    twin = register_store_twin(desc, pick, device)
+    if twin is not None:
+        runs.append((0, TWIN, twin))
+    args = launch_args()
+    times: dict[str, float | str] = {"config": pick.short_name()}
+    for variant, label, config in runs:
+        plan = build_plan(device, desc, config, stage_variant=variant)
+        times[label] = bench_us(lambda plan=plan: plan.launch(*args), iters=30)
+    return times
+
+
+def m_grouped_times(groups: int, per_group: int, n: int, k: int) -> dict[str, float | str]:
     rows = groups * per_group
     a = torch.randn(rows, k, device="cuda").bfloat16()
     b = (torch.randn(groups, n, k, device="cuda") * 0.02).bfloat16()
@@ -40,55 +77,59 @@ def time_variants(groups: int, per_group: int, n: int, k: int) -> dict[str, floa
     offs = torch.arange(1, groups + 1, device="cuda", dtype=torch.int32) * per_group
     desc = GemmDesc("m_grouped_offsets", rows, n, k, groups, expected_m=math.ceil(rows / groups))
     stream = torch.cuda.current_stream().cuda_stream
-    times = {}
-    device = torch.cuda.current_device()
-    pick = select_config(desc, arch_for_device(device))
-    runs = [(variant, label, pick) for variant, label in VARIANTS.items()]
-    if store_cols(pick):  # the same tile with register stores, for the epilogue's share
-        twin = next(
-            c
-            for c in enumerate_configs(desc, arch_for_device(device))
-            if c.layout == pick.layout and not store_cols(c)
-        )
-        runs.append((0, "full, reg stores", twin))
-    for variant, label, config in runs:
-        plan = build_plan(device, desc, config, stage_variant=variant)
-        args = (
-            a.data_ptr(),
-            b.data_ptr(),
-            d.data_ptr(),
-            0,
-            offs.data_ptr(),
-            rows,
-            rows,
-            n,
-            k,
-            groups,
-            k,
-            k,
-            n * k,
-            n,
-            0,
-            stream,
-        )
-        times[label] = bench_us(lambda plan=plan, args=args: plan.launch(*args), iters=30)
-    times["config"] = pick.short_name()
-    return times
+    return time_runs(
+        desc,
+        COMMON_VARIANTS,
+        lambda: (a.data_ptr(), b.data_ptr(), d.data_ptr(), 0, offs.data_ptr(), rows, rows, n, k,
+                 groups, k, k, n * k, n, 0, stream),
+    )  # fmt: skip
+
+
+def k_grouped_times(groups: int, per_group: int, m: int, n: int) -> dict[str, float | str]:
+    tokens = groups * per_group
+    a = torch.randn(tokens, m, device="cuda").bfloat16()
+    b = torch.randn(tokens, n, device="cuda").bfloat16()
+    d = torch.empty(groups, m, n, device="cuda")
+    offs = torch.arange(1, groups + 1, device="cuda", dtype=torch.int32) * per_group
+    desc = GemmDesc("k_grouped", m, n, per_group, groups, d_dtype="fp32")
+    stream = torch.cuda.current_stream().cuda_stream
+    return time_runs(
+        desc,
+        K_GROUPED_VARIANTS,
+        lambda: (a.data_ptr(), b.data_ptr(), d.data_ptr(), 0, offs.data_ptr(), m, n, tokens,
+                 groups, m, n, stream),
+    )  # fmt: skip
+
+
+def print_table(title: str, labels: list[str], rows: list[tuple[str, dict, float]]) -> None:
+    print(f"\n{title}")
+    print(f"{'case':24s} {'config':26s} " + " ".join(f"{v:>16s}" for v in labels))
+    for name, t, flops in rows:
+        cells = " ".join(f"{t[v]:13.1f} us" if v in t else f"{'-':>16s}" for v in labels)
+        tflops = flops / float(t["full"]) / 1e6
+        print(f"{name:24s} {t['config']:26s} {cells}   full {tflops:6.0f} TFLOP/s")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--cases", help="regex over case names")
     args = parser.parse_args()
-    labels = [*VARIANTS.values(), "full, reg stores"]
-    print(f"{'case':24s} {'config':24s} " + " ".join(f"{v:>16s}" for v in labels))
-    for name, groups, per_group, n, k in CASES:
-        if args.cases and not re.search(args.cases, name):
-            continue
-        t = time_variants(groups, per_group, n, k)
-        flops = 2 * groups * per_group * n * k
-        cells = " ".join(f"{t[v]:13.1f} us" if v in t else f"{'-':>16s}" for v in labels)
-        print(f"{name:24s} {t['config']:24s} {cells}   full {flops / t['full'] / 1e6:6.0f} TFLOP/s")
+
+    def wanted(name: str) -> bool:
+        return not args.cases or re.search(args.cases, name) is not None
+
+    rows = [
+        (name, m_grouped_times(g, r, n, k), 2 * g * r * n * k)
+        for name, g, r, n, k in M_GROUPED_CASES
+        if wanted(name)
+    ]
+    print_table("m-grouped (offs)", [*COMMON_VARIANTS.values(), TWIN], rows)
+    rows = [
+        (name, k_grouped_times(g, r, m, n), 2 * g * r * m * n)
+        for name, g, r, m, n in K_GROUPED_CASES
+        if wanted(name)
+    ]
+    print_table("k-grouped", [*K_GROUPED_VARIANTS.values(), TWIN], rows)
 
 
 if __name__ == "__main__":

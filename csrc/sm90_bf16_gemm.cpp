@@ -8,6 +8,9 @@
 
 #include <stdint.h>
 
+#include <stdexcept>
+#include <string>
+
 #include "launch.h"
 #include "moegemm/common/sm90_gemm_params.h"
 #include "tma.h"
@@ -111,7 +114,17 @@ void launch_k_grouped(Kernel& kernel, const LaunchShape& shape, uint64_t a_ptr, 
 
 class GroupedLauncher {
  public:
-  GroupedLauncher(Kernel& kernel, LaunchShape shape) : kernel_(kernel), shape_(shape) {}
+  // The cluster shape must be the one the kernel was built for (Scheduler::kClusterM): the B
+  // box height, the full barrier's byte count and the multicast mask all follow from it.
+  GroupedLauncher(Kernel& kernel, LaunchShape shape) : kernel_(kernel), shape_(shape) {
+    if ((shape.cluster_m != 1 && shape.cluster_m != 2) || shape.cluster_n != 1 ||
+        shape.block_n % (8 * shape.cluster_m) != 0) {
+      throw std::invalid_argument(
+          "Sm90Bf16GemmLauncher: clusters are 1x1 or 2x1 with block_n a multiple of 8 * cluster_m"
+          ", got cluster " + std::to_string(shape.cluster_m) + "x" +
+          std::to_string(shape.cluster_n) + " and block_n " + std::to_string(shape.block_n));
+    }
+  }
 
   void operator()(uint64_t a_ptr, uint64_t b_ptr, uint64_t d_ptr, uint64_t c_ptr,
                   uint64_t group_info_ptr, int64_t rows, int64_t m, int64_t n, int64_t k,
@@ -128,7 +141,11 @@ class GroupedLauncher {
 
 class KGroupedLauncher {
  public:
-  KGroupedLauncher(Kernel& kernel, LaunchShape shape) : kernel_(kernel), shape_(shape) {}
+  KGroupedLauncher(Kernel& kernel, LaunchShape shape) : kernel_(kernel), shape_(shape) {
+    if (shape.cluster_m != 1 || shape.cluster_n != 1) {
+      throw std::invalid_argument("Sm90Bf16KGroupedLauncher: the k-grouped kernel takes no clusters");
+    }
+  }
 
   void operator()(uint64_t a_ptr, uint64_t b_ptr, uint64_t d_ptr, uint64_t c_ptr,
                   uint64_t offs_ptr, int64_t m, int64_t n, int64_t num_tokens, int64_t num_groups,

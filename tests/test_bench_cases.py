@@ -35,3 +35,13 @@ def test_group_layouts_agree() -> None:
     expected_groups = torch.repeat_interleave(torch.arange(4), torch.tensor(rows))
     assert torch.equal(m_indices[real].long(), expected_groups)
     assert (m_indices >= 0).sum() == sum(rows)
+
+
+def test_stage_breakdown_cases() -> None:
+    """The breakdown script loads without a GPU; its k-grouped groups end in partial k-blocks
+    (so the tail-zeroing variant measures something) and its variants are the kernels' bits."""
+    import stage_breakdown
+
+    assert all(rows % 64 for _, _, rows, _, _ in stage_breakdown.K_GROUPED_CASES)
+    assert set(stage_breakdown.COMMON_VARIANTS) == {0, 1, 2, 3}
+    assert set(stage_breakdown.K_GROUPED_VARIANTS) == {0, 1, 2, 3, 4}

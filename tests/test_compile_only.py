@@ -29,9 +29,21 @@ def config_with(
     desc = GemmDesc(kind, m=4096, n=4096, k=4096, num_groups=4, d_dtype=d_dtype, with_c=with_c)
     for config in enumerate_bf16_configs(desc, SM90):
         lay = config.layout
-        if (lay.block_m, lay.block_n, bool(store_cols(config))) == (block_m, block_n, tma_store):
+        key = (lay.block_m, lay.block_n, bool(store_cols(config)), lay.cluster_m)
+        if key == (block_m, block_n, tma_store, 1):
             return config
     raise AssertionError(f"no legal config {block_m}x{block_n} (TMA store: {tma_store})")
+
+
+def dump_sass(cuobjdump, cubin_path) -> str:
+    proc = subprocess.run(
+        [str(cuobjdump), "--dump-sass", str(cubin_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, f"cuobjdump failed: {proc.stdout[-500:]} {proc.stderr[-500:]}"
+    return proc.stdout
 
 
 # One warpgroup / two warpgroups / two m64 atoms per warpgroup / an extended-N atom, across the
@@ -80,14 +92,7 @@ def test_kernel_compiles_for_sm90a(
     cuobjdump = find_cuobjdump()
     if cuobjdump is None:
         pytest.skip("cuobjdump not found: cubin built, SASS not inspected")
-    proc = subprocess.run(
-        [str(cuobjdump), "--dump-sass", str(cubin_path)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert proc.returncode == 0, f"cuobjdump failed: {proc.stdout[-500:]} {proc.stderr[-500:]}"
-    sass = proc.stdout
+    sass = dump_sass(cuobjdump, cubin_path)
     assert "HGMMA" in sass, "the math must run on wgmma"
     assert "LDL" not in sass and "STL" not in sass, "no local-memory traffic"
     # A batch of wgmma carries one scoreboard (gsb0) at its end; ptxas serializes them (each
@@ -126,15 +131,21 @@ def test_stage_breakdown_variants_compile(tmp_path, monkeypatch) -> None:
         if variant == 2 and cuobjdump is not None:
             # Without stores the accumulators must stay live, or ptxas drops the wgmma too and
             # the "no epilogue" timing measures loads only.
-            sass = subprocess.run(
-                [str(cuobjdump), "--dump-sass", str(cubin_path)],
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout
+            sass = dump_sass(cuobjdump, cubin_path)
             assert "HGMMA.64x256x16.F32.BF16" in sass
     assert len(names) == 3
     assert "MOEGEMM_STAGE_VARIANT" not in sm90_bf16_gemm_spec(config, "bf16", False).source
+
+    k_config = config_with(128, 256, "k_grouped", tma_store=True, d_dtype="fp32")
+    assert "MOEGEMM_STAGE_VARIANT" not in sm90_bf16_k_grouped_spec(k_config, False).source
+    for variant in (1, 2, 3, 4):
+        spec = sm90_bf16_k_grouped_spec(k_config, False, variant)
+        assert f"#define MOEGEMM_STAGE_VARIANT {variant}" in spec.source
+        cubin_path = cache.build_or_load(spec)
+        assert count_cubin_kernels(cubin_path.read_bytes()) == 1
+        if variant in (2, 4) and cuobjdump is not None:
+            sass = dump_sass(cuobjdump, cubin_path)
+            assert "HGMMA.64x256x16.F32.BF16" in sass
 
 
 @pytest.mark.parametrize("kind", ["bf16_gemm_nt", "m_grouped_offsets", "m_grouped_masked"])
@@ -145,6 +156,7 @@ def test_cluster_multicast_kernels_compile(kind, block_m, tma_store, tmp_path, m
 
     monkeypatch.setenv("MOEGEMM_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("MOEGEMM_JIT_PTXAS_CHECK", "1")
+    monkeypatch.delenv(EXPERIMENTAL_CLUSTERS_ENV, raising=False)
     desc = GemmDesc(kind, m=4096, n=4096, k=4096, num_groups=4, expected_m=1024)
     assert all(c.layout.cluster_m == 1 for c in enumerate_configs(desc, SM90))
     monkeypatch.setenv(EXPERIMENTAL_CLUSTERS_ENV, "1")
@@ -162,12 +174,7 @@ def test_cluster_multicast_kernels_compile(kind, block_m, tma_store, tmp_path, m
     cuobjdump = find_cuobjdump()
     if cuobjdump is None:
         pytest.skip("cuobjdump not found: cubin built, SASS not inspected")
-    sass = subprocess.run(
-        [str(cuobjdump), "--dump-sass", str(cubin_path)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    sass = dump_sass(cuobjdump, cubin_path)
     assert "MULTICAST" in sass, "B must be loaded with a multicast TMA"
     assert "LDL" not in sass and "STL" not in sass
     hgmma = [line for line in sass.splitlines() if "HGMMA." in line and "RZ" not in line]

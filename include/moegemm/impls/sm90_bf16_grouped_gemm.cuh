@@ -108,7 +108,11 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
   } else {
     cute::cluster_sync();
   }
+  // Schedulers derive the rank from blockIdx.x: clusters run along x only (launch.cpp).
   const uint32_t cta_rank = kClusterM == 1 ? 0 : cute::block_rank_in_cluster();
+  if constexpr (kClusterM > 1) {
+    if (cute::cluster_shape().x != kClusterM) __trap();  // launched with another cluster shape
+  }
 
   // Everything above overlaps the previous kernel under PDL; global memory is touched only below.
   pdl_wait();
@@ -174,7 +178,7 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
         for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
           full[stage_idx].wait(phase);
           __syncwarp();
-          release_stage<kClusterM>(empty[stage_idx], lane_idx == 0);
+          release_stage<kClusterM>(empty[stage_idx], lane_idx);
           stage_idx = stage_idx + 1 == kNumStages ? 0 : stage_idx + 1;
           phase ^= stage_idx == 0;
         }
@@ -209,7 +213,7 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
         for (uint32_t a = 0; a < kAtomsM; ++a)
 #pragma unroll
           for (uint32_t i = 0; i < BLOCK_N / 2; ++i) cute::warpgroup_fence_operand(acc[a][i]);
-        if (kb_done > 0) release_stage<kClusterM>(empty[prev_stage], lane_idx == 0);
+        if (kb_done > 0) release_stage<kClusterM>(empty[prev_stage], lane_idx);
         prev_stage = stage_idx;
         ++kb_done;
         stage_idx = stage_idx + 1 == kNumStages ? 0 : stage_idx + 1;
@@ -220,7 +224,7 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
       for (uint32_t a = 0; a < kAtomsM; ++a)
 #pragma unroll
         for (uint32_t i = 0; i < BLOCK_N / 2; ++i) cute::warpgroup_fence_operand(acc[a][i]);
-      if (kb_done > 0) release_stage<kClusterM>(empty[prev_stage], lane_idx == 0);
+      if (kb_done > 0) release_stage<kClusterM>(empty[prev_stage], lane_idx);
 
       if constexpr ((MOEGEMM_STAGE_VARIANT & 2) != 0) {
         // Timing build without stores: keep the accumulators live so the wgmma stays.

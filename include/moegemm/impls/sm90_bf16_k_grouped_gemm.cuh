@@ -26,6 +26,13 @@
 #include <moegemm/epilogue/sm90_tma_store.cuh>
 #include <moegemm/ptx/sm90.cuh>
 
+// Stage-breakdown builds (benchmarks/stage_breakdown.py) leave stages out to time the rest:
+// bit 0 skips the wgmma, bit 1 the epilogue's stores, bit 2 the zeroing of group tails.
+// Production kernels never define it.
+#ifndef MOEGEMM_STAGE_VARIANT
+#define MOEGEMM_STAGE_VARIANT 0
+#endif
+
 namespace moegemm::sm90 {
 
 // Descriptor of an MN-major tile stored as 128-byte rows (64 BF16 along M or N) per k, with
@@ -162,7 +169,7 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
         uint8_t* stage_a = sA + stage_idx * kBytesA;
         uint8_t* stage_b = sB + stage_idx * kBytesB;
         const uint32_t valid = min(end - row, BLOCK_K);
-        if (valid < BLOCK_K) {
+        if ((MOEGEMM_STAGE_VARIANT & 4) == 0 && valid < BLOCK_K) {
           // Zero the k-rows past the group's end in every chunk of A and B, 16 bytes a thread.
           constexpr uint32_t kChunks = (BLOCK_M + BLOCK_N) / 64;
           const uint32_t vectors_per_chunk = (BLOCK_K - valid) * 8;
@@ -185,7 +192,9 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
           const uint64_t desc_a =
               make_smem_desc_mn128b(stage_a + math_wg * kChunkBytes + kk * 2048, kChunkBytes);
           const uint64_t desc_b = make_smem_desc_mn128b(stage_b + kk * 2048, kChunkBytes);
-          wgmma_bf16_mn_impl<BLOCK_N>(desc_a, desc_b, acc, std::make_index_sequence<BLOCK_N / 2>{});
+          if constexpr ((MOEGEMM_STAGE_VARIANT & 1) == 0)
+            wgmma_bf16_mn_impl<BLOCK_N>(desc_a, desc_b, acc,
+                                        std::make_index_sequence<BLOCK_N / 2>{});
         }
         cute::warpgroup_commit_batch();
         // Keep this k-block's wgmma in flight while the next stage is awaited: only the
@@ -206,6 +215,11 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
 
       const uint32_t row_end = g * params.m + params.m;
       const uint32_t row0 = g * params.m + m0 + math_wg * 64;
+      if constexpr ((MOEGEMM_STAGE_VARIANT & 2) != 0) {
+        // Timing build without stores: keep the accumulators live so the wgmma stays.
+        if (acc[0] == 1.2345e-30f) params.d[threadIdx.x] = acc[1];
+        continue;
+      }
       if constexpr (kStoreCols != 0) {
         if (row0 + 64 <= row_end) {
           store_accumulators_tma_f32<BLOCK_N, kWithC>(acc, sD + math_wg * Traits::kBytesDPerWG,

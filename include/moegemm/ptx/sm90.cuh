@@ -136,15 +136,24 @@ __device__ __forceinline__ void tma_load_3d_multicast(const void* desc, Barrier*
                                          kCacheHintNormal, smem, crd0, crd1, crd2);
 }
 
-// A math warp gives a stage back to the producer(s): its own CTA's empty barrier, or with a
-// cluster every CTA's (each CTA's producer multicasts into this CTA's stage too).
+// A math warp gives a stage back to the producer(s): lane 0 arrives on its own CTA's empty
+// barrier; with a cluster, lane r arrives on CTA r's (each CTA's producer multicasts into this
+// CTA's stage too), with release at cluster scope so the wgmma reads are ordered before the
+// peer's next TMA write.
 template <uint32_t kClusterM>
-__device__ __forceinline__ void release_stage(Barrier& empty, bool pred) {
+__device__ __forceinline__ void release_stage(Barrier& empty, uint32_t lane_idx) {
   if constexpr (kClusterM == 1) {
-    if (pred) empty.arrive();
+    if (lane_idx == 0) empty.arrive();
   } else {
-#pragma unroll
-    for (uint32_t cta = 0; cta < kClusterM; ++cta) empty.arrive(cta, pred);
+    if (lane_idx < kClusterM) {
+      const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(&empty));
+      asm volatile(
+          "{\n\t.reg .b32 remote;\n\t"
+          "mapa.shared::cluster.u32 remote, %0, %1;\n\t"
+          "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n\t}" ::"r"(addr),
+          "r"(lane_idx)
+          : "memory");
+    }
   }
 }
 

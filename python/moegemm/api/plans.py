@@ -50,7 +50,7 @@ def build_plan(
         config = select_config(desc, arch)
     lay = config.layout
     if desc.kind == "k_grouped":
-        kernel = load_kernel(sm90_bf16_k_grouped_spec(config, desc.with_c))
+        kernel = load_kernel(sm90_bf16_k_grouped_spec(config, desc.with_c, stage_variant))
         launcher_type = _C.Sm90Bf16KGroupedLauncher
     else:
         spec = sm90_bf16_gemm_spec(config, desc.d_dtype, desc.with_c, desc.kind, stage_variant)

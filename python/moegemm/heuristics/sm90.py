@@ -46,13 +46,15 @@ STMATRIX_BYTES_PER_CLK = 64  # staging writes into shared memory (half the port'
 TMA_STORE_SYNC_CYCLES = 400  # two warpgroup barriers, the fence and the issue of the stores
 TMA_STORE_COLS = (64, 32, 16)  # box widths: one 128-, 64- or 32-byte swizzle span per row
 # 2-CTA clusters sharing B by TMA multicast: compiled and compile-tested, not yet run on a GPU,
-# so only enumerated when this variable is 1 (GPU tests and benchmarks set it to try them).
+# so only enumerated when this variable is 1 (GPU tests and benchmarks set it to try them). It
+# is read when a problem shape is first planned: set it before the first call.
 EXPERIMENTAL_CLUSTERS_ENV = "MOEGEMM_EXPERIMENTAL_CLUSTERS"
 CLUSTER_KINDS = ("bf16_gemm_nt", "m_grouped_offsets", "m_grouped_masked")
 
 
-def cluster_choices(desc: GemmDesc) -> tuple[int, ...]:
-    if desc.kind in CLUSTER_KINDS and os.environ.get(EXPERIMENTAL_CLUSTERS_ENV) == "1":
+def cluster_choices(desc: GemmDesc, arch: ArchSpec) -> tuple[int, ...]:
+    enabled = os.environ.get(EXPERIMENTAL_CLUSTERS_ENV) == "1"
+    if enabled and desc.kind in CLUSTER_KINDS and arch.num_sms >= 2:
         return (1, 2)
     return (1,)
 
@@ -117,7 +119,7 @@ def _make_config(
         layout=Layout(block_m=block_m, block_n=block_n, block_k=BLOCK_K, cluster_m=cluster_m),
         storage=StorageConfig(
             load_box_a=(BLOCK_K, block_m),
-            load_box_b=(BLOCK_K, block_n),
+            load_box_b=(BLOCK_K, block_n // cluster_m),  # each CTA loads its share of B
             swizzle_a=128,
             swizzle_b=128,
             store_box_d=(store_cols, 64) if store_cols else None,
@@ -149,7 +151,7 @@ def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> Iterator[GemmConfig]:
                 num_stages = min(MAX_STAGES, (arch.smem_budget - staging) // per_stage)
                 if num_stages < MIN_STAGES:
                     continue
-                for cluster_m in cluster_choices(desc):
+                for cluster_m in cluster_choices(desc, arch):
                     yield _make_config(
                         block_m, block_n, num_stages, arch, store_cols, k_grouped, cluster_m
                     )
@@ -181,7 +183,8 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
         and config.pipeline.num_stages >= MIN_STAGES
         and config.launch.num_threads == 128 * (num_wg + 1)
         and lay.cluster_n == 1
-        and lay.cluster_m in cluster_choices(desc)
+        and lay.cluster_m in cluster_choices(desc, arch)
+        and config.storage.load_box_b == (BLOCK_K, lay.block_n // lay.cluster_m)
         and not lay.swap_ab
         and desc.n % 8 == 0
         and (desc.k % 8 == 0 or desc.kind == "k_grouped")
@@ -295,13 +298,14 @@ def epilogue_cycles(config: GemmConfig, desc: GemmDesc) -> float:
 
 
 def _rank_key(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> tuple:
-    # Ties go to the larger tile (less L2 traffic), then to more stages: deterministic.
+    # Ties go to the larger tile (less L2 traffic), then to more stages, then to no cluster.
     lay = config.layout
     return (
         round(estimate_cycles(config, desc, arch)),
         -lay.block_m * lay.block_n,
         -lay.block_m,
         -config.pipeline.num_stages,
+        lay.cluster_m,
     )
 
 
