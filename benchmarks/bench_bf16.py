@@ -619,6 +619,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="time k-grouped without C (default: C accumulated in place)",
     )
+    parser.add_argument(
+        "--pdl",
+        action="store_true",
+        help="launch moegemm kernels with programmatic dependent launch (moegemm.set_pdl)",
+    )
     parser.add_argument("--jobs", type=int, default=None, help="parallel compiles")
     parser.add_argument("--list", action="store_true", help="list the cases and exit")
     parser.add_argument("-v", "--verbose", action="store_true", help="tracebacks of failures")
@@ -641,6 +646,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     torch.manual_seed(0)
+    moegemm.set_pdl(args.pdl)
     t_start = time.perf_counter()
 
     from moegemm.api.device import arch_for_device
