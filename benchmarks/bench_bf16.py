@@ -665,7 +665,8 @@ def main(argv: list[str] | None = None) -> int:
     timer = Timer(queued=args.timer == "queued", budget_ms=args.budget_ms, max_iters=args.max_iters)
     ceilings = measure_ceilings(timer)
     print(
-        f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, timer {args.timer}; "
+        f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, timer {args.timer}, "
+        f"PDL {'on' if args.pdl else 'off'}, order {args.order}; "
         f"copy {ceilings['copy_gbps']:.0f} GB/s, cuBLAS BF16 {ceilings['cublas_tflops']:.0f} "
         f"TFLOP/s",
         flush=True,
@@ -685,6 +686,8 @@ def main(argv: list[str] | None = None) -> int:
             "gpu": torch.cuda.get_device_name(),
             "torch": torch.__version__,
             "timer": args.timer,
+            "pdl": args.pdl,
+            "order": args.order,
             "ceilings": ceilings,
             "cases": results,
             **summary,
