@@ -31,6 +31,7 @@ import itertools
 import json
 import math
 import os
+import random
 import sys
 import time
 import traceback
@@ -557,6 +558,22 @@ def run_case(case: Case, timer: Timer, args, ceilings: dict) -> dict:
     return {**base, **res}
 
 
+ORDERS = ("natural", "reverse", "shuffle")
+
+
+def order_cases(cases: list, order: str, seed: int = 0) -> list:
+    """The cases in the order to run them; shuffle is seeded, so a run can be repeated."""
+    if order == "reverse":
+        return cases[::-1]
+    if order == "shuffle":
+        shuffled = list(cases)
+        random.Random(seed).shuffle(shuffled)
+        return shuffled
+    if order != "natural":
+        raise ValueError(f"unknown order {order!r}; known: {ORDERS}")
+    return list(cases)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -570,6 +587,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--cases", help="regex: run only cases whose name matches")
     parser.add_argument("--quick", action="store_true", help="a few cases per suite")
+    parser.add_argument(
+        "--order",
+        choices=ORDERS,
+        default="natural",
+        help="case order (reverse or shuffle show whether a case's position in the run moves "
+        "its timings)",
+    )
     parser.add_argument(
         "--timer",
         choices=("queued", "events"),
@@ -595,13 +619,18 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="time k-grouped without C (default: C accumulated in place)",
     )
+    parser.add_argument(
+        "--pdl",
+        action="store_true",
+        help="launch moegemm kernels with programmatic dependent launch (moegemm.set_pdl)",
+    )
     parser.add_argument("--jobs", type=int, default=None, help="parallel compiles")
     parser.add_argument("--list", action="store_true", help="list the cases and exit")
     parser.add_argument("-v", "--verbose", action="store_true", help="tracebacks of failures")
     args = parser.parse_args(argv)
 
     suites = tuple(args.suite) if args.suite else SUITES
-    cases = filter_cases(load_cases(suites, args.quick), args.cases)
+    cases = order_cases(filter_cases(load_cases(suites, args.quick), args.cases), args.order)
     if args.list:
         for c in cases:
             print(f"{c.name:64s} {c.layout:10s} rows {c.total_rows} max_m {c.max_m}")
@@ -617,6 +646,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     torch.manual_seed(0)
+    moegemm.set_pdl(args.pdl)
     t_start = time.perf_counter()
 
     from moegemm.api.device import arch_for_device
@@ -635,7 +665,8 @@ def main(argv: list[str] | None = None) -> int:
     timer = Timer(queued=args.timer == "queued", budget_ms=args.budget_ms, max_iters=args.max_iters)
     ceilings = measure_ceilings(timer)
     print(
-        f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, timer {args.timer}; "
+        f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, timer {args.timer}, "
+        f"PDL {'on' if args.pdl else 'off'}, order {args.order}; "
         f"copy {ceilings['copy_gbps']:.0f} GB/s, cuBLAS BF16 {ceilings['cublas_tflops']:.0f} "
         f"TFLOP/s",
         flush=True,
@@ -655,6 +686,8 @@ def main(argv: list[str] | None = None) -> int:
             "gpu": torch.cuda.get_device_name(),
             "torch": torch.__version__,
             "timer": args.timer,
+            "pdl": args.pdl,
+            "order": args.order,
             "ceilings": ceilings,
             "cases": results,
             **summary,

@@ -45,3 +45,15 @@ def test_stage_breakdown_cases() -> None:
     assert all(rows % 64 for _, _, rows, _, _ in stage_breakdown.K_GROUPED_CASES)
     assert set(stage_breakdown.COMMON_VARIANTS) == {0, 1, 2, 3}
     assert set(stage_breakdown.K_GROUPED_VARIANTS) == {0, 1, 2, 3, 4}
+
+
+def test_case_orders() -> None:
+    import bench_bf16
+
+    cases = bf16_cases.load_cases()
+    names = [c.name for c in cases]
+    assert [c.name for c in bench_bf16.order_cases(cases, "natural")] == names
+    assert [c.name for c in bench_bf16.order_cases(cases, "reverse")] == names[::-1]
+    shuffled = [c.name for c in bench_bf16.order_cases(cases, "shuffle")]
+    assert sorted(shuffled) == sorted(names) and shuffled != names
+    assert shuffled == [c.name for c in bench_bf16.order_cases(cases, "shuffle")]
