@@ -619,6 +619,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="time k-grouped without C (default: C accumulated in place)",
     )
+    parser.add_argument(
+        "--pdl",
+        action="store_true",
+        help="launch moegemm kernels with programmatic dependent launch (moegemm.set_pdl)",
+    )
     parser.add_argument("--jobs", type=int, default=None, help="parallel compiles")
     parser.add_argument("--list", action="store_true", help="list the cases and exit")
     parser.add_argument("-v", "--verbose", action="store_true", help="tracebacks of failures")
@@ -641,6 +646,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     torch.manual_seed(0)
+    moegemm.set_pdl(args.pdl)
     t_start = time.perf_counter()
 
     from moegemm.api.device import arch_for_device
@@ -659,7 +665,8 @@ def main(argv: list[str] | None = None) -> int:
     timer = Timer(queued=args.timer == "queued", budget_ms=args.budget_ms, max_iters=args.max_iters)
     ceilings = measure_ceilings(timer)
     print(
-        f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, timer {args.timer}; "
+        f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, timer {args.timer}, "
+        f"PDL {'on' if args.pdl else 'off'}, order {args.order}; "
         f"copy {ceilings['copy_gbps']:.0f} GB/s, cuBLAS BF16 {ceilings['cublas_tflops']:.0f} "
         f"TFLOP/s",
         flush=True,
@@ -679,6 +686,8 @@ def main(argv: list[str] | None = None) -> int:
             "gpu": torch.cuda.get_device_name(),
             "torch": torch.__version__,
             "timer": args.timer,
+            "pdl": args.pdl,
+            "order": args.order,
             "ceilings": ceilings,
             "cases": results,
             **summary,

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import moegemm
+from moegemm.api import bf16_gemm as dense_api
 from moegemm.api import k_grouped as kg
 from moegemm.api import m_grouped as mg
 from moegemm.api.checks import batched_row_stride, row_stride
@@ -86,8 +87,8 @@ def rec(monkeypatch: pytest.MonkeyPatch) -> Recorder:
     for mod in (mg, kg):
         monkeypatch.setattr(mod, "get_plan", recorder.get_plan)
         monkeypatch.setattr(mod, "plans", {})
-        monkeypatch.setattr(mod, "_get_device", lambda: 0)
         monkeypatch.setattr(mod, "_raw_stream", lambda index: 1000 + index)
+    monkeypatch.setattr(dense_api, "_get_device", lambda: 0)  # the fast paths' device getter
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)  # what the full checks read
     return recorder
 
@@ -484,8 +485,7 @@ def test_fast_path_declines_other_devices(
 def test_fast_path_declines_when_not_on_the_current_device(
     rec: Recorder, monkeypatch: pytest.MonkeyPatch, api: str, args: tuple, positions: tuple
 ) -> None:
-    for mod in (mg, kg):
-        monkeypatch.setattr(mod, "_get_device", lambda: 1)
+    monkeypatch.setattr(dense_api, "_get_device", lambda: 1)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
     fns = APIS[api]
     assert fns.fast(*args) is None

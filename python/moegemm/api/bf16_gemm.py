@@ -50,6 +50,19 @@ _raw_stream = getattr(
 )
 
 
+def current_cuda_device(*tensors) -> int:
+    """The fast paths' device rule: the current CUDA device's index when every tensor is a
+    CUDA tensor on it, else -1. The first tensor's index is read before the current device, so
+    CPU tensors never reach the CUDA getter (CPU builds of torch have none)."""
+    device = tensors[0].get_device()
+    if device < 0:
+        return -1
+    for t in tensors:
+        if t.get_device() != device or not t.is_cuda:  # other accelerators number devices too
+            return -1
+    return device if device == _get_device() else -1
+
+
 def _fast_path_args(a, b, d, c) -> tuple | None:
     """The common call (no C, M > 1, K > 0, padded-or-packed rows, aligned, current device)
     proven legal with a few attribute reads. None sends the call through the full checks,
@@ -77,12 +90,8 @@ def _fast_path_args(a, b, d, c) -> tuple | None:
         return None
     if lda < k or ldb < k or ldd < n or (lda | ldb | ldd) & 7:
         return None
-    device = a.get_device()
-    if device < 0 or b.get_device() != device or d.get_device() != device:
-        return None
-    if not (a.is_cuda and b.is_cuda and d.is_cuda):  # other accelerators number devices too
-        return None
-    if device != _get_device():
+    device = current_cuda_device(a, b, d)
+    if device < 0:
         return None
     a_ptr, b_ptr, d_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr()
     if (a_ptr | b_ptr | d_ptr) & 15:

@@ -9,7 +9,7 @@ from functools import partial
 import torch
 
 from ..heuristics import GemmConfig, GemmDesc
-from .bf16_gemm import _get_device, _raw_stream
+from .bf16_gemm import _raw_stream, current_cuda_device
 from .checks import (
     require_cuda_device,
     require_index_vector,
@@ -78,25 +78,15 @@ def _fast_path_args(a, b, d, offs, c) -> tuple | None:
         return None
     if not d.is_contiguous():
         return None
-    device = a.get_device()
-    if (
-        device < 0
-        or b.get_device() != device
-        or d.get_device() != device
-        or offs.get_device() != device
-    ):
+    if c is None:
+        device = current_cuda_device(a, b, d, offs)
+    elif c_shape != (num_groups, m, n) or c.dtype is not _FP32_DTYPE or not c.is_contiguous():
         return None
-    if not (a.is_cuda and b.is_cuda and d.is_cuda and offs.is_cuda):
+    else:
+        device = current_cuda_device(a, b, d, offs, c)
+    if device < 0:
         return None
-    c_ptr = 0
-    if c is not None:
-        if c_shape != (num_groups, m, n) or c.dtype is not _FP32_DTYPE or not c.is_contiguous():
-            return None
-        if c.get_device() != device or not c.is_cuda:
-            return None
-        c_ptr = c.data_ptr()
-    if device != _get_device():
-        return None
+    c_ptr = 0 if c is None else c.data_ptr()
     a_ptr, b_ptr, d_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr()
     if (a_ptr | b_ptr | d_ptr | c_ptr) & 15:
         return None

@@ -16,7 +16,7 @@ import torch
 
 from ..heuristics import GemmConfig, GemmDesc
 from ..heuristics.sm90 import CONTIGUOUS_ALIGNMENT
-from .bf16_gemm import _get_device, _raw_stream
+from .bf16_gemm import _raw_stream, current_cuda_device
 from .checks import (
     batched_row_stride,
     require_cuda_device,
@@ -122,17 +122,8 @@ def _contiguous_fast_args(a, b, d, m_indices, offs) -> tuple | None:
         ldb_group = n * ldb
     if lda < k or ldb < k or ldd < n or ldb_group < n * ldb or (lda | ldb | ldb_group | ldd) & 7:
         return None
-    device = a.get_device()
-    if (
-        device < 0
-        or b.get_device() != device
-        or d.get_device() != device
-        or group_info.get_device() != device
-    ):
-        return None
-    if not (a.is_cuda and b.is_cuda and d.is_cuda and group_info.is_cuda):
-        return None
-    if device != _get_device():
+    device = current_cuda_device(a, b, d, group_info)
+    if device < 0:
         return None
     a_ptr, b_ptr, d_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr()
     if (a_ptr | b_ptr | d_ptr) & 15:
@@ -272,17 +263,8 @@ def _masked_fast_args(a, b, d, masked_m, expected_m) -> tuple | None:
         return None
     if (lda | ldb | ldd | lda_group | ldb_group | ldd_group) & 7:
         return None
-    device = a.get_device()
-    if (
-        device < 0
-        or b.get_device() != device
-        or d.get_device() != device
-        or masked_m.get_device() != device
-    ):
-        return None
-    if not (a.is_cuda and b.is_cuda and d.is_cuda and masked_m.is_cuda):
-        return None
-    if device != _get_device():
+    device = current_cuda_device(a, b, d, masked_m)
+    if device < 0:
         return None
     a_ptr, b_ptr, d_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr()
     if (a_ptr | b_ptr | d_ptr) & 15:
