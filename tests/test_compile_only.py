@@ -103,6 +103,8 @@ def test_kernel_compiles_for_sm90a(
         assert "UTMASTG" in sass, "stored by TMA"
         if d_dtype == "bf16":
             assert "STSM" in sass, "BF16 staged with stmatrix"
+        if kind == "k_grouped" and with_c:  # C = D in place goes out as TMA reduce-adds
+            assert "UTMAREDG.2D.ADD" in sass
     else:
         assert "UTMASTG" not in sass
 

@@ -476,3 +476,29 @@ def test_cluster_multicast_matches_single_cta(monkeypatch, pdl: bool) -> None:
             check_cluster_twins(cluster_twins(ddesc, monkeypatch), run_dense)
     finally:
         moegemm.set_pdl(pdl_before)
+
+
+@pytest.mark.parametrize("m", [200, 256])  # 200: the second warpgroup's rows run past M
+def test_k_grouped_in_place_reduce_add_matches_separate_c(m: int) -> None:
+    """C = D in place goes out as TMA reduce-adds (C never read); the result must equal, bit for
+    bit, a separate C (read and added in registers) and the register-store epilogue."""
+    from moegemm.heuristics import SM90, GemmDesc
+    from moegemm.heuristics.sm90 import enumerate_configs, store_cols
+
+    sizes, n = [300, 0, 129, 64, 1000], 320
+    total = sum(sizes)
+    a, b = bf16(total, m), bf16(total, n)
+    c = torch.randn(len(sizes), m, n, device="cuda")
+    desc = GemmDesc("k_grouped", m, n, total // len(sizes), len(sizes), "bf16", "fp32", True)
+    staged = [x for x in enumerate_configs(desc, SM90) if store_cols(x)]
+    direct = [x for x in enumerate_configs(desc, SM90) if not store_cols(x)]
+    assert staged and direct
+    ref = k_grouped_reference(a, b, sizes, c)
+    separate = nan(len(sizes), m, n, dtype=torch.float32)
+    moegemm.k_grouped_bf16_gemm_tn_contiguous(a, b, separate, offsets(sizes), c, config=direct[0])
+    for config in staged[:2] + direct[:1]:
+        d = c.clone()
+        moegemm.k_grouped_bf16_gemm_tn_contiguous(a, b, d, offsets(sizes), d, config=config)
+        assert torch.equal(d, separate), config.short_name()
+        for g in range(len(sizes)):
+            assert calc_diff(d[g], ref[g]) < TOL

@@ -99,6 +99,12 @@ __device__ __forceinline__ void tma_store_2d(const void* desc, const void* smem,
                                              int32_t crd1) {
   cute::SM90_TMA_STORE_2D::copy(desc, smem, crd0, crd1);
 }
+// D += the box, element-wise in the copy engine (FP32: round to nearest; like red.add.f32 it
+// may flush subnormals).
+__device__ __forceinline__ void tma_reduce_add_2d(const void* desc, const void* smem, int32_t crd0,
+                                                  int32_t crd1) {
+  cute::SM90_TMA_REDUCE_ADD_2D::copy(desc, smem, crd0, crd1);
+}
 __device__ __forceinline__ void tma_store_commit() { cute::tma_store_arrive(); }
 __device__ __forceinline__ void tma_store_wait_read() { cute::tma_store_wait<0>(); }
 __device__ __forceinline__ void tma_store_drain() {
