@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -124,7 +125,21 @@ class GroupedLauncher {
           ", got cluster " + std::to_string(shape.cluster_m) + "x" +
           std::to_string(shape.cluster_n) + " and block_n " + std::to_string(shape.block_n));
     }
+    if (shape.cluster_m > 1) {
+      // Persistent CTAs only help when all of them run at once: clusters that do not fit beside
+      // the others would start after them and double the time of their share of the tiles.
+      const int fit = kernel.max_active_clusters(checked_u32(shape.cluster_m, "cluster_m"),
+                                                 checked_u32(shape.num_threads, "num_threads"),
+                                                 checked_u32(shape.smem_bytes, "smem_bytes"));
+      if (fit < 1) {
+        throw std::runtime_error("Sm90Bf16GemmLauncher: no cluster of " +
+                                 std::to_string(shape.cluster_m) + " CTAs fits on this device");
+      }
+      shape_.num_blocks = std::min<int64_t>(shape.num_blocks, int64_t{fit} * shape.cluster_m);
+    }
   }
+
+  int64_t num_blocks() const { return shape_.num_blocks; }
 
   void operator()(uint64_t a_ptr, uint64_t b_ptr, uint64_t d_ptr, uint64_t c_ptr,
                   uint64_t group_info_ptr, int64_t rows, int64_t m, int64_t n, int64_t k,
@@ -184,7 +199,8 @@ void register_sm90_bf16_gemm(pybind11::module_& m) {
                  "launch shape bound. Call with (a_ptr, b_ptr, d_ptr, c_ptr, group_info_ptr, "
                  "rows, m, n, k, num_groups, lda, ldb, ldb_group, ldd, ldc, stream); strides in "
                  "elements, pointers 0 for absent C / group info. Never synchronizes."))
-      .def("__call__", &GroupedLauncher::operator());
+      .def("__call__", &GroupedLauncher::operator())
+      .def_property_readonly("num_blocks", &GroupedLauncher::num_blocks);
   shape_args(py::class_<KGroupedLauncher>(
                  m, "Sm90Bf16KGroupedLauncher",
                  "Launches sm90_bf16_k_grouped_gemm with the kernel and its launch shape bound. "
