@@ -14,6 +14,7 @@ suites, masked for masked and kgrp for k_grouped; --cases takes a regex over ids
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import re
@@ -106,7 +107,23 @@ def _n_bucket(block_n: int) -> int:
     return (block_n - 1) // 64  # 16-64, 80-128, 144-192, 208-256
 
 
-def choose_candidates(desc: GemmDesc, arch, max_configs: int) -> tuple[list, object]:
+def with_cluster_twins(cands: list, legal: list) -> list:
+    """cands plus, for each, the legal configs that differ from it only in the cluster shape."""
+    out = list(cands)
+    for c in cands:
+        for other in legal:
+            same_tile = dataclasses.replace(other.layout, cluster_m=1, cluster_n=1) == (
+                dataclasses.replace(c.layout, cluster_m=1, cluster_n=1)
+            )
+            rest_same = dataclasses.replace(other, layout=c.layout) == c
+            if same_tile and rest_same and other not in out:
+                out.append(other)
+    return out
+
+
+def choose_candidates(
+    desc: GemmDesc, arch, max_configs: int, twins: bool = False
+) -> tuple[list, object]:
     """(candidates, pick): the pick first, then the best-ranked by the cycle model (half of
     the slots), then a round-robin over (block_m, block_n range) buckets, each bucket's best
     first, so that the sample also spans tile shapes the model ranks low. max_configs <= 0:
@@ -119,6 +136,9 @@ def choose_candidates(desc: GemmDesc, arch, max_configs: int) -> tuple[list, obj
     ranked = sorted(legal, key=lambda c: (est[c], -c.layout.block_m * c.layout.block_n))
     if max_configs <= 0 or max_configs >= len(legal):
         return [pick] + [c for c in ranked if c != pick], pick
+    if twins:
+        chosen, _ = choose_candidates(desc, arch, max_configs)
+        return with_cluster_twins(chosen, legal), pick
     chosen = [pick]
     top = max(0, (max_configs - 1 + 1) // 2)
     for c in ranked:
@@ -225,7 +245,7 @@ class Problem:
 
 def measure_case(q: QCase, arch, args, failed_specs: dict) -> dict:
     desc = desc_for(q)
-    cands, pick = choose_candidates(desc, arch, args.max_configs)
+    cands, pick = choose_candidates(desc, arch, args.max_configs, args.cluster_twins)
     names = {c: c.short_name() for c in cands}
     est = {c: sm90.estimate_cycles(c, desc, arch) for c in cands}
     row: dict = {
@@ -264,6 +284,11 @@ def measure_case(q: QCase, arch, args, failed_specs: dict) -> dict:
     for _ in range(2):
         for cfg in finalists:
             times[cfg] = min(times[cfg], timer(prob.timed(cfg)))
+    clustered = [c for c in times if c.layout.cluster_m * c.layout.cluster_n > 1]
+    single = [c for c in times if c not in clustered]
+    if clustered and single:
+        row["best_single_us"] = min(times[c] for c in single)
+        row["best_cluster_us"] = min(times[c] for c in clustered)
     default_us = timer(prob.timed(None))  # the plain API path (cached plan) for the pick
     best = min(times, key=times.get)
     order = sorted(times, key=times.get)
@@ -316,6 +341,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="list the cases and their candidates, then exit (no GPU needed)",
     )
+    parser.add_argument(
+        "--cluster-twins",
+        action="store_true",
+        help="also time each candidate's cluster-shape twins (prints single vs cluster)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
 
@@ -329,7 +359,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.list:
         for q in qcases:
-            cands, pick = choose_candidates(desc_for(q), sm90_arch(), args.max_configs)
+            cands, pick = choose_candidates(
+                desc_for(q), sm90_arch(), args.max_configs, args.cluster_twins
+            )
             print(
                 f"{q.label:70s} pick {pick.short_name():20s} "
                 + " ".join(c.short_name() for c in cands[1:])
@@ -349,7 +381,8 @@ def main(argv: list[str] | None = None) -> int:
     specs = []
     for q in qcases:
         desc = desc_for(q)
-        specs += [spec_for(desc, c) for c in choose_candidates(desc, arch, args.max_configs)[0]]
+        cands = choose_candidates(desc, arch, args.max_configs, args.cluster_twins)[0]
+        specs += [spec_for(desc, c) for c in cands]
     failed = precompile(specs, args.jobs)
 
     print(
@@ -405,6 +438,18 @@ def main(argv: list[str] | None = None) -> int:
                 for r in worst
             )
         )
+    gains = [r["best_single_us"] / r["best_cluster_us"] for r in rows if "best_cluster_us" in r]
+    if gains:
+        print(
+            f"clusters: best single-CTA time / best cluster time, geomean {geomean(gains):.3f} "
+            f"over {len(gains)} cases (min {min(gains):.3f}, max {max(gains):.3f})"
+        )
+        for r in rows:
+            if "best_cluster_us" in r:
+                print(
+                    f"  {r['case'][:60]:60s} single {r['best_single_us']:9.1f} us  "
+                    f"cluster {r['best_cluster_us']:9.1f} us"
+                )
     if errors:
         print(f"errors in {len(errors)} cases: {', '.join(errors)}")
     elapsed = time.perf_counter() - t0

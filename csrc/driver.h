@@ -31,6 +31,8 @@ constexpr int kDriverApiVersion = 12080;
   X(cuKernelGetAttribute)       \
   X(cuKernelSetAttribute)       \
   X(cuLaunchKernelEx)           \
+  X(cuKernelGetFunction)        \
+  X(cuOccupancyMaxActiveClusters) \
   X(cuTensorMapEncodeTiled)
 
 // One function pointer per entry point, typed from the <cuda.h> prototype (decltype needs no

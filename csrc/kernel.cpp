@@ -124,6 +124,31 @@ void Kernel::ensure_dynamic_smem(CUdevice device, int bytes) {
   if (cacheable) smem_set_[device] = bytes;
 }
 
+int Kernel::max_active_clusters(uint32_t cluster_x, uint32_t threads, uint32_t smem_bytes) {
+  const CUdevice device = current_device();
+  ensure_dynamic_smem(device, static_cast<int>(smem_bytes));
+  CUfunction function = nullptr;
+  MOEGEMM_CU(cuKernelGetFunction, &function, kernel_);
+  CUlaunchAttribute attr;
+  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attr.value.clusterDim.x = cluster_x;
+  attr.value.clusterDim.y = 1;
+  attr.value.clusterDim.z = 1;
+  CUlaunchConfig config = {};
+  config.gridDimX = cluster_x;
+  config.gridDimY = 1;
+  config.gridDimZ = 1;
+  config.blockDimX = threads;
+  config.blockDimY = 1;
+  config.blockDimZ = 1;
+  config.sharedMemBytes = smem_bytes;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  int clusters = 0;
+  MOEGEMM_CU(cuOccupancyMaxActiveClusters, &clusters, function, &config);
+  return clusters;
+}
+
 unsigned int cubin_kernel_count(const std::string& cubin) {
   CUlibrary library = load_library(cubin);
   unsigned int count = kernel_count(library);

@@ -26,6 +26,11 @@ class Kernel {
   // last set there; the launch hot path calls this and usually does no driver call at all.
   void ensure_dynamic_smem(CUdevice device, int bytes);
 
+  // How many clusters of `cluster_x` CTAs (each `threads` threads, `smem_bytes` of dynamic shared
+  // memory) the current device can hold at once. The GPCs, not the SM count, bound it: a
+  // persistent grid larger than this runs its last clusters in a second wave.
+  int max_active_clusters(uint32_t cluster_x, uint32_t threads, uint32_t smem_bytes);
+
  private:
   // Kept alive with the library: with lazy module loading the driver may read the image when a
   // context first uses the kernel, so the bytes must not go away before cuLibraryUnload.

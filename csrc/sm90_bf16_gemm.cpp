@@ -8,6 +8,10 @@
 
 #include <stdint.h>
 
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
 #include "launch.h"
 #include "moegemm/common/sm90_gemm_params.h"
 #include "tma.h"
@@ -61,9 +65,11 @@ void launch_grouped(Kernel& kernel, const LaunchShape& shape, uint64_t a_ptr, ui
   params.tma_a = make_tma_2d(as_ptr(a_ptr), kBf16, kBf16Bytes, num_rows, params.k,
                              checked_u32(lda, "lda"), checked_u32(shape.block_m, "block_m"),
                              block_k, kSwizzle128B);
+  // With a cluster along M each CTA loads (and multicasts) its share of the B tile's rows.
   params.tma_b = make_tma_3d(as_ptr(b_ptr), kBf16, kBf16Bytes, params.num_groups, params.n,
                              params.k, checked_u32(ldb, "ldb"), static_cast<uint64_t>(ldb_group),
-                             checked_u32(shape.block_n, "block_n"), block_k, kSwizzle128B);
+                             checked_u32(shape.block_n / shape.cluster_m, "block_n / cluster_m"),
+                             block_k, kSwizzle128B);
   params.rows = num_rows;
   if (shape.store_cols != 0) {
     const uint32_t store_cols = checked_u32(shape.store_cols, "store_cols");
@@ -109,7 +115,31 @@ void launch_k_grouped(Kernel& kernel, const LaunchShape& shape, uint64_t a_ptr, 
 
 class GroupedLauncher {
  public:
-  GroupedLauncher(Kernel& kernel, LaunchShape shape) : kernel_(kernel), shape_(shape) {}
+  // The cluster shape must be the one the kernel was built for (Scheduler::kClusterM): the B
+  // box height, the full barrier's byte count and the multicast mask all follow from it.
+  GroupedLauncher(Kernel& kernel, LaunchShape shape) : kernel_(kernel), shape_(shape) {
+    if ((shape.cluster_m != 1 && shape.cluster_m != 2) || shape.cluster_n != 1 ||
+        shape.block_n % (8 * shape.cluster_m) != 0) {
+      throw std::invalid_argument(
+          "Sm90Bf16GemmLauncher: clusters are 1x1 or 2x1 with block_n a multiple of 8 * cluster_m"
+          ", got cluster " + std::to_string(shape.cluster_m) + "x" +
+          std::to_string(shape.cluster_n) + " and block_n " + std::to_string(shape.block_n));
+    }
+    if (shape.cluster_m > 1) {
+      // Persistent CTAs only help when all of them run at once: clusters that do not fit beside
+      // the others would start after them and double the time of their share of the tiles.
+      const int fit = kernel.max_active_clusters(checked_u32(shape.cluster_m, "cluster_m"),
+                                                 checked_u32(shape.num_threads, "num_threads"),
+                                                 checked_u32(shape.smem_bytes, "smem_bytes"));
+      if (fit < 1) {
+        throw std::runtime_error("Sm90Bf16GemmLauncher: no cluster of " +
+                                 std::to_string(shape.cluster_m) + " CTAs fits on this device");
+      }
+      shape_.num_blocks = std::min<int64_t>(shape.num_blocks, int64_t{fit} * shape.cluster_m);
+    }
+  }
+
+  int64_t num_blocks() const { return shape_.num_blocks; }
 
   void operator()(uint64_t a_ptr, uint64_t b_ptr, uint64_t d_ptr, uint64_t c_ptr,
                   uint64_t group_info_ptr, int64_t rows, int64_t m, int64_t n, int64_t k,
@@ -126,7 +156,11 @@ class GroupedLauncher {
 
 class KGroupedLauncher {
  public:
-  KGroupedLauncher(Kernel& kernel, LaunchShape shape) : kernel_(kernel), shape_(shape) {}
+  KGroupedLauncher(Kernel& kernel, LaunchShape shape) : kernel_(kernel), shape_(shape) {
+    if (shape.cluster_m != 1 || shape.cluster_n != 1) {
+      throw std::invalid_argument("Sm90Bf16KGroupedLauncher: the k-grouped kernel takes no clusters");
+    }
+  }
 
   void operator()(uint64_t a_ptr, uint64_t b_ptr, uint64_t d_ptr, uint64_t c_ptr,
                   uint64_t offs_ptr, int64_t m, int64_t n, int64_t num_tokens, int64_t num_groups,
@@ -165,7 +199,8 @@ void register_sm90_bf16_gemm(pybind11::module_& m) {
                  "launch shape bound. Call with (a_ptr, b_ptr, d_ptr, c_ptr, group_info_ptr, "
                  "rows, m, n, k, num_groups, lda, ldb, ldb_group, ldd, ldc, stream); strides in "
                  "elements, pointers 0 for absent C / group info. Never synchronizes."))
-      .def("__call__", &GroupedLauncher::operator());
+      .def("__call__", &GroupedLauncher::operator())
+      .def_property_readonly("num_blocks", &GroupedLauncher::num_blocks);
   shape_args(py::class_<KGroupedLauncher>(
                  m, "Sm90Bf16KGroupedLauncher",
                  "Launches sm90_bf16_k_grouped_gemm with the kernel and its launch shape bound. "

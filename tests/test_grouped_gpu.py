@@ -276,7 +276,8 @@ def epilogue_pairs(desc, block_ms=(64, 128, 256)):
     by_tile: dict[tuple[int, int], dict[bool, object]] = {}
     for config in enumerate_configs(desc, SM90):
         lay = config.layout
-        by_tile.setdefault((lay.block_m, lay.block_n), {})[bool(store_cols(config))] = config
+        if lay.cluster_m == 1:
+            by_tile.setdefault((lay.block_m, lay.block_n), {})[bool(store_cols(config))] = config
     pairs = []
     for block_m in block_ms:
         # The widest tile with both epilogues, plus one whose width needs 16- or 32-column boxes.
@@ -385,3 +386,123 @@ def test_group_walk_over_many_mostly_empty_groups() -> None:
             assert calc_diff(md[g, :rows], ma[g, :rows].float() @ b[g].float().t()) < TOL
     assert md[masked_m == 0].isnan().all()
     assert md[32, 80:].numel() == 0 and md[63, 64:].isnan().all() and md[999, 40:].isnan().all()
+
+
+def cluster_twins(desc, monkeypatch):
+    """(single-CTA config, 2-CTA cluster config) pairs of the same tile and epilogue."""
+    from moegemm.heuristics import SM90
+    from moegemm.heuristics.sm90 import EXPERIMENTAL_CLUSTERS_ENV, enumerate_configs
+
+    monkeypatch.setenv(EXPERIMENTAL_CLUSTERS_ENV, "1")
+    by_key: dict = {}
+    for config in enumerate_configs(desc, SM90):
+        lay = config.layout
+        key = (lay.block_m, lay.block_n, config.storage.store_box_d)
+        by_key.setdefault(key, {})[lay.cluster_m] = config
+    wanted = [(128, 256, (64, 64)), (128, 240, (16, 64)), (64, 256, None), (256, 128, None)]
+    return [(by_key[k][1], by_key[k][2]) for k in wanted if k in by_key and 2 in by_key[k]]
+
+
+def check_cluster_twins(pairs, run) -> None:
+    """run(config) -> output; each cluster config must give its single-CTA twin's bits."""
+    assert pairs, "no cluster configs enumerated"
+    for single, clustered in pairs:
+        # Masked outputs keep NaN past each group's rows: NaN must match NaN, bit for bit.
+        torch.testing.assert_close(
+            run(clustered), run(single), rtol=0, atol=0, equal_nan=True,
+            msg=clustered.short_name(),
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize("pdl", [False, True])
+def test_cluster_multicast_matches_single_cta(monkeypatch, pdl: bool) -> None:
+    """Experimental 2-CTA clusters (B multicast): the same bits as one CTA per tile, on groups
+    with odd m-block counts (the second CTA of a group's last cluster tile has no rows), empty
+    groups, more than 32 groups, an N tail whose second B half lies past N, masked groups and
+    dense M tails; with and without PDL."""
+    from moegemm.heuristics import GemmDesc
+
+    pdl_before = moegemm.get_pdl()
+    moegemm.set_pdl(pdl)
+    try:
+        rng = random.Random(7)
+        n, k = 2880, 1000  # 2880 = 11 * 256 + 64; K = 1000: a K tail
+        for sizes in ([0, 1, 127, 128, 300, 1000, 64, 65, 129],
+                      [rng.choice([0, 0, 1, 63, 64, 65, 200, 257]) for _ in range(41)]):  # fmt: skip
+            num_groups, total = len(sizes), sum(sizes)
+            a, b = bf16(total, k), bf16(num_groups, n, k, scale=0.02)
+            offs = offsets(sizes)
+            desc = GemmDesc("m_grouped_offsets", total, n, k, num_groups, expected_m=200)
+
+            def run_offs(config, a=a, b=b, offs=offs, total=total):
+                storage = nan(total + 64, n)
+                moegemm.m_grouped_bf16_gemm_nt_contiguous(
+                    a, b, storage[:total], offs=offs, config=config
+                )
+                assert storage[total:].isnan().all(), config.short_name()
+                return storage[:total]
+
+            check_cluster_twins(cluster_twins(desc, monkeypatch), run_offs)
+            out = run_offs(cluster_twins(desc, monkeypatch)[0][1])
+            assert max_group_diff(out, a, b, sizes) < TOL
+
+        max_m, masked = 320, [320, 0, 65, 200, 1]
+        ma, mb = bf16(len(masked), max_m, k), bf16(len(masked), n, k, scale=0.02)
+        masked_m = torch.tensor(masked, device="cuda", dtype=torch.int32)
+        mdesc = GemmDesc("m_grouped_masked", max_m, n, k, len(masked), expected_m=max_m)
+
+        def run_masked(config):
+            d = nan(len(masked), max_m, n)
+            moegemm.m_grouped_bf16_gemm_nt_masked(ma, mb, d, masked_m, max_m, config=config)
+            for g, rows in enumerate(masked):
+                assert d[g, rows:].isnan().all(), config.short_name()
+            return d
+
+        check_cluster_twins(cluster_twins(mdesc, monkeypatch), run_masked)
+        d = run_masked(cluster_twins(mdesc, monkeypatch)[0][1])
+        for g, rows in enumerate(masked):
+            if rows:
+                ref = ma[g, :rows].float() @ mb[g].float().t()
+                assert calc_diff(d[g, :rows], ref) < TOL
+
+        # Dense: the scheduler's cluster tiles with an idle second CTA at the M tail (300, 4160)
+        # and more cluster tiles than CTAs (4160 x 2880).
+        for m in (300, 4160):
+            da, db = bf16(m, k), bf16(n, k, scale=0.02)
+            ddesc = GemmDesc("bf16_gemm_nt", m, n, k)
+
+            def run_dense(config, da=da, db=db, m=m):
+                storage = nan(m + 64, n)
+                moegemm.bf16_gemm_nt(da, db, storage[:m], config=config)
+                assert storage[m:].isnan().all(), config.short_name()
+                return storage[:m]
+
+            check_cluster_twins(cluster_twins(ddesc, monkeypatch), run_dense)
+    finally:
+        moegemm.set_pdl(pdl_before)
+
+
+@pytest.mark.parametrize("m", [200, 256])  # 200: the second warpgroup's rows run past M
+def test_k_grouped_in_place_reduce_add_matches_separate_c(m: int) -> None:
+    """C = D in place goes out as TMA reduce-adds (C never read); the result must equal, bit for
+    bit, a separate C (read and added in registers) and the register-store epilogue."""
+    from moegemm.heuristics import SM90, GemmDesc
+    from moegemm.heuristics.sm90 import enumerate_configs, store_cols
+
+    sizes, n = [300, 0, 129, 64, 1000], 320
+    total = sum(sizes)
+    a, b = bf16(total, m), bf16(total, n)
+    c = torch.randn(len(sizes), m, n, device="cuda")
+    desc = GemmDesc("k_grouped", m, n, total // len(sizes), len(sizes), "bf16", "fp32", True)
+    staged = [x for x in enumerate_configs(desc, SM90) if store_cols(x)]
+    direct = [x for x in enumerate_configs(desc, SM90) if not store_cols(x)]
+    assert staged and direct
+    ref = k_grouped_reference(a, b, sizes, c)
+    separate = nan(len(sizes), m, n, dtype=torch.float32)
+    moegemm.k_grouped_bf16_gemm_tn_contiguous(a, b, separate, offsets(sizes), c, config=direct[0])
+    for config in staged[:2] + direct[:1]:
+        d = c.clone()
+        moegemm.k_grouped_bf16_gemm_tn_contiguous(a, b, d, offsets(sizes), d, config=config)
+        assert torch.equal(d, separate), config.short_name()
+        for g in range(len(sizes)):
+            assert calc_diff(d[g], ref[g]) < TOL

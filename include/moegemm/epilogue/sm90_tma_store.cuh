@@ -99,13 +99,16 @@ namespace moegemm::sm90 {
 // stores (two wavefronts per warp instruction, the minimum) and sent by one TMA store while the
 // warpgroup fills the other buffer. One named barrier per chunk: before it, thread 0 waits
 // until every earlier chunk's store has read its buffer, so after it the buffer the next chunk
-// writes is free. Optional FP32 C is read from global memory (rows must all be in bounds).
+// writes is free. Optional FP32 C is read from global memory (rows must all be in bounds),
+// except when C is D itself (`add_in_place`): then the chunks go out as TMA reduce-adds
+// (D += chunk, one add per element, so still deterministic) and C is never read.
 template <uint32_t BLOCK_N, bool kWithC>
 __device__ __forceinline__ void store_accumulators_tma_f32(const float* acc, uint8_t* smem_buf,
                                                            const void* tma_d, const float* c,
                                                            uint32_t ldc, uint32_t n,
                                                            uint32_t row0, uint32_t col0,
-                                                           uint32_t barrier_id) {
+                                                           uint32_t barrier_id,
+                                                           bool add_in_place) {
   constexpr uint32_t kChunkCols = 32, kChunkBytes = 64 * 128;
   constexpr uint32_t kNumChunks = BLOCK_N / kChunkCols;
   static_assert(BLOCK_N % kChunkCols == 0 && kNumChunks % 2 == 0,
@@ -126,7 +129,7 @@ __device__ __forceinline__ void store_accumulators_tma_f32(const float* acc, uin
         float x = acc[4 * j + 2 * half], y = acc[4 * j + 2 * half + 1];
         if constexpr (kWithC) {
           const uint32_t col = col0 + 8 * j + 2 * q;
-          if (col < n) {
+          if (!add_in_place && col < n) {
             const float2 cv =
                 *reinterpret_cast<const float2*>(c + static_cast<uint64_t>(row0 + row) * ldc + col);
             x += cv.x;
@@ -141,8 +144,13 @@ __device__ __forceinline__ void store_accumulators_tma_f32(const float* acc, uin
     if (t == 0) tma_store_wait_read();
     named_barrier_sync(barrier_id, 128);
     if (t == 0) {
-      tma_store_2d(tma_d, smem_buf + (ch % 2) * kChunkBytes,
-                   static_cast<int32_t>(col0 + ch * kChunkCols), static_cast<int32_t>(row0));
+      const void* chunk = smem_buf + (ch % 2) * kChunkBytes;
+      const int32_t col = static_cast<int32_t>(col0 + ch * kChunkCols);
+      if (kWithC && add_in_place) {
+        tma_reduce_add_2d(tma_d, chunk, col, static_cast<int32_t>(row0));
+      } else {
+        tma_store_2d(tma_d, chunk, col, static_cast<int32_t>(row0));
+      }
       tma_store_commit();
     }
   }

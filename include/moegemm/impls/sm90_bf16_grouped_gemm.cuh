@@ -17,6 +17,11 @@
 //             warpgroup's wgmma reading stage s has retired). One wgmma batch stays in flight:
 //             stage s is released once the batch of stage s + 1 has been issued.
 //   Pipeline state is (stage_idx, phase); phase flips each time stage_idx wraps.
+// Clusters (Scheduler::kClusterM = 2; experimental, not yet run on a GPU): the two CTAs take
+//   consecutive m-blocks of one group and the same n-block; each loads its own A and half of B,
+//   multicast into both CTAs. full[s] still expects all of B; empty[s] counts the math warps of
+//   both CTAs (each releases a stage on both), so neither producer overwrites a stage the peer
+//   still reads. Cluster barriers after the barrier set-up and before exit.
 // Shared memory: [A stages | B stages | D staging | full barriers | empty barriers]; every slice
 //   starts on a 1024-byte boundary as the 128B swizzle requires.
 // Epilogue (kStoreCols): 0 stores from registers (epilogue/sm90_direct_store.cuh). Otherwise a
@@ -77,6 +82,10 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
   using Traits =
       Bf16GemmTraits<BLOCK_M, BLOCK_N, BLOCK_K, kNumStages, kNumMathWG, kWithC, OutT, kStoreCols>;
   constexpr uint32_t kAtomsM = Traits::kAtomsM;
+  constexpr uint32_t kClusterM = Scheduler::kClusterM;
+  static_assert(kClusterM == 1 || kClusterM == 2, "B is shared by at most two CTAs");
+  static_assert(BLOCK_N % (8 * kClusterM) == 0, "each CTA's share of B is whole swizzle atoms");
+  constexpr uint32_t kBytesBShare = Traits::kBytesB / kClusterM;  // what one CTA's TMA brings
 
   extern __shared__ __align__(1024) uint8_t smem[];
   uint8_t* sA = smem;
@@ -88,10 +97,22 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
   const uint32_t warp_idx = warp_idx_sync();
   const uint32_t lane_idx = threadIdx.x % 32;
   if (warp_idx == 0 && lane_idx == 0) {
-    init_pipeline<kNumStages>(&params.tma_a, &params.tma_b, full, empty, Traits::kNumMathWarps);
+    // Every math warp of every CTA in the cluster releases each stage: B lands in all of them.
+    init_pipeline<kNumStages>(&params.tma_a, &params.tma_b, full, empty,
+                              Traits::kNumMathWarps * kClusterM);
     if constexpr (Traits::kTmaStore) prefetch_tma_desc(&params.tma_d);
   }
-  __syncthreads();
+  // With a cluster, the peer's barriers must be initialised before anything reaches them.
+  if constexpr (kClusterM == 1) {
+    __syncthreads();
+  } else {
+    cute::cluster_sync();
+  }
+  // Schedulers derive the rank from blockIdx.x: clusters run along x only (launch.cpp).
+  const uint32_t cta_rank = kClusterM == 1 ? 0 : cute::block_rank_in_cluster();
+  if constexpr (kClusterM > 1) {
+    if (cute::cluster_shape().x != kClusterM) __trap();  // launched with another cluster shape
+  }
 
   // Everything above overlaps the previous kernel under PDL; global memory is touched only below.
   pdl_wait();
@@ -104,27 +125,39 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
 
   if (threadIdx.x < 128) {
     cutlass::arch::warpgroup_reg_dealloc<40>();
-    if (warp_idx != 0) return;
-    // The whole warp walks the schedule (a warp-cooperative search); one lane issues.
-    const bool leader = cute::elect_one_sync();
-    uint32_t stage_idx = 0, phase = 0;
-    while (scheduler.next(tile)) {
-      if (leader) {
-        for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
-          empty[stage_idx].wait(phase ^ 1);
-          full[stage_idx].arrive_and_expect_tx(Traits::kBytesA + Traits::kBytesB);
-          const int32_t k_crd = static_cast<int32_t>(kb * BLOCK_K);
-          tma_load_2d(&params.tma_a, &full[stage_idx], sA + stage_idx * Traits::kBytesA, k_crd,
-                      static_cast<int32_t>(tile.row0));
-          tma_load_3d(&params.tma_b, &full[stage_idx], sB + stage_idx * Traits::kBytesB, k_crd,
-                      static_cast<int32_t>(tile.n_block * BLOCK_N),
-                      static_cast<int32_t>(tile.group));
-          stage_idx = stage_idx + 1 == kNumStages ? 0 : stage_idx + 1;
-          phase ^= stage_idx == 0;
+    if (warp_idx == 0) {
+      // The whole warp walks the schedule (a warp-cooperative search); one lane issues. With a
+      // cluster, each CTA loads its own A and its share of B, multicast to every CTA; the full
+      // barrier expects all of B. empty[s] counts both CTAs' math warps, so neither multicasts
+      // into a stage the other still reads.
+      const bool leader = cute::elect_one_sync();
+      uint32_t stage_idx = 0, phase = 0;
+      while (scheduler.next(tile)) {
+        if (leader) {
+          for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
+            empty[stage_idx].wait(phase ^ 1);
+            full[stage_idx].arrive_and_expect_tx(Traits::kBytesA + Traits::kBytesB);
+            const int32_t k_crd = static_cast<int32_t>(kb * BLOCK_K);
+            tma_load_2d(&params.tma_a, &full[stage_idx], sA + stage_idx * Traits::kBytesA, k_crd,
+                        static_cast<int32_t>(tile.row0));
+            uint8_t* stage_b = sB + stage_idx * Traits::kBytesB + cta_rank * kBytesBShare;
+            const int32_t n_crd =
+                static_cast<int32_t>(tile.n_block * BLOCK_N + cta_rank * (BLOCK_N / kClusterM));
+            if constexpr (kClusterM == 1) {
+              tma_load_3d(&params.tma_b, &full[stage_idx], stage_b, k_crd, n_crd,
+                          static_cast<int32_t>(tile.group));
+            } else {
+              tma_load_3d_multicast(&params.tma_b, &full[stage_idx], stage_b, k_crd, n_crd,
+                                    static_cast<int32_t>(tile.group), (1u << kClusterM) - 1);
+            }
+            stage_idx = stage_idx + 1 == kNumStages ? 0 : stage_idx + 1;
+            phase ^= stage_idx == 0;
+          }
         }
+        __syncwarp();
       }
-      __syncwarp();
     }
+    if constexpr (kClusterM == 1) return;
   } else {
     cutlass::arch::warpgroup_reg_alloc<232>();
     const uint32_t math_wg = threadIdx.x / 128 - 1;
@@ -141,11 +174,11 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
       // runs faster) that keeps the pipeline's waits and arrives. The branch sits outside the
       // wgmma loop: a wgmma under a condition makes ptxas serialize every one of them.
       const uint32_t row0 = tile.row0 + math_wg * Traits::kWgRows;
-      if (kNumMathWG > 1 && row0 >= tile.row_end) {
+      if ((kNumMathWG > 1 || kClusterM > 1) && row0 >= tile.row_end) {
         for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
           full[stage_idx].wait(phase);
           __syncwarp();
-          if (lane_idx == 0) empty[stage_idx].arrive();
+          release_stage<kClusterM>(empty[stage_idx], lane_idx);
           stage_idx = stage_idx + 1 == kNumStages ? 0 : stage_idx + 1;
           phase ^= stage_idx == 0;
         }
@@ -180,7 +213,7 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
         for (uint32_t a = 0; a < kAtomsM; ++a)
 #pragma unroll
           for (uint32_t i = 0; i < BLOCK_N / 2; ++i) cute::warpgroup_fence_operand(acc[a][i]);
-        if (lane_idx == 0 && kb_done > 0) empty[prev_stage].arrive();
+        if (kb_done > 0) release_stage<kClusterM>(empty[prev_stage], lane_idx);
         prev_stage = stage_idx;
         ++kb_done;
         stage_idx = stage_idx + 1 == kNumStages ? 0 : stage_idx + 1;
@@ -191,7 +224,7 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
       for (uint32_t a = 0; a < kAtomsM; ++a)
 #pragma unroll
         for (uint32_t i = 0; i < BLOCK_N / 2; ++i) cute::warpgroup_fence_operand(acc[a][i]);
-      if (lane_idx == 0 && kb_done > 0) empty[prev_stage].arrive();
+      if (kb_done > 0) release_stage<kClusterM>(empty[prev_stage], lane_idx);
 
       if constexpr ((MOEGEMM_STAGE_VARIANT & 2) != 0) {
         // Timing build without stores: keep the accumulators live so the wgmma stays.
@@ -217,6 +250,8 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
     if constexpr (Traits::kTmaStore)
       if (threadIdx.x % 128 == 0) tma_store_drain();
   }
+  // No CTA may leave while its peer can still multicast into it or arrive on its barriers.
+  if constexpr (kClusterM > 1) cute::cluster_sync();
 #endif
 }
 

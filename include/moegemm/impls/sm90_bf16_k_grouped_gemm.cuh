@@ -10,8 +10,9 @@
 //                    both operands MN-major; then the FP32 epilogue (+ C). With kStoreCols = 32
 //                    the results go through two 8 KB shared-memory chunks per warpgroup and TMA
 //                    stores (epilogue/sm90_tma_store.cuh, named barrier 2 + warpgroup), so the
-//                    writes overlap the next tile; kStoreCols = 0, or a warpgroup whose 64 rows
-//                    run past its group's M, stores from registers.
+//                    writes overlap the next tile (with C = D, as TMA reduce-adds that never
+//                    read C: experimental, not yet run on a GPU); kStoreCols = 0, or a warpgroup
+//                    whose 64 rows run past its group's M, stores from registers.
 // Pipeline: kNumStages stages; full[s] (arrive count 1 + TMA bytes) and empty[s] (one arrive per
 //   math warp), state (stage_idx, phase) as in the m-grouped kernel.
 // Group tails: a group's last k-block may cover rows of the next group. Before using it, the
@@ -224,7 +225,8 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
         if (row0 + 64 <= row_end) {
           store_accumulators_tma_f32<BLOCK_N, kWithC>(acc, sD + math_wg * Traits::kBytesDPerWG,
                                                       &params.tma_d, params.c, params.n,
-                                                      params.n, row0, n0, 2 + math_wg);
+                                                      params.n, row0, n0, 2 + math_wg,
+                                                      params.c == params.d);
           continue;
         }
       }

@@ -8,6 +8,7 @@
 #if defined(MOEGEMM_WGMMA_EXTENDED_N) && !defined(CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED)
 #define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
 #endif
+#include <cute/arch/cluster_sm90.hpp>
 #include <cute/arch/copy_sm90_tma.hpp>
 #include <cute/arch/mma_sm90_desc.hpp>
 #include <cute/arch/mma_sm90_gmma.hpp>
@@ -98,6 +99,12 @@ __device__ __forceinline__ void tma_store_2d(const void* desc, const void* smem,
                                              int32_t crd1) {
   cute::SM90_TMA_STORE_2D::copy(desc, smem, crd0, crd1);
 }
+// D += the box, element-wise in the copy engine (FP32: round to nearest; like red.add.f32 it
+// may flush subnormals).
+__device__ __forceinline__ void tma_reduce_add_2d(const void* desc, const void* smem, int32_t crd0,
+                                                  int32_t crd1) {
+  cute::SM90_TMA_REDUCE_ADD_2D::copy(desc, smem, crd0, crd1);
+}
 __device__ __forceinline__ void tma_store_commit() { cute::tma_store_arrive(); }
 __device__ __forceinline__ void tma_store_wait_read() { cute::tma_store_wait<0>(); }
 __device__ __forceinline__ void tma_store_drain() {
@@ -123,6 +130,39 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t smem_addr, uint32_t r0, uin
   asm volatile("stmatrix.sync.aligned.x4.m8n8.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(smem_addr),
                "r"(r0), "r"(r1), "r"(r2), "r"(r3)
                : "memory");
+}
+
+// B shared by the CTAs of a cluster: one CTA's box lands at the same offset of every CTA in
+// `cta_mask`, completing bytes on the barrier at the same offset in each.
+__device__ __forceinline__ void tma_load_3d_multicast(const void* desc, Barrier* bar, void* smem,
+                                                      int32_t crd0, int32_t crd1, int32_t crd2,
+                                                      uint16_t cta_mask) {
+  constexpr uint64_t kCacheHintNormal = 0x1000000000000000ull;
+  cute::SM90_TMA_LOAD_MULTICAST_3D::copy(desc, reinterpret_cast<uint64_t*>(bar), cta_mask,
+                                         kCacheHintNormal, smem, crd0, crd1, crd2);
+}
+
+// A math warp gives a stage back to the producer(s): lane 0 arrives on its own CTA's empty
+// barrier; with a cluster, lane r arrives on CTA r's (each CTA's producer multicasts into this
+// CTA's stage too). CTA-scope release, as CUTLASS's consumer release: the wgmma reads it orders
+// have retired (warpgroup wait) before the arrive. A cluster-scope release compiles to
+// MEMBAR.ALL.GPU once per k-block and warp; with it the cluster kernels ran 1.5-2x slower
+// than one CTA per tile.
+template <uint32_t kClusterM>
+__device__ __forceinline__ void release_stage(Barrier& empty, uint32_t lane_idx) {
+  if constexpr (kClusterM == 1) {
+    if (lane_idx == 0) empty.arrive();
+  } else {
+    if (lane_idx < kClusterM) {
+      const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(&empty));
+      asm volatile(
+          "{\n\t.reg .b32 remote;\n\t"
+          "mapa.shared::cluster.u32 remote, %0, %1;\n\t"
+          "mbarrier.arrive.shared::cluster.b64 _, [remote];\n\t}" ::"r"(addr),
+          "r"(lane_idx)
+          : "memory");
+    }
+  }
 }
 
 __device__ __forceinline__ void prefetch_tma_desc(const void* desc) {

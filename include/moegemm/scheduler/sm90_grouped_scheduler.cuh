@@ -30,16 +30,21 @@ struct GroupingArgs {
 
 // One dense problem, rasterised in stripes of kStripeM m-blocks with n-blocks inner so the CTAs
 // running together share A row-blocks and sweep B together.
-template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kStripeM = 8>
+// kClusterM > 1: the kClusterM CTAs of a cluster take one "cluster tile" together, the same
+// n-block and kClusterM consecutive m-blocks (CTA rank r the r-th), so they can share B by TMA
+// multicast; a rank whose m-block lies past the rows gets row0 >= row_end (nothing to do but
+// keep the pipeline in step).
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kStripeM = 8, uint32_t kClusterM_ = 1>
 struct DenseScheduler {
+  static constexpr uint32_t kClusterM = kClusterM_;
   uint32_t m, num_m_blocks, num_n_blocks, num_tiles, tile_idx;
 
   __device__ __forceinline__ explicit DenseScheduler(const GroupingArgs& args)
       : m(args.m),
-        num_m_blocks((args.m + BLOCK_M - 1) / BLOCK_M),
+        num_m_blocks((args.m + BLOCK_M * kClusterM - 1) / (BLOCK_M * kClusterM)),
         num_n_blocks((args.n + BLOCK_N - 1) / BLOCK_N),
         num_tiles(num_m_blocks * num_n_blocks),
-        tile_idx(blockIdx.x) {}
+        tile_idx(blockIdx.x / kClusterM) {}
 
   __device__ __forceinline__ bool next(Tile& tile) {
     if (tile_idx >= num_tiles) return false;
@@ -48,11 +53,12 @@ struct DenseScheduler {
     const uint32_t first_m = stripe * kStripeM;
     const uint32_t stripe_m = min(kStripeM, num_m_blocks - first_m);
     const uint32_t in_stripe = tile_idx - stripe * tiles_per_stripe;
-    tile.row0 = (first_m + in_stripe % stripe_m) * BLOCK_M;
+    const uint32_t cluster_m_block = first_m + in_stripe % stripe_m;
+    tile.row0 = (cluster_m_block * kClusterM + blockIdx.x % kClusterM) * BLOCK_M;
     tile.row_end = m;
     tile.n_block = in_stripe / stripe_m;
     tile.group = 0;
-    tile_idx += gridDim.x;
+    tile_idx += gridDim.x / kClusterM;
     return true;
   }
 };
@@ -63,6 +69,8 @@ struct DenseScheduler {
 // walked m-block-major per n-block stripe, like DenseScheduler.
 template <uint32_t BLOCK_M, uint32_t BLOCK_N>
 struct ContiguousIndexScheduler {
+  // No clusters: two consecutive m-blocks may belong to different groups (different B).
+  static constexpr uint32_t kClusterM = 1;
   DenseScheduler<BLOCK_M, BLOCK_N> dense;
   const int32_t* m_indices;
 
@@ -92,8 +100,12 @@ struct ContiguousIndexScheduler {
 // a warp prefix sum turns sizes into tile counts, a ballot finds the group that holds the tile.
 // Decode with hundreds of mostly empty groups then costs a few dependent loads instead of one
 // per group. next() must be called by whole warps (every lane, same sequence).
-template <uint32_t BLOCK_M, uint32_t BLOCK_N, bool kOffsets>
+// kClusterM > 1: as in DenseScheduler, the CTAs of a cluster share each tile's n-block and take
+// consecutive m-blocks of the same group; a group's tiles count its m-blocks in clusters.
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, bool kOffsets, uint32_t kClusterM_ = 1>
 struct GroupWalkScheduler {
+  static constexpr uint32_t kClusterM = kClusterM_;
+  static constexpr uint32_t kClusterRows = BLOCK_M * kClusterM;
   const int32_t* group_info;
   uint32_t m, num_groups, num_n_blocks;
   uint32_t tile_idx;
@@ -107,7 +119,7 @@ struct GroupWalkScheduler {
         m(args.m),
         num_groups(args.num_groups),
         num_n_blocks((args.n + BLOCK_N - 1) / BLOCK_N),
-        tile_idx(blockIdx.x) {}
+        tile_idx(blockIdx.x / kClusterM) {}
 
   // Rows of group g, clamped to [0, m]: malformed sizes (decreasing or negative offsets, rows
   // past the tensor) can then neither hang the walk nor send a store outside the tensor.
@@ -133,7 +145,7 @@ struct GroupWalkScheduler {
       const uint32_t g = next_group + lane;
       uint32_t start = 0, rows = 0;
       if (g < num_groups) read_group(g, start, rows);
-      const uint32_t tiles = (rows + BLOCK_M - 1) / BLOCK_M * num_n_blocks;
+      const uint32_t tiles = (rows + kClusterRows - 1) / kClusterRows * num_n_blocks;
       uint32_t cum = tiles;  // inclusive prefix sum over the lanes
 #pragma unroll
       for (uint32_t delta = 1; delta < 32; delta *= 2) {
@@ -154,14 +166,15 @@ struct GroupWalkScheduler {
       group_tiles = __shfl_sync(kFullMask, tiles, l);
       group_start = __shfl_sync(kFullMask, start, l);
       group_rows = __shfl_sync(kFullMask, rows, l);
-      group_m_blocks = (group_rows + BLOCK_M - 1) / BLOCK_M;
+      group_m_blocks = (group_rows + kClusterRows - 1) / kClusterRows;  // in cluster tiles
     }
     const uint32_t local = tile_idx - group_first_tile;
-    tile.row0 = group_start + (local % group_m_blocks) * BLOCK_M;
+    tile.row0 = group_start + (local % group_m_blocks) * kClusterRows +
+                (blockIdx.x % kClusterM) * BLOCK_M;
     tile.row_end = group_start + group_rows;
     tile.n_block = local / group_m_blocks;
     tile.group = group;
-    tile_idx += gridDim.x;
+    tile_idx += gridDim.x / kClusterM;
     return true;
   }
 };

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..heuristics import GemmDesc
+from ..heuristics import GemmConfig, GemmDesc
 from .checks import require_cuda_device, require_shape, require_tensor, row_stride
 from .plans import get_plan, plans
 
@@ -100,16 +100,22 @@ def _fast_path_args(a, b, d, c) -> tuple | None:
 
 
 def bf16_gemm_nt(
-    a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Tensor | None = None
+    a: torch.Tensor,
+    b: torch.Tensor,
+    d: torch.Tensor,
+    c: torch.Tensor | None = None,
+    *,
+    config: GemmConfig | None = None,
 ) -> torch.Tensor:
     """D[m, n] = sum_k A[m, k] * B[n, k] (+ C[m, n]), written into `d` and returned.
 
     a: [M, K] bf16, b: [N, K] bf16, d: [M, N] bf16 or fp32, c: optional [M, N] fp32 (may be `d`
     itself when d is fp32). Any M; N and K multiples of 8. Never synchronizes with the host.
+    `config` forces a kernel config (tests, benchmarks); by default the heuristics choose.
     """
-    fast = _fast_path_args(a, b, d, c)
+    fast = _fast_path_args(a, b, d, c) if config is None else None
     if fast is None:
-        return _checked_bf16_gemm_nt(a, b, d, c)
+        return _checked_bf16_gemm_nt(a, b, d, c, config)
     device, m, n, k, lda, ldb, ldd, d_is_fp32, a_ptr, b_ptr, d_ptr = fast
     key = ("dense", device, m, n, k, d_is_fp32, False)
     plan = plans.get(key)
@@ -121,7 +127,7 @@ def bf16_gemm_nt(
     return d
 
 
-def _checked_bf16_gemm_nt(a, b, d, c) -> torch.Tensor:
+def _checked_bf16_gemm_nt(a, b, d, c, config: GemmConfig | None = None) -> torch.Tensor:
     m, n, k, lda, ldb, ldd, ldc = _check(a, b, d, c)
     if m == 0 or n == 0:
         return d
@@ -132,7 +138,7 @@ def _checked_bf16_gemm_nt(a, b, d, c) -> torch.Tensor:
     device = a.device.index
     with_c = c is not None
     key = ("dense", device, m, n, k, d_is_fp32, with_c)
-    plan = get_plan(key, device, lambda: _dense_desc(m, n, k, d_is_fp32, with_c))
+    plan = get_plan(key, device, lambda: _dense_desc(m, n, k, d_is_fp32, with_c), config)
     a_ptr, b_ptr, d_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr()
     c_ptr = c.data_ptr() if with_c else 0
     plan.launch(

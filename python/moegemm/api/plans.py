@@ -27,14 +27,15 @@ plans: dict[tuple, Plan] = register_plan_cache({})
 def max_ctas(desc: GemmDesc, config: GemmConfig) -> int:
     """CTAs worth launching: the tile count where the host knows it, else an upper bound."""
     lay = config.layout
-    n_blocks = math.ceil(desc.n / lay.block_n)
+    n_blocks = math.ceil(desc.n / lay.block_n) * lay.cluster_m  # CTAs per cluster tile
+    rows = lay.block_m * lay.cluster_m  # rows of one cluster tile
     if desc.kind in ("bf16_gemm_nt", "m_grouped_contiguous"):
-        return math.ceil(desc.m / lay.block_m) * n_blocks
+        return math.ceil(desc.m / rows) * n_blocks
     if desc.kind == "m_grouped_offsets":  # each group may end in a partial block
-        return (math.ceil(desc.m / lay.block_m) + desc.num_groups) * n_blocks
+        return (math.ceil(desc.m / rows) + desc.num_groups) * n_blocks
     if desc.kind == "m_grouped_masked":
-        return desc.num_groups * math.ceil(desc.m / lay.block_m) * n_blocks
-    return desc.num_groups * math.ceil(desc.m / lay.block_m) * n_blocks  # k_grouped
+        return desc.num_groups * math.ceil(desc.m / rows) * n_blocks
+    return desc.num_groups * math.ceil(desc.m / rows) * n_blocks  # k_grouped
 
 
 def build_plan(
@@ -55,7 +56,10 @@ def build_plan(
         spec = sm90_bf16_gemm_spec(config, desc.d_dtype, desc.with_c, desc.kind, stage_variant)
         kernel = load_kernel(spec)
         launcher_type = _C.Sm90Bf16GemmLauncher
-    num_blocks = max(1, min(arch.num_sms, max_ctas(desc, config)))
+    # Persistent CTAs, whole clusters of them (a cluster's CTAs share every tile's B).
+    cluster = lay.cluster_m * lay.cluster_n
+    wanted = -(-max_ctas(desc, config) // cluster) * cluster
+    num_blocks = max(cluster, min(arch.num_sms, wanted) // cluster * cluster)
     launch = launcher_type(
         kernel,
         lay.block_m,

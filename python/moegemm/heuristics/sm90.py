@@ -14,6 +14,7 @@ whose rows cross a group boundary falls back to register stores).
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator
 
 from .arch import ArchSpec
@@ -44,6 +45,18 @@ DIRECT_STORE_BYTES_PER_CLK = 6
 STMATRIX_BYTES_PER_CLK = 64  # staging writes into shared memory (half the port's peak)
 TMA_STORE_SYNC_CYCLES = 400  # two warpgroup barriers, the fence and the issue of the stores
 TMA_STORE_COLS = (64, 32, 16)  # box widths: one 128-, 64- or 32-byte swizzle span per row
+# 2-CTA clusters sharing B by TMA multicast: compiled and compile-tested, not yet run on a GPU,
+# so only enumerated when this variable is 1 (GPU tests and benchmarks set it to try them). It
+# is read when a problem shape is first planned: set it before the first call.
+EXPERIMENTAL_CLUSTERS_ENV = "MOEGEMM_EXPERIMENTAL_CLUSTERS"
+CLUSTER_KINDS = ("bf16_gemm_nt", "m_grouped_offsets", "m_grouped_masked")
+
+
+def cluster_choices(desc: GemmDesc, arch: ArchSpec) -> tuple[int, ...]:
+    enabled = os.environ.get(EXPERIMENTAL_CLUSTERS_ENV) == "1"
+    if enabled and desc.kind in CLUSTER_KINDS and arch.num_sms >= 2:
+        return (1, 2)
+    return (1,)
 
 
 def math_warpgroups_for(block_m: int) -> int:
@@ -99,13 +112,14 @@ def _make_config(
     arch: ArchSpec,
     store_cols: int = 0,
     k_grouped: bool = False,
+    cluster_m: int = 1,
 ) -> GemmConfig:
     num_wg = math_warpgroups_for(block_m)
     return GemmConfig(
-        layout=Layout(block_m=block_m, block_n=block_n, block_k=BLOCK_K),
+        layout=Layout(block_m=block_m, block_n=block_n, block_k=BLOCK_K, cluster_m=cluster_m),
         storage=StorageConfig(
             load_box_a=(BLOCK_K, block_m),
-            load_box_b=(BLOCK_K, block_n),
+            load_box_b=(BLOCK_K, block_n // cluster_m),  # each CTA loads its share of B
             swizzle_a=128,
             swizzle_b=128,
             store_box_d=(store_cols, 64) if store_cols else None,
@@ -137,7 +151,10 @@ def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> Iterator[GemmConfig]:
                 num_stages = min(MAX_STAGES, (arch.smem_budget - staging) // per_stage)
                 if num_stages < MIN_STAGES:
                     continue
-                yield _make_config(block_m, block_n, num_stages, arch, store_cols, k_grouped)
+                for cluster_m in cluster_choices(desc, arch):
+                    yield _make_config(
+                        block_m, block_n, num_stages, arch, store_cols, k_grouped, cluster_m
+                    )
 
 
 # Kept for callers that only know the dense family.
@@ -165,7 +182,9 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
         and config.pipeline.smem_bytes <= arch.smem_budget
         and config.pipeline.num_stages >= MIN_STAGES
         and config.launch.num_threads == 128 * (num_wg + 1)
-        and lay.cluster_size == 1
+        and lay.cluster_n == 1
+        and lay.cluster_m in cluster_choices(desc, arch)
+        and config.storage.load_box_b == (BLOCK_K, lay.block_n // lay.cluster_m)
         and not lay.swap_ab
         and desc.n % 8 == 0
         and (desc.k % 8 == 0 or desc.kind == "k_grouped")
@@ -231,7 +250,8 @@ def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> float
     lay = config.layout
     elem = DTYPE_BYTES[desc.ab_dtype]
     k_padded = math.ceil(reduction_length(desc) / lay.block_k) * lay.block_k
-    num_tiles = count_tiles(desc, lay.block_m, lay.block_n)
+    # CTA tiles: a cluster tile occupies cluster_m CTAs even where a group has an odd m-block.
+    num_tiles = count_tiles(desc, lay.block_m * lay.cluster_m, lay.block_n) * lay.cluster_m
     if num_tiles == 0:
         return float(PIPELINE_FILL_CYCLES)
     num_ctas = min(num_tiles, arch.num_sms)
@@ -247,7 +267,8 @@ def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> float
     l1 = smem_read / arch.smem_bytes_per_clk
     # L2 bandwidth is shared: fewer busy SMs each get a larger share, up to the SM's own port.
     l2_share = min(64.0, arch.l2_bytes_per_clk * arch.num_sms / num_ctas)
-    l2 = k_padded * (lay.block_m + lay.block_n) * elem / l2_share
+    # A cluster along M shares each B tile: every CTA pulls 1 / cluster_m of it through L2.
+    l2 = k_padded * (lay.block_m + lay.block_n / lay.cluster_m) * elem / l2_share
     epilogue = epilogue_cycles(config, desc)
     tile = max(mma, l1, l2) + epilogue + TILE_OVERHEAD_CYCLES
     return waves * tile + PIPELINE_FILL_CYCLES
@@ -277,13 +298,14 @@ def epilogue_cycles(config: GemmConfig, desc: GemmDesc) -> float:
 
 
 def _rank_key(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> tuple:
-    # Ties go to the larger tile (less L2 traffic), then to more stages: deterministic.
+    # Ties go to the larger tile (less L2 traffic), then to more stages, then to no cluster.
     lay = config.layout
     return (
         round(estimate_cycles(config, desc, arch)),
         -lay.block_m * lay.block_n,
         -lay.block_m,
         -config.pipeline.num_stages,
+        lay.cluster_m,
     )
 
 

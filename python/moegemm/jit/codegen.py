@@ -10,10 +10,10 @@ _OUT_TYPES = {"bf16": "__nv_bfloat16", "fp32": "float"}
 
 # The tile scheduler that gives each m-grouped layout its meaning, and a short tag for names.
 _SCHEDULERS = {
-    "bf16_gemm_nt": ("DenseScheduler<{m}, {n}>", "dense"),
+    "bf16_gemm_nt": ("DenseScheduler<{m}, {n}, 8, {c}>", "dense"),
     "m_grouped_contiguous": ("ContiguousIndexScheduler<{m}, {n}>", "contig"),
-    "m_grouped_offsets": ("GroupWalkScheduler<{m}, {n}, true>", "offs"),
-    "m_grouped_masked": ("GroupWalkScheduler<{m}, {n}, false>", "masked"),
+    "m_grouped_offsets": ("GroupWalkScheduler<{m}, {n}, true, {c}>", "offs"),
+    "m_grouped_masked": ("GroupWalkScheduler<{m}, {n}, false, {c}>", "masked"),
 }
 
 
@@ -31,7 +31,13 @@ def sm90_bf16_gemm_spec(
     """
     lay = config.layout
     scheduler_template, tag = _SCHEDULERS[kind]
-    scheduler = "moegemm::sm90::" + scheduler_template.format(m=lay.block_m, n=lay.block_n)
+    if lay.cluster_n != 1 or (lay.cluster_m != 1 and kind == "m_grouped_contiguous"):
+        raise ValueError(
+            f"{kind}: clusters run along M only (cluster_n = 1), and not on the m_indices layout"
+        )
+    scheduler = "moegemm::sm90::" + scheduler_template.format(
+        m=lay.block_m, n=lay.block_n, c=lay.cluster_m
+    )
     name = f"sm90_bf16_{tag}_{config.short_name()}_{d_dtype}" + ("_c" if with_c else "")
     extended = "" if lay.block_n in WGMMA_BASE_N else "#define MOEGEMM_WGMMA_EXTENDED_N\n"
     if stage_variant:
@@ -65,6 +71,8 @@ def sm90_bf16_k_grouped_spec(
     zeroing of group tails); its results are wrong by design (benchmarks/stage_breakdown.py).
     """
     lay = config.layout
+    if lay.cluster_size != 1:
+        raise ValueError("the k-grouped kernel takes no clusters")
     name = f"sm90_bf16_kgrouped_{config.short_name()}" + ("_c" if with_c else "")
     variant = ""
     if stage_variant:
