@@ -195,3 +195,55 @@ def test_clusters_refused_for_m_indices() -> None:
         sm90_bf16_gemm_spec(clustered, "bf16", False, "m_grouped_contiguous")
     desc = GemmDesc("m_grouped_contiguous", m=4096, n=4096, k=4096, num_groups=4)
     assert not sm90.is_legal(clustered, desc, SM90)
+
+
+@pytest.mark.parametrize(
+    "kind,block_m,block_n",
+    [("m_grouped_masked", 8, 128), ("m_grouped_offsets", 48, 64), ("m_grouped_offsets", 128, 128)],
+)
+def test_swap_ab_kernels_compile(kind, block_m, block_n, tmp_path, monkeypatch) -> None:
+    """The decode kernel with the weights on the wgmma's M side: wgmma m64 x tokens, pipelined,
+    no local memory; 48 tokens needs CuTe's extended wgmma shapes."""
+    monkeypatch.setenv("MOEGEMM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("MOEGEMM_JIT_PTXAS_CHECK", "1")
+    desc = GemmDesc(kind, m=1024, n=4096, k=4096, num_groups=16, expected_m=32)
+    config = next(
+        c
+        for c in sm90.enumerate_configs(desc, SM90)
+        if c.layout.swap_ab and (c.layout.block_m, c.layout.block_n) == (block_m, block_n)
+    )
+    assert sm90.is_legal(config, desc, SM90)
+    cubin_path = cache.build_or_load(sm90_bf16_gemm_spec(config, "bf16", False, kind))
+    assert count_cubin_kernels(cubin_path.read_bytes()) == 1
+    cuobjdump = find_cuobjdump()
+    if cuobjdump is None:
+        pytest.skip("cuobjdump not found: cubin built, SASS not inspected")
+    sass = dump_sass(cuobjdump, cubin_path)
+    assert f"HGMMA.64x{block_m}x16.F32.BF16" in sass, "tokens on the wgmma's N side"
+    assert "LDL" not in sass and "STL" not in sass
+    hgmma = [line for line in sass.splitlines() if "HGMMA." in line and "RZ" not in line]
+    assert 2 * sum("gsb0" in line for line in hgmma) <= len(hgmma), "wgmma serialized"
+
+
+def test_swap_ab_refused_outside_the_decode_layouts() -> None:
+    from dataclasses import replace
+
+    desc = GemmDesc("m_grouped_offsets", m=512, n=4096, k=4096, num_groups=16, expected_m=32)
+    config = next(c for c in sm90.enumerate_configs(desc, SM90) if c.layout.swap_ab)
+    for kind in ("bf16_gemm_nt", "m_grouped_contiguous"):
+        with pytest.raises(ValueError, match="swap_ab"):
+            sm90_bf16_gemm_spec(config, "bf16", False, kind)
+    with pytest.raises(ValueError, match="swap_ab"):
+        sm90_bf16_gemm_spec(config, "fp32", False, "m_grouped_offsets")
+    with pytest.raises(ValueError, match="swap_ab"):
+        sm90_bf16_gemm_spec(config, "bf16", False, "m_grouped_offsets", stage_variant=1)
+    # Illegal for prefill rows, for the other kinds, and with a cluster.
+    prefill = GemmDesc("m_grouped_offsets", m=32768, n=4096, k=4096, num_groups=16)
+    assert not any(c.layout.swap_ab for c in sm90.enumerate_configs(prefill, SM90))
+    assert not sm90.is_legal(config, prefill, SM90)
+    for kind in ("bf16_gemm_nt", "m_grouped_contiguous"):
+        other = GemmDesc(kind, m=512, n=4096, k=4096, num_groups=1 if kind == "bf16_gemm_nt" else 4)
+        assert not any(c.layout.swap_ab for c in sm90.enumerate_configs(other, SM90))
+        assert not sm90.is_legal(config, other, SM90)
+    clustered = replace(config, layout=replace(config.layout, cluster_m=2))
+    assert not sm90.is_legal(clustered, desc, SM90)

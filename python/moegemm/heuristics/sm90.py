@@ -50,6 +50,12 @@ TMA_STORE_COLS = (64, 32, 16)  # box widths: one 128-, 64- or 32-byte swizzle sp
 # is read when a problem shape is first planned: set it before the first call.
 EXPERIMENTAL_CLUSTERS_ENV = "MOEGEMM_EXPERIMENTAL_CLUSTERS"
 CLUSTER_KINDS = ("bf16_gemm_nt", "m_grouped_offsets", "m_grouped_masked")
+# Swapped operands (decode): the weights fill the wgmma's 64-row M side, 64 per math warpgroup,
+# and a tile's tokens (block_m) its N side. Register-store epilogue, BF16 out, no C.
+SWAP_AB_KINDS = ("m_grouped_offsets", "m_grouped_masked")
+SWAP_AB_BLOCK_M = (8, 16, 32, 48, 64, 96, 128)
+SWAP_AB_BLOCK_N = (64, 128)
+SWAP_AB_MAX_ROWS = 128  # expected rows per group above which swapped tiles are not enumerated
 
 
 def cluster_choices(desc: GemmDesc, arch: ArchSpec) -> tuple[int, ...]:
@@ -113,10 +119,13 @@ def _make_config(
     store_cols: int = 0,
     k_grouped: bool = False,
     cluster_m: int = 1,
+    swap_ab: bool = False,
 ) -> GemmConfig:
-    num_wg = math_warpgroups_for(block_m)
+    num_wg = block_n // 64 if swap_ab else math_warpgroups_for(block_m)
     return GemmConfig(
-        layout=Layout(block_m=block_m, block_n=block_n, block_k=BLOCK_K, cluster_m=cluster_m),
+        layout=Layout(
+            block_m=block_m, block_n=block_n, block_k=BLOCK_K, swap_ab=swap_ab, cluster_m=cluster_m
+        ),
         storage=StorageConfig(
             load_box_a=(BLOCK_K, block_m),
             load_box_b=(BLOCK_K, block_n // cluster_m),  # each CTA loads its share of B
@@ -155,6 +164,48 @@ def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> Iterator[GemmConfig]:
                     yield _make_config(
                         block_m, block_n, num_stages, arch, store_cols, k_grouped, cluster_m
                     )
+    if swap_ab_possible(desc):
+        for block_m in SWAP_AB_BLOCK_M:
+            for block_n in SWAP_AB_BLOCK_N:
+                num_stages = min(
+                    MAX_STAGES, arch.smem_budget // smem_bytes_for(block_m, block_n, 1)
+                )
+                yield _make_config(block_m, block_n, num_stages, arch, swap_ab=True)
+
+
+def swap_ab_possible(desc: GemmDesc) -> bool:
+    """Swapped tiles exist for the decode layouts' BF16 output and pay only for few rows."""
+    return (
+        desc.kind in SWAP_AB_KINDS
+        and desc.d_dtype == "bf16"
+        and not desc.with_c
+        and expected_rows_per_group(desc) <= SWAP_AB_MAX_ROWS
+    )
+
+
+def _swap_ab_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
+    lay = config.layout
+    num_wg = config.launch.num_math_warpgroups
+    return (
+        swap_ab_possible(desc)
+        and lay.block_k == BLOCK_K
+        and lay.block_m in SWAP_AB_BLOCK_M
+        and lay.block_n in SWAP_AB_BLOCK_N
+        and num_wg == lay.block_n // 64
+        and config.launch.num_threads == 128 * (num_wg + 1)
+        and lay.cluster_m == 1
+        and lay.cluster_n == 1
+        and store_cols(config) == 0
+        and config.storage.swizzle_d == 0
+        and config.storage.load_box_a == (BLOCK_K, lay.block_m)
+        and config.storage.load_box_b == (BLOCK_K, lay.block_n)
+        and config.pipeline.num_stages >= MIN_STAGES
+        and config.pipeline.smem_bytes
+        == smem_bytes_for(lay.block_m, lay.block_n, config.pipeline.num_stages)
+        and config.pipeline.smem_bytes <= arch.smem_budget
+        and desc.n % 8 == 0
+        and desc.k % 8 == 0
+    )
 
 
 # Kept for callers that only know the dense family.
@@ -163,6 +214,8 @@ enumerate_bf16_configs = enumerate_configs
 
 def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
     lay = config.layout
+    if lay.swap_ab:
+        return _swap_ab_legal(config, desc, arch)
     num_wg = config.launch.num_math_warpgroups
     return (
         lay.block_k == BLOCK_K
@@ -250,6 +303,8 @@ def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> float
     lay = config.layout
     elem = DTYPE_BYTES[desc.ab_dtype]
     k_padded = math.ceil(reduction_length(desc) / lay.block_k) * lay.block_k
+    if lay.swap_ab:
+        return _swap_ab_cycles(config, desc, arch, k_padded * elem)
     # CTA tiles: a cluster tile occupies cluster_m CTAs even where a group has an odd m-block.
     num_tiles = count_tiles(desc, lay.block_m * lay.cluster_m, lay.block_n) * lay.cluster_m
     if num_tiles == 0:
@@ -270,6 +325,29 @@ def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> float
     # A cluster along M shares each B tile: every CTA pulls 1 / cluster_m of it through L2.
     l2 = k_padded * (lay.block_m + lay.block_n / lay.cluster_m) * elem / l2_share
     epilogue = epilogue_cycles(config, desc)
+    tile = max(mma, l1, l2) + epilogue + TILE_OVERHEAD_CYCLES
+    return waves * tile + PIPELINE_FILL_CYCLES
+
+
+def _swap_ab_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec, k_bytes: int) -> float:
+    """The same pipes for the swapped kernel: each warpgroup issues wgmma m64 x block_m over its
+    64 weight rows; tokens are re-read from shared memory by every warpgroup."""
+    lay = config.layout
+    num_tiles = count_tiles(desc, lay.block_m, lay.block_n)
+    if num_tiles == 0:
+        return float(PIPELINE_FILL_CYCLES)
+    num_ctas = min(num_tiles, arch.num_sms)
+    waves = math.ceil(num_tiles / arch.num_sms)
+    num_wg = lay.block_n // 64
+    k_steps = k_bytes // (2 * 16)
+    per_wgmma = 2 * 64 * lay.block_m * 16 / arch.mma_flops_per_clk + WGMMA_ISSUE_CYCLES
+    mma = num_wg * k_steps * per_wgmma
+    l1 = k_bytes * (lay.block_n + num_wg * lay.block_m) / arch.smem_bytes_per_clk
+    l2_share = min(64.0, arch.l2_bytes_per_clk * arch.num_sms / num_ctas)
+    l2 = k_bytes * (lay.block_m + lay.block_n) / l2_share
+    rows = min(lay.block_m, expected_rows_per_group(desc))
+    # Transposed register stores: 4-byte pairs, 16-byte runs per token row.
+    epilogue = 2 * rows * lay.block_n * 2 / DIRECT_STORE_BYTES_PER_CLK
     tile = max(mma, l1, l2) + epilogue + TILE_OVERHEAD_CYCLES
     return waves * tile + PIPELINE_FILL_CYCLES
 
