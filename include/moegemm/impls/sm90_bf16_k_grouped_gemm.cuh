@@ -11,7 +11,7 @@
 //                    the results go through two 8 KB shared-memory chunks per warpgroup and TMA
 //                    stores (epilogue/sm90_tma_store.cuh, named barrier 2 + warpgroup), so the
 //                    writes overlap the next tile (with C = D, as TMA reduce-adds that never
-//                    read C: experimental, not yet run on a GPU); kStoreCols = 0, or a warpgroup
+//                    read C); kStoreCols = 0, or a warpgroup
 //                    whose 64 rows run past its group's M, stores from registers.
 // Pipeline: kNumStages stages; full[s] (arrive count 1 + TMA bytes) and empty[s] (one arrive per
 //   math warp), state (stage_idx, phase) as in the m-grouped kernel.

@@ -9,6 +9,10 @@ Two epilogues: stores from registers (slow, measured ~5 B/clk per SM while the w
 BF16 staged in shared memory and written by TMA stores behind the next tile's mainloop (only the
 shared-memory write is exposed, but the staging buffer costs pipeline stages, and a warpgroup
 whose rows cross a group boundary falls back to register stores).
+
+Decode layouts (offsets, masked) with few rows per group also get swapped tiles: the expert's
+weight rows fill the wgmma's 64-row M side and the group's tokens its N side (8 to 128), so
+a tile streams 64 or 128 weight rows without padding the tokens to 64.
 """
 
 from __future__ import annotations
@@ -45,9 +49,10 @@ DIRECT_STORE_BYTES_PER_CLK = 6
 STMATRIX_BYTES_PER_CLK = 64  # staging writes into shared memory (half the port's peak)
 TMA_STORE_SYNC_CYCLES = 400  # two warpgroup barriers, the fence and the issue of the stores
 TMA_STORE_COLS = (64, 32, 16)  # box widths: one 128-, 64- or 32-byte swizzle span per row
-# 2-CTA clusters sharing B by TMA multicast: compiled and compile-tested, not yet run on a GPU,
-# so only enumerated when this variable is 1 (GPU tests and benchmarks set it to try them). It
-# is read when a problem shape is first planned: set it before the first call.
+# 2-CTA clusters sharing B by TMA multicast: bitwise equal to one CTA per tile on the H200, but
+# measured 4-14% slower on most prefill shapes (faster on a few with K <= 5120, BENCHMARKS.md),
+# and the model cannot yet tell which: only enumerated when this variable is 1 (GPU tests and
+# benchmarks set it to try them). It is read when a problem shape is first planned.
 EXPERIMENTAL_CLUSTERS_ENV = "MOEGEMM_EXPERIMENTAL_CLUSTERS"
 CLUSTER_KINDS = ("bf16_gemm_nt", "m_grouped_offsets", "m_grouped_masked")
 # Swapped operands (decode): the weights fill the wgmma's 64-row M side, 64 per math warpgroup,
