@@ -199,7 +199,12 @@ def test_clusters_refused_for_m_indices() -> None:
 
 @pytest.mark.parametrize(
     "kind,block_m,block_n",
-    [("m_grouped_masked", 8, 128), ("m_grouped_offsets", 48, 64), ("m_grouped_offsets", 128, 128)],
+    [
+        ("m_grouped_masked", 8, 128),
+        ("m_grouped_masked", 96, 64),
+        ("m_grouped_offsets", 48, 64),
+        ("m_grouped_offsets", 128, 128),
+    ],
 )
 def test_swap_ab_kernels_compile(kind, block_m, block_n, tmp_path, monkeypatch) -> None:
     """The decode kernel with the weights on the wgmma's M side: wgmma m64 x tokens, pipelined,
