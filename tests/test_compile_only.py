@@ -140,14 +140,18 @@ def test_stage_breakdown_variants_compile(tmp_path, monkeypatch) -> None:
 
     k_config = config_with(128, 256, "k_grouped", tma_store=True, d_dtype="fp32")
     assert "MOEGEMM_STAGE_VARIANT" not in sm90_bf16_k_grouped_spec(k_config, False).source
-    for variant in (1, 2, 3, 4):
+    for variant in (1, 2, 3, 4, 8):
         spec = sm90_bf16_k_grouped_spec(k_config, False, variant)
         assert f"#define MOEGEMM_STAGE_VARIANT {variant}" in spec.source
         cubin_path = cache.build_or_load(spec)
         assert count_cubin_kernels(cubin_path.read_bytes()) == 1
-        if variant in (2, 4) and cuobjdump is not None:
+        if variant in (2, 4, 8) and cuobjdump is not None:
             sass = dump_sass(cuobjdump, cubin_path)
             assert "HGMMA.64x256x16.F32.BF16" in sass
+            if variant == 8:  # zeroing per warpgroup: 128-thread barriers, wgmma pipelined
+                assert "BAR.SYNC.DEFER_BLOCKING 0x1, 0x100" not in sass
+                hgmma = [line for line in sass.splitlines() if "HGMMA." in line]
+                assert 2 * sum("gsb0" in line for line in hgmma) <= len(hgmma)
 
 
 @pytest.mark.parametrize("kind", ["bf16_gemm_nt", "m_grouped_offsets", "m_grouped_masked"])

@@ -28,7 +28,8 @@
 #include <moegemm/ptx/sm90.cuh>
 
 // Stage-breakdown builds (benchmarks/stage_breakdown.py) leave stages out to time the rest:
-// bit 0 skips the wgmma, bit 1 the epilogue's stores, bit 2 the zeroing of group tails.
+// bit 0 skips the wgmma, bit 1 the epilogue's stores, bit 2 the zeroing of group tails; bit 3
+// zeroes them per warpgroup (no barrier across warpgroups).
 // Production kernels never define it.
 #ifndef MOEGEMM_STAGE_VARIANT
 #define MOEGEMM_STAGE_VARIANT 0
@@ -170,7 +171,23 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
         uint8_t* stage_a = sA + stage_idx * kBytesA;
         uint8_t* stage_b = sB + stage_idx * kBytesB;
         const uint32_t valid = min(end - row, BLOCK_K);
-        if ((MOEGEMM_STAGE_VARIANT & 4) == 0 && valid < BLOCK_K) {
+        if constexpr ((MOEGEMM_STAGE_VARIANT & 8) != 0) {
+          // Timing build: each warpgroup zeroes its own A chunk and all of B and waits for its
+          // own threads only (128-thread named barrier), instead of both warpgroups meeting.
+          if (valid < BLOCK_K) {
+            const uint32_t wg_tid = math_tid % 128;
+            constexpr uint32_t kChunks = 1 + BLOCK_N / 64;
+            const uint32_t vectors_per_chunk = (BLOCK_K - valid) * 8;
+            for (uint32_t v = wg_tid; v < kChunks * vectors_per_chunk; v += 128) {
+              const uint32_t chunk = v / vectors_per_chunk, in_chunk = v % vectors_per_chunk;
+              uint8_t* base = chunk == 0 ? stage_a + math_wg * kChunkBytes
+                                         : stage_b + (chunk - 1) * kChunkBytes;
+              *reinterpret_cast<uint4*>(base + valid * 128 + in_chunk * 16) = make_uint4(0, 0, 0, 0);
+            }
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            asm volatile("bar.sync %0, 128;" ::"r"(4 + math_wg) : "memory");
+          }
+        } else if ((MOEGEMM_STAGE_VARIANT & 4) == 0 && valid < BLOCK_K) {
           // Zero the k-rows past the group's end in every chunk of A and B, 16 bytes a thread.
           constexpr uint32_t kChunks = (BLOCK_M + BLOCK_N) / 64;
           const uint32_t vectors_per_chunk = (BLOCK_K - valid) * 8;

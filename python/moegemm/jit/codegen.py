@@ -102,7 +102,8 @@ def sm90_bf16_k_grouped_spec(
     """The k-grouped weight-gradient kernel (impls/sm90_bf16_k_grouped_gemm.cuh).
 
     stage_variant != 0 builds a timing-only kernel (bit 0: no wgmma, bit 1: no stores, bit 2: no
-    zeroing of group tails); its results are wrong by design (benchmarks/stage_breakdown.py).
+    zeroing of group tails, bit 3: tails zeroed per warpgroup without a barrier across them); its
+    results are wrong by design except for bit 3 alone (benchmarks/stage_breakdown.py).
     """
     lay = config.layout
     if lay.cluster_size != 1:
