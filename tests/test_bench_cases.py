@@ -44,7 +44,7 @@ def test_stage_breakdown_cases() -> None:
 
     assert all(rows % 64 for _, _, rows, _, _ in stage_breakdown.K_GROUPED_CASES)
     assert set(stage_breakdown.COMMON_VARIANTS) == {0, 1, 2, 3}
-    assert set(stage_breakdown.K_GROUPED_VARIANTS) == {0, 1, 2, 3, 4}
+    assert set(stage_breakdown.K_GROUPED_VARIANTS) == {0, 1, 2, 3, 4, 8}
 
 
 def test_case_orders() -> None:
