@@ -41,6 +41,7 @@ from bench_bf16 import (
 )
 
 import moegemm
+from moegemm.api.plans import build_plan
 from moegemm.heuristics import GemmDesc, sm90
 from moegemm.testing import calc_diff
 
@@ -289,6 +290,11 @@ def measure_case(q: QCase, arch, args, failed_specs: dict) -> dict:
     if clustered and single:
         row["best_single_us"] = min(times[c] for c in single)
         row["best_cluster_us"] = min(times[c] for c in clustered)
+        # CTAs a cluster plan launches: co-resident clusters x cluster size, at most the SMs.
+        device = torch.cuda.current_device()
+        row["cluster_ctas"] = {
+            names[c]: build_plan(device, desc, c).launch.num_blocks for c in clustered
+        }
     default_us = timer(prob.timed(None))  # the plain API path (cached plan) for the pick
     best = min(times, key=times.get)
     order = sorted(times, key=times.get)
@@ -446,9 +452,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         for r in rows:
             if "best_cluster_us" in r:
+                ctas = sorted(set(r["cluster_ctas"].values()))
                 print(
                     f"  {r['case'][:60]:60s} single {r['best_single_us']:9.1f} us  "
-                    f"cluster {r['best_cluster_us']:9.1f} us"
+                    f"cluster {r['best_cluster_us']:9.1f} us  (cluster plans launch {ctas} CTAs)"
                 )
     if errors:
         print(f"errors in {len(errors)} cases: {', '.join(errors)}")

@@ -13,7 +13,7 @@ from moegemm.heuristics import GemmDesc
 from moegemm.heuristics.sm90 import EXPERIMENTAL_CLUSTERS_ENV, enumerate_configs
 
 os.environ[EXPERIMENTAL_CLUSTERS_ENV] = "1"
-torch.cuda.init()
+torch.zeros(1, device="cuda")  # makes the primary context current for the driver calls
 device = torch.cuda.current_device()
 arch = arch_for_device(device)
 desc = GemmDesc("m_grouped_offsets", 32768, 4096, 7168, 32, expected_m=1024)
