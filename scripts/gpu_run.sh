@@ -37,8 +37,8 @@ if [ "${MOEGEMM_GPU_TESTS:-1}" != 0 ]; then
   test_rc=${PIPESTATUS[0]}
 fi
 
-# Which benchmark stages run: any of warmup, dense, host, grouped, quality, breakdown
-# (comma-separated; host and breakdown are opt-in, dense includes host).
+# Which benchmark stages run: any of warmup, dense, host, grouped, quality, breakdown, clusters
+# (comma-separated; host, breakdown and clusters are opt-in, dense includes host).
 stages=",${MOEGEMM_GPU_BENCH:-warmup,dense,grouped,quality},"
 bench_rc=0
 
@@ -71,6 +71,14 @@ if [[ $stages == *,quality,* ]]; then
     | tee "$log_dir/heuristic_quality.log" | tail -30 || bench_rc=1
 fi
 
+if [[ $stages == *,clusters,* ]]; then
+  echo "== clusters: co-resident CTAs per cluster config, then cluster twins of the prefill picks"
+  python3 scripts/cluster_fit.py 2>&1 | tee "$log_dir/cluster_fit.log" || bench_rc=1
+  MOEGEMM_EXPERIMENTAL_CLUSTERS=1 timeout 200 python3 benchmarks/heuristic_quality.py \
+    --cluster-twins --max-configs 4 --cases 'prefill/.*/offs|masked/6/' \
+    --json "$log_dir/cluster_twins.json" 2>&1 | tee "$log_dir/cluster_twins.log" | tail -14 \
+    || bench_rc=1
+fi
 if [[ $stages == *,breakdown,* ]]; then
   echo "== stage breakdown (variants that leave the wgmma or the stores out)"
   python3 benchmarks/stage_breakdown.py 2>&1 | tee "$log_dir/stage_breakdown.log" || bench_rc=1
