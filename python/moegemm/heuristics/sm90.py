@@ -50,7 +50,7 @@ STMATRIX_BYTES_PER_CLK = 64  # staging writes into shared memory (half the port'
 TMA_STORE_SYNC_CYCLES = 400  # two warpgroup barriers, the fence and the issue of the stores
 TMA_STORE_COLS = (64, 32, 16)  # box widths: one 128-, 64- or 32-byte swizzle span per row
 # 2-CTA clusters sharing B by TMA multicast: bitwise equal to one CTA per tile on the H200, but
-# measured 4-14% slower on most prefill shapes (faster on a few with K <= 5120, BENCHMARKS.md),
+# measured slower on 14 of 33 prefill shapes (3-17%) and faster on 8 (3-15%, all K <= 5120),
 # and the model cannot yet tell which: only enumerated when this variable is 1 (GPU tests and
 # benchmarks set it to try them). It is read when a problem shape is first planned.
 EXPERIMENTAL_CLUSTERS_ENV = "MOEGEMM_EXPERIMENTAL_CLUSTERS"
