@@ -306,17 +306,28 @@ def reduction_length(desc: GemmDesc) -> int:
 def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> float:
     """Cycles for the whole problem on `arch.num_sms` persistent CTAs."""
     lay = config.layout
-    elem = DTYPE_BYTES[desc.ab_dtype]
     k_padded = math.ceil(reduction_length(desc) / lay.block_k) * lay.block_k
-    if lay.swap_ab:
-        return _swap_ab_cycles(config, desc, arch, k_padded * elem)
     # CTA tiles: a cluster tile occupies cluster_m CTAs even where a group has an odd m-block.
     num_tiles = count_tiles(desc, lay.block_m * lay.cluster_m, lay.block_n) * lay.cluster_m
     if num_tiles == 0:
         return float(PIPELINE_FILL_CYCLES)
     num_ctas = min(num_tiles, arch.num_sms)
     waves = math.ceil(num_tiles / arch.num_sms)
+    # L2 bandwidth is shared: fewer busy SMs each get a larger share, up to the SM's own port.
+    l2_share = min(64.0, arch.l2_bytes_per_clk * arch.num_sms / num_ctas)
+    tile_pipes = _swap_ab_tile_pipes if lay.swap_ab else _tile_pipes
+    mma, l1, l2_bytes, epilogue = tile_pipes(config, desc, arch, k_padded)
+    tile = max(mma, l1, l2_bytes / l2_share) + epilogue + TILE_OVERHEAD_CYCLES
+    return waves * tile + PIPELINE_FILL_CYCLES
 
+
+def _tile_pipes(
+    config: GemmConfig, desc: GemmDesc, arch: ArchSpec, k_padded: int
+) -> tuple[float, float, float, float]:
+    """(tensor-core cycles, shared-memory read cycles, L2 bytes, exposed epilogue cycles) of
+    one tile of the unswapped kernels."""
+    lay = config.layout
+    elem = DTYPE_BYTES[desc.ab_dtype]
     # One wgmma m64 x N x 16 per m64 atom and k16 step; each pays a fixed issue cost on top of
     # its tensor-core time, so two m64 x 128 atoms cost more than one m64 x 256.
     num_atoms = max(1, lay.block_m // 64)
@@ -325,36 +336,27 @@ def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> float
     # Every wgmma reads its 64 A rows and all BLOCK_N rows of B from shared memory.
     smem_read = k_padded * (lay.block_m + num_atoms * lay.block_n) * elem
     l1 = smem_read / arch.smem_bytes_per_clk
-    # L2 bandwidth is shared: fewer busy SMs each get a larger share, up to the SM's own port.
-    l2_share = min(64.0, arch.l2_bytes_per_clk * arch.num_sms / num_ctas)
     # A cluster along M shares each B tile: every CTA pulls 1 / cluster_m of it through L2.
-    l2 = k_padded * (lay.block_m + lay.block_n / lay.cluster_m) * elem / l2_share
-    epilogue = epilogue_cycles(config, desc)
-    tile = max(mma, l1, l2) + epilogue + TILE_OVERHEAD_CYCLES
-    return waves * tile + PIPELINE_FILL_CYCLES
+    l2_bytes = k_padded * (lay.block_m + lay.block_n / lay.cluster_m) * elem
+    return mma, l1, l2_bytes, epilogue_cycles(config, desc)
 
 
-def _swap_ab_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec, k_bytes: int) -> float:
-    """The same pipes for the swapped kernel: each warpgroup issues wgmma m64 x block_m over its
-    64 weight rows; tokens are re-read from shared memory by every warpgroup."""
+def _swap_ab_tile_pipes(
+    config: GemmConfig, desc: GemmDesc, arch: ArchSpec, k_padded: int
+) -> tuple[float, float, float, float]:
+    """The same for the swapped kernel: each warpgroup issues wgmma m64 x block_m over its 64
+    weight rows; tokens are re-read from shared memory by every warpgroup."""
     lay = config.layout
-    num_tiles = count_tiles(desc, lay.block_m, lay.block_n)
-    if num_tiles == 0:
-        return float(PIPELINE_FILL_CYCLES)
-    num_ctas = min(num_tiles, arch.num_sms)
-    waves = math.ceil(num_tiles / arch.num_sms)
+    k_bytes = k_padded * DTYPE_BYTES[desc.ab_dtype]
     num_wg = lay.block_n // 64
     k_steps = k_bytes // (2 * 16)
     per_wgmma = 2 * 64 * lay.block_m * 16 / arch.mma_flops_per_clk + WGMMA_ISSUE_CYCLES
     mma = num_wg * k_steps * per_wgmma
     l1 = k_bytes * (lay.block_n + num_wg * lay.block_m) / arch.smem_bytes_per_clk
-    l2_share = min(64.0, arch.l2_bytes_per_clk * arch.num_sms / num_ctas)
-    l2 = k_bytes * (lay.block_m + lay.block_n) / l2_share
     rows = min(lay.block_m, expected_rows_per_group(desc))
     # Transposed register stores: 4-byte pairs, 16-byte runs per token row.
     epilogue = 2 * rows * lay.block_n * 2 / DIRECT_STORE_BYTES_PER_CLK
-    tile = max(mma, l1, l2) + epilogue + TILE_OVERHEAD_CYCLES
-    return waves * tile + PIPELINE_FILL_CYCLES
+    return mma, l1, k_bytes * (lay.block_m + lay.block_n), epilogue
 
 
 def epilogue_cycles(config: GemmConfig, desc: GemmDesc) -> float:
