@@ -190,6 +190,72 @@ def test_cluster_multicast_kernels_compile(kind, block_m, tma_store, tmp_path, m
     assert sass.count("MEMBAR.ALL.GPU") <= 2, "GPU-scope fence inside the mainloop"
 
 
+@pytest.mark.parametrize(
+    "kind,block_m",
+    [("m_grouped_offsets", 128), ("m_grouped_masked", 256), ("bf16_gemm_nt", 64)],
+)
+def test_staging_ring_kernels_compile(kind, block_m, tmp_path, monkeypatch) -> None:
+    """BF16 staged through a ring of chunk buffers: a stage more than whole-tile staging, and
+    still stmatrix + TMA stores, pipelined wgmma, no local memory."""
+    from moegemm.heuristics.sm90 import enumerate_configs, is_legal
+
+    monkeypatch.setenv("MOEGEMM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("MOEGEMM_JIT_PTXAS_CHECK", "1")
+    desc = GemmDesc(kind, m=4096, n=4096, k=4096, num_groups=4, expected_m=1024)
+    configs = [c for c in enumerate_configs(desc, SM90) if c.layout.block_m == block_m]
+    ring = next(c for c in configs if c.storage.store_buffers)
+    whole = next(
+        c
+        for c in configs
+        if c.layout == ring.layout
+        and c.storage.store_box_d == ring.storage.store_box_d
+        and not c.storage.store_buffers
+    )
+    assert is_legal(ring, desc, SM90) and ring.short_name().endswith("r2")
+    assert ring.pipeline.num_stages > whole.pipeline.num_stages
+    assert ring.pipeline.smem_bytes <= SM90.smem_budget
+    spec = sm90_bf16_gemm_spec(ring, "bf16", False, kind)
+    assert spec.name != sm90_bf16_gemm_spec(whole, "bf16", False, kind).name
+    cubin_path = cache.build_or_load(spec)
+    assert count_cubin_kernels(cubin_path.read_bytes()) == 1
+    cuobjdump = find_cuobjdump()
+    if cuobjdump is None:
+        pytest.skip("cuobjdump not found: cubin built, SASS not inspected")
+    sass = dump_sass(cuobjdump, cubin_path)
+    assert "UTMASTG" in sass and "STSM" in sass
+    assert "LDL" not in sass and "STL" not in sass
+    hgmma = [line for line in sass.splitlines() if "HGMMA." in line and "RZ" not in line]
+    assert hgmma and 2 * sum("gsb0" in line for line in hgmma) <= len(hgmma), "wgmma serialized"
+
+
+def test_staging_ring_only_where_it_fills_rounds() -> None:
+    """A ring is legal only where every warpgroup's chunk count is a multiple of its buffers,
+    and never for k-grouped (FP32 has its own chunked epilogue) or the swapped kernel."""
+    from dataclasses import replace
+
+    from moegemm.heuristics.sm90 import enumerate_configs, is_legal, smem_bytes_for
+
+    desc = GemmDesc("m_grouped_offsets", m=4096, n=4096, k=4096, num_groups=4, expected_m=1024)
+    seen_odd = False
+    for config in enumerate_configs(desc, SM90):
+        lay, cols = config.layout, store_cols(config)
+        if not cols or config.storage.store_buffers:
+            continue
+        chunks = lay.block_m // 64 // config.launch.num_math_warpgroups * lay.block_n // cols
+        seen_odd |= chunks % 2 == 1  # e.g. n208: 13 chunks of 16 columns
+        stages = config.pipeline.num_stages
+        smem = smem_bytes_for(lay.block_m, lay.block_n, stages, cols, False, 2)
+        ring = replace(
+            config,
+            storage=replace(config.storage, store_buffers=2),
+            pipeline=replace(config.pipeline, smem_bytes=smem),
+        )
+        assert is_legal(ring, desc, SM90) == (chunks % 2 == 0), ring.short_name()
+    assert seen_odd
+    kdesc = GemmDesc("k_grouped", m=4096, n=4096, k=4096, num_groups=4, d_dtype="fp32")
+    assert not any(c.storage.store_buffers for c in enumerate_configs(kdesc, SM90))
+
+
 def test_clusters_refused_for_m_indices() -> None:
     from dataclasses import replace
 

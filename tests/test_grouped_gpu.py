@@ -335,6 +335,77 @@ def test_tma_store_epilogue_masked_and_dense() -> None:
     assert storage[m:].isnan().all()
 
 
+def ring_pairs(desc):
+    """(whole-tile staging, chunk-ring staging) configs of the same tile and box width."""
+    from moegemm.heuristics import SM90
+    from moegemm.heuristics.sm90 import enumerate_configs
+
+    configs = [c for c in enumerate_configs(desc, SM90) if c.layout.cluster_m == 1]
+    pairs = []
+    for ring in (c for c in configs if c.storage.store_buffers):
+        for whole in configs:
+            if (
+                whole.layout == ring.layout
+                and whole.storage.store_box_d == ring.storage.store_box_d
+                and not whole.storage.store_buffers
+            ):
+                pairs.append((whole, ring))
+    assert {p[1].layout.block_m for p in pairs} >= {64, 128}, [p[1].short_name() for p in pairs]
+    return pairs
+
+
+def test_staging_ring_matches_whole_tile() -> None:
+    """The chunk-ring epilogue writes the same bits as whole-tile staging, only inside each
+    group, with groups crossing tiles, an N tail and the tensor's last rows; masked and dense
+    too. Several tiles per CTA, so the ring wraps across tiles."""
+    from moegemm.heuristics import GemmDesc
+
+    sizes = [0, 1, 127, 128, 300, 1000, 64, 65, 2000, 511]
+    num_groups, n, k = len(sizes), 2880, 2048  # 2880 = 11 * 256 + 64: an N tail
+    total = sum(sizes)
+    a, b = bf16(total, k), bf16(num_groups, n, k, scale=0.02)
+    offs = offsets(sizes)
+    desc = GemmDesc("m_grouped_offsets", total, n, k, num_groups, expected_m=total // num_groups)
+    for whole, ring in ring_pairs(desc):
+        outs = []
+        for config in (whole, ring):
+            storage = nan(total + 64, n)
+            moegemm.m_grouped_bf16_gemm_nt_contiguous(
+                a, b, storage[:total], offs=offs, config=config
+            )
+            assert storage[total:].isnan().all(), config.short_name()
+            outs.append(storage[:total])
+        assert torch.equal(outs[0], outs[1]), f"{whole.short_name()} vs {ring.short_name()}"
+        assert max_group_diff(outs[1], a, b, sizes) < TOL, ring.short_name()
+
+    num_groups, max_m, n, k = 4, 512, 4096, 768
+    masked = [512, 0, 200, 64]
+    ma, mb = bf16(num_groups, max_m, k), bf16(num_groups, n, k, scale=0.02)
+    masked_m = torch.tensor(masked, device="cuda", dtype=torch.int32)
+    mdesc = GemmDesc("m_grouped_masked", max_m, n, k, num_groups, expected_m=max_m)
+    for _, ring in ring_pairs(mdesc):
+        d = nan(num_groups, max_m, n)
+        moegemm.m_grouped_bf16_gemm_nt_masked(ma, mb, d, masked_m, max_m, config=ring)
+        for g, rows in enumerate(masked):
+            if rows:
+                ref = ma[g, :rows].float() @ mb[g].float().t()
+                assert calc_diff(d[g, :rows], ref) < TOL, ring.short_name()
+            assert d[g, rows:].isnan().all(), ring.short_name()
+
+    m, n, k = 3000, 4096, 1000  # K not a multiple of 64; last m-block clipped by TMA
+    da, db = bf16(m, k), bf16(n, k, scale=0.02)
+    ddesc = GemmDesc("bf16_gemm_nt", m, n, k)
+    for whole, ring in ring_pairs(ddesc):
+        outs = []
+        for config in (whole, ring):
+            storage = nan(m + 64, n)
+            moegemm.bf16_gemm_nt(da, db, storage[:m], config=config)
+            assert storage[m:].isnan().all(), config.short_name()
+            outs.append(storage[:m])
+        assert torch.equal(outs[0], outs[1]), f"{whole.short_name()} vs {ring.short_name()}"
+        assert calc_diff(outs[1], da.float() @ db.float().t()) < TOL
+
+
 @pytest.mark.parametrize("m", [200, 256])  # 200: the second warpgroup's rows run past M
 @pytest.mark.parametrize("with_c", [False, True])
 def test_k_grouped_tma_store_matches_register_stores(m: int, with_c: bool) -> None:

@@ -90,6 +90,51 @@ __device__ __forceinline__ void store_accumulators_tma(const float (*acc)[BLOCK_
   }
 }
 
+// The same BF16 results through a ring of kBufs chunk buffers per warpgroup (each one 64 rows x
+// kStoreCols columns, laid out like one chunk of the whole-tile staging) instead of the whole
+// tile: the staging then costs 2 x 8 KB per warpgroup instead of BLOCK_N x 128 bytes per m64
+// atom, which is a pipeline stage more for 128 x 256 tiles. One named barrier per chunk: before
+// it thread 0 waits until at most kBufs - 2 stores are still reading, so after it the buffer the
+// next chunk writes is free; chunk c of every tile uses buffer c % kBufs (the chunk count is a
+// multiple of kBufs), so the first chunk of a tile never meets a store still reading its buffer.
+template <uint32_t BLOCK_N, uint32_t kStoreCols, uint32_t kAtomsM, uint32_t kBufs>
+__device__ __forceinline__ void store_accumulators_tma_ring(const float (*acc)[BLOCK_N / 2],
+                                                            uint8_t* smem_buf, const void* tma_d,
+                                                            uint32_t row0, uint32_t col0,
+                                                            uint32_t barrier_id) {
+  using L = TmaStoreLayout<BLOCK_N, kStoreCols>;
+  static_assert(kBufs >= 2 && (kAtomsM * L::kNumChunks) % kBufs == 0,
+                "every tile's chunks must fill whole rounds of the ring");
+  const uint32_t t = threadIdx.x % 128;
+  const uint32_t lane = t % 32;
+  const uint32_t row = 16 * (t / 32) + (lane % 8) + 8 * ((lane / 8) % 2);
+  const uint32_t col_in_16 = 8 * (lane / 16);
+  const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem_buf));
+#pragma unroll
+  for (uint32_t a = 0; a < kAtomsM; ++a) {
+#pragma unroll
+    for (uint32_t c = 0; c < L::kNumChunks; ++c) {
+      const uint32_t chunk = a * L::kNumChunks + c;
+      const uint32_t buf = (chunk % kBufs) * L::kChunkBytes;
+#pragma unroll
+      for (uint32_t jj = 0; jj < kStoreCols / 16; ++jj) {
+        const float* v = acc[a] + 8 * (c * (kStoreCols / 16) + jj);
+        stmatrix_x4(smem_base + buf + L::offset(row, 16 * jj + col_in_16),
+                    pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]), pack_bf16x2(v[4], v[5]),
+                    pack_bf16x2(v[6], v[7]));
+      }
+      fence_async_shared();
+      if (t == 0) cute::tma_store_wait<kBufs - 2>();
+      named_barrier_sync(barrier_id, 128);
+      if (t == 0) {
+        tma_store_2d(tma_d, smem_buf + buf, static_cast<int32_t>(col0 + c * kStoreCols),
+                     static_cast<int32_t>(row0 + 64 * a));
+        tma_store_commit();
+      }
+    }
+  }
+}
+
 }  // namespace moegemm::sm90
 
 namespace moegemm::sm90 {

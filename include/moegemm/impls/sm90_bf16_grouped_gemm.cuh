@@ -18,16 +18,18 @@
 //             stage s is released once the batch of stage s + 1 has been issued.
 //   Pipeline state is (stage_idx, phase); phase flips each time stage_idx wraps.
 // Clusters (Scheduler::kClusterM = 2; experimental: bitwise equal to one CTA per tile on the
-//   H200, slower on 14 of 33 prefill shapes, so not enumerated by default): the two CTAs take
+//   H200, but slower on most prefill shapes, so not enumerated by default): the two CTAs take
 //   consecutive m-blocks of one group and the same n-block; each loads its own A and half of B,
-//   multicast into both CTAs. full[s] still expects all of B; empty[s] counts the math warps of
-//   both CTAs (each releases a stage on both), so neither producer overwrites a stage the peer
-//   still reads. Cluster barriers after the barrier set-up and before exit.
+//   multicast into both CTAs. full[s] still expects all of B; empty[s] counts the math
+//   warpgroups of both CTAs (one warp of each releases a stage on both), so neither producer
+//   overwrites a stage the peer still reads. Cluster barriers after the barrier set-up and
+//   before exit.
 // Shared memory: [A stages | B stages | D staging | full barriers | empty barriers]; every slice
 //   starts on a 1024-byte boundary as the 128B swizzle requires.
 // Epilogue (kStoreCols): 0 stores from registers (epilogue/sm90_direct_store.cuh). Otherwise a
 //   warpgroup whose rows all lie inside the tile's bound (or whose bound is the tensor's end,
-//   where TMA clips) stages BF16 results in its own D buffer and issues TMA stores
+//   where TMA clips) stages BF16 results in its own D buffer (its whole share of the tile, or
+//   with kStoreBufs a ring of that many 64 x kStoreCols chunks) and issues TMA stores
 //   (epilogue/sm90_tma_store.cuh, named barrier 1 + warpgroup), then starts the next tile while
 //   the copy engine writes; a warpgroup whose rows cross into another group stores from
 //   registers, so no row outside the tile's bound is ever written.
@@ -53,7 +55,8 @@
 namespace moegemm::sm90 {
 
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t BLOCK_K, uint32_t kNumStages,
-          uint32_t kNumMathWG, bool kWithC, typename OutT, uint32_t kStoreCols>
+          uint32_t kNumMathWG, bool kWithC, typename OutT, uint32_t kStoreCols,
+          uint32_t kStoreBufs>
 struct Bf16GemmTraits {
   static_assert(BLOCK_K == 64, "one 128-byte swizzle atom of BF16 per row");
   static_assert(BLOCK_M % (64 * kNumMathWG) == 0, "each math warpgroup owns whole m64 atoms");
@@ -68,7 +71,12 @@ struct Bf16GemmTraits {
   static constexpr bool kTmaStore = kStoreCols != 0;
   static_assert(!kTmaStore || (!kWithC && sizeof(OutT) == 2),
                 "the TMA-store epilogue writes BF16 without C");
-  static constexpr uint32_t kBytesD = kTmaStore ? BLOCK_M * BLOCK_N * 2 : 0;
+  static_assert(kStoreBufs == 0 || kTmaStore, "a staging ring needs the TMA-store epilogue");
+  // Whole-tile staging, or a ring of kStoreBufs chunks (64 rows x kStoreCols) per warpgroup.
+  static constexpr uint32_t kBytesD =
+      !kTmaStore ? 0
+      : kStoreBufs == 0 ? BLOCK_M * BLOCK_N * 2
+                        : kNumMathWG * kStoreBufs * 64 * kStoreCols * 2;
   static constexpr uint32_t kBytesDPerWG = kBytesD / kNumMathWG;
   static constexpr uint32_t kSmemBytes =
       kNumStages * (kBytesA + kBytesB) + kBytesD + kNumStages * 16;
@@ -76,12 +84,12 @@ struct Bf16GemmTraits {
 
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t BLOCK_K, uint32_t kNumStages,
           uint32_t kNumMathWG, bool kWithC, typename OutT, uint32_t kStoreCols,
-          typename Scheduler>
+          uint32_t kStoreBufs, typename Scheduler>
 __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
     sm90_bf16_grouped_gemm_kernel(const __grid_constant__ Sm90Bf16GemmParams params) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using Traits =
-      Bf16GemmTraits<BLOCK_M, BLOCK_N, BLOCK_K, kNumStages, kNumMathWG, kWithC, OutT, kStoreCols>;
+  using Traits = Bf16GemmTraits<BLOCK_M, BLOCK_N, BLOCK_K, kNumStages, kNumMathWG, kWithC, OutT,
+                                kStoreCols, kStoreBufs>;
   constexpr uint32_t kAtomsM = Traits::kAtomsM;
   constexpr uint32_t kClusterM = Scheduler::kClusterM;
   static_assert(kClusterM == 1 || kClusterM == 2, "B is shared by at most two CTAs");
@@ -98,9 +106,10 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
   const uint32_t warp_idx = warp_idx_sync();
   const uint32_t lane_idx = threadIdx.x % 32;
   if (warp_idx == 0 && lane_idx == 0) {
-    // Every math warp of every CTA in the cluster releases each stage: B lands in all of them.
+    // Every math warp releases each stage; with a cluster, every math warpgroup of every CTA
+    // (B lands in all of them; release_stage lets one warp per warpgroup signal).
     init_pipeline<kNumStages>(&params.tma_a, &params.tma_b, full, empty,
-                              Traits::kNumMathWarps * kClusterM);
+                              kClusterM == 1 ? Traits::kNumMathWarps : kNumMathWG * kClusterM);
     if constexpr (Traits::kTmaStore) prefetch_tma_desc(&params.tma_d);
   }
   // With a cluster, the peer's barriers must be initialised before anything reaches them.
@@ -129,8 +138,8 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
     if (warp_idx == 0) {
       // The whole warp walks the schedule (a warp-cooperative search); one lane issues. With a
       // cluster, each CTA loads its own A and its share of B, multicast to every CTA; the full
-      // barrier expects all of B. empty[s] counts both CTAs' math warps, so neither multicasts
-      // into a stage the other still reads.
+      // barrier expects all of B. empty[s] counts both CTAs' math warpgroups, so neither
+      // multicasts into a stage the other still reads.
       const bool leader = cute::elect_one_sync();
       uint32_t stage_idx = 0, phase = 0;
       while (scheduler.next(tile)) {
@@ -162,6 +171,7 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
   } else {
     cutlass::arch::warpgroup_reg_alloc<232>();
     const uint32_t math_wg = threadIdx.x / 128 - 1;
+    const bool signaling_warp = warp_idx % 4 == 0;  // the first warp of its warpgroup
     uint32_t stage_idx = 0, phase = 0;
     float acc[kAtomsM][BLOCK_N / 2];
     while (scheduler.next(tile)) {
@@ -178,8 +188,14 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
       if ((kNumMathWG > 1 || kClusterM > 1) && row0 >= tile.row_end) {
         for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
           full[stage_idx].wait(phase);
-          __syncwarp();
-          release_stage<kClusterM>(empty[stage_idx], lane_idx);
+          if constexpr (kClusterM == 1) {
+            __syncwarp();
+          } else {
+            // One warp releases for the warpgroup: the others must have seen this phase first,
+            // or a lagging warp could later wait on a parity two phases old and never wake.
+            asm volatile("bar.sync %0, 128;" ::"r"(8 + math_wg) : "memory");
+          }
+          release_stage<kClusterM>(empty[stage_idx], lane_idx, signaling_warp);
           stage_idx = stage_idx + 1 == kNumStages ? 0 : stage_idx + 1;
           phase ^= stage_idx == 0;
         }
@@ -214,7 +230,7 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
         for (uint32_t a = 0; a < kAtomsM; ++a)
 #pragma unroll
           for (uint32_t i = 0; i < BLOCK_N / 2; ++i) cute::warpgroup_fence_operand(acc[a][i]);
-        if (kb_done > 0) release_stage<kClusterM>(empty[prev_stage], lane_idx);
+        if (kb_done > 0) release_stage<kClusterM>(empty[prev_stage], lane_idx, signaling_warp);
         prev_stage = stage_idx;
         ++kb_done;
         stage_idx = stage_idx + 1 == kNumStages ? 0 : stage_idx + 1;
@@ -225,7 +241,7 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
       for (uint32_t a = 0; a < kAtomsM; ++a)
 #pragma unroll
         for (uint32_t i = 0; i < BLOCK_N / 2; ++i) cute::warpgroup_fence_operand(acc[a][i]);
-      if (kb_done > 0) release_stage<kClusterM>(empty[prev_stage], lane_idx);
+      if (kb_done > 0) release_stage<kClusterM>(empty[prev_stage], lane_idx, signaling_warp);
 
       if constexpr ((MOEGEMM_STAGE_VARIANT & 2) != 0) {
         // Timing build without stores: keep the accumulators live so the wgmma stays.
@@ -234,9 +250,15 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
       }
       if constexpr (Traits::kTmaStore) {
         if (row0 + Traits::kWgRows <= tile.row_end || tile.row_end >= params.rows) {
-          store_accumulators_tma<BLOCK_N, kStoreCols, kAtomsM>(
-              acc, sD + math_wg * Traits::kBytesDPerWG, &params.tma_d, row0,
-              tile.n_block * BLOCK_N, 1 + math_wg);
+          if constexpr (kStoreBufs == 0) {
+            store_accumulators_tma<BLOCK_N, kStoreCols, kAtomsM>(
+                acc, sD + math_wg * Traits::kBytesDPerWG, &params.tma_d, row0,
+                tile.n_block * BLOCK_N, 1 + math_wg);
+          } else {
+            store_accumulators_tma_ring<BLOCK_N, kStoreCols, kAtomsM, kStoreBufs>(
+                acc, sD + math_wg * Traits::kBytesDPerWG, &params.tma_d, row0,
+                tile.n_block * BLOCK_N, 1 + math_wg);
+          }
           continue;
         }
       }

@@ -148,12 +148,17 @@ __device__ __forceinline__ void tma_load_3d_multicast(const void* desc, Barrier*
 // have retired (warpgroup wait) before the arrive. A cluster-scope release compiles to
 // MEMBAR.ALL.GPU once per k-block and warp; with it the cluster kernels ran 1.5-2x slower
 // than one CTA per tile.
+// With a cluster only the first warp of each math warpgroup signals (`signaling_warp`), as
+// CUTLASS does: a wgmma is one operation of the whole warpgroup, so once any of its warps has
+// seen a batch retire, the warpgroup's reads of that stage are over; the empty barriers count
+// one arrive per warpgroup and CTA instead of one per warp.
 template <uint32_t kClusterM>
-__device__ __forceinline__ void release_stage(Barrier& empty, uint32_t lane_idx) {
+__device__ __forceinline__ void release_stage(Barrier& empty, uint32_t lane_idx,
+                                              bool signaling_warp) {
   if constexpr (kClusterM == 1) {
     if (lane_idx == 0) empty.arrive();
   } else {
-    if (lane_idx < kClusterM) {
+    if (signaling_warp && lane_idx < kClusterM) {
       const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(&empty));
       asm volatile(
           "{\n\t.reg .b32 remote;\n\t"

@@ -73,6 +73,9 @@ class StorageConfig:
     swizzle_b: int
     store_box_d: tuple[int, int] | None = None
     swizzle_d: int = 0
+    # BF16 TMA-store staging: 0 stages a warpgroup's whole share of the tile; n > 0 a ring of n
+    # chunk buffers (64 rows x store_box_d[0] columns each), which leaves room for more stages.
+    store_buffers: int = 0
 
 
 @dataclass(frozen=True)
@@ -102,4 +105,5 @@ class GemmConfig:
             f"w{self.launch.num_math_warpgroups}c{lay.cluster_m}x{lay.cluster_n}"
             + ("t" if lay.swap_ab else "")
             + (f"e{self.storage.store_box_d[0]}" if self.storage.store_box_d else "")
+            + (f"r{self.storage.store_buffers}" if self.storage.store_buffers else "")
         )

@@ -49,6 +49,8 @@ DIRECT_STORE_BYTES_PER_CLK = 6
 STMATRIX_BYTES_PER_CLK = 64  # staging writes into shared memory (half the port's peak)
 TMA_STORE_SYNC_CYCLES = 400  # two warpgroup barriers, the fence and the issue of the stores
 TMA_STORE_COLS = (64, 32, 16)  # box widths: one 128-, 64- or 32-byte swizzle span per row
+STORE_RING_BUFFERS = 2  # chunk buffers per warpgroup of the ring-staged BF16 epilogue
+STORE_RING_SYNC_CYCLES = 100  # one warpgroup barrier and a store issue per chunk
 # 2-CTA clusters sharing B by TMA multicast: bitwise equal to one CTA per tile on the H200, but
 # measured slower on 14 of 33 prefill shapes (3-17%) and faster on 8 (3-15%, all K <= 5120),
 # and the model cannot yet tell which: only enumerated when this variable is 1 (GPU tests and
@@ -75,16 +77,23 @@ def math_warpgroups_for(block_m: int) -> int:
 
 
 def smem_bytes_for(
-    block_m: int, block_n: int, num_stages: int, store_cols: int = 0, k_grouped: bool = False
+    block_m: int,
+    block_n: int,
+    num_stages: int,
+    store_cols: int = 0,
+    k_grouped: bool = False,
+    store_buffers: int = 0,
 ) -> int:
     """Shared memory of a kernel (its Traits::kSmemBytes): the stage ring plus the TMA-store
-    epilogue's staging, one BF16 tile (m-grouped) or two 64 x 32 FP32 chunks per warpgroup
-    (k-grouped)."""
+    epilogue's staging: one BF16 tile (m-grouped), or a ring of `store_buffers` 64-row chunks
+    per math warpgroup, or two 64 x 32 FP32 chunks per warpgroup (k-grouped)."""
     per_stage = (block_m + block_n) * BLOCK_K * 2 + BARRIER_BYTES_PER_STAGE
     if not store_cols:
         staging = 0
     elif k_grouped:
         staging = block_m // 64 * 2 * 64 * store_cols * 4
+    elif store_buffers:
+        staging = math_warpgroups_for(block_m) * store_buffers * 64 * store_cols * 2
     else:
         staging = block_m * block_n * 2
     return num_stages * per_stage + staging
@@ -96,6 +105,19 @@ def tma_store_cols(block_n: int, desc: GemmDesc) -> int:
     if desc.kind == "k_grouped":
         return 32
     return next(cols for cols in TMA_STORE_COLS if block_n % cols == 0)
+
+
+def store_buffer_choices(
+    block_m: int, block_n: int, store_cols: int, desc: GemmDesc
+) -> tuple[int, ...]:
+    """BF16 staging choices: the whole tile (0), or a ring of STORE_RING_BUFFERS chunks where a
+    warpgroup's chunk count fills whole rounds of it."""
+    if not store_cols or desc.kind == "k_grouped":
+        return (0,)
+    chunks_per_wg = block_m // 64 // math_warpgroups_for(block_m) * (block_n // store_cols)
+    if chunks_per_wg % STORE_RING_BUFFERS:
+        return (0,)
+    return (0, STORE_RING_BUFFERS)
 
 
 def tma_store_possible(desc: GemmDesc) -> bool:
@@ -125,6 +147,7 @@ def _make_config(
     k_grouped: bool = False,
     cluster_m: int = 1,
     swap_ab: bool = False,
+    store_buffers: int = 0,
 ) -> GemmConfig:
     num_wg = block_n // 64 if swap_ab else math_warpgroups_for(block_m)
     return GemmConfig(
@@ -138,10 +161,13 @@ def _make_config(
             swizzle_b=128,
             store_box_d=(store_cols, 64) if store_cols else None,
             swizzle_d=2 * store_cols,
+            store_buffers=store_buffers,
         ),
         pipeline=PipelineConfig(
             num_stages=num_stages,
-            smem_bytes=smem_bytes_for(block_m, block_n, num_stages, store_cols, k_grouped),
+            smem_bytes=smem_bytes_for(
+                block_m, block_n, num_stages, store_cols, k_grouped, store_buffers
+            ),
         ),
         launch=LaunchConfig(
             num_sms=arch.num_sms, num_threads=128 * (num_wg + 1), num_math_warpgroups=num_wg
@@ -161,14 +187,21 @@ def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> Iterator[GemmConfig]:
             k_grouped = desc.kind == "k_grouped"
             for store_cols in epilogues:
                 per_stage = smem_bytes_for(block_m, block_n, 1)
-                staging = smem_bytes_for(block_m, block_n, 0, store_cols, k_grouped)
-                num_stages = min(MAX_STAGES, (arch.smem_budget - staging) // per_stage)
-                if num_stages < MIN_STAGES:
-                    continue
-                for cluster_m in cluster_choices(desc, arch):
-                    yield _make_config(
-                        block_m, block_n, num_stages, arch, store_cols, k_grouped, cluster_m
+                fitted = set()
+                for store_buffers in store_buffer_choices(block_m, block_n, store_cols, desc):
+                    staging = smem_bytes_for(
+                        block_m, block_n, 0, store_cols, k_grouped, store_buffers
                     )
+                    num_stages = min(MAX_STAGES, (arch.smem_budget - staging) // per_stage)
+                    # A ring only pays where it buys a stage the whole-tile staging cannot.
+                    if num_stages < MIN_STAGES or num_stages in fitted:
+                        continue
+                    fitted.add(num_stages)
+                    for cluster_m in cluster_choices(desc, arch):
+                        yield _make_config(
+                            block_m, block_n, num_stages, arch, store_cols, k_grouped,
+                            cluster_m, store_buffers=store_buffers,
+                        )  # fmt: skip
     if swap_ab_possible(desc):
         for block_m in SWAP_AB_BLOCK_M:
             for block_n in SWAP_AB_BLOCK_N:
@@ -202,6 +235,7 @@ def _swap_ab_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
         and lay.cluster_n == 1
         and store_cols(config) == 0
         and config.storage.swizzle_d == 0
+        and config.storage.store_buffers == 0
         and config.storage.load_box_a == (BLOCK_K, lay.block_m)
         and config.storage.load_box_b == (BLOCK_K, lay.block_n)
         and config.pipeline.num_stages >= MIN_STAGES
@@ -229,6 +263,8 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
         and num_wg == math_warpgroups_for(lay.block_m)
         and lay.block_m // (64 * num_wg) * lay.block_n // 2 <= MAX_ACCUM_REGS
         and _store_cols_legal(config, desc)
+        and config.storage.store_buffers
+        in store_buffer_choices(lay.block_m, lay.block_n, store_cols(config), desc)
         and config.pipeline.smem_bytes
         == smem_bytes_for(
             lay.block_m,
@@ -236,6 +272,7 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
             config.pipeline.num_stages,
             store_cols(config),
             desc.kind == "k_grouped",
+            config.storage.store_buffers,
         )
         and config.pipeline.smem_bytes <= arch.smem_budget
         and config.pipeline.num_stages >= MIN_STAGES
@@ -375,6 +412,9 @@ def epilogue_cycles(config: GemmConfig, desc: GemmDesc) -> float:
         c_read = rows * lay.block_n * 4 / DIRECT_STORE_BYTES_PER_CLK if desc.with_c else 0
         return rows * lay.block_n * 4 / STMATRIX_BYTES_PER_CLK + 100 * chunks + c_read
     staged = lay.block_m * lay.block_n * 2 / STMATRIX_BYTES_PER_CLK + TMA_STORE_SYNC_CYCLES
+    if config.storage.store_buffers:  # one barrier per chunk instead of two per tile
+        chunks = lay.block_m // 64 * (lay.block_n // store_cols(config))
+        staged += chunks * STORE_RING_SYNC_CYCLES - TMA_STORE_SYNC_CYCLES
     if not grouped_rows:
         return staged
     m_blocks = math.ceil(rows_per_group / lay.block_m)

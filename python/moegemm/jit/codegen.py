@@ -75,7 +75,7 @@ def sm90_bf16_gemm_spec(
     traits_args = (
         f"{lay.block_m}, {lay.block_n}, {lay.block_k}, {config.pipeline.num_stages}, "
         f"{config.launch.num_math_warpgroups}, {'true' if with_c else 'false'}, "
-        f"{_OUT_TYPES[d_dtype]}, {store_cols(config)}"
+        f"{_OUT_TYPES[d_dtype]}, {store_cols(config)}, {config.storage.store_buffers}"
     )
     source = _instantiation(
         name, extended, "sm90_bf16_grouped_gemm", "Bf16GemmTraits", traits_args, scheduler,
