@@ -38,7 +38,7 @@ if [ "${MOEGEMM_GPU_TESTS:-1}" != 0 ]; then
 fi
 
 # Which benchmark stages run: any of warmup, dense, host, grouped, quality, breakdown, clusters,
-# ring (comma-separated; host, breakdown, clusters and ring are opt-in, dense includes host).
+# staging (comma-separated; host, breakdown, clusters, staging are opt-in; dense includes host).
 stages=",${MOEGEMM_GPU_BENCH:-warmup,dense,grouped,quality},"
 bench_rc=0
 
@@ -79,11 +79,12 @@ if [[ $stages == *,clusters,* ]]; then
     --json "$log_dir/cluster_twins.json" 2>&1 | tee "$log_dir/cluster_twins.log" | tail -14 \
     || bench_rc=1
 fi
-if [[ $stages == *,ring,* ]]; then
-  echo "== staging ring: whole-tile vs chunk-ring BF16 staging (one stage more), interleaved"
-  timeout 240 python3 benchmarks/heuristic_quality.py --all --ring-twins --max-configs 3 \
-    --cases "${MOEGEMM_RING_CASES:-prefill/.*/offs|prefill/0/idx|masked/(6|8)/}" \
-    --json "$log_dir/ring_twins.json" 2>&1 | tee "$log_dir/ring_twins.log" | tail -40 || bench_rc=1
+if [[ $stages == *,staging,* ]]; then
+  echo "== k-grouped staging: two FP32 chunk buffers in turn vs one per chunk, interleaved"
+  timeout 240 python3 benchmarks/heuristic_quality.py --all --staging-twins --max-configs 4 \
+    --cases "${MOEGEMM_STAGING_CASES:-k_grouped/}" \
+    --json "$log_dir/staging_twins.json" 2>&1 | tee "$log_dir/staging_twins.log" | tail -40 \
+    || bench_rc=1
 fi
 if [[ $stages == *,breakdown,* ]]; then
   echo "== stage breakdown (variants that leave the wgmma or the stores out)"

@@ -335,75 +335,48 @@ def test_tma_store_epilogue_masked_and_dense() -> None:
     assert storage[m:].isnan().all()
 
 
-def ring_pairs(desc):
-    """(whole-tile staging, chunk-ring staging) configs of the same tile and box width."""
-    from moegemm.heuristics import SM90
-    from moegemm.heuristics.sm90 import enumerate_configs
+@pytest.mark.parametrize("m", [200, 256])  # 200: the second warpgroup's rows run past M
+@pytest.mark.parametrize("c_mode", ["none", "separate", "in_place"])
+def test_k_grouped_whole_tile_staging_matches_ring(m: int, c_mode: str) -> None:
+    """One staging buffer per chunk writes the same bits as two buffers in turn: plain stores,
+    C read from memory, and C = D as TMA reduce-adds; ragged and empty groups; many tiles per
+    CTA, so the staging is reused across tiles."""
+    from moegemm.heuristics import SM90, GemmDesc
+    from moegemm.heuristics.sm90 import enumerate_configs, store_cols
 
-    configs = [c for c in enumerate_configs(desc, SM90) if c.layout.cluster_m == 1]
-    pairs = []
-    for ring in (c for c in configs if c.storage.store_buffers):
-        for whole in configs:
-            if (
-                whole.layout == ring.layout
-                and whole.storage.store_box_d == ring.storage.store_box_d
-                and not whole.storage.store_buffers
-            ):
-                pairs.append((whole, ring))
-    assert {p[1].layout.block_m for p in pairs} >= {64, 128}, [p[1].short_name() for p in pairs]
-    return pairs
-
-
-def test_staging_ring_matches_whole_tile() -> None:
-    """The chunk-ring epilogue writes the same bits as whole-tile staging, only inside each
-    group, with groups crossing tiles, an N tail and the tensor's last rows; masked and dense
-    too. Several tiles per CTA, so the ring wraps across tiles."""
-    from moegemm.heuristics import GemmDesc
-
-    sizes = [0, 1, 127, 128, 300, 1000, 64, 65, 2000, 511]
-    num_groups, n, k = len(sizes), 2880, 2048  # 2880 = 11 * 256 + 64: an N tail
-    total = sum(sizes)
-    a, b = bf16(total, k), bf16(num_groups, n, k, scale=0.02)
+    n, sizes = 2880, [0, 1000, 65, 2000, 0, 130]
+    num_groups, total = len(sizes), sum(sizes)
+    a, b = bf16(total, m), bf16(total, n)
     offs = offsets(sizes)
-    desc = GemmDesc("m_grouped_offsets", total, n, k, num_groups, expected_m=total // num_groups)
-    for whole, ring in ring_pairs(desc):
+    c = torch.randn(num_groups, m, n, device="cuda")
+    desc = GemmDesc("k_grouped", m, n, 512, num_groups, d_dtype="fp32", with_c=c_mode != "none")
+    configs = [x for x in enumerate_configs(desc, SM90) if store_cols(x)]
+    wholes = [x for x in configs if x.storage.store_buffers]
+    assert {x.layout.block_n for x in wholes} >= {128, 192}
+    for whole in wholes:
+        ring = next(x for x in configs if x.layout == whole.layout and not x.storage.store_buffers)
         outs = []
-        for config in (whole, ring):
-            storage = nan(total + 64, n)
-            moegemm.m_grouped_bf16_gemm_nt_contiguous(
-                a, b, storage[:total], offs=offs, config=config
-            )
-            assert storage[total:].isnan().all(), config.short_name()
-            outs.append(storage[:total])
-        assert torch.equal(outs[0], outs[1]), f"{whole.short_name()} vs {ring.short_name()}"
-        assert max_group_diff(outs[1], a, b, sizes) < TOL, ring.short_name()
-
-    num_groups, max_m, n, k = 4, 512, 4096, 768
-    masked = [512, 0, 200, 64]
-    ma, mb = bf16(num_groups, max_m, k), bf16(num_groups, n, k, scale=0.02)
-    masked_m = torch.tensor(masked, device="cuda", dtype=torch.int32)
-    mdesc = GemmDesc("m_grouped_masked", max_m, n, k, num_groups, expected_m=max_m)
-    for _, ring in ring_pairs(mdesc):
-        d = nan(num_groups, max_m, n)
-        moegemm.m_grouped_bf16_gemm_nt_masked(ma, mb, d, masked_m, max_m, config=ring)
-        for g, rows in enumerate(masked):
-            if rows:
-                ref = ma[g, :rows].float() @ mb[g].float().t()
-                assert calc_diff(d[g, :rows], ref) < TOL, ring.short_name()
-            assert d[g, rows:].isnan().all(), ring.short_name()
-
-    m, n, k = 3000, 4096, 1000  # K not a multiple of 64; last m-block clipped by TMA
-    da, db = bf16(m, k), bf16(n, k, scale=0.02)
-    ddesc = GemmDesc("bf16_gemm_nt", m, n, k)
-    for whole, ring in ring_pairs(ddesc):
-        outs = []
-        for config in (whole, ring):
-            storage = nan(m + 64, n)
-            moegemm.bf16_gemm_nt(da, db, storage[:m], config=config)
-            assert storage[m:].isnan().all(), config.short_name()
-            outs.append(storage[:m])
-        assert torch.equal(outs[0], outs[1]), f"{whole.short_name()} vs {ring.short_name()}"
-        assert calc_diff(outs[1], da.float() @ db.float().t()) < TOL
+        for config in (ring, whole):
+            if c_mode == "in_place":
+                d = c.clone()
+                moegemm.k_grouped_bf16_gemm_tn_contiguous(a, b, d, offs, c=d, config=config)
+            else:
+                d = nan(num_groups, m, n, dtype=torch.float32)
+                cc = c if c_mode == "separate" else None
+                moegemm.k_grouped_bf16_gemm_tn_contiguous(a, b, d, offs, c=cc, config=config)
+            outs.append(d)
+        name = f"{ring.short_name()} vs {whole.short_name()}"
+        assert torch.equal(outs[0], outs[1]), name
+        start = 0
+        for g, rows in enumerate(sizes):
+            ref = a[start : start + rows].float().t() @ b[start : start + rows].float()
+            if c_mode != "none":
+                ref = ref + c[g]
+            if rows == 0 and c_mode == "none":
+                assert not outs[1][g].any(), name  # an empty group's gradient is zero
+            else:
+                assert calc_diff(outs[1][g], ref) < TOL, name
+            start += rows
 
 
 @pytest.mark.parametrize("m", [200, 256])  # 200: the second warpgroup's rows run past M

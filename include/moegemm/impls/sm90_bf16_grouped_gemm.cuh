@@ -28,8 +28,7 @@
 //   starts on a 1024-byte boundary as the 128B swizzle requires.
 // Epilogue (kStoreCols): 0 stores from registers (epilogue/sm90_direct_store.cuh). Otherwise a
 //   warpgroup whose rows all lie inside the tile's bound (or whose bound is the tensor's end,
-//   where TMA clips) stages BF16 results in its own D buffer (its whole share of the tile, or
-//   with kStoreBufs a ring of that many 64 x kStoreCols chunks) and issues TMA stores
+//   where TMA clips) stages BF16 results in its own D buffer and issues TMA stores
 //   (epilogue/sm90_tma_store.cuh, named barrier 1 + warpgroup), then starts the next tile while
 //   the copy engine writes; a warpgroup whose rows cross into another group stores from
 //   registers, so no row outside the tile's bound is ever written.
@@ -55,8 +54,7 @@
 namespace moegemm::sm90 {
 
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t BLOCK_K, uint32_t kNumStages,
-          uint32_t kNumMathWG, bool kWithC, typename OutT, uint32_t kStoreCols,
-          uint32_t kStoreBufs>
+          uint32_t kNumMathWG, bool kWithC, typename OutT, uint32_t kStoreCols>
 struct Bf16GemmTraits {
   static_assert(BLOCK_K == 64, "one 128-byte swizzle atom of BF16 per row");
   static_assert(BLOCK_M % (64 * kNumMathWG) == 0, "each math warpgroup owns whole m64 atoms");
@@ -71,12 +69,7 @@ struct Bf16GemmTraits {
   static constexpr bool kTmaStore = kStoreCols != 0;
   static_assert(!kTmaStore || (!kWithC && sizeof(OutT) == 2),
                 "the TMA-store epilogue writes BF16 without C");
-  static_assert(kStoreBufs == 0 || kTmaStore, "a staging ring needs the TMA-store epilogue");
-  // Whole-tile staging, or a ring of kStoreBufs chunks (64 rows x kStoreCols) per warpgroup.
-  static constexpr uint32_t kBytesD =
-      !kTmaStore ? 0
-      : kStoreBufs == 0 ? BLOCK_M * BLOCK_N * 2
-                        : kNumMathWG * kStoreBufs * 64 * kStoreCols * 2;
+  static constexpr uint32_t kBytesD = kTmaStore ? BLOCK_M * BLOCK_N * 2 : 0;
   static constexpr uint32_t kBytesDPerWG = kBytesD / kNumMathWG;
   static constexpr uint32_t kSmemBytes =
       kNumStages * (kBytesA + kBytesB) + kBytesD + kNumStages * 16;
@@ -84,12 +77,12 @@ struct Bf16GemmTraits {
 
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t BLOCK_K, uint32_t kNumStages,
           uint32_t kNumMathWG, bool kWithC, typename OutT, uint32_t kStoreCols,
-          uint32_t kStoreBufs, typename Scheduler>
+          typename Scheduler>
 __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
     sm90_bf16_grouped_gemm_kernel(const __grid_constant__ Sm90Bf16GemmParams params) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using Traits = Bf16GemmTraits<BLOCK_M, BLOCK_N, BLOCK_K, kNumStages, kNumMathWG, kWithC, OutT,
-                                kStoreCols, kStoreBufs>;
+  using Traits =
+      Bf16GemmTraits<BLOCK_M, BLOCK_N, BLOCK_K, kNumStages, kNumMathWG, kWithC, OutT, kStoreCols>;
   constexpr uint32_t kAtomsM = Traits::kAtomsM;
   constexpr uint32_t kClusterM = Scheduler::kClusterM;
   static_assert(kClusterM == 1 || kClusterM == 2, "B is shared by at most two CTAs");
@@ -250,15 +243,9 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
       }
       if constexpr (Traits::kTmaStore) {
         if (row0 + Traits::kWgRows <= tile.row_end || tile.row_end >= params.rows) {
-          if constexpr (kStoreBufs == 0) {
-            store_accumulators_tma<BLOCK_N, kStoreCols, kAtomsM>(
-                acc, sD + math_wg * Traits::kBytesDPerWG, &params.tma_d, row0,
-                tile.n_block * BLOCK_N, 1 + math_wg);
-          } else {
-            store_accumulators_tma_ring<BLOCK_N, kStoreCols, kAtomsM, kStoreBufs>(
-                acc, sD + math_wg * Traits::kBytesDPerWG, &params.tma_d, row0,
-                tile.n_block * BLOCK_N, 1 + math_wg);
-          }
+          store_accumulators_tma<BLOCK_N, kStoreCols, kAtomsM>(
+              acc, sD + math_wg * Traits::kBytesDPerWG, &params.tma_d, row0,
+              tile.n_block * BLOCK_N, 1 + math_wg);
           continue;
         }
       }

@@ -73,8 +73,8 @@ class StorageConfig:
     swizzle_b: int
     store_box_d: tuple[int, int] | None = None
     swizzle_d: int = 0
-    # BF16 TMA-store staging: 0 stages a warpgroup's whole share of the tile; n > 0 a ring of n
-    # chunk buffers (64 rows x store_box_d[0] columns each), which leaves room for more stages.
+    # TMA-store staging buffers per warpgroup: 0 is the family's default (BF16: the whole tile;
+    # FP32 k-grouped: two 64 x 32 chunks in turn); n > 0 gives k-grouped one per chunk.
     store_buffers: int = 0
 
 

@@ -49,8 +49,6 @@ DIRECT_STORE_BYTES_PER_CLK = 6
 STMATRIX_BYTES_PER_CLK = 64  # staging writes into shared memory (half the port's peak)
 TMA_STORE_SYNC_CYCLES = 400  # two warpgroup barriers, the fence and the issue of the stores
 TMA_STORE_COLS = (64, 32, 16)  # box widths: one 128-, 64- or 32-byte swizzle span per row
-STORE_RING_BUFFERS = 2  # chunk buffers per warpgroup of the ring-staged BF16 epilogue
-STORE_RING_SYNC_CYCLES = 100  # one warpgroup barrier and a store issue per chunk
 # 2-CTA clusters sharing B by TMA multicast: bitwise equal to one CTA per tile on the H200, but
 # measured slower on 14 of 33 prefill shapes (3-17%) and faster on 8 (3-15%, all K <= 5120),
 # and the model cannot yet tell which: only enumerated when this variable is 1 (GPU tests and
@@ -85,15 +83,13 @@ def smem_bytes_for(
     store_buffers: int = 0,
 ) -> int:
     """Shared memory of a kernel (its Traits::kSmemBytes): the stage ring plus the TMA-store
-    epilogue's staging: one BF16 tile (m-grouped), or a ring of `store_buffers` 64-row chunks
-    per math warpgroup, or two 64 x 32 FP32 chunks per warpgroup (k-grouped)."""
+    epilogue's staging: one BF16 tile (m-grouped), or per warpgroup two 64 x 32 FP32 chunks
+    used in turn, or `store_buffers` of them (k-grouped)."""
     per_stage = (block_m + block_n) * BLOCK_K * 2 + BARRIER_BYTES_PER_STAGE
     if not store_cols:
         staging = 0
     elif k_grouped:
-        staging = block_m // 64 * 2 * 64 * store_cols * 4
-    elif store_buffers:
-        staging = math_warpgroups_for(block_m) * store_buffers * 64 * store_cols * 2
+        staging = block_m // 64 * (store_buffers or 2) * 64 * store_cols * 4
     else:
         staging = block_m * block_n * 2
     return num_stages * per_stage + staging
@@ -110,14 +106,12 @@ def tma_store_cols(block_n: int, desc: GemmDesc) -> int:
 def store_buffer_choices(
     block_m: int, block_n: int, store_cols: int, desc: GemmDesc
 ) -> tuple[int, ...]:
-    """BF16 staging choices: the whole tile (0), or a ring of STORE_RING_BUFFERS chunks where a
-    warpgroup's chunk count fills whole rounds of it."""
-    if not store_cols or desc.kind == "k_grouped":
+    """Staging choices of the TMA-store epilogue: BF16 stages the whole tile (0); FP32
+    (k-grouped) uses two 64 x 32 chunk buffers per warpgroup in turn (0), or one per chunk of
+    the warpgroup's whole share (block_n / 32), which saves a wait per chunk but costs stages."""
+    if not store_cols or desc.kind != "k_grouped" or block_n // store_cols <= 2:
         return (0,)
-    chunks_per_wg = block_m // 64 // math_warpgroups_for(block_m) * (block_n // store_cols)
-    if chunks_per_wg % STORE_RING_BUFFERS:
-        return (0,)
-    return (0, STORE_RING_BUFFERS)
+    return (0, block_n // store_cols)
 
 
 def tma_store_possible(desc: GemmDesc) -> bool:
@@ -193,7 +187,6 @@ def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> Iterator[GemmConfig]:
                         block_m, block_n, 0, store_cols, k_grouped, store_buffers
                     )
                     num_stages = min(MAX_STAGES, (arch.smem_budget - staging) // per_stage)
-                    # A ring only pays where it buys a stage the whole-tile staging cannot.
                     if num_stages < MIN_STAGES or num_stages in fitted:
                         continue
                     fitted.add(num_stages)
@@ -407,14 +400,13 @@ def epilogue_cycles(config: GemmConfig, desc: GemmDesc) -> float:
     direct = rows * lay.block_n * out_bytes / DIRECT_STORE_BYTES_PER_CLK
     if not store_cols(config):
         return direct
-    if desc.kind == "k_grouped":  # FP32 through 8 KB chunks, one barrier each
+    if desc.kind == "k_grouped":  # FP32 through 8 KB chunks
         chunks = lay.block_m // 64 * lay.block_n // 32
         c_read = rows * lay.block_n * 4 / DIRECT_STORE_BYTES_PER_CLK if desc.with_c else 0
-        return rows * lay.block_n * 4 / STMATRIX_BYTES_PER_CLK + 100 * chunks + c_read
+        # Two buffers in turn: a wait and a barrier per chunk; one per chunk: two per tile.
+        sync = TMA_STORE_SYNC_CYCLES if config.storage.store_buffers else 100 * chunks
+        return rows * lay.block_n * 4 / STMATRIX_BYTES_PER_CLK + sync + c_read
     staged = lay.block_m * lay.block_n * 2 / STMATRIX_BYTES_PER_CLK + TMA_STORE_SYNC_CYCLES
-    if config.storage.store_buffers:  # one barrier per chunk instead of two per tile
-        chunks = lay.block_m // 64 * (lay.block_n // store_cols(config))
-        staged += chunks * STORE_RING_SYNC_CYCLES - TMA_STORE_SYNC_CYCLES
     if not grouped_rows:
         return staged
     m_blocks = math.ceil(rows_per_group / lay.block_m)
