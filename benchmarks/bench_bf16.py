@@ -14,12 +14,17 @@ then timings of moegemm and of the peers in the same process:
               torch._grouped_mm(a.t(), b, offs=offs) (FP32 out if supported), per-group torch.mm
 
 Ceilings: a device-to-device copy (bytes read + written) and cuBLAS dense BF16 8192^3, measured
-once at the start of the run and again right before and after every case (their mean is the
-case's ceiling: the H200's clocks drift by up to 10% over a run, so a ceiling taken minutes
-earlier misstates a late case; --fixed-ceilings uses the start-of-run ones). FLOPs count real rows only; "GB/s w" counts the weight bytes of the groups
-that have rows. Timing is a CUDA-event median per call; by default the timed launches are
-queued behind a GPU sleep so host overhead (ours and the peers') is hidden (--timer events
-uses moegemm.testing.bench_us as is). Weights smaller than 3x the L2 rotate among buffers.
+at the start of the run and again right before and after every case. The H200's clocks drift
+by up to 10% over a sustained run, and one ceiling measurement scatters by several percent, so
+the targets use the median of all the samples taken beside the cases (the sustained state every
+case ran in); each row's %copy / %cuBL column is against its own before/after mean, and the JSON
+and the summary also give everything against the start-of-run ceilings (what runs before
+2026-11-30 reported). --fixed-ceilings skips the samples beside the cases.
+
+FLOPs count real rows only; "GB/s w" counts the weight bytes of the groups that have rows.
+Timing is a CUDA-event median per call; by default the timed launches are queued behind a GPU
+sleep so host overhead (ours and the peers') is hidden (--timer events uses
+moegemm.testing.bench_us as is). Weights smaller than 3x the L2 rotate among buffers.
 
 Prints one line per case and a geometric mean per ratio column; --json writes everything.
 """
@@ -34,6 +39,7 @@ import json
 import math
 import os
 import random
+import statistics
 import sys
 import time
 import traceback
@@ -370,6 +376,7 @@ class Ceilings:
 
     def __init__(self, timer: Timer):
         self.timer = timer
+        self.samples: dict[str, list[float]] = {"copy_gbps": [], "cublas_tflops": []}
         self.src = torch.empty(self.COPY_BYTES, dtype=torch.uint8, device="cuda").random_(0, 255)
         self.dst = torch.empty_like(self.src)
         size = self.MM_SIZE
@@ -387,17 +394,32 @@ class Ceilings:
         return {"copy_gbps": self.copy_gbps(), "cublas_tflops": self.cublas_tflops()}
 
     def for_regime(self, regime: str) -> dict:
-        """The ceiling a case of `regime` is judged by, measured now."""
-        return {"copy_gbps": self.copy_gbps()} if regime == "decode" else {
-            "cublas_tflops": self.cublas_tflops()
-        }  # fmt: skip
+        """The ceiling a case of `regime` is judged by, measured now and kept as a sample."""
+        key = "copy_gbps" if regime == "decode" else "cublas_tflops"
+        value = self.copy_gbps() if regime == "decode" else self.cublas_tflops()
+        self.samples[key].append(value)
+        return {key: value}
+
+    def run_medians(self, start: dict) -> dict:
+        """Median of the samples taken beside the cases (the start-of-run value if none)."""
+        return {
+            key: statistics.median(vals) if vals else start[key]
+            for key, vals in self.samples.items()
+        }
 
 
 def adjacent_ceilings(before: dict, after: dict) -> dict:
     return {key: (before[key] + after[key]) / 2 for key in before}
 
 
-def add_metrics(case: Case, res: dict, ceilings: dict) -> None:
+def add_metrics(case: Case, res: dict, ceilings: dict, suffix: str = "") -> None:
+    """Ratios of res's timings; with a suffix, only the ceiling shares, under that suffix."""
+    if suffix:
+        if res.get("tflops") and "cublas_tflops" in ceilings:
+            res["pct_cublas" + suffix] = res["tflops"] / ceilings["cublas_tflops"]
+        if res.get("gbps_weights") and "copy_gbps" in ceilings:
+            res["pct_copy" + suffix] = res["gbps_weights"] / ceilings["copy_gbps"]
+        return
     us = res.get("ours_us")
     if not us:
         return
@@ -412,12 +434,6 @@ def add_metrics(case: Case, res: dict, ceilings: dict) -> None:
         res["pct_copy"] = res["gbps_weights"] / ceilings["copy_gbps"]
     res["tflops"] = flops / us / 1e6
     res["pct_cublas"] = res["tflops"] / ceilings["cublas_tflops"]
-    # Against the start-of-run ceilings too (what every run before 2026-11-30 reported).
-    start = ceilings.get("start")
-    if start:
-        res["pct_cublas_start"] = res["tflops"] / start["cublas_tflops"]
-        if "pct_copy" in res:
-            res["pct_copy_start"] = res["gbps_weights"] / start["copy_gbps"]
     for peer in ("torch", "loop", "bmm"):
         if res.get(f"{peer}_us"):
             res[f"x_{peer}"] = res[f"{peer}_us"] / us
@@ -499,11 +515,15 @@ def summarize(results: list[dict]) -> dict:
     geo["pct_copy_decode"] = geomean([r["pct_copy"] for r in decode])
     geo["pct_cublas_prefill"] = geomean([r["pct_cublas"] for r in prefill])
     geo["pct_cublas_k_grouped"] = geomean([r["pct_cublas"] for r in kg])
-    # The same against the start-of-run ceilings, and over the whole prefill suite (its cases
-    # with fewer than 1024 rows per group count as "mid" above, as the target defines prefill).
-    geo["pct_copy_decode_start"] = geomean([r.get("pct_copy_start") for r in decode])
-    geo["pct_cublas_prefill_start"] = geomean([r.get("pct_cublas_start") for r in prefill])
-    geo["pct_cublas_k_grouped_start"] = geomean([r.get("pct_cublas_start") for r in kg])
+    # The same against each case's own before/after ceilings and the start-of-run ones, and
+    # over the whole prefill suite (its cases with fewer than 1024 rows per group count as
+    # "mid" above, as the target defines prefill).
+    for suffix in ("_adjacent", "_start"):
+        geo["pct_copy_decode" + suffix] = geomean([r.get("pct_copy" + suffix) for r in decode])
+        geo["pct_cublas_prefill" + suffix] = geomean(
+            [r.get("pct_cublas" + suffix) for r in prefill]
+        )
+        geo["pct_cublas_k_grouped" + suffix] = geomean([r.get("pct_cublas" + suffix) for r in kg])
     geo["pct_cublas_prefill_suite"] = geomean(
         [r.get("pct_cublas") for r in results if r["suite"] == "prefill"]
     )
@@ -539,10 +559,13 @@ def print_summary(summary: dict, ceilings: dict) -> None:
         "\ngeometric means: " + ", ".join(f"{k} {v:.3f}" for k, v in geo.items() if v is not None)
     )
     end = ceilings.get("end", ceilings)
+    med = ceilings.get("run_median", ceilings)
     print(
-        f"ceilings at the start / end of the run: copy {ceilings['copy_gbps']:.0f} / "
-        f"{end['copy_gbps']:.0f} GB/s (read + written), cuBLAS BF16 8192^3 "
-        f"{ceilings['cublas_tflops']:.0f} / {end['cublas_tflops']:.0f} TFLOP/s"
+        f"ceilings at the start / median beside the cases / end: copy "
+        f"{ceilings['copy_gbps']:.0f} / {med['copy_gbps']:.0f} / {end['copy_gbps']:.0f} GB/s "
+        f"(read + written), cuBLAS BF16 8192^3 {ceilings['cublas_tflops']:.0f} / "
+        f"{med['cublas_tflops']:.0f} / {end['cublas_tflops']:.0f} TFLOP/s; pct_* and the checks "
+        f"below use the medians"
     )
     for name, val in summary["checks"].items():
         if isinstance(val, list):
@@ -580,8 +603,10 @@ def run_case(case: Case, timer: Timer, args, ceilings: Ceilings, start: dict) ->
         else:
             res = run_k_grouped(case, timer, args.loop_max_groups, not args.kg_no_c)
         after = start if args.fixed_ceilings else ceilings.for_regime(case.regime)
-        res["ceilings"] = {**start, **adjacent_ceilings(before, after), "start": start}
-        add_metrics(case, res, res["ceilings"])
+        res["ceilings_adjacent"] = {**start, **adjacent_ceilings(before, after)}
+        add_metrics(case, res, res["ceilings_adjacent"])  # the row's columns until the end
+        add_metrics(case, res, res["ceilings_adjacent"], "_adjacent")
+        add_metrics(case, res, start, "_start")
     except Exception as exc:  # noqa: BLE001 - one failing case must not kill the table
         res = {"errors": {"exception": f"{type(exc).__name__}: {exc}"[:500]}}
         if args.verbose:
@@ -709,8 +734,9 @@ def main(argv: list[str] | None = None) -> int:
         f"PDL {'on' if args.pdl else 'off'}, order {args.order}; "
         f"copy {ceilings['copy_gbps']:.0f} GB/s, cuBLAS BF16 {ceilings['cublas_tflops']:.0f} "
         f"TFLOP/s at the start; "
-        + ("every case judged by these" if args.fixed_ceilings else "%copy / %cuBL against "
-           "the same ceilings re-measured beside each case"),
+        + ("every case judged by these" if args.fixed_ceilings else "each row's %copy / %cuBL "
+           "against the same ceilings re-measured beside it; the summary against their "
+           "run medians"),
         flush=True,
     )  # fmt: skip
     print(HEADER, flush=True)
@@ -719,8 +745,17 @@ def main(argv: list[str] | None = None) -> int:
         r = run_case(case, timer, args, ceiling_meter, ceilings)
         results.append(r)
         print(format_row(r), flush=True)
-    summary = summarize(results)
     ceilings["end"] = ceiling_meter.measure()
+    ceilings["run_median"] = ceiling_meter.run_medians(ceilings)
+    for case, r in zip(cases, results):
+        if r.get("tflops"):  # the headline shares: against the run medians
+            add_metrics(case, r, ceilings["run_median"], "_run_median")
+            r["pct_cublas"] = r["pct_cublas_run_median"]
+            if "pct_copy_run_median" in r:
+                r["pct_copy"] = r["pct_copy_run_median"]
+            if "deepgemm_share_cublas" in case.anchor:
+                r["vs_dg_share"] = r["pct_cublas"] / case.anchor["deepgemm_share_cublas"]
+    summary = summarize(results)
     print_summary(summary, ceilings)
     elapsed = time.perf_counter() - t_start
     print(f"# {len(results)} cases in {elapsed:.0f} s")

@@ -108,35 +108,22 @@ def _n_bucket(block_n: int) -> int:
     return (block_n - 1) // 64  # 16-64, 80-128, 144-192, 208-256
 
 
-TWIN_KINDS = ("cluster", "staging")
-
-
-def _twin_key(config, kind: str):
-    """config with the dimension `kind` varies (and what follows from it) erased: the cluster
-    shape, or the epilogue's staging buffers (hence the stage count and smem)."""
-    if kind == "cluster":
-        return dataclasses.replace(
-            config, layout=dataclasses.replace(config.layout, cluster_m=1, cluster_n=1)
-        )
-    return dataclasses.replace(
-        config,
-        storage=dataclasses.replace(config.storage, store_buffers=0),
-        pipeline=dataclasses.replace(config.pipeline, num_stages=0, smem_bytes=0),
-    )
-
-
-def with_twins(cands: list, legal: list, kinds: tuple[str, ...]) -> list:
-    """cands plus, for each, the legal configs that differ from it only in one of `kinds`."""
+def with_cluster_twins(cands: list, legal: list) -> list:
+    """cands plus, for each, the legal configs that differ from it only in the cluster shape."""
     out = list(cands)
-    for kind in kinds:
-        for c in cands:
-            key = _twin_key(c, kind)
-            out += [o for o in legal if o not in out and _twin_key(o, kind) == key]
+    for c in cands:
+        for other in legal:
+            same_tile = dataclasses.replace(other.layout, cluster_m=1, cluster_n=1) == (
+                dataclasses.replace(c.layout, cluster_m=1, cluster_n=1)
+            )
+            rest_same = dataclasses.replace(other, layout=c.layout) == c
+            if same_tile and rest_same and other not in out:
+                out.append(other)
     return out
 
 
 def choose_candidates(
-    desc: GemmDesc, arch, max_configs: int, twins: tuple[str, ...] = ()
+    desc: GemmDesc, arch, max_configs: int, twins: bool = False
 ) -> tuple[list, object]:
     """(candidates, pick): the pick first, then the best-ranked by the cycle model (half of
     the slots), then a round-robin over (block_m, block_n range) buckets, each bucket's best
@@ -152,7 +139,7 @@ def choose_candidates(
         return [pick] + [c for c in ranked if c != pick], pick
     if twins:
         chosen, _ = choose_candidates(desc, arch, max_configs)
-        return with_twins(chosen, legal, twins), pick
+        return with_cluster_twins(chosen, legal), pick
     chosen = [pick]
     top = max(0, (max_configs - 1 + 1) // 2)
     for c in ranked:
@@ -259,7 +246,7 @@ class Problem:
 
 def measure_case(q: QCase, arch, args, failed_specs: dict) -> dict:
     desc = desc_for(q)
-    cands, pick = choose_candidates(desc, arch, args.max_configs, args.twins)
+    cands, pick = choose_candidates(desc, arch, args.max_configs, args.cluster_twins)
     names = {c: c.short_name() for c in cands}
     est = {c: sm90.estimate_cycles(c, desc, arch) for c in cands}
     row: dict = {
@@ -308,14 +295,6 @@ def measure_case(q: QCase, arch, args, failed_specs: dict) -> dict:
         row["cluster_ctas"] = {
             names[c]: build_plan(device, desc, c).launch.num_blocks for c in clustered
         }
-    buffered = [c for c in times if c.storage.store_buffers]
-    if buffered:
-        # Their twins: the same tiles with the family's default staging.
-        keys = {_twin_key(c, "staging") for c in buffered}
-        default = [c for c in times if c not in buffered and _twin_key(c, "staging") in keys]
-        if default:
-            row["best_default_staging_us"] = min(times[c] for c in default)
-            row["best_store_buffers_us"] = min(times[c] for c in buffered)
     default_us = timer(prob.timed(None))  # the plain API path (cached plan) for the pick
     best = min(times, key=times.get)
     order = sorted(times, key=times.get)
@@ -373,16 +352,8 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also time each candidate's cluster-shape twins (prints single vs cluster)",
     )
-    parser.add_argument(
-        "--staging-twins",
-        action="store_true",
-        help="also time each candidate's twins with other epilogue staging buffers",
-    )
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
-    args.twins = tuple(
-        kind for kind, on in zip(TWIN_KINDS, (args.cluster_twins, args.staging_twins)) if on
-    )
 
     qcases = all_qcases()
     if not args.all:
@@ -394,7 +365,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.list:
         for q in qcases:
-            cands, pick = choose_candidates(desc_for(q), sm90_arch(), args.max_configs, args.twins)
+            cands, pick = choose_candidates(
+                desc_for(q), sm90_arch(), args.max_configs, args.cluster_twins
+            )
             print(
                 f"{q.label:70s} pick {pick.short_name():20s} "
                 + " ".join(c.short_name() for c in cands[1:])
@@ -414,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     specs = []
     for q in qcases:
         desc = desc_for(q)
-        cands = choose_candidates(desc, arch, args.max_configs, args.twins)[0]
+        cands = choose_candidates(desc, arch, args.max_configs, args.cluster_twins)[0]
         specs += [spec_for(desc, c) for c in cands]
     failed = precompile(specs, args.jobs)
 
@@ -483,23 +456,6 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"  {r['case'][:60]:60s} single {r['best_single_us']:9.1f} us  "
                     f"cluster {r['best_cluster_us']:9.1f} us  (cluster plans launch {ctas} CTAs)"
-                )
-    staging_gains = [
-        r["best_default_staging_us"] / r["best_store_buffers_us"]
-        for r in rows
-        if "best_store_buffers_us" in r
-    ]
-    if staging_gains:
-        print(
-            f"staging: best default-staging time / best store_buffers time (same tiles), "
-            f"geomean {geomean(staging_gains):.3f} over {len(staging_gains)} cases "
-            f"(min {min(staging_gains):.3f}, max {max(staging_gains):.3f})"
-        )
-        for r in rows:
-            if "best_store_buffers_us" in r:
-                print(
-                    f"  {r['case'][:60]:60s} default {r['best_default_staging_us']:9.1f} us  "
-                    f"store_buffers {r['best_store_buffers_us']:9.1f} us"
                 )
     if errors:
         print(f"errors in {len(errors)} cases: {', '.join(errors)}")

@@ -37,8 +37,8 @@ if [ "${MOEGEMM_GPU_TESTS:-1}" != 0 ]; then
   test_rc=${PIPESTATUS[0]}
 fi
 
-# Which benchmark stages run: any of warmup, dense, host, grouped, quality, breakdown, clusters,
-# staging (comma-separated; host, breakdown, clusters, staging are opt-in; dense includes host).
+# Which benchmark stages run: any of warmup, dense, host, grouped, quality, breakdown, clusters
+# (comma-separated; host, breakdown and clusters are opt-in, dense includes host).
 stages=",${MOEGEMM_GPU_BENCH:-warmup,dense,grouped,quality},"
 bench_rc=0
 
@@ -77,13 +77,6 @@ if [[ $stages == *,clusters,* ]]; then
   MOEGEMM_EXPERIMENTAL_CLUSTERS=1 timeout 200 python3 benchmarks/heuristic_quality.py \
     --cluster-twins --max-configs 4 --cases 'prefill/.*/offs|masked/6/' \
     --json "$log_dir/cluster_twins.json" 2>&1 | tee "$log_dir/cluster_twins.log" | tail -14 \
-    || bench_rc=1
-fi
-if [[ $stages == *,staging,* ]]; then
-  echo "== k-grouped staging: two FP32 chunk buffers in turn vs one per chunk, interleaved"
-  timeout 240 python3 benchmarks/heuristic_quality.py --all --staging-twins --max-configs 4 \
-    --cases "${MOEGEMM_STAGING_CASES:-k_grouped/}" \
-    --json "$log_dir/staging_twins.json" 2>&1 | tee "$log_dir/staging_twins.log" | tail -40 \
     || bench_rc=1
 fi
 if [[ $stages == *,breakdown,* ]]; then

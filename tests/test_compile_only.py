@@ -190,59 +190,6 @@ def test_cluster_multicast_kernels_compile(kind, block_m, tma_store, tmp_path, m
     assert sass.count("MEMBAR.ALL.GPU") <= 2, "GPU-scope fence inside the mainloop"
 
 
-@pytest.mark.parametrize("block_n", [128, 192])
-def test_k_grouped_whole_tile_staging_compiles(block_n, tmp_path, monkeypatch) -> None:
-    """FP32 k-grouped staging with one buffer per chunk (no wait per chunk): legal with fewer
-    stages than the two-buffer ring, compiles to TMA reduce-adds, pipelined wgmma, no spills."""
-    from moegemm.heuristics.sm90 import enumerate_configs, is_legal
-
-    monkeypatch.setenv("MOEGEMM_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("MOEGEMM_JIT_PTXAS_CHECK", "1")
-    desc = GemmDesc("k_grouped", m=4096, n=4096, k=4096, num_groups=4, d_dtype="fp32", with_c=True)
-    configs = [c for c in enumerate_configs(desc, SM90) if c.layout.block_m == 128]
-    whole = next(c for c in configs if c.storage.store_buffers and c.layout.block_n == block_n)
-    ring = next(
-        c
-        for c in configs
-        if c.layout == whole.layout and store_cols(c) and not c.storage.store_buffers
-    )
-    assert whole.storage.store_buffers == block_n // 32
-    assert is_legal(whole, desc, SM90) and whole.short_name().endswith(f"r{block_n // 32}")
-    assert whole.pipeline.num_stages < ring.pipeline.num_stages
-    assert whole.pipeline.smem_bytes <= SM90.smem_budget
-    spec = sm90_bf16_k_grouped_spec(whole, True)
-    assert spec.name != sm90_bf16_k_grouped_spec(ring, True).name
-    cubin_path = cache.build_or_load(spec)
-    assert count_cubin_kernels(cubin_path.read_bytes()) == 1
-    cuobjdump = find_cuobjdump()
-    if cuobjdump is None:
-        pytest.skip("cuobjdump not found: cubin built, SASS not inspected")
-    sass = dump_sass(cuobjdump, cubin_path)
-    assert "UTMAREDG.2D.ADD" in sass and "UTMASTG" in sass
-    assert "LDL" not in sass and "STL" not in sass
-    hgmma = [line for line in sass.splitlines() if "HGMMA." in line and "RZ" not in line]
-    assert hgmma and 2 * sum("gsb0" in line for line in hgmma) <= len(hgmma), "wgmma serialized"
-
-
-def test_store_buffers_only_for_k_grouped() -> None:
-    """The staging choice exists only where the FP32 epilogue has more than two chunks; the BF16
-    kernels refuse it."""
-    from dataclasses import replace
-
-    from moegemm.heuristics.sm90 import enumerate_configs
-
-    for kind in ("bf16_gemm_nt", "m_grouped_offsets", "m_grouped_masked", "m_grouped_contiguous"):
-        desc = GemmDesc(kind, m=4096, n=4096, k=4096, num_groups=4, expected_m=64)
-        assert not any(c.storage.store_buffers for c in enumerate_configs(desc, SM90))
-    kdesc = GemmDesc("k_grouped", m=4096, n=4096, k=4096, num_groups=4, d_dtype="fp32")
-    bufs = {(c.layout.block_n, c.storage.store_buffers) for c in enumerate_configs(kdesc, SM90)}
-    assert (64, 2) not in bufs and (128, 4) in bufs and (192, 6) in bufs
-    config = config_with(128, 256, "m_grouped_offsets", tma_store=True)
-    forced = replace(config, storage=replace(config.storage, store_buffers=8))
-    with pytest.raises(ValueError, match="store_buffers"):
-        sm90_bf16_gemm_spec(forced, "bf16", False, "m_grouped_offsets")
-
-
 def test_clusters_refused_for_m_indices() -> None:
     from dataclasses import replace
 

@@ -102,13 +102,7 @@ namespace moegemm::sm90 {
 // writes is free. Optional FP32 C is read from global memory (rows must all be in bounds),
 // except when C is D itself (`add_in_place`): then the chunks go out as TMA reduce-adds
 // (D += chunk, one add per element, so still deterministic) and C is never read.
-//
-// kWholeTile gives every chunk its own buffer (BLOCK_N / 32 of them): one wait (for the previous
-// tile's stores, issued a whole mainloop earlier) and two barriers per tile instead of a wait
-// and a barrier per chunk. The per-chunk waits are what it saves: the same two-buffer ring for
-// BF16 tiles measured 0.66-0.96 x the speed of whole-tile staging on 22 prefill shapes on the
-// H200, although it bought a pipeline stage.
-template <uint32_t BLOCK_N, bool kWithC, bool kWholeTile = false>
+template <uint32_t BLOCK_N, bool kWithC>
 __device__ __forceinline__ void store_accumulators_tma_f32(const float* acc, uint8_t* smem_buf,
                                                            const void* tma_d, const float* c,
                                                            uint32_t ldc, uint32_t n,
@@ -123,13 +117,9 @@ __device__ __forceinline__ void store_accumulators_tma_f32(const float* acc, uin
   const uint32_t r = 16 * (t / 32) + (t % 32) / 4;
   const uint32_t q = t % 4;
   const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem_buf));
-  if constexpr (kWholeTile) {
-    if (t == 0) tma_store_wait_read();
-    named_barrier_sync(barrier_id, 128);
-  }
 #pragma unroll
   for (uint32_t ch = 0; ch < kNumChunks; ++ch) {
-    const uint32_t buf = smem_base + (kWholeTile ? ch : ch % 2) * kChunkBytes;
+    const uint32_t buf = smem_base + (ch % 2) * kChunkBytes;
 #pragma unroll
     for (uint32_t jj = 0; jj < 4; ++jj) {
       const uint32_t j = 4 * ch + jj;
@@ -150,7 +140,6 @@ __device__ __forceinline__ void store_accumulators_tma_f32(const float* acc, uin
         st_shared_v2_f32(buf + (offset ^ ((row % 8) << 4)), x, y);
       }
     }
-    if constexpr (kWholeTile) continue;
     fence_async_shared();
     if (t == 0) tma_store_wait_read();
     named_barrier_sync(barrier_id, 128);
@@ -161,23 +150,6 @@ __device__ __forceinline__ void store_accumulators_tma_f32(const float* acc, uin
         tma_reduce_add_2d(tma_d, chunk, col, static_cast<int32_t>(row0));
       } else {
         tma_store_2d(tma_d, chunk, col, static_cast<int32_t>(row0));
-      }
-      tma_store_commit();
-    }
-  }
-  if constexpr (kWholeTile) {
-    fence_async_shared();
-    named_barrier_sync(barrier_id, 128);
-    if (t == 0) {
-#pragma unroll
-      for (uint32_t ch = 0; ch < kNumChunks; ++ch) {
-        const void* chunk = smem_buf + ch * kChunkBytes;
-        const int32_t col = static_cast<int32_t>(col0 + ch * kChunkCols);
-        if (kWithC && add_in_place) {
-          tma_reduce_add_2d(tma_d, chunk, col, static_cast<int32_t>(row0));
-        } else {
-          tma_store_2d(tma_d, chunk, col, static_cast<int32_t>(row0));
-        }
       }
       tma_store_commit();
     }

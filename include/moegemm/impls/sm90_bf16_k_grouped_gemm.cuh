@@ -9,8 +9,7 @@
 //   warpgroups 1..W  math. Each owns 64 of the tile's M columns: wgmma m64 x BLOCK_N x 16 with
 //                    both operands MN-major; then the FP32 epilogue (+ C). With kStoreCols = 32
 //                    the results go through two 8 KB shared-memory chunks per warpgroup and TMA
-//                    stores (epilogue/sm90_tma_store.cuh, named barrier 2 + warpgroup; with
-//                    kStoreBufs, one buffer per chunk instead of two in turn), so the
+//                    stores (epilogue/sm90_tma_store.cuh, named barrier 2 + warpgroup), so the
 //                    writes overlap the next tile (with C = D, as TMA reduce-adds that never
 //                    read C); kStoreCols = 0, or a warpgroup
 //                    whose 64 rows run past its group's M, stores from registers.
@@ -71,7 +70,7 @@ __device__ __forceinline__ void wgmma_bf16_mn_impl(uint64_t desc_a, uint64_t des
 }
 
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t BLOCK_K, uint32_t kNumStages,
-          uint32_t kNumMathWG, bool kWithC, uint32_t kStoreCols, uint32_t kStoreBufs>
+          uint32_t kNumMathWG, bool kWithC, uint32_t kStoreCols>
 struct KGroupedTraits {
   static_assert(BLOCK_M == 64 * kNumMathWG, "each math warpgroup owns 64 columns of M");
   static_assert(BLOCK_N % 64 == 0 && BLOCK_N <= 256, "B is loaded in 64-wide chunks");
@@ -80,24 +79,18 @@ struct KGroupedTraits {
   static constexpr uint32_t kChunkBytes = BLOCK_K * 128;  // one 64-wide column chunk, all k
   static constexpr uint32_t kBytesA = BLOCK_M / 64 * kChunkBytes;
   static constexpr uint32_t kBytesB = BLOCK_N / 64 * kChunkBytes;
-  // Staging per warpgroup: a ring of two 64 x 32 FP32 chunks, or (kStoreBufs = BLOCK_N / 32)
-  // one buffer per chunk of its whole 64 x BLOCK_N share.
-  static_assert(kStoreBufs == 0 || (kStoreCols != 0 && kStoreBufs == BLOCK_N / 32),
-                "whole-tile staging holds every chunk");
-  static constexpr bool kWholeTileD = kStoreBufs != 0;
-  static constexpr uint32_t kBytesDPerWG =
-      kStoreCols ? (kWholeTileD ? kStoreBufs : 2) * 64 * kStoreCols * 4 : 0;
+  static constexpr uint32_t kBytesDPerWG = kStoreCols ? 2 * 64 * kStoreCols * 4 : 0;
   static constexpr uint32_t kSmemBytes =
       kNumStages * (kBytesA + kBytesB) + kNumMathWG * kBytesDPerWG + kNumStages * 16;
 };
 
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t BLOCK_K, uint32_t kNumStages,
-          uint32_t kNumMathWG, bool kWithC, uint32_t kStoreCols, uint32_t kStoreBufs>
+          uint32_t kNumMathWG, bool kWithC, uint32_t kStoreCols>
 __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
     sm90_bf16_k_grouped_gemm_kernel(const __grid_constant__ Sm90Bf16KGroupedParams params) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using Traits = KGroupedTraits<BLOCK_M, BLOCK_N, BLOCK_K, kNumStages, kNumMathWG, kWithC,
-                                kStoreCols, kStoreBufs>;
+  using Traits =
+      KGroupedTraits<BLOCK_M, BLOCK_N, BLOCK_K, kNumStages, kNumMathWG, kWithC, kStoreCols>;
   constexpr uint32_t kChunkBytes = Traits::kChunkBytes;
   constexpr uint32_t kBytesA = Traits::kBytesA;
   constexpr uint32_t kBytesB = Traits::kBytesB;
@@ -247,9 +240,10 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
       }
       if constexpr (kStoreCols != 0) {
         if (row0 + 64 <= row_end) {
-          store_accumulators_tma_f32<BLOCK_N, kWithC, Traits::kWholeTileD>(
-              acc, sD + math_wg * Traits::kBytesDPerWG, &params.tma_d, params.c, params.n,
-              params.n, row0, n0, 2 + math_wg, params.c == params.d);
+          store_accumulators_tma_f32<BLOCK_N, kWithC>(acc, sD + math_wg * Traits::kBytesDPerWG,
+                                                      &params.tma_d, params.c, params.n,
+                                                      params.n, row0, n0, 2 + math_wg,
+                                                      params.c == params.d);
           continue;
         }
       }

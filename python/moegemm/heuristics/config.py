@@ -73,9 +73,6 @@ class StorageConfig:
     swizzle_b: int
     store_box_d: tuple[int, int] | None = None
     swizzle_d: int = 0
-    # TMA-store staging buffers per warpgroup: 0 is the family's default (BF16: the whole tile;
-    # FP32 k-grouped: two 64 x 32 chunks in turn); n > 0 gives k-grouped one per chunk.
-    store_buffers: int = 0
 
 
 @dataclass(frozen=True)
@@ -105,5 +102,4 @@ class GemmConfig:
             f"w{self.launch.num_math_warpgroups}c{lay.cluster_m}x{lay.cluster_n}"
             + ("t" if lay.swap_ab else "")
             + (f"e{self.storage.store_box_d[0]}" if self.storage.store_box_d else "")
-            + (f"r{self.storage.store_buffers}" if self.storage.store_buffers else "")
         )

@@ -75,21 +75,16 @@ def math_warpgroups_for(block_m: int) -> int:
 
 
 def smem_bytes_for(
-    block_m: int,
-    block_n: int,
-    num_stages: int,
-    store_cols: int = 0,
-    k_grouped: bool = False,
-    store_buffers: int = 0,
+    block_m: int, block_n: int, num_stages: int, store_cols: int = 0, k_grouped: bool = False
 ) -> int:
     """Shared memory of a kernel (its Traits::kSmemBytes): the stage ring plus the TMA-store
-    epilogue's staging: one BF16 tile (m-grouped), or per warpgroup two 64 x 32 FP32 chunks
-    used in turn, or `store_buffers` of them (k-grouped)."""
+    epilogue's staging, one BF16 tile (m-grouped) or two 64 x 32 FP32 chunks per warpgroup
+    (k-grouped)."""
     per_stage = (block_m + block_n) * BLOCK_K * 2 + BARRIER_BYTES_PER_STAGE
     if not store_cols:
         staging = 0
     elif k_grouped:
-        staging = block_m // 64 * (store_buffers or 2) * 64 * store_cols * 4
+        staging = block_m // 64 * 2 * 64 * store_cols * 4
     else:
         staging = block_m * block_n * 2
     return num_stages * per_stage + staging
@@ -101,17 +96,6 @@ def tma_store_cols(block_n: int, desc: GemmDesc) -> int:
     if desc.kind == "k_grouped":
         return 32
     return next(cols for cols in TMA_STORE_COLS if block_n % cols == 0)
-
-
-def store_buffer_choices(
-    block_m: int, block_n: int, store_cols: int, desc: GemmDesc
-) -> tuple[int, ...]:
-    """Staging choices of the TMA-store epilogue: BF16 stages the whole tile (0); FP32
-    (k-grouped) uses two 64 x 32 chunk buffers per warpgroup in turn (0), or one per chunk of
-    the warpgroup's whole share (block_n / 32), which saves a wait per chunk but costs stages."""
-    if not store_cols or desc.kind != "k_grouped" or block_n // store_cols <= 2:
-        return (0,)
-    return (0, block_n // store_cols)
 
 
 def tma_store_possible(desc: GemmDesc) -> bool:
@@ -141,7 +125,6 @@ def _make_config(
     k_grouped: bool = False,
     cluster_m: int = 1,
     swap_ab: bool = False,
-    store_buffers: int = 0,
 ) -> GemmConfig:
     num_wg = block_n // 64 if swap_ab else math_warpgroups_for(block_m)
     return GemmConfig(
@@ -155,13 +138,10 @@ def _make_config(
             swizzle_b=128,
             store_box_d=(store_cols, 64) if store_cols else None,
             swizzle_d=2 * store_cols,
-            store_buffers=store_buffers,
         ),
         pipeline=PipelineConfig(
             num_stages=num_stages,
-            smem_bytes=smem_bytes_for(
-                block_m, block_n, num_stages, store_cols, k_grouped, store_buffers
-            ),
+            smem_bytes=smem_bytes_for(block_m, block_n, num_stages, store_cols, k_grouped),
         ),
         launch=LaunchConfig(
             num_sms=arch.num_sms, num_threads=128 * (num_wg + 1), num_math_warpgroups=num_wg
@@ -181,20 +161,14 @@ def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> Iterator[GemmConfig]:
             k_grouped = desc.kind == "k_grouped"
             for store_cols in epilogues:
                 per_stage = smem_bytes_for(block_m, block_n, 1)
-                fitted = set()
-                for store_buffers in store_buffer_choices(block_m, block_n, store_cols, desc):
-                    staging = smem_bytes_for(
-                        block_m, block_n, 0, store_cols, k_grouped, store_buffers
+                staging = smem_bytes_for(block_m, block_n, 0, store_cols, k_grouped)
+                num_stages = min(MAX_STAGES, (arch.smem_budget - staging) // per_stage)
+                if num_stages < MIN_STAGES:
+                    continue
+                for cluster_m in cluster_choices(desc, arch):
+                    yield _make_config(
+                        block_m, block_n, num_stages, arch, store_cols, k_grouped, cluster_m
                     )
-                    num_stages = min(MAX_STAGES, (arch.smem_budget - staging) // per_stage)
-                    if num_stages < MIN_STAGES or num_stages in fitted:
-                        continue
-                    fitted.add(num_stages)
-                    for cluster_m in cluster_choices(desc, arch):
-                        yield _make_config(
-                            block_m, block_n, num_stages, arch, store_cols, k_grouped,
-                            cluster_m, store_buffers=store_buffers,
-                        )  # fmt: skip
     if swap_ab_possible(desc):
         for block_m in SWAP_AB_BLOCK_M:
             for block_n in SWAP_AB_BLOCK_N:
@@ -228,7 +202,6 @@ def _swap_ab_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
         and lay.cluster_n == 1
         and store_cols(config) == 0
         and config.storage.swizzle_d == 0
-        and config.storage.store_buffers == 0
         and config.storage.load_box_a == (BLOCK_K, lay.block_m)
         and config.storage.load_box_b == (BLOCK_K, lay.block_n)
         and config.pipeline.num_stages >= MIN_STAGES
@@ -256,8 +229,6 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
         and num_wg == math_warpgroups_for(lay.block_m)
         and lay.block_m // (64 * num_wg) * lay.block_n // 2 <= MAX_ACCUM_REGS
         and _store_cols_legal(config, desc)
-        and config.storage.store_buffers
-        in store_buffer_choices(lay.block_m, lay.block_n, store_cols(config), desc)
         and config.pipeline.smem_bytes
         == smem_bytes_for(
             lay.block_m,
@@ -265,7 +236,6 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
             config.pipeline.num_stages,
             store_cols(config),
             desc.kind == "k_grouped",
-            config.storage.store_buffers,
         )
         and config.pipeline.smem_bytes <= arch.smem_budget
         and config.pipeline.num_stages >= MIN_STAGES
@@ -400,12 +370,10 @@ def epilogue_cycles(config: GemmConfig, desc: GemmDesc) -> float:
     direct = rows * lay.block_n * out_bytes / DIRECT_STORE_BYTES_PER_CLK
     if not store_cols(config):
         return direct
-    if desc.kind == "k_grouped":  # FP32 through 8 KB chunks
+    if desc.kind == "k_grouped":  # FP32 through 8 KB chunks, one barrier each
         chunks = lay.block_m // 64 * lay.block_n // 32
         c_read = rows * lay.block_n * 4 / DIRECT_STORE_BYTES_PER_CLK if desc.with_c else 0
-        # Two buffers in turn: a wait and a barrier per chunk; one per chunk: two per tile.
-        sync = TMA_STORE_SYNC_CYCLES if config.storage.store_buffers else 100 * chunks
-        return rows * lay.block_n * 4 / STMATRIX_BYTES_PER_CLK + sync + c_read
+        return rows * lay.block_n * 4 / STMATRIX_BYTES_PER_CLK + 100 * chunks + c_read
     staged = lay.block_m * lay.block_n * 2 / STMATRIX_BYTES_PER_CLK + TMA_STORE_SYNC_CYCLES
     if not grouped_rows:
         return staged

@@ -60,8 +60,6 @@ def sm90_bf16_gemm_spec(
             raise ValueError("swap_ab kernels have no stage-breakdown variants")
         return _swap_ab_spec(config, d_dtype, with_c, kind)
     scheduler_template, tag = _SCHEDULERS[kind]
-    if config.storage.store_buffers:
-        raise ValueError("store_buffers: only the k-grouped FP32 epilogue has a choice")
     if lay.cluster_n != 1 or (lay.cluster_m != 1 and kind == "m_grouped_contiguous"):
         raise ValueError(
             f"{kind}: clusters run along M only (cluster_n = 1), and not on the m_indices layout"
@@ -130,7 +128,7 @@ def sm90_bf16_k_grouped_spec(
     template_args = (
         f"{lay.block_m}, {lay.block_n}, {lay.block_k}, {config.pipeline.num_stages}, "
         f"{config.launch.num_math_warpgroups}, {'true' if with_c else 'false'}, "
-        f"{store_cols(config)}, {config.storage.store_buffers}"
+        f"{store_cols(config)}"
     )
     source = _instantiation(
         name, variant, "sm90_bf16_k_grouped_gemm", "KGroupedTraits", template_args, None,
