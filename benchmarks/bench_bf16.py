@@ -408,6 +408,20 @@ class Ceilings:
         }
 
 
+def apply_run_medians(cases: list[Case], results: list[dict], medians: dict) -> None:
+    """Make the run-median shares the headline pct_cublas / pct_copy (and DeepGEMM's share
+    ratio) of every result that has timings."""
+    for case, r in zip(cases, results):
+        if not r.get("tflops"):
+            continue
+        add_metrics(case, r, medians, "_run_median")
+        r["pct_cublas"] = r["pct_cublas_run_median"]
+        if "pct_copy_run_median" in r:
+            r["pct_copy"] = r["pct_copy_run_median"]
+        if "deepgemm_share_cublas" in case.anchor:
+            r["vs_dg_share"] = r["pct_cublas"] / case.anchor["deepgemm_share_cublas"]
+
+
 def adjacent_ceilings(before: dict, after: dict) -> dict:
     return {key: (before[key] + after[key]) / 2 for key in before}
 
@@ -539,10 +553,12 @@ def summarize(results: list[dict]) -> dict:
             if r["regime"] == "decode" and r.get("offs_over_idx", 2.0) <= 1.0
         ],
         "k_grouped_pct_cublas>=0.9": [r["case"] for r in kg if r["pct_cublas"] < 0.9],
+        # The 640 TFLOP/s target comes with DeepGEMM's 518 on the gpt-oss anchor, a mid-size
+        # case (~265 rows per group), so mid rows count too. Failed cases are reported above.
         "gpt_oss_k2880_tflops>=640": [
             r["case"]
             for r in results
-            if r["k"] == 2880 and r["regime"] in ("prefill", "mid") and r.get("tflops", 0) < 640
+            if r["k"] == 2880 and r["regime"] in ("prefill", "mid") and 0 < r.get("tflops", 0) < 640
         ],
         "correctness_failures": [
             r["case"]
@@ -603,8 +619,9 @@ def run_case(case: Case, timer: Timer, args, ceilings: Ceilings, start: dict) ->
         else:
             res = run_k_grouped(case, timer, args.loop_max_groups, not args.kg_no_c)
         after = start if args.fixed_ceilings else ceilings.for_regime(case.regime)
-        res["ceilings_adjacent"] = {**start, **adjacent_ceilings(before, after)}
-        add_metrics(case, res, res["ceilings_adjacent"])  # the row's columns until the end
+        # Only the regime's own ceiling is re-measured beside the case.
+        res["ceilings_adjacent"] = adjacent_ceilings(before, after)
+        add_metrics(case, res, {**start, **res["ceilings_adjacent"]})  # the row's columns
         add_metrics(case, res, res["ceilings_adjacent"], "_adjacent")
         add_metrics(case, res, start, "_start")
     except Exception as exc:  # noqa: BLE001 - one failing case must not kill the table
@@ -745,16 +762,12 @@ def main(argv: list[str] | None = None) -> int:
         r = run_case(case, timer, args, ceiling_meter, ceilings)
         results.append(r)
         print(format_row(r), flush=True)
-    ceilings["end"] = ceiling_meter.measure()
+    try:
+        ceilings["end"] = ceiling_meter.measure()
+    except Exception as exc:  # noqa: BLE001 - a sticky CUDA error must not lose the table
+        print(f"# end-of-run ceilings not measured: {type(exc).__name__}: {exc}"[:300])
     ceilings["run_median"] = ceiling_meter.run_medians(ceilings)
-    for case, r in zip(cases, results):
-        if r.get("tflops"):  # the headline shares: against the run medians
-            add_metrics(case, r, ceilings["run_median"], "_run_median")
-            r["pct_cublas"] = r["pct_cublas_run_median"]
-            if "pct_copy_run_median" in r:
-                r["pct_copy"] = r["pct_copy_run_median"]
-            if "deepgemm_share_cublas" in case.anchor:
-                r["vs_dg_share"] = r["pct_cublas"] / case.anchor["deepgemm_share_cublas"]
+    apply_run_medians(cases, results, ceilings["run_median"])
     summary = summarize(results)
     print_summary(summary, ceilings)
     elapsed = time.perf_counter() - t_start

@@ -66,9 +66,10 @@ if [[ $stages == *,grouped,* ]]; then
 fi
 if [[ $stages == *,quality,* ]]; then
   # Every case of the suites by default (112 cases, ~90 s on the H200): the target is per case.
+  # MOEGEMM_QUALITY_ARGS= (set, empty) runs the harness's own 14-case default instead.
   echo "== heuristic quality"
   timeout "${MOEGEMM_QUALITY_TIMEOUT:-240}" python3 benchmarks/heuristic_quality.py \
-    ${MOEGEMM_QUALITY_ARGS:---all --max-configs 6} --json "$log_dir/heuristic_quality.json" 2>&1 \
+    ${MOEGEMM_QUALITY_ARGS---all --max-configs 6} --json "$log_dir/heuristic_quality.json" 2>&1 \
     | tee "$log_dir/heuristic_quality.log" | tail -30 || bench_rc=1
 fi
 

@@ -84,9 +84,19 @@ def test_bench_ceiling_shares() -> None:
     assert abs(res["pct_cublas"] - 0.875) < 1e-9
     assert abs(res["pct_cublas_adjacent"] - 1.0) < 1e-9
     assert abs(res["pct_cublas_start"] - 0.7) < 1e-9
+    assert "pct_copy_adjacent" not in res  # only the regime's own ceiling was re-measured
     row = {**res, "case": case.name, "suite": case.suite, "regime": case.regime, "k": case.k}
     row["min_rows"] = min(case.rows)
-    summary = bench_bf16.summarize([row])
-    assert abs(summary["geomean"]["pct_cublas_prefill"] - 0.875) < 1e-9
+    failed = {"case": "failed", "suite": "prefill", "regime": "prefill", "k": 2880, "min_rows": 0}
+    failed["errors"] = {"exception": "RuntimeError: x"}
+    # The end of the run: the headline shares move to the run medians; a failed case is skipped.
+    bench_bf16.apply_run_medians([case, case], [row, failed], {"cublas_tflops": 875.0})
+    assert abs(row["pct_cublas"] - 0.8) < 1e-9 and abs(row["pct_cublas_run_median"] - 0.8) < 1e-9
+    assert "pct_cublas" not in failed
+    summary = bench_bf16.summarize([row, failed])
+    assert abs(summary["geomean"]["pct_cublas_prefill"] - 0.8) < 1e-9
+    assert abs(summary["geomean"]["pct_cublas_prefill_adjacent"] - 1.0) < 1e-9
     assert abs(summary["geomean"]["pct_cublas_prefill_start"] - 0.7) < 1e-9
     assert summary["checks"]["prefill_pct_cublas>=0.92"] == [case.name]
+    assert summary["checks"]["correctness_failures"] == ["failed"]
+    assert summary["checks"]["gpt_oss_k2880_tflops>=640"] == []  # failures are not counted here

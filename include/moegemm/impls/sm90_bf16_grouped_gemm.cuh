@@ -181,9 +181,8 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
       if ((kNumMathWG > 1 || kClusterM > 1) && row0 >= tile.row_end) {
         for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
           full[stage_idx].wait(phase);
-          if constexpr (kClusterM == 1) {
-            __syncwarp();
-          } else {
+          __syncwarp();  // reconverge after the spin-wait (bar.sync below is warp-aligned)
+          if constexpr (kClusterM > 1) {
             // One warp releases for the warpgroup: the others must have seen this phase first,
             // or a lagging warp could later wait on a parity two phases old and never wake.
             asm volatile("bar.sync %0, 128;" ::"r"(8 + math_wg) : "memory");

@@ -182,17 +182,18 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 }
 
 // One thread sets up a kernel's TMA -> math pipeline: prefetches both operand descriptors and
-// initialises the stage barriers (full: the producer's one arrive plus TMA bytes; empty: one
-// arrive per math warp).
+// initialises the stage barriers (full: the producer's one arrive plus TMA bytes; empty:
+// `num_releases` arrives, one per math warp, or with a cluster one per math warpgroup of every
+// CTA).
 template <uint32_t kNumStages>
 __device__ __forceinline__ void init_pipeline(const void* tma_a, const void* tma_b, Barrier* full,
-                                              Barrier* empty, uint32_t num_math_warps) {
+                                              Barrier* empty, uint32_t num_releases) {
   prefetch_tma_desc(tma_a);
   prefetch_tma_desc(tma_b);
 #pragma unroll
   for (uint32_t s = 0; s < kNumStages; ++s) {
     full[s].init(1);
-    empty[s].init(num_math_warps);
+    empty[s].init(num_releases);
   }
   cutlass::arch::fence_barrier_init();
 }
