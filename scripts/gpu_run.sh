@@ -37,8 +37,8 @@ if [ "${MOEGEMM_GPU_TESTS:-1}" != 0 ]; then
   test_rc=${PIPESTATUS[0]}
 fi
 
-# Which benchmark stages run: any of warmup, dense, host, grouped, quality, breakdown, clusters
-# (comma-separated; host, breakdown and clusters are opt-in, dense includes host).
+# Which benchmark stages run: any of warmup, dense, host, grouped, quality, breakdown, clusters,
+# ncu (comma-separated; host, breakdown, clusters and ncu are opt-in; dense includes host).
 stages=",${MOEGEMM_GPU_BENCH:-warmup,dense,grouped,quality},"
 bench_rc=0
 
@@ -80,6 +80,22 @@ if [[ $stages == *,clusters,* ]]; then
     --cluster-twins --max-configs 4 --cases 'prefill/.*/offs|masked/6/' \
     --json "$log_dir/cluster_twins.json" 2>&1 | tee "$log_dir/cluster_twins.log" | tail -14 \
     || bench_rc=1
+fi
+if [[ $stages == *,ncu,* ]]; then
+  # Nsight Compute on one case, one launch per config (after its check and a warm-up launch).
+  ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  ncu_case=${MOEGEMM_NCU_CASE:-decode/13/offs}
+  echo "== ncu ($ncu_bin) on $ncu_case"
+  for cfg in ${MOEGEMM_NCU_CONFIGS:-m64n256k64s4w1c1x1e64 m128n256k64s3w2c1x1e64}; do
+    timeout 300 "$ncu_bin" --clock-control none -k regex:sm90_bf16 --launch-skip 2 \
+      --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+      --section WarpStateStats --section SchedulerStats --section LaunchStats \
+      python3 scripts/profile_case.py "$ncu_case" "$cfg" >"$log_dir/ncu_$cfg.txt" 2>&1 \
+      || bench_rc=1
+    echo "-- $cfg"
+    grep -E "Duration|DRAM Throughput|L2 Hit Rate|L1/TEX Hit|Memory Throughput|Registers Per|Stall|Issued Warp" \
+      "$log_dir/ncu_$cfg.txt" | head -24
+  done
 fi
 if [[ $stages == *,breakdown,* ]]; then
   echo "== stage breakdown (variants that leave the wgmma or the stores out)"
