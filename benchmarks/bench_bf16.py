@@ -414,7 +414,7 @@ def apply_run_medians(cases: list[Case], results: list[dict], medians: dict) -> 
     for case, r in zip(cases, results):
         if not r.get("tflops"):
             continue
-        add_metrics(case, r, medians, "_run_median")
+        add_shares(r, medians, "_run_median")
         r["pct_cublas"] = r["pct_cublas_run_median"]
         if "pct_copy_run_median" in r:
             r["pct_copy"] = r["pct_copy_run_median"]
@@ -426,14 +426,16 @@ def adjacent_ceilings(before: dict, after: dict) -> dict:
     return {key: (before[key] + after[key]) / 2 for key in before}
 
 
-def add_metrics(case: Case, res: dict, ceilings: dict, suffix: str = "") -> None:
-    """Ratios of res's timings; with a suffix, only the ceiling shares, under that suffix."""
-    if suffix:
-        if res.get("tflops") and "cublas_tflops" in ceilings:
-            res["pct_cublas" + suffix] = res["tflops"] / ceilings["cublas_tflops"]
-        if res.get("gbps_weights") and "copy_gbps" in ceilings:
-            res["pct_copy" + suffix] = res["gbps_weights"] / ceilings["copy_gbps"]
-        return
+def add_shares(res: dict, ceilings: dict, suffix: str = "") -> None:
+    """res's TFLOP/s and weight GB/s as shares of the ceilings present, under `suffix`."""
+    if res.get("tflops") and "cublas_tflops" in ceilings:
+        res["pct_cublas" + suffix] = res["tflops"] / ceilings["cublas_tflops"]
+    if res.get("gbps_weights") and "copy_gbps" in ceilings:
+        res["pct_copy" + suffix] = res["gbps_weights"] / ceilings["copy_gbps"]
+
+
+def add_metrics(case: Case, res: dict, ceilings: dict) -> None:
+    """Rates of res's timings, their shares of the ceilings, and the ratios to the peers."""
     us = res.get("ours_us")
     if not us:
         return
@@ -445,9 +447,8 @@ def add_metrics(case: Case, res: dict, ceilings: dict, suffix: str = "") -> None
         flops = 2 * case.total_rows * case.n * case.k
         wbytes = touched_weight_bytes(case)
         res["gbps_weights"] = wbytes / us / 1e3
-        res["pct_copy"] = res["gbps_weights"] / ceilings["copy_gbps"]
     res["tflops"] = flops / us / 1e6
-    res["pct_cublas"] = res["tflops"] / ceilings["cublas_tflops"]
+    add_shares(res, ceilings)
     for peer in ("torch", "loop", "bmm"):
         if res.get(f"{peer}_us"):
             res[f"x_{peer}"] = res[f"{peer}_us"] / us
@@ -622,8 +623,8 @@ def run_case(case: Case, timer: Timer, args, ceilings: Ceilings, start: dict) ->
         # Only the regime's own ceiling is re-measured beside the case.
         res["ceilings_adjacent"] = adjacent_ceilings(before, after)
         add_metrics(case, res, {**start, **res["ceilings_adjacent"]})  # the row's columns
-        add_metrics(case, res, res["ceilings_adjacent"], "_adjacent")
-        add_metrics(case, res, start, "_start")
+        add_shares(res, res["ceilings_adjacent"], "_adjacent")
+        add_shares(res, start, "_start")
     except Exception as exc:  # noqa: BLE001 - one failing case must not kill the table
         res = {"errors": {"exception": f"{type(exc).__name__}: {exc}"[:500]}}
         if args.verbose:

@@ -78,8 +78,8 @@ def test_bench_ceiling_shares() -> None:
     flops = 2 * case.total_rows * case.n * case.k
     res = {"ours_us": flops / 700e6}  # 700 TFLOP/s
     bench_bf16.add_metrics(case, res, {"cublas_tflops": 800.0, "copy_gbps": 4000.0})
-    bench_bf16.add_metrics(case, res, {"cublas_tflops": 700.0}, "_adjacent")
-    bench_bf16.add_metrics(case, res, {"cublas_tflops": 1000.0}, "_start")
+    bench_bf16.add_shares(res, {"cublas_tflops": 700.0}, "_adjacent")
+    bench_bf16.add_shares(res, {"cublas_tflops": 1000.0}, "_start")
     assert abs(res["tflops"] - 700) < 1e-6
     assert abs(res["pct_cublas"] - 0.875) < 1e-9
     assert abs(res["pct_cublas_adjacent"] - 1.0) < 1e-9
