@@ -4,6 +4,9 @@ The model charges each tile the slowest of three pipes (tensor cores, shared mem
 wgmma, L2 feeding TMA), adds the epilogue, and multiplies by the number of waves a persistent
 grid needs: fewer, fuller waves of cheap tiles win. Grouped layouts count their tiles per group
 (a group's last m-block is partly empty), which is what makes small groups prefer small tiles.
+The packed-offsets and masked layouts only know the mean rows per group on the host, and routed
+groups are ragged around it: their m-blocks and waves are expectations over a spread of rows
+(a group of 64 +- 16 rows needs two 64-row blocks about half the time, one 128-row block always).
 
 Two epilogues: stores from registers (slow, measured ~5 B/clk per SM while the wgmma waits) or
 BF16 staged in shared memory and written by TMA stores behind the next tile's mainloop (only the
@@ -61,6 +64,12 @@ SWAP_AB_KINDS = ("m_grouped_offsets", "m_grouped_masked")
 SWAP_AB_BLOCK_M = (8, 16, 32, 48, 64, 96, 128)
 SWAP_AB_BLOCK_N = (64, 128)
 SWAP_AB_MAX_ROWS = 128  # expected rows per group above which swapped tiles are not enumerated
+# Rows routed to one expert scatter around the mean: Poisson noise plus a relative spread from
+# uneven routing (the ragged lists of the workload suites show 0.12-0.23 beyond Poisson; 0.1
+# and 0.2 pick alike on 110 of the 112 heuristic-quality cases, 0.1 the faster on the other
+# two). Packed offsets and masked groups take their m-block count as an expectation over
+# Normal(mean, sigma) rows.
+ROUTING_SPREAD = 0.1
 
 
 def cluster_choices(desc: GemmDesc, arch: ArchSpec) -> tuple[int, ...]:
@@ -274,14 +283,65 @@ def expected_rows_per_group(desc: GemmDesc) -> int:
     return max(1, math.ceil(desc.m / max(1, desc.num_groups)))
 
 
-def count_tiles(desc: GemmDesc, block_m: int, block_n: int) -> int:
+def count_tiles(desc: GemmDesc, block_m: int, block_n: int) -> float:
+    """Tiles of the problem; for ragged layouts, the expected count (see group_m_blocks)."""
     n_blocks = math.ceil(desc.n / block_n)
     if desc.kind in ("bf16_gemm_nt", "m_grouped_contiguous"):
         return math.ceil(desc.m / block_m) * n_blocks
     if desc.kind == "k_grouped":
         return desc.num_groups * math.ceil(desc.m / block_m) * n_blocks
-    rows = expected_rows_per_group(desc)  # offsets and masked: every group rounds up
-    return desc.num_groups * math.ceil(rows / block_m) * n_blocks
+    mean_blocks, _ = group_m_blocks(desc, block_m)
+    return desc.num_groups * mean_blocks * n_blocks
+
+
+def ragged_groups(desc: GemmDesc) -> bool:
+    return desc.kind in ("m_grouped_offsets", "m_grouped_masked")
+
+
+def _normal_sf(x: float) -> float:
+    return 0.5 * math.erfc(x / math.sqrt(2.0))
+
+
+def group_m_blocks(desc: GemmDesc, block_m: int) -> tuple[float, float]:
+    """(mean, variance) of ceil(rows / block_m) for one group of a ragged layout, its rows
+    Normal(mean, sqrt(mean + (ROUTING_SPREAD * mean)^2)) rounded to integers; a masked group
+    holds at most max_m rows. ceil(r / b) counts the j >= 0 with r > j * b, so
+    E = sum_j P(r > j b) and E[ceil^2] = sum_j (2 j + 1) P(r > j b)."""
+    mean = expected_rows_per_group(desc)
+    sigma = math.sqrt(mean + (ROUTING_SPREAD * mean) ** 2)
+    cap = desc.m if desc.kind == "m_grouped_masked" else None
+    last = math.ceil((mean + 8 * sigma) / block_m)
+    if cap is not None:
+        last = min(last, math.ceil(cap / block_m))
+    first, second = 0.0, 0.0
+    for j in range(last):
+        p_more = _normal_sf((j * block_m + 0.5 - mean) / sigma)
+        first += p_more
+        second += (2 * j + 1) * p_more
+    return first, max(0.0, second - first * first)
+
+
+def expected_waves(desc: GemmDesc, block_m: int, block_n: int, num_sms: int) -> float:
+    """E[ceil(tiles / num_sms)]: exact for balanced layouts; for ragged ones the groups' m-block
+    count is a sum of independent groups (normal), tiles = m-blocks * n-blocks, and
+    E[ceil(T / S)] = sum_w P(T > w S)."""
+    if not ragged_groups(desc):
+        return math.ceil(count_tiles(desc, block_m, block_n) / num_sms)
+    n_blocks = math.ceil(desc.n / block_n)
+    mean_blocks, var_blocks = group_m_blocks(desc, block_m)
+    mu = desc.num_groups * mean_blocks
+    sigma = math.sqrt(desc.num_groups * var_blocks)
+    if sigma < 1e-6:
+        return math.ceil(round(mu) * n_blocks / num_sms)
+    waves, w = 0.0, 0
+    while True:
+        # m-blocks are integers: T > w S  <=>  blocks >= floor(w S / n_blocks) + 1.
+        threshold = math.floor(w * num_sms / n_blocks) + 0.5
+        p = _normal_sf((threshold - mu) / sigma)
+        if p < 1e-4 and threshold > mu:
+            return waves
+        waves += p
+        w += 1
 
 
 def busy_atom_fraction(desc: GemmDesc, block_m: int) -> float:
@@ -312,7 +372,10 @@ def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> float
     if num_tiles == 0:
         return float(PIPELINE_FILL_CYCLES)
     num_ctas = min(num_tiles, arch.num_sms)
-    waves = math.ceil(num_tiles / arch.num_sms)
+    if lay.cluster_m == 1:
+        waves = expected_waves(desc, lay.block_m, lay.block_n, arch.num_sms)
+    else:
+        waves = math.ceil(num_tiles / arch.num_sms)
     # L2 bandwidth is shared: fewer busy SMs each get a larger share, up to the SM's own port.
     l2_share = min(64.0, arch.l2_bytes_per_clk * arch.num_sms / num_ctas)
     tile_pipes = _swap_ab_tile_pipes if lay.swap_ab else _tile_pipes
