@@ -71,3 +71,21 @@ def test_ragged_decode_picks_the_tile_that_fits_one_wave() -> None:
     desc = GemmDesc("m_grouped_offsets", 512, 4096, 14336, 8, expected_m=64)
     pick = select_config(desc, SM90)
     assert pick.layout.block_m == 128 and not pick.layout.swap_ab
+
+
+@pytest.mark.parametrize("expected_m", [300, 1024, 8192])
+def test_many_wave_shortcut_matches_the_sum(expected_m: int) -> None:
+    # Large prefill shapes take E[ceil(T / S)] ~ E[T] / S + 1/2; check it against the sum
+    # over waves that smaller shapes use.
+    groups, n, block_m, block_n, sms = 16, 4096, 128, 256, 132
+    desc = GemmDesc(
+        "m_grouped_offsets", expected_m * groups, n, 7168, groups, expected_m=expected_m
+    )
+    mean, var = sm90.group_m_blocks(desc, block_m)
+    mu, sigma = groups * mean, math.sqrt(groups * var)
+    n_blocks = math.ceil(n / block_n)
+    direct = sum(
+        0.5 * math.erfc((math.floor(w * sms / n_blocks) + 0.5 - mu) / sigma / math.sqrt(2.0))
+        for w in range(int(mu * n_blocks / sms) + 200)
+    )
+    assert sm90.expected_waves(desc, block_m, block_n, sms) == pytest.approx(direct, abs=0.05)

@@ -313,8 +313,14 @@ def group_m_blocks(desc: GemmDesc, block_m: int) -> tuple[float, float]:
     last = math.ceil((mean + 8 * sigma) / block_m)
     if cap is not None:
         last = min(last, math.ceil(cap / block_m))
-    first, second = 0.0, 0.0
-    for j in range(last):
+    # Every j below mean - 8 sigma counts with probability 1: sum_{j < j0} (2 j + 1) = j0^2.
+    j0 = min(last, max(0, math.floor((mean - 8 * sigma) / block_m)))
+    if last - j0 > 48 and cap is None:
+        # Rows spread over many blocks: the last block's fill is uniform, so ceil adds 1/2 on
+        # average and 1/12 to the variance (keeps planning of large prefill shapes cheap).
+        return mean / block_m + 0.5, (sigma / block_m) ** 2 + 1 / 12
+    first, second = float(j0), float(j0 * j0)
+    for j in range(j0, last):
         p_more = _normal_sf((j * block_m + 0.5 - mean) / sigma)
         first += p_more
         second += (2 * j + 1) * p_more
@@ -333,7 +339,11 @@ def expected_waves(desc: GemmDesc, block_m: int, block_n: int, num_sms: int) -> 
     sigma = math.sqrt(desc.num_groups * var_blocks)
     if sigma < 1e-6:
         return math.ceil(round(mu) * n_blocks / num_sms)
-    waves, w = 0.0, 0
+    if 16 * sigma * n_blocks / num_sms > 48:  # spread over many waves: the last one is half full
+        return mu * n_blocks / num_sms + 0.5
+    # Waves below mu - 8 sigma m-blocks are certain; start the sum after them.
+    w = max(0, int((mu - 8 * sigma - 1) * n_blocks / num_sms))
+    waves = float(w)
     while True:
         # m-blocks are integers: T > w S  <=>  blocks >= floor(w S / n_blocks) + 1.
         threshold = math.floor(w * num_sms / n_blocks) + 0.5
