@@ -68,7 +68,12 @@ def sm90_bf16_gemm_spec(
         m=lay.block_m, n=lay.block_n, c=lay.cluster_m
     )
     name = f"sm90_bf16_{tag}_{config.short_name()}_{d_dtype}" + ("_c" if with_c else "")
-    extended = "" if lay.block_n in WGMMA_BASE_N else "#define MOEGEMM_WGMMA_EXTENDED_N\n"
+    # Two math warpgroups over 128 rows also issue wgmma N = block_n / 2 (split tails).
+    split_n = lay.block_n // 2 if config.launch.num_math_warpgroups == 2 and lay.block_m == 128 else 8
+    wgmma_ns = (lay.block_n, split_n)
+    extended = (
+        "" if all(n in WGMMA_BASE_N for n in wgmma_ns) else "#define MOEGEMM_WGMMA_EXTENDED_N\n"
+    )
     if stage_variant:
         name += f"_variant{stage_variant}"
         extended += f"#define MOEGEMM_STAGE_VARIANT {stage_variant}\n"
