@@ -1,6 +1,8 @@
 """Times one config on synthetic offsets problems whose groups all hold the same rows, to
 measure what a group's partial last m-block costs against a full one (no heuristics involved);
---ragged spreads the rows around the given mean instead.
+--ragged spreads the rows around the given mean instead. --twins also times each config's
+build without split tails (stage variant 4: one warpgroup idles through a tail tile instead),
+interleaved with the production build on the same inputs, and checks both write the same bits.
 
     python3 scripts/tail_cost.py --groups 128 --n 5760 --k 2880 --rows 64 128 192 256 \\
         --configs m128n240k64s3w2c1x1e16 m64n240k64s5w1c1x1e16
@@ -22,6 +24,39 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from heuristic_quality import TOL, Case, Problem, QCase, Timer, desc_for, sm90, sm90_arch
 
 
+def twin_times(desc, cfg, per_group: list[int], n: int, k: int, timer) -> str:
+    """Production build vs stage variant 4 (no split tails), interleaved, same inputs."""
+    import torch
+
+    from moegemm.api.plans import build_plan
+
+    rows, groups = sum(per_group), len(per_group)
+    a = torch.randn(rows, k, device="cuda").bfloat16()
+    b = (torch.randn(groups, n, k, device="cuda") * 0.02).bfloat16()
+    offs = torch.tensor(per_group, device="cuda", dtype=torch.int32).cumsum(0).to(torch.int32)
+    stream = torch.cuda.current_stream().cuda_stream
+    device = torch.cuda.current_device()
+    plans = {v: build_plan(device, desc, cfg, stage_variant=v) for v in (0, 4)}
+    outs, times = {}, {0: [], 4: []}
+    for v, plan in plans.items():
+        d = torch.full((rows, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        plan.launch(a.data_ptr(), b.data_ptr(), d.data_ptr(), 0, offs.data_ptr(), rows, rows, n,
+                    k, groups, k, k, n * k, n, 0, stream)  # fmt: skip
+        outs[v] = d
+    same = torch.equal(outs[0], outs[4])
+    d = outs[0]
+    for _ in range(3):
+        for v, plan in plans.items():
+            args = (a.data_ptr(), b.data_ptr(), d.data_ptr(), 0, offs.data_ptr(), rows, rows, n,
+                    k, groups, k, k, n * k, n, 0, stream)  # fmt: skip
+            times[v].append(timer(lambda plan=plan, args=args: plan.launch(*args)))
+    split, idle = (sorted(times[v])[1] for v in (0, 4))
+    bits = "same bits" if same else "DIFFERENT BITS"
+    return (
+        f"split tails {split:9.1f} us, idle warpgroup {idle:9.1f} us: x{idle / split:.3f} ({bits})"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--groups", type=int, default=128)
@@ -31,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--configs", nargs="+", required=True)
     parser.add_argument(
         "--ragged", type=float, default=0.0, help="rows * U(1 - x, 1 + x) per group (seed 0)"
+    )
+    parser.add_argument(
+        "--twins", action="store_true", help="also time the build without split tails"
     )
     args = parser.parse_args(argv)
 
@@ -76,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"rows {rows:5d} {name:26s} {us:9.1f} us  {tflops:6.0f} TF/s  "
                 f"{us / math.ceil(tiles / arch.num_sms):7.2f} us per wave of tiles"
             )
+            if args.twins and not cfg.layout.swap_ab:
+                print(f"           {twin_times(desc, cfg, per_group, args.n, args.k, timer)}")
     return 0
 
 

@@ -48,7 +48,9 @@
 #include <moegemm/scheduler/sm90_grouped_scheduler.cuh>
 
 // Stage-breakdown builds (benchmarks/stage_breakdown.py) leave one stage out to time the rest:
-// bit 0 skips the wgmma, bit 1 skips the epilogue's stores. Production kernels never define it.
+// bit 0 skips the wgmma, bit 1 skips the epilogue's stores; bit 2 turns split tails off (same
+// results, one warpgroup idles instead: scripts/tail_cost.py --twins). Production kernels never
+// define it.
 #ifndef MOEGEMM_STAGE_VARIANT
 #define MOEGEMM_STAGE_VARIANT 0
 #endif
@@ -92,7 +94,8 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
   constexpr uint32_t kBytesBShare = Traits::kBytesB / kClusterM;  // what one CTA's TMA brings
   // Tiles whose rows all fit the first m64 atom split their columns between the two math
   // warpgroups (one CTA per tile only: a cluster's pipeline counts each warpgroup's release).
-  constexpr bool kSplitTails = kNumMathWG == 2 && kAtomsM == 1 && kClusterM == 1;
+  constexpr bool kSplitTails =
+      kNumMathWG == 2 && kAtomsM == 1 && kClusterM == 1 && (MOEGEMM_STAGE_VARIANT & 4) == 0;
 
   extern __shared__ __align__(1024) uint8_t smem[];
   uint8_t* sA = smem;

@@ -52,7 +52,8 @@ def sm90_bf16_gemm_spec(
     """The dense or m-grouped kernel (impls/sm90_bf16_grouped_gemm.cuh) for `config`.
 
     stage_variant != 0 builds a timing-only kernel that leaves stages out (bit 0: the wgmma,
-    bit 1: the epilogue stores); its results are wrong by design (benchmarks/stage_breakdown.py).
+    bit 1: the epilogue stores; its results are wrong by design, benchmarks/stage_breakdown.py)
+    or, bit 2, one without split tails (same results; scripts/tail_cost.py --twins).
     """
     lay = config.layout
     if lay.swap_ab:
