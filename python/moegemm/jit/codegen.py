@@ -70,7 +70,9 @@ def sm90_bf16_gemm_spec(
     )
     name = f"sm90_bf16_{tag}_{config.short_name()}_{d_dtype}" + ("_c" if with_c else "")
     # Two math warpgroups over 128 rows also issue wgmma N = block_n / 2 (split tails).
-    split_n = lay.block_n // 2 if config.launch.num_math_warpgroups == 2 and lay.block_m == 128 else 8
+    split_n = (
+        lay.block_n // 2 if config.launch.num_math_warpgroups == 2 and lay.block_m == 128 else 8
+    )
     wgmma_ns = (lay.block_n, split_n)
     extended = (
         "" if all(n in WGMMA_BASE_N for n in wgmma_ns) else "#define MOEGEMM_WGMMA_EXTENDED_N\n"
