@@ -190,6 +190,41 @@ def test_cluster_multicast_kernels_compile(kind, block_m, tma_store, tmp_path, m
     assert sass.count("MEMBAR.ALL.GPU") <= 2, "GPU-scope fence inside the mainloop"
 
 
+@pytest.mark.parametrize(
+    "kind,block_n,tma_store,half_atom",
+    [
+        ("m_grouped_offsets", 256, True, "HGMMA.64x128x16"),  # TMA boxes tile the half
+        ("m_grouped_offsets", 240, True, "HGMMA.64x120x16"),  # half stored from registers
+        ("m_grouped_masked", 96, False, "HGMMA.64x48x16"),  # extended-N half of a base N
+        ("bf16_gemm_nt", 256, True, "HGMMA.64x128x16"),
+    ],
+)
+def test_split_tail_kernels_compile(kind, block_n, tma_store, half_atom, tmp_path, monkeypatch):
+    """Split tails (experimental, built on request): a second wgmma loop of half the width, no
+    local memory, wgmma not serialized; without the request the kernel has neither."""
+    from moegemm.jit.codegen import SPLIT_TAILS_ENV
+
+    monkeypatch.setenv("MOEGEMM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("MOEGEMM_JIT_PTXAS_CHECK", "1")
+    config = config_with(128, block_n, kind, tma_store)
+    monkeypatch.delenv(SPLIT_TAILS_ENV, raising=False)
+    default = sm90_bf16_gemm_spec(config, "bf16", False, kind)
+    monkeypatch.setenv(SPLIT_TAILS_ENV, "1")
+    split = sm90_bf16_gemm_spec(config, "bf16", False, kind)
+    assert split.name == default.name + "_split" and "MOEGEMM_SPLIT_TAILS 1" in split.source
+    assert "MOEGEMM_SPLIT_TAILS" not in default.source
+    cubin_path = cache.build_or_load(split)
+    assert count_cubin_kernels(cubin_path.read_bytes()) == 1
+    cuobjdump = find_cuobjdump()
+    if cuobjdump is None:
+        pytest.skip("cuobjdump not found: cubin built, SASS not inspected")
+    sass = dump_sass(cuobjdump, cubin_path)
+    assert half_atom in sass and f"HGMMA.64x{block_n}x16" in sass
+    assert "LDL" not in sass and "STL" not in sass
+    hgmma = [line for line in sass.splitlines() if "HGMMA." in line and "RZ" not in line]
+    assert 2 * sum("gsb0" in line for line in hgmma) <= len(hgmma), "wgmma serialized"
+
+
 def test_clusters_refused_for_m_indices() -> None:
     from dataclasses import replace
 

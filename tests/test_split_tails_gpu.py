@@ -1,8 +1,9 @@
-"""Split tails on the GPU: in the two-warpgroup kernel with 128-row tiles, a tile whose rows fit
-the first m64 atom (a group's last m-block, the dense problem's last rows) gives each warpgroup
-half of the columns. Every epilogue path of such tiles (TMA boxes that tile the half, register
-stores where they do not, a half past N, rows crossing into the next group) against FP32
-references, with outputs poisoned and rows outside each group checked untouched."""
+"""Split tails on the GPU (experimental, built when MOEGEMM_EXPERIMENTAL_SPLIT_TAILS=1): in the
+two-warpgroup kernel with 128-row tiles, a tile whose rows fit the first m64 atom (a group's
+last m-block, the dense problem's last rows) gives each warpgroup half of the columns. Every
+epilogue path of such tiles (TMA boxes that tile the half, register stores where they do not,
+a half past N, rows crossing into the next group) against FP32 references, with outputs
+poisoned and rows outside each group checked untouched."""
 
 from __future__ import annotations
 
@@ -15,6 +16,13 @@ from moegemm.testing import calc_diff
 pytestmark = pytest.mark.gpu
 
 TOL = 1e-5
+
+
+@pytest.fixture(autouse=True)
+def split_tails_on(monkeypatch):
+    from moegemm.jit.codegen import SPLIT_TAILS_ENV
+
+    monkeypatch.setenv(SPLIT_TAILS_ENV, "1")  # read when a forced config's kernel is generated
 
 
 def bf16(*shape: int, scale: float = 1.0) -> torch.Tensor:

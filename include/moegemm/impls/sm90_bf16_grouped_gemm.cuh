@@ -8,7 +8,8 @@
 //                    loads of A and B; the warpgroup gives registers back (setmaxnreg.dec 40).
 //   warpgroups 1..W  math. Each owns BLOCK_M / W rows of the tile (1 or 2 wgmma m64 atoms),
 //                    issues wgmma m64 x BLOCK_N x 16 from shared memory, then runs the epilogue
-//                    (setmaxnreg.inc to 232). Split tails (BLOCK_M = 128, W = 2, no cluster): a
+//                    (setmaxnreg.inc to 232). Split tails (experimental, built only when
+//                    the JIT defines MOEGEMM_SPLIT_TAILS; BLOCK_M = 128, W = 2, no cluster): a
 //                    tile with at most 64 rows (a group's last m-block) gives both warpgroups
 //                    those rows and half of the columns each (wgmma m64 x BLOCK_N/2 x 16).
 // Pipeline: a ring of kNumStages shared-memory stages, each one BLOCK_M x 64 slice of A and one
@@ -48,11 +49,13 @@
 #include <moegemm/scheduler/sm90_grouped_scheduler.cuh>
 
 // Stage-breakdown builds (benchmarks/stage_breakdown.py) leave one stage out to time the rest:
-// bit 0 skips the wgmma, bit 1 skips the epilogue's stores; bit 2 turns split tails off (same
-// results, one warpgroup idles instead: scripts/tail_cost.py --twins). Production kernels never
-// define it.
+// bit 0 skips the wgmma, bit 1 skips the epilogue's stores. Production kernels never define it.
 #ifndef MOEGEMM_STAGE_VARIANT
 #define MOEGEMM_STAGE_VARIANT 0
+#endif
+// Split tails: off unless the JIT defines it (MOEGEMM_EXPERIMENTAL_SPLIT_TAILS=1).
+#ifndef MOEGEMM_SPLIT_TAILS
+#define MOEGEMM_SPLIT_TAILS 0
 #endif
 
 namespace moegemm::sm90 {
@@ -95,7 +98,7 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
   // Tiles whose rows all fit the first m64 atom split their columns between the two math
   // warpgroups (one CTA per tile only: a cluster's pipeline counts each warpgroup's release).
   constexpr bool kSplitTails =
-      kNumMathWG == 2 && kAtomsM == 1 && kClusterM == 1 && (MOEGEMM_STAGE_VARIANT & 4) == 0;
+      MOEGEMM_SPLIT_TAILS != 0 && kNumMathWG == 2 && kAtomsM == 1 && kClusterM == 1;
 
   extern __shared__ __align__(1024) uint8_t smem[];
   uint8_t* sA = smem;
@@ -181,11 +184,10 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
 #pragma unroll
         for (uint32_t i = 0; i < BLOCK_N / 2; ++i) acc[a][i] = 0.0f;
 
-      // A group's last m-block often holds rows for the first warpgroup only. With one m64
-      // atom per warpgroup the two split the columns of such a tile (below); otherwise (two
-      // atoms, or a cluster) the other one runs a mainloop without wgmma that keeps the
-      // pipeline's waits and arrives. The branches sit outside the wgmma loops: a wgmma under a
-      // condition makes ptxas serialize every one of them.
+      // A group's last m-block often holds rows for the first warpgroup only: the other one
+      // then runs a mainloop without wgmma (the tensor cores are shared, so the busy warpgroup
+      // runs faster) that keeps the pipeline's waits and arrives. The branch sits outside the
+      // wgmma loop: a wgmma under a condition makes ptxas serialize every one of them.
       const uint32_t row0 = tile.row0 + math_wg * Traits::kWgRows;
       if (!kSplitTails && (kNumMathWG > 1 || kClusterM > 1) && row0 >= tile.row_end) {
         for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
@@ -203,63 +205,40 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
         continue;  // and no row to store
       }
 
-      // One tile's mainloop: wgmma m64 x kN x 16 over the A rows at a_offset and the B rows at
-      // b_offset of each stage (bytes; a row is 128 bytes).
-      auto mainloop = [&](auto wgmma_n, uint32_t a_offset, uint32_t b_offset) {
-        constexpr uint32_t kN = decltype(wgmma_n)::value;
-        uint32_t prev_stage = 0, kb_done = 0;
-        for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
-          full[stage_idx].wait(phase);
-          const uint8_t* stage_a = sA + stage_idx * Traits::kBytesA + a_offset;
-          const uint64_t desc_b = make_smem_desc_k128b(sB + stage_idx * Traits::kBytesB + b_offset);
-#pragma unroll
-          for (uint32_t a = 0; a < kAtomsM; ++a)
-#pragma unroll
-            for (uint32_t i = 0; i < BLOCK_N / 2; ++i) cute::warpgroup_fence_operand(acc[a][i]);
-          cute::warpgroup_arrive();
-#pragma unroll
-          for (uint32_t kk = 0; kk < BLOCK_K / 16; ++kk) {
-#pragma unroll
-            for (uint32_t a = 0; a < kAtomsM; ++a) {
-              const uint64_t desc_a = make_smem_desc_k128b(stage_a + a * 64 * 128);
-              if constexpr ((MOEGEMM_STAGE_VARIANT & 1) == 0)
-                wgmma_bf16<kN>(advance_desc(desc_a, kk * 32), advance_desc(desc_b, kk * 32),
-                               acc[a]);
-            }
-          }
-          cute::warpgroup_commit_batch();
-          // Keep this k-block's wgmma in flight while the next stage is awaited: only the
-          // previous one must have retired before its stage goes back to the producer.
-          cute::warpgroup_wait<1>();
-#pragma unroll
-          for (uint32_t a = 0; a < kAtomsM; ++a)
-#pragma unroll
-            for (uint32_t i = 0; i < BLOCK_N / 2; ++i) cute::warpgroup_fence_operand(acc[a][i]);
-          if (kb_done > 0) release_stage<kClusterM>(empty[prev_stage], lane_idx, signaling_warp);
-          prev_stage = stage_idx;
-          ++kb_done;
-          stage_idx = stage_idx + 1 == kNumStages ? 0 : stage_idx + 1;
-          phase ^= stage_idx == 0;
-        }
-        cute::warpgroup_wait<0>();
-#pragma unroll
-        for (uint32_t a = 0; a < kAtomsM; ++a)
-#pragma unroll
-          for (uint32_t i = 0; i < BLOCK_N / 2; ++i) cute::warpgroup_fence_operand(acc[a][i]);
-        if (kb_done > 0) release_stage<kClusterM>(empty[prev_stage], lane_idx, signaling_warp);
-      };
-
       if constexpr (kSplitTails) {
         if (tile.row0 + 64 >= tile.row_end) {
-          // Split tail: the tile's rows fit the first m64 atom, so both warpgroups take those
-          // rows and each one half of the columns (wgmma N = BLOCK_N / 2) instead of one
-          // warpgroup idling through the whole mainloop.
+          // Split tail: both warpgroups take the tile's rows (the first m64 atom) and each one
+          // half of the columns. The loop is the mainloop below with wgmma N = BLOCK_N / 2, kept
+          // apart so that builds without split tails keep their code while this is experimental.
           constexpr uint32_t kHalfN = BLOCK_N / 2;
-          mainloop(std::integral_constant<uint32_t, kHalfN>{}, 0, math_wg * kHalfN * 128);
-          if constexpr ((MOEGEMM_STAGE_VARIANT & 2) != 0) {
-            if (acc[0][0] == 1.2345e-30f) static_cast<float*>(params.d)[threadIdx.x] = acc[0][1];
-            continue;
+          uint32_t prev_stage = 0, kb_done = 0;
+          for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
+            full[stage_idx].wait(phase);
+            const uint64_t desc_a = make_smem_desc_k128b(sA + stage_idx * Traits::kBytesA);
+            const uint64_t desc_b = make_smem_desc_k128b(sB + stage_idx * Traits::kBytesB +
+                                                         math_wg * kHalfN * 128);
+#pragma unroll
+            for (uint32_t i = 0; i < BLOCK_N / 2; ++i) cute::warpgroup_fence_operand(acc[0][i]);
+            cute::warpgroup_arrive();
+#pragma unroll
+            for (uint32_t kk = 0; kk < BLOCK_K / 16; ++kk)
+              wgmma_bf16<kHalfN>(advance_desc(desc_a, kk * 32), advance_desc(desc_b, kk * 32),
+                                 acc[0]);
+            cute::warpgroup_commit_batch();
+            cute::warpgroup_wait<1>();
+#pragma unroll
+            for (uint32_t i = 0; i < BLOCK_N / 2; ++i) cute::warpgroup_fence_operand(acc[0][i]);
+            if (kb_done > 0) release_stage<kClusterM>(empty[prev_stage], lane_idx, signaling_warp);
+            prev_stage = stage_idx;
+            ++kb_done;
+            stage_idx = stage_idx + 1 == kNumStages ? 0 : stage_idx + 1;
+            phase ^= stage_idx == 0;
           }
+          cute::warpgroup_wait<0>();
+#pragma unroll
+          for (uint32_t i = 0; i < BLOCK_N / 2; ++i) cute::warpgroup_fence_operand(acc[0][i]);
+          if (kb_done > 0) release_stage<kClusterM>(empty[prev_stage], lane_idx, signaling_warp);
+
           const uint32_t col0 = tile.n_block * BLOCK_N + math_wg * kHalfN;
           if (col0 >= params.n) continue;  // this half lies past N
           // TMA boxes must tile the half; otherwise (e.g. 120 of 240 columns) registers store.
@@ -278,7 +257,47 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
           continue;
         }
       }
-      mainloop(std::integral_constant<uint32_t, BLOCK_N>{}, math_wg * Traits::kWgRows * 128, 0);
+
+      uint32_t prev_stage = 0, kb_done = 0;
+      for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
+        full[stage_idx].wait(phase);
+        const uint8_t* stage_a = sA + stage_idx * Traits::kBytesA + math_wg * Traits::kWgRows * 128;
+        const uint64_t desc_b = make_smem_desc_k128b(sB + stage_idx * Traits::kBytesB);
+#pragma unroll
+        for (uint32_t a = 0; a < kAtomsM; ++a)
+#pragma unroll
+          for (uint32_t i = 0; i < BLOCK_N / 2; ++i) cute::warpgroup_fence_operand(acc[a][i]);
+        cute::warpgroup_arrive();
+#pragma unroll
+        for (uint32_t kk = 0; kk < BLOCK_K / 16; ++kk) {
+#pragma unroll
+          for (uint32_t a = 0; a < kAtomsM; ++a) {
+            const uint64_t desc_a = make_smem_desc_k128b(stage_a + a * 64 * 128);
+            if constexpr ((MOEGEMM_STAGE_VARIANT & 1) == 0)
+              wgmma_bf16<BLOCK_N>(advance_desc(desc_a, kk * 32), advance_desc(desc_b, kk * 32),
+                                  acc[a]);
+          }
+        }
+        cute::warpgroup_commit_batch();
+        // Keep this k-block's wgmma in flight while the next stage is awaited: only the
+        // previous one must have retired before its stage goes back to the producer.
+        cute::warpgroup_wait<1>();
+#pragma unroll
+        for (uint32_t a = 0; a < kAtomsM; ++a)
+#pragma unroll
+          for (uint32_t i = 0; i < BLOCK_N / 2; ++i) cute::warpgroup_fence_operand(acc[a][i]);
+        if (kb_done > 0) release_stage<kClusterM>(empty[prev_stage], lane_idx, signaling_warp);
+        prev_stage = stage_idx;
+        ++kb_done;
+        stage_idx = stage_idx + 1 == kNumStages ? 0 : stage_idx + 1;
+        phase ^= stage_idx == 0;
+      }
+      cute::warpgroup_wait<0>();
+#pragma unroll
+      for (uint32_t a = 0; a < kAtomsM; ++a)
+#pragma unroll
+        for (uint32_t i = 0; i < BLOCK_N / 2; ++i) cute::warpgroup_fence_operand(acc[a][i]);
+      if (kb_done > 0) release_stage<kClusterM>(empty[prev_stage], lane_idx, signaling_warp);
 
       if constexpr ((MOEGEMM_STAGE_VARIANT & 2) != 0) {
         // Timing build without stores: keep the accumulators live so the wgmma stays.

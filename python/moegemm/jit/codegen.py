@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from ..heuristics.config import GemmConfig
 from ..heuristics.sm90 import SWAP_AB_KINDS, WGMMA_BASE_N, store_cols
 from .spec import KernelSpec
@@ -42,6 +44,24 @@ def _instantiation(
     )
 
 
+SPLIT_TAILS_ENV = "MOEGEMM_EXPERIMENTAL_SPLIT_TAILS"
+
+
+def split_tails_apply(config: GemmConfig) -> bool:
+    """Whether `config` is built with split tails: only when MOEGEMM_EXPERIMENTAL_SPLIT_TAILS=1
+    (read when a kernel is generated), and only for 128-row tiles of two math warpgroups
+    without a cluster. Off by default: correct on the H200 (tests/test_split_tails_gpu.py),
+    but not measured faster on the benchmark's ragged prefill shapes (BENCHMARKS.md)."""
+    lay = config.layout
+    return (
+        os.environ.get(SPLIT_TAILS_ENV) == "1"
+        and not lay.swap_ab
+        and lay.block_m == 128
+        and config.launch.num_math_warpgroups == 2
+        and lay.cluster_m == 1
+    )
+
+
 def sm90_bf16_gemm_spec(
     config: GemmConfig,
     d_dtype: str,
@@ -52,8 +72,7 @@ def sm90_bf16_gemm_spec(
     """The dense or m-grouped kernel (impls/sm90_bf16_grouped_gemm.cuh) for `config`.
 
     stage_variant != 0 builds a timing-only kernel that leaves stages out (bit 0: the wgmma,
-    bit 1: the epilogue stores; its results are wrong by design, benchmarks/stage_breakdown.py)
-    or, bit 2, one without split tails (same results; scripts/tail_cost.py --twins).
+    bit 1: the epilogue stores); its results are wrong by design (benchmarks/stage_breakdown.py).
     """
     lay = config.layout
     if lay.swap_ab:
@@ -69,14 +88,15 @@ def sm90_bf16_gemm_spec(
         m=lay.block_m, n=lay.block_n, c=lay.cluster_m
     )
     name = f"sm90_bf16_{tag}_{config.short_name()}_{d_dtype}" + ("_c" if with_c else "")
-    # Two math warpgroups over 128 rows also issue wgmma N = block_n / 2 (split tails).
-    split_n = (
-        lay.block_n // 2 if config.launch.num_math_warpgroups == 2 and lay.block_m == 128 else 8
-    )
-    wgmma_ns = (lay.block_n, split_n)
-    extended = (
-        "" if all(n in WGMMA_BASE_N for n in wgmma_ns) else "#define MOEGEMM_WGMMA_EXTENDED_N\n"
-    )
+    extended = "" if lay.block_n in WGMMA_BASE_N else "#define MOEGEMM_WGMMA_EXTENDED_N\n"
+    if split_tails_apply(config):
+        # Experimental: the tails also issue wgmma N = block_n / 2 (its own kernel name).
+        name += "_split"
+        extended += "#define MOEGEMM_SPLIT_TAILS 1\n"
+        if not extended.startswith("#define MOEGEMM_WGMMA_EXTENDED_N") and (
+            lay.block_n // 2 not in WGMMA_BASE_N
+        ):
+            extended = "#define MOEGEMM_WGMMA_EXTENDED_N\n" + extended
     if stage_variant:
         name += f"_variant{stage_variant}"
         extended += f"#define MOEGEMM_STAGE_VARIANT {stage_variant}\n"
