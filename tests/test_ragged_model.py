@@ -89,3 +89,17 @@ def test_many_wave_shortcut_matches_the_sum(expected_m: int) -> None:
         for w in range(int(mu * n_blocks / sms) + 200)
     )
     assert sm90.expected_waves(desc, block_m, block_n, sms) == pytest.approx(direct, abs=0.05)
+
+
+def test_k_grouped_cost_follows_the_rows_per_group() -> None:
+    # The k-grouped GEMM reduces over each group's rows (GemmDesc.k); its output is m x n. The
+    # model once took m / groups as the k-loop, which made the estimates of the benchmark's
+    # k-grouped cases 2-4x too small (they now land within ~10-20% of the measured times).
+    config = select_config(GemmDesc("k_grouped", 4096, 7168, 4096, 4, d_dtype="fp32"), SM90)
+    short, long = (
+        sm90.estimate_cycles(config, GemmDesc("k_grouped", 4096, 7168, k, 4, d_dtype="fp32"), SM90)
+        for k in (4096, 8192)
+    )
+    assert 1.7 < long / short < 2.05
+    same_rows = GemmDesc("k_grouped", 4096, 7168, 4096, 16, d_dtype="fp32")
+    assert sm90.estimate_cycles(config, same_rows, SM90) > 3.5 * short  # 4x the groups

@@ -370,7 +370,9 @@ def busy_atom_fraction(desc: GemmDesc, block_m: int) -> float:
 
 
 def reduction_length(desc: GemmDesc) -> int:
-    return expected_rows_per_group(desc) if desc.kind == "k_grouped" else desc.k
+    """The k-loop of one tile: K, or for the k-grouped GEMM the expected rows per group (its
+    GemmDesc.k; m and n are the output's)."""
+    return desc.k
 
 
 def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> float:
