@@ -40,10 +40,16 @@ def twin_times(desc, cfg, per_group: list[int], n: int, k: int, timer) -> str:
     stream = torch.cuda.current_stream().cuda_stream
     device = torch.cuda.current_device()
     plans = {}
-    for label, flag in (("default", "0"), ("split", "1")):
-        os.environ[SPLIT_TAILS_ENV] = flag  # read when the kernel source is generated
-        plans[label] = build_plan(device, desc, cfg)
-    os.environ.pop(SPLIT_TAILS_ENV)
+    saved = os.environ.get(SPLIT_TAILS_ENV)
+    try:
+        for label, flag in (("default", "0"), ("split", "1")):
+            os.environ[SPLIT_TAILS_ENV] = flag  # read when the kernel source is generated
+            plans[label] = build_plan(device, desc, cfg)
+    finally:
+        if saved is None:
+            os.environ.pop(SPLIT_TAILS_ENV, None)
+        else:
+            os.environ[SPLIT_TAILS_ENV] = saved
     d = {label: torch.full((rows, n), float("nan"), device="cuda", dtype=torch.bfloat16)
          for label in plans}  # fmt: skip
     times: dict[str, list[float]] = {label: [] for label in plans}

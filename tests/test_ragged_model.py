@@ -5,6 +5,7 @@ counts where the rows are certain, and the decode case the old round-up model go
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
@@ -41,11 +42,15 @@ def test_m_block_moments_match_a_direct_sum(expected_m: int, block_m: int) -> No
     assert mean >= 0.5 * math.ceil(expected_m / block_m)
 
 
-def test_masked_groups_never_exceed_their_capacity() -> None:
-    desc = GemmDesc("m_grouped_masked", 64, 4096, 2048, 8, expected_m=64)
-    mean, var = sm90.group_m_blocks(desc, 64)
-    assert mean <= 1.0 + 1e-9  # max_m = 64 rows fit one 64-row block
-    assert var <= 1e-6
+@pytest.mark.parametrize("cap,expected_m,block_m", [(64, 64, 64), (100, 90, 64), (200, 150, 128)])
+def test_masked_groups_never_exceed_their_capacity(cap: int, expected_m: int, block_m: int):
+    desc = GemmDesc("m_grouped_masked", cap, 4096, 2048, 8, expected_m=expected_m)
+    mean, var = sm90.group_m_blocks(desc, block_m)
+    sigma = math.sqrt(expected_m + (sm90.ROUTING_SPREAD * expected_m) ** 2)
+    want_mean, want_var = _moments_by_summation(expected_m, sigma, block_m, cap)
+    assert mean == pytest.approx(want_mean, abs=1e-6)
+    assert var == pytest.approx(want_var, abs=1e-6)
+    assert mean <= math.ceil(cap / block_m) + 1e-9
 
 
 def test_balanced_layouts_keep_exact_wave_counts() -> None:
@@ -73,22 +78,71 @@ def test_ragged_decode_picks_the_tile_that_fits_one_wave() -> None:
     assert pick.layout.block_m == 128 and not pick.layout.swap_ab
 
 
-@pytest.mark.parametrize("expected_m", [300, 1024, 8192])
-def test_many_wave_shortcut_matches_the_sum(expected_m: int) -> None:
-    # Large prefill shapes take E[ceil(T / S)] ~ E[T] / S + 1/2; check it against the sum
-    # over waves that smaller shapes use.
-    groups, n, block_m, block_n, sms = 16, 4096, 128, 256, 132
-    desc = GemmDesc(
-        "m_grouped_offsets", expected_m * groups, n, 7168, groups, expected_m=expected_m
+def _exact_waves(mean: float, sigma: float, groups: int, block_m: int, n_blocks: int, sms: int):
+    """E[ceil(n_blocks * B / sms)] with B the sum of independent groups' ceil(r / block_m), by
+    convolving the per-group distribution (rows the rounded normal, as the model has it): the
+    masked layout's case."""
+    cdf = lambda x: 0.5 * math.erfc(-x / math.sqrt(2.0))
+    top = math.ceil((mean + 10 * sigma) / block_m)
+    per_group = [0.0] * (top + 1)
+    for b in range(top + 1):  # P(ceil(r / block_m) = b) = P((b - 1) block_m < r <= b block_m)
+        hi = cdf((b * block_m + 0.5 - mean) / sigma)
+        lo = cdf(((b - 1) * block_m + 0.5 - mean) / sigma) if b > 0 else 0.0
+        per_group[b] = hi - lo
+    total = [1.0]
+    for _ in range(groups):
+        nxt = [0.0] * (len(total) + top)
+        for i, p in enumerate(total):
+            if p > 1e-15:
+                for b, q in enumerate(per_group):
+                    nxt[i + b] += p * q
+        total = nxt
+    return sum(p * math.ceil(n_blocks * blocks / sms) for blocks, p in enumerate(total))
+
+
+@pytest.mark.parametrize(
+    "expected_m,groups,n,block_m,tol",
+    [
+        # 16 groups of 48 rows: the block count is 16 plus a rare 17th and so on, a skewed sum
+        # whose normal stand-in is 0.1 wave off at the one-block boundary.
+        (48, 16, 4096, 64, 0.12),
+        (300, 16, 4096, 128, 0.06),  # the sum over waves
+        (1024, 16, 4096, 128, 0.06),
+        (500, 64, 8448, 32, 0.06),  # many waves; n_blocks = 33 divides 132 SMs
+        (300, 2, 4096, 256, 0.06),  # two groups: the block count is bounded
+    ],
+)
+def test_masked_waves_match_an_exact_count(expected_m, groups, n, block_m, tol) -> None:
+    sms, block_n = 132, 256
+    cap = 4 * expected_m
+    desc = GemmDesc("m_grouped_masked", cap, n, 7168, groups, expected_m=expected_m)
+    exact = _exact_waves(
+        expected_m, sm90.rows_sigma(expected_m), groups, block_m, math.ceil(n / block_n), sms
     )
-    mean, var = sm90.group_m_blocks(desc, block_m)
-    mu, sigma = groups * mean, math.sqrt(groups * var)
+    got = sm90.expected_waves(desc, block_m, block_n, sms)
+    assert got == pytest.approx(exact, abs=tol, rel=0.01)
+
+
+@pytest.mark.parametrize("expected_m,groups", [(8192, 8), (1000, 32), (256, 128), (64, 8)])
+def test_offsets_waves_by_simulation(expected_m: int, groups: int) -> None:
+    # Packed offsets hold m rows in all: sample ragged groups that sum to m (a multinomial
+    # split of the rows after normal weights), count tiles exactly, average the waves.
+    rng = random.Random(0)
+    sms, block_m, block_n, n = 132, 128, 256, 4096
+    m = expected_m * groups
+    desc = GemmDesc("m_grouped_offsets", m, n, 7168, groups, expected_m=expected_m)
     n_blocks = math.ceil(n / block_n)
-    direct = sum(
-        0.5 * math.erfc((math.floor(w * sms / n_blocks) + 0.5 - mu) / sigma / math.sqrt(2.0))
-        for w in range(int(mu * n_blocks / sms) + 200)
-    )
-    assert sm90.expected_waves(desc, block_m, block_n, sms) == pytest.approx(direct, abs=0.05)
+    sigma = sm90.rows_sigma(expected_m)
+    samples = []
+    for _ in range(400):
+        weights = [max(0.0, rng.gauss(expected_m, sigma)) for _ in range(groups)]
+        rows = [int(m * w / sum(weights)) for w in weights]
+        rows[0] += m - sum(rows)
+        blocks = sum(math.ceil(r / block_m) for r in rows)
+        samples.append(math.ceil(blocks * n_blocks / sms))
+    simulated = sum(samples) / len(samples)
+    got = sm90.expected_waves(desc, block_m, block_n, sms)
+    assert got == pytest.approx(simulated, abs=0.15, rel=0.02)
 
 
 def test_k_grouped_cost_follows_the_rows_per_group() -> None:

@@ -56,6 +56,10 @@ def split_configs(desc) -> list:
         ):
             picked.setdefault(key, config)
     assert set(picked) == wanted, sorted(picked)
+    from moegemm.jit.codegen import sm90_bf16_gemm_spec
+
+    for config in picked.values():  # the flag reached the code generator
+        assert sm90_bf16_gemm_spec(config, "bf16", False, desc.kind).name.endswith("_split")
     return list(picked.values())
 
 

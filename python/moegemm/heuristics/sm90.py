@@ -302,13 +302,18 @@ def _normal_sf(x: float) -> float:
     return 0.5 * math.erfc(x / math.sqrt(2.0))
 
 
+def rows_sigma(mean: float) -> float:
+    """Spread of one group's rows around the mean: Poisson noise plus ROUTING_SPREAD."""
+    return math.sqrt(mean + (ROUTING_SPREAD * mean) ** 2)
+
+
 def group_m_blocks(desc: GemmDesc, block_m: int) -> tuple[float, float]:
     """(mean, variance) of ceil(rows / block_m) for one group of a ragged layout, its rows
     Normal(mean, sqrt(mean + (ROUTING_SPREAD * mean)^2)) rounded to integers; a masked group
     holds at most max_m rows. ceil(r / b) counts the j >= 0 with r > j * b, so
     E = sum_j P(r > j b) and E[ceil^2] = sum_j (2 j + 1) P(r > j b)."""
     mean = expected_rows_per_group(desc)
-    sigma = math.sqrt(mean + (ROUTING_SPREAD * mean) ** 2)
+    sigma = rows_sigma(mean)
     cap = desc.m if desc.kind == "m_grouped_masked" else None
     last = math.ceil((mean + 8 * sigma) / block_m)
     if cap is not None:
@@ -316,9 +321,11 @@ def group_m_blocks(desc: GemmDesc, block_m: int) -> tuple[float, float]:
     # Every j below mean - 8 sigma counts with probability 1: sum_{j < j0} (2 j + 1) = j0^2.
     j0 = min(last, max(0, math.floor((mean - 8 * sigma) / block_m)))
     if last - j0 > 48 and cap is None:
-        # Rows spread over many blocks: the last block's fill is uniform, so ceil adds 1/2 on
-        # average and 1/12 to the variance (keeps planning of large prefill shapes cheap).
-        return mean / block_m + 0.5, (sigma / block_m) ** 2 + 1 / 12
+        # Rows spread over many blocks: r mod b is uniform over the b residues, so ceil adds
+        # (b - 1) / 2b on average and (b^2 - 1) / 12 b^2 to the variance (keeps planning of
+        # large prefill shapes cheap).
+        fill = (block_m - 1) / (2 * block_m)
+        return mean / block_m + fill, (sigma / block_m) ** 2 + (block_m**2 - 1) / (12 * block_m**2)
     first, second = float(j0), float(j0 * j0)
     for j in range(j0, last):
         p_more = _normal_sf((j * block_m + 0.5 - mean) / sigma)
@@ -329,18 +336,30 @@ def group_m_blocks(desc: GemmDesc, block_m: int) -> tuple[float, float]:
 
 def expected_waves(desc: GemmDesc, block_m: int, block_n: int, num_sms: int) -> float:
     """E[ceil(tiles / num_sms)]: exact for balanced layouts; for ragged ones the groups' m-block
-    count is a sum of independent groups (normal), tiles = m-blocks * n-blocks, and
-    E[ceil(T / S)] = sum_w P(T > w S)."""
+    count is a sum over groups (normal), tiles = m-blocks * n-blocks, and
+    E[ceil(T / S)] = sum_w P(T > w S). Masked groups are independent. Packed offsets hold m
+    rows in all, so only each group's round-up varies: ceil(r / b) = r / b + fill, the r / b
+    sum to m / b, and the variance left is that of the fills."""
     if not ragged_groups(desc):
         return math.ceil(count_tiles(desc, block_m, block_n) / num_sms)
     n_blocks = math.ceil(desc.n / block_n)
     mean_blocks, var_blocks = group_m_blocks(desc, block_m)
+    if desc.kind == "m_grouped_offsets":
+        row_part = (rows_sigma(expected_rows_per_group(desc)) / block_m) ** 2
+        var_blocks = max(0.0, var_blocks - row_part)
     mu = desc.num_groups * mean_blocks
     sigma = math.sqrt(desc.num_groups * var_blocks)
     if sigma < 1e-6:
         return math.ceil(round(mu) * n_blocks / num_sms)
-    if 16 * sigma * n_blocks / num_sms > 48:  # spread over many waves: the last one is half full
-        return mu * n_blocks / num_sms + 0.5
+    if 16 * sigma * n_blocks / num_sms > 48:
+        # Spread over many waves: T / S is uniform over the multiples of gcd(n_blocks, S) / S
+        # modulo 1, so ceil adds (1 - gcd / S) / 2.
+        return mu * n_blocks / num_sms + 0.5 * (1 - math.gcd(n_blocks, num_sms) / num_sms)
+    # No group holds more blocks than its capacity (masked) or all the rows (offsets).
+    per_group_max = math.ceil(desc.m / block_m)
+    max_blocks = desc.num_groups * per_group_max
+    if desc.kind == "m_grouped_offsets":
+        max_blocks = min(max_blocks, per_group_max + desc.num_groups - 1)
     # Waves below mu - 8 sigma m-blocks are certain; start the sum after them.
     w = max(0, int((mu - 8 * sigma - 1) * n_blocks / num_sms))
     waves = float(w)
@@ -348,7 +367,7 @@ def expected_waves(desc: GemmDesc, block_m: int, block_n: int, num_sms: int) -> 
         # m-blocks are integers: T > w S  <=>  blocks >= floor(w S / n_blocks) + 1.
         threshold = math.floor(w * num_sms / n_blocks) + 0.5
         p = _normal_sf((threshold - mu) / sigma)
-        if p < 1e-4 and threshold > mu:
+        if threshold > max_blocks or (p < 1e-4 and threshold > mu):
             return waves
         waves += p
         w += 1
@@ -384,10 +403,10 @@ def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> float
     if num_tiles == 0:
         return float(PIPELINE_FILL_CYCLES)
     num_ctas = min(num_tiles, arch.num_sms)
-    if lay.cluster_m == 1:
-        waves = expected_waves(desc, lay.block_m, lay.block_n, arch.num_sms)
-    else:
-        waves = math.ceil(num_tiles / arch.num_sms)
+    # A cluster tile takes cluster_m CTAs: count waves of cluster tiles over S / cluster_m.
+    waves = expected_waves(
+        desc, lay.block_m * lay.cluster_m, lay.block_n, arch.num_sms // lay.cluster_m
+    )
     # L2 bandwidth is shared: fewer busy SMs each get a larger share, up to the SM's own port.
     l2_share = min(64.0, arch.l2_bytes_per_clk * arch.num_sms / num_ctas)
     tile_pipes = _swap_ab_tile_pipes if lay.swap_ab else _tile_pipes
