@@ -38,7 +38,8 @@ if [ "${MOEGEMM_GPU_TESTS:-1}" != 0 ]; then
 fi
 
 # Which benchmark stages run: any of warmup, dense, host, grouped, quality, breakdown, clusters,
-# ncu (comma-separated; host, breakdown, clusters and ncu are opt-in; dense includes host).
+# ncu, split (comma-separated; host, breakdown, clusters, ncu and split are opt-in; dense
+# includes host).
 stages=",${MOEGEMM_GPU_BENCH:-warmup,dense,grouped,quality},"
 bench_rc=0
 
@@ -95,6 +96,18 @@ if [[ $stages == *,ncu,* ]]; then
     echo "-- $cfg"
     grep -E "Duration|DRAM Throughput|L2 Hit Rate|L1/TEX Hit|Memory Throughput|Registers Per|Stall|Issued Warp" \
       "$log_dir/ncu_$cfg.txt" | head -24
+  done
+fi
+if [[ $stages == *,split,* ]]; then
+  # Split tails (experimental) against the default build of the same config, interleaved in one
+  # process: the gpt-oss mid-size shape (ragged and equal rows) and a dsv3 L1 prefill shape.
+  echo "== split tails: twins of the default build"
+  for spec in "--rows 256 --ragged 0.3 --configs m128n240k64s3w2c1x1e16 m128n256k64s3w2c1x1e64" \
+              "--rows 192 --configs m128n240k64s3w2c1x1e16" \
+              "--groups 32 --n 4096 --k 7168 --rows 1024 --ragged 0.3 --configs m128n256k64s3w2c1x1e64"; do
+    # shellcheck disable=SC2086
+    timeout 200 python3 scripts/tail_cost.py $spec --twins 2>&1 | tee -a "$log_dir/split_twins.log" \
+      || bench_rc=1
   done
 fi
 if [[ $stages == *,breakdown,* ]]; then
