@@ -126,7 +126,8 @@ def choose_candidates(
     desc: GemmDesc, arch, max_configs: int, twins: bool = False
 ) -> tuple[list, object]:
     """(candidates, pick): the pick first, then the best-ranked by the cycle model (half of
-    the slots), then a round-robin over (block_m, block_n range) buckets, each bucket's best
+    the slots), then the best-ranked config of each kernel family (swapped or not) that is still
+    missing, then a round-robin over (family, block_m, block_n range) buckets, each bucket's best
     first, so that the sample also spans tile shapes the model ranks low. max_configs <= 0:
     every legal config."""
     from moegemm.heuristics import select_config
@@ -147,9 +148,16 @@ def choose_candidates(
             break
         if c not in chosen:
             chosen.append(c)
+    # Decode cases have two kernels (swapped operands or not) whose tiles stream within a few
+    # percent of each other; a sample without the other family cannot see the pick lose to it.
+    for swap_ab in (False, True):
+        family = next((c for c in ranked if c.layout.swap_ab == swap_ab), None)
+        if family is not None and family not in chosen and len(chosen) < max_configs:
+            chosen.append(family)
     buckets: dict[tuple, list] = {}
     for c in ranked:
-        buckets.setdefault((c.layout.block_m, _n_bucket(c.layout.block_n)), []).append(c)
+        key = (c.layout.swap_ab, c.layout.block_m, _n_bucket(c.layout.block_n))
+        buckets.setdefault(key, []).append(c)
     queues = [list(v) for v in buckets.values()]  # ordered by each bucket's best estimate
     while len(chosen) < max_configs and any(queues):
         for queue in queues:
