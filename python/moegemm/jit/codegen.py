@@ -47,6 +47,12 @@ def _instantiation(
 SPLIT_TAILS_ENV = "MOEGEMM_EXPERIMENTAL_SPLIT_TAILS"
 
 
+def _wgmma_n_define(*wgmma_ns: int) -> str:
+    """The define that enables CuTe's extended wgmma shapes, when a kernel issues one."""
+    extended = any(n not in WGMMA_BASE_N for n in wgmma_ns)
+    return "#define MOEGEMM_WGMMA_EXTENDED_N\n" if extended else ""
+
+
 def split_tails_apply(config: GemmConfig) -> bool:
     """Whether `config` is built with split tails: only when MOEGEMM_EXPERIMENTAL_SPLIT_TAILS=1
     (read when a kernel is generated), and only for 128-row tiles of two math warpgroups
@@ -89,15 +95,14 @@ def sm90_bf16_gemm_spec(
         m=lay.block_m, n=lay.block_n, c=lay.cluster_m
     )
     name = f"sm90_bf16_{tag}_{config.short_name()}_{d_dtype}" + ("_c" if with_c else "")
-    extended = "" if lay.block_n in WGMMA_BASE_N else "#define MOEGEMM_WGMMA_EXTENDED_N\n"
     if split_tails_apply(config):
         # Experimental: the tails also issue wgmma N = block_n / 2 (its own kernel name).
         name += "_split"
-        extended += "#define MOEGEMM_SPLIT_TAILS 1\n"
-        if not extended.startswith("#define MOEGEMM_WGMMA_EXTENDED_N") and (
-            lay.block_n // 2 not in WGMMA_BASE_N
-        ):
-            extended = "#define MOEGEMM_WGMMA_EXTENDED_N\n" + extended
+        extended = (
+            _wgmma_n_define(lay.block_n, lay.block_n // 2) + "#define MOEGEMM_SPLIT_TAILS 1\n"
+        )
+    else:
+        extended = _wgmma_n_define(lay.block_n)
     if stage_variant:
         name += f"_variant{stage_variant}"
         extended += f"#define MOEGEMM_STAGE_VARIANT {stage_variant}\n"
@@ -125,7 +130,7 @@ def _swap_ab_spec(config: GemmConfig, d_dtype: str, with_c: bool, kind: str) -> 
     scheduler = "moegemm::sm90::" + scheduler_template.format(m=lay.block_m, n=lay.block_n, c=1)
     name = f"sm90_bf16_{tag}_{config.short_name()}_{d_dtype}"
     # The tokens (block_m) are the wgmma's N here.
-    extended = "" if lay.block_m in WGMMA_BASE_N else "#define MOEGEMM_WGMMA_EXTENDED_N\n"
+    extended = _wgmma_n_define(lay.block_m)
     traits_args = (
         f"{lay.block_m}, {lay.block_n}, {lay.block_k}, {config.pipeline.num_stages}, "
         f"{config.launch.num_math_warpgroups}"
