@@ -46,6 +46,17 @@ def dump_sass(cuobjdump, cubin_path) -> str:
     return proc.stdout
 
 
+def built_sass(spec) -> str:
+    """Builds `spec` through the JIT cache, checks the cubin holds one kernel and returns its
+    SASS (the test is skipped where cuobjdump is missing, after the build)."""
+    cubin_path = cache.build_or_load(spec)
+    assert count_cubin_kernels(cubin_path.read_bytes()) == 1
+    cuobjdump = find_cuobjdump()
+    if cuobjdump is None:
+        pytest.skip("cuobjdump not found: cubin built, SASS not inspected")
+    return dump_sass(cuobjdump, cubin_path)
+
+
 # One warpgroup / two warpgroups / two m64 atoms per warpgroup / an extended-N atom, across the
 # epilogues (registers with BF16 out, FP32 out with C; TMA stores of 64-, 32- and 16-column
 # boxes) and every tile scheduler (layout).
@@ -86,13 +97,7 @@ def test_kernel_compiles_for_sm90a(
         spec = sm90_bf16_k_grouped_spec(config, with_c)
     else:
         spec = sm90_bf16_gemm_spec(config, d_dtype, with_c, kind)
-    cubin_path = cache.build_or_load(spec)
-    data = cubin_path.read_bytes()
-    assert count_cubin_kernels(data) == 1
-    cuobjdump = find_cuobjdump()
-    if cuobjdump is None:
-        pytest.skip("cuobjdump not found: cubin built, SASS not inspected")
-    sass = dump_sass(cuobjdump, cubin_path)
+    sass = built_sass(spec)
     assert "HGMMA" in sass, "the math must run on wgmma"
     assert "LDL" not in sass and "STL" not in sass, "no local-memory traffic"
     # A batch of wgmma carries one scoreboard (gsb0) at its end; ptxas serializes them (each
@@ -174,13 +179,7 @@ def test_cluster_multicast_kernels_compile(kind, block_m, tma_store, tmp_path, m
         and c.layout.block_n == 256
         and bool(store_cols(c)) == tma_store
     )
-    spec = sm90_bf16_gemm_spec(config, "bf16", False, kind)
-    cubin_path = cache.build_or_load(spec)
-    assert count_cubin_kernels(cubin_path.read_bytes()) == 1
-    cuobjdump = find_cuobjdump()
-    if cuobjdump is None:
-        pytest.skip("cuobjdump not found: cubin built, SASS not inspected")
-    sass = dump_sass(cuobjdump, cubin_path)
+    sass = built_sass(sm90_bf16_gemm_spec(config, "bf16", False, kind))
     assert "MULTICAST" in sass, "B must be loaded with a multicast TMA"
     assert "LDL" not in sass and "STL" not in sass
     hgmma = [line for line in sass.splitlines() if "HGMMA." in line and "RZ" not in line]
@@ -213,12 +212,7 @@ def test_split_tail_kernels_compile(kind, block_n, tma_store, half_atom, tmp_pat
     split = sm90_bf16_gemm_spec(config, "bf16", False, kind)
     assert split.name == default.name + "_split" and "MOEGEMM_SPLIT_TAILS 1" in split.source
     assert "MOEGEMM_SPLIT_TAILS" not in default.source
-    cubin_path = cache.build_or_load(split)
-    assert count_cubin_kernels(cubin_path.read_bytes()) == 1
-    cuobjdump = find_cuobjdump()
-    if cuobjdump is None:
-        pytest.skip("cuobjdump not found: cubin built, SASS not inspected")
-    sass = dump_sass(cuobjdump, cubin_path)
+    sass = built_sass(split)
     assert half_atom in sass and f"HGMMA.64x{block_n}x16" in sass
     assert "LDL" not in sass and "STL" not in sass
     hgmma = [line for line in sass.splitlines() if "HGMMA." in line and "RZ" not in line]
@@ -257,12 +251,7 @@ def test_swap_ab_kernels_compile(kind, block_m, block_n, tmp_path, monkeypatch) 
         if c.layout.swap_ab and (c.layout.block_m, c.layout.block_n) == (block_m, block_n)
     )
     assert sm90.is_legal(config, desc, SM90)
-    cubin_path = cache.build_or_load(sm90_bf16_gemm_spec(config, "bf16", False, kind))
-    assert count_cubin_kernels(cubin_path.read_bytes()) == 1
-    cuobjdump = find_cuobjdump()
-    if cuobjdump is None:
-        pytest.skip("cuobjdump not found: cubin built, SASS not inspected")
-    sass = dump_sass(cuobjdump, cubin_path)
+    sass = built_sass(sm90_bf16_gemm_spec(config, "bf16", False, kind))
     assert f"HGMMA.64x{block_m}x16.F32.BF16" in sass, "tokens on the wgmma's N side"
     assert "LDL" not in sass and "STL" not in sass
     hgmma = [line for line in sass.splitlines() if "HGMMA." in line and "RZ" not in line]
