@@ -20,6 +20,7 @@ a tile streams 64 or 128 weight rows without padding the tokens to 64.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Iterator
@@ -307,6 +308,7 @@ def rows_sigma(mean: float) -> float:
     return math.sqrt(mean + (ROUTING_SPREAD * mean) ** 2)
 
 
+@functools.lru_cache(maxsize=4096)  # count_tiles and expected_waves both ask, per config
 def group_m_blocks(desc: GemmDesc, block_m: int) -> tuple[float, float]:
     """(mean, variance) of ceil(rows / block_m) for one group of a ragged layout, its rows
     Normal(mean, sqrt(mean + (ROUTING_SPREAD * mean)^2)) rounded to integers; a masked group
