@@ -161,6 +161,59 @@ def test_k_grouped_accumulates_in_place() -> None:
     assert calc_diff(d, ref) < TOL
 
 
+def skewed_sizes(num_groups: int, seed: int) -> list[int]:
+    """Ragged rows with ties, empty groups and a few groups far above the rest: the k-grouped
+    tile order ranks groups by rows, so ties and empties exercise its tie-break."""
+    rng = random.Random(seed)
+    sizes = [rng.choice([0, 7, 64, 64, 130, rng.randint(1, 300)]) for _ in range(num_groups)]
+    for g in rng.sample(range(num_groups), min(3, num_groups)):
+        sizes[g] = rng.randint(900, 1500)
+    return sizes
+
+
+# 1 group (no ordering), 48 (two rank slots per lane), 128 (the most that are sorted), 130 (more:
+# group order, still snaked over the CTAs).
+@pytest.mark.parametrize("num_groups", [1, 48, 128, 130])
+def test_k_grouped_tile_order_covers_every_tile_once(num_groups: int) -> None:
+    sizes = skewed_sizes(num_groups, seed=num_groups)
+    m, n = 384, 256
+    a, b = bf16(sum(sizes), m), bf16(sum(sizes), n)
+    c = torch.randn(num_groups, m, n, device="cuda")
+    ref = k_grouped_reference(a, b, sizes, c)
+    d = nan(num_groups, m, n, dtype=torch.float32)  # a tile never written stays NaN
+    moegemm.k_grouped_bf16_gemm_tn_contiguous(a, b, d, offsets(sizes), c)
+    assert calc_diff(d, ref) < TOL
+    # C accumulated in place: a tile visited twice would add its sum twice.
+    d_in_place = c.clone()
+    moegemm.k_grouped_bf16_gemm_tn_contiguous(a, b, d_in_place, offsets(sizes), d_in_place)
+    assert calc_diff(d_in_place, ref) < TOL
+
+
+def test_k_grouped_graph_replay_with_new_group_sizes() -> None:
+    """The tile order is built on the device from the offsets: a replay with other sizes (and so
+    another largest-first order) must still cover every tile."""
+    num_groups, m, n, total = 40, 256, 128, 6000
+    a, b = bf16(total, m), bf16(total, n)
+    d = nan(num_groups, m, n, dtype=torch.float32)
+    offs = offsets(skewed_sizes(num_groups, seed=5))
+    offs.clamp_(max=total)
+    moegemm.k_grouped_bf16_gemm_tn_contiguous(a, b, d, offs)  # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        moegemm.k_grouped_bf16_gemm_tn_contiguous(a, b, d, offs)
+    for seed in (6, 7, 8):
+        sizes = skewed_sizes(num_groups, seed)
+        scale = total / max(sum(sizes), 1)
+        sizes = [int(r * scale) if scale < 1 else r for r in sizes]
+        offs.copy_(offsets(sizes))
+        a.copy_(bf16(total, m))
+        d.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = k_grouped_reference(a, b, sizes)
+        assert calc_diff(d, ref) < TOL, f"replay with sizes seed {seed}"
+
+
 def test_bitwise_deterministic() -> None:
     sizes = [300, 0, 1000, 17]
     a, b = bf16(sum(sizes), 2048), bf16(4, 4096, 2048, scale=0.02)

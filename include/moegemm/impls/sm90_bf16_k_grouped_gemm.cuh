@@ -19,17 +19,21 @@
 //   math warpgroups zero those rows of the stage in shared memory (whole 128-byte rows, so the
 //   swizzle does not matter), fence the generic->async proxy and sync among themselves.
 // Tiles: every group has the same M x N output, so the tile count is known on the host; empty
-//   groups still write their tile (C or zeros).
+//   groups still write their tile (C or zeros). Groups are walked largest first and rounds of
+//   tiles snake over the CTAs (scheduler/sm90_k_grouped_order.cuh), so ragged groups do not
+//   pile onto a few CTAs. Every warp of the producer and math warpgroups builds that order.
 #pragma once
 
 #include <moegemm/common/sm90_gemm_params.h>
 #include <moegemm/epilogue/sm90_direct_store.cuh>
 #include <moegemm/epilogue/sm90_tma_store.cuh>
 #include <moegemm/ptx/sm90.cuh>
+#include <moegemm/scheduler/sm90_k_grouped_order.cuh>
 
 // Stage-breakdown builds (benchmarks/stage_breakdown.py) leave stages out to time the rest:
 // bit 0 skips the wgmma, bit 1 the epilogue's stores, bit 2 the zeroing of group tails; bit 3
-// zeroes them per warpgroup (no barrier across warpgroups).
+// zeroes them per warpgroup (no barrier across warpgroups); bit 4 walks the tiles round-robin in
+// group order (the order before largest-first; its results are right).
 // Production kernels never define it.
 #ifndef MOEGEMM_STAGE_VARIANT
 #define MOEGEMM_STAGE_VARIANT 0
@@ -116,7 +120,6 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
   const uint32_t num_m_blocks = (params.m + BLOCK_M - 1) / BLOCK_M;
   const uint32_t num_n_blocks = (params.n + BLOCK_N - 1) / BLOCK_N;
   const uint32_t tiles_per_group = num_m_blocks * num_n_blocks;
-  const uint32_t num_tiles = tiles_per_group * params.num_groups;
   // Rows [start, end) of group g, clamped so malformed offsets cannot reach outside A and B.
   auto group_rows = [&](uint32_t g, uint32_t& start, uint32_t& end) {
     const int32_t lo = g == 0 ? 0 : __ldg(params.offs + g - 1);
@@ -124,17 +127,25 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
     start = min(static_cast<uint32_t>(max(lo, 0)), params.num_tokens);
     end = max(min(static_cast<uint32_t>(max(hi, 0)), params.num_tokens), start);
   };
+  auto rows_of = [&](uint32_t g) {
+    uint32_t start, end;
+    group_rows(g, start, end);
+    return end - start;
+  };
+  using TileOrder = KGroupedTileOrder<(MOEGEMM_STAGE_VARIANT & 16) == 0>;
 
   if (threadIdx.x < 128) {
     cutlass::arch::warpgroup_reg_dealloc<40>();
-    if (warp_idx != 0 || !cute::elect_one_sync()) return;
-    uint32_t stage_idx = 0, phase = 0;
-    for (uint32_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
-      const uint32_t g = t / tiles_per_group, local = t % tiles_per_group;
+    if (warp_idx != 0) return;
+    // The whole warp walks the tile order (warp-cooperative); one lane issues the loads.
+    const bool leader = cute::elect_one_sync();
+    TileOrder order(params.num_groups, tiles_per_group, rows_of);
+    uint32_t stage_idx = 0, phase = 0, g, local;
+    while (order.next(g, local)) {
       const uint32_t m0 = (local % num_m_blocks) * BLOCK_M, n0 = (local / num_m_blocks) * BLOCK_N;
       uint32_t start, end;
       group_rows(g, start, end);
-      for (uint32_t row = start; row < end; row += BLOCK_K) {
+      for (uint32_t row = start; leader && row < end; row += BLOCK_K) {
         empty[stage_idx].wait(phase ^ 1);
         full[stage_idx].arrive_and_expect_tx(kBytesA + kBytesB);
 #pragma unroll
@@ -150,6 +161,7 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
         stage_idx = stage_idx + 1 == kNumStages ? 0 : stage_idx + 1;
         phase ^= stage_idx == 0;
       }
+      __syncwarp();
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<232>();
@@ -157,8 +169,9 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
     const uint32_t math_tid = threadIdx.x - 128;
     uint32_t stage_idx = 0, phase = 0;
     float acc[BLOCK_N / 2];
-    for (uint32_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
-      const uint32_t g = t / tiles_per_group, local = t % tiles_per_group;
+    TileOrder order(params.num_groups, tiles_per_group, rows_of);
+    uint32_t g, local;
+    while (order.next(g, local)) {
       const uint32_t m0 = (local % num_m_blocks) * BLOCK_M, n0 = (local / num_m_blocks) * BLOCK_N;
       uint32_t start, end;
       group_rows(g, start, end);

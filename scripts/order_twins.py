@@ -1,0 +1,95 @@
+"""Times the k-grouped kernel's tile order (largest groups first, rounds snaking over the CTAs)
+against its round-robin twin (stage variant 16: tiles in group order), interleaved on the same
+inputs, for every k-grouped case of the suites and a few configs each (the heuristic's pick and
+the best-ranked others). Both builds are checked against the FP32 reference first.
+
+    python3 scripts/order_twins.py [--cases REGEX] [--configs 3]
+
+Prints per case and config: round-robin us, largest-first us, and their ratio (> 1: the new
+order is faster), then the geometric means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from heuristic_quality import TOL, Problem, Timer, all_qcases, desc_for, sm90, sm90_arch
+
+ROUND_ROBIN_VARIANT = 16
+
+
+def main(argv: list[str] | None = None) -> int:
+    import re
+
+    from bench_bf16 import geomean, precompile
+
+    import moegemm.api.plans as plans_mod
+    from moegemm.jit.codegen import sm90_bf16_k_grouped_spec
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", help="regex over case ids/names")
+    parser.add_argument("--configs", type=int, default=3, help="configs per case")
+    args = parser.parse_args(argv)
+
+    arch = sm90_arch()
+    timer = Timer(queued=True, budget_ms=300, max_iters=60)
+    real_build = plans_mod.build_plan
+    variant = {"value": 0}
+
+    def build_with_variant(device, desc, config=None, stage_variant=0):
+        return real_build(device, desc, config, stage_variant or variant["value"])
+
+    plans_mod.build_plan = build_with_variant  # forced configs build through get_plan
+    ratios, ratios_pick = [], []
+    qcases = [q for q in all_qcases() if q.layout == "kgrp"]
+    if args.cases:
+        qcases = [q for q in qcases if re.search(args.cases, q.label)]
+    work = []
+    for q in qcases:
+        desc = desc_for(q)
+        legal = [c for c in sm90.enumerate_configs(desc, arch) if sm90.is_legal(c, desc, arch)]
+        work.append((q, sorted(legal, key=lambda c: sm90._rank_key(c, desc, arch))[: args.configs]))
+    precompile([sm90_bf16_k_grouped_spec(c, True, v) for _, cfgs in work for c in cfgs
+                for v in (0, ROUND_ROBIN_VARIANT)])  # fmt: skip
+    print(f"{'case':62s} {'config':26s} {'round-robin':>11s} {'largest-1st':>11s}  ratio")
+    for q, cfgs in work:
+        prob = Problem(q)
+        for rank, cfg in enumerate(cfgs):
+            times: dict[int, list[float]] = {0: [], ROUND_ROBIN_VARIANT: []}
+            bad = []
+            for v in times:
+                variant["value"] = v
+                diff = prob.check(cfg)
+                if not diff < TOL:
+                    bad.append(f"variant {v}: calc_diff {diff:.2e}")
+            if bad:
+                print(f"{q.label[:62]:62s} {cfg.short_name():26s} FAILED {'; '.join(bad)}")
+                continue
+            for _ in range(3):
+                for v, samples in times.items():
+                    variant["value"] = v
+                    samples.append(timer(prob.timed(cfg)))
+            old, new = (sorted(times[v])[1] for v in (ROUND_ROBIN_VARIANT, 0))
+            ratios.append(old / new)
+            if rank == 0:
+                ratios_pick.append(old / new)
+            print(
+                f"{q.label[:62]:62s} {cfg.short_name():26s} {old:11.1f} {new:11.1f}  "
+                f"x{old / new:.3f}"
+            )
+    variant["value"] = 0
+    plans_mod.build_plan = real_build
+    if ratios:
+        print(
+            f"geomean round-robin / largest-first: all {geomean(ratios):.3f} "
+            f"(min {min(ratios):.3f}, max {max(ratios):.3f}); picks {geomean(ratios_pick):.3f}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
