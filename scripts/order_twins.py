@@ -1,12 +1,16 @@
-"""Times the k-grouped kernel's tile order (largest groups first, rounds snaking over the CTAs)
-against its round-robin twin (stage variant 16: tiles in group order), interleaved on the same
-inputs, for every k-grouped case of the suites and a few configs each (the heuristic's pick and
-the best-ranked others). Both builds are checked against the FP32 reference first.
+"""Times the tile orders of the grouped kernels against their round-robin twins, interleaved on
+the same inputs, for the cases of the suites (default: every k-grouped case) and a few configs
+each (the heuristic's pick and the best-ranked others):
+  k-grouped: largest groups first, rounds snaking over the CTAs, against stage variant 16
+             (tiles round-robin in group order);
+  offs / masked (the grouped walk): rounds rotated over the CTAs, against stage variant 4 (not
+             rotated). Swapped-operand configs have no variants and are skipped.
+Both builds are checked against the FP32 reference first.
 
     python3 scripts/order_twins.py [--cases REGEX] [--configs 3]
 
-Prints per case and config: round-robin us, largest-first us, and their ratio (> 1: the new
-order is faster), then the geometric means.
+Prints per case and config: round-robin us, new-order us, and their ratio (> 1: the new order
+is faster), then the geometric means.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from heuristic_quality import TOL, Problem, Timer, all_qcases, desc_for, sm90, sm90_arch
 
-ROUND_ROBIN_VARIANT = 16
+ROUND_ROBIN_VARIANT = {"kgrp": 16, "offs": 4, "masked": 4}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,7 +32,12 @@ def main(argv: list[str] | None = None) -> int:
     from bench_bf16 import geomean, precompile
 
     import moegemm.api.plans as plans_mod
-    from moegemm.jit.codegen import sm90_bf16_k_grouped_spec
+    from moegemm.jit.codegen import sm90_bf16_gemm_spec, sm90_bf16_k_grouped_spec
+
+    def spec_for(desc, config, variant: int):
+        if desc.kind == "k_grouped":
+            return sm90_bf16_k_grouped_spec(config, desc.with_c, variant)
+        return sm90_bf16_gemm_spec(config, desc.d_dtype, desc.with_c, desc.kind, variant)
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", help="regex over case ids/names")
@@ -45,21 +54,23 @@ def main(argv: list[str] | None = None) -> int:
 
     plans_mod.build_plan = build_with_variant  # forced configs build through get_plan
     ratios, ratios_pick = [], []
-    qcases = [q for q in all_qcases() if q.layout == "kgrp"]
-    if args.cases:
-        qcases = [q for q in qcases if re.search(args.cases, q.label)]
+    qcases = [q for q in all_qcases() if q.layout in ROUND_ROBIN_VARIANT]
+    qcases = [q for q in qcases if re.search(args.cases or "kgrp", q.label)]
     work = []
     for q in qcases:
         desc = desc_for(q)
         legal = [c for c in sm90.enumerate_configs(desc, arch) if sm90.is_legal(c, desc, arch)]
-        work.append((q, sorted(legal, key=lambda c: sm90._rank_key(c, desc, arch))[: args.configs]))
-    precompile([sm90_bf16_k_grouped_spec(c, True, v) for _, cfgs in work for c in cfgs
-                for v in (0, ROUND_ROBIN_VARIANT)])  # fmt: skip
-    print(f"{'case':62s} {'config':26s} {'round-robin':>11s} {'largest-1st':>11s}  ratio")
-    for q, cfgs in work:
+        legal = [c for c in legal if not c.layout.swap_ab]
+        ranked = sorted(legal, key=lambda c: sm90._rank_key(c, desc, arch))
+        work.append((q, desc, ranked[: args.configs]))
+    precompile([spec_for(desc, c, v) for q, desc, cfgs in work for c in cfgs
+                for v in (0, ROUND_ROBIN_VARIANT[q.layout])])  # fmt: skip
+    print(f"{'case':62s} {'config':26s} {'round-robin':>11s} {'new order':>11s}  ratio")
+    for q, _desc, cfgs in work:
         prob = Problem(q)
+        rr_variant = ROUND_ROBIN_VARIANT[q.layout]
         for rank, cfg in enumerate(cfgs):
-            times: dict[int, list[float]] = {0: [], ROUND_ROBIN_VARIANT: []}
+            times: dict[int, list[float]] = {0: [], rr_variant: []}
             bad = []
             for v in times:
                 variant["value"] = v
@@ -73,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                 for v, samples in times.items():
                     variant["value"] = v
                     samples.append(timer(prob.timed(cfg)))
-            old, new = (sorted(times[v])[1] for v in (ROUND_ROBIN_VARIANT, 0))
+            old, new = (sorted(times[v])[1] for v in (rr_variant, 0))
             ratios.append(old / new)
             if rank == 0:
                 ratios_pick.append(old / new)
@@ -85,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     plans_mod.build_plan = real_build
     if ratios:
         print(
-            f"geomean round-robin / largest-first: all {geomean(ratios):.3f} "
+            f"geomean round-robin / new order: all {geomean(ratios):.3f} "
             f"(min {min(ratios):.3f}, max {max(ratios):.3f}); picks {geomean(ratios_pick):.3f}"
         )
     return 0

@@ -1,8 +1,9 @@
 """Times one config on synthetic offsets problems whose groups all hold the same rows, to
 measure what a group's partial last m-block costs against a full one (no heuristics involved);
 --ragged spreads the rows around the given mean instead. --twins also times each config's
-build with split tails (MOEGEMM_EXPERIMENTAL_SPLIT_TAILS), interleaved with the default build
-on the same inputs, and checks that both write the same bits.
+build with split tails (MOEGEMM_EXPERIMENTAL_SPLIT_TAILS), each build with and without the
+grouped walk's per-round rotation (stage variant 4), interleaved on the same inputs, and checks
+that all four write the same bits.
 
     python3 scripts/tail_cost.py --groups 128 --n 5760 --k 2880 --rows 64 128 192 256 \\
         --configs m128n240k64s3w2c1x1e16 m64n240k64s5w1c1x1e16
@@ -23,9 +24,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from heuristic_quality import TOL, Case, Problem, QCase, Timer, desc_for, sm90, sm90_arch
 
+UNROTATED_VARIANT = 4  # stage variant: the grouped walk without its per-round rotation
+
 
 def twin_times(desc, cfg, per_group: list[int], n: int, k: int, timer) -> str:
-    """Default build vs the split-tails build of `cfg`, interleaved, same inputs."""
+    """The default build of `cfg` against its split-tails build, each with the walk's per-round
+    rotation and without it (stage variant 4), interleaved on the same inputs; all four must
+    write the same bits."""
     import os
 
     import torch
@@ -45,6 +50,7 @@ def twin_times(desc, cfg, per_group: list[int], n: int, k: int, timer) -> str:
         for label, flag in (("default", "0"), ("split", "1")):
             os.environ[SPLIT_TAILS_ENV] = flag  # read when the kernel source is generated
             plans[label] = build_plan(device, desc, cfg)
+            plans[label + "-unrotated"] = build_plan(device, desc, cfg, UNROTATED_VARIANT)
     finally:
         if saved is None:
             os.environ.pop(SPLIT_TAILS_ENV, None)
@@ -58,10 +64,11 @@ def twin_times(desc, cfg, per_group: list[int], n: int, k: int, timer) -> str:
             args = (a.data_ptr(), b.data_ptr(), d[label].data_ptr(), 0, offs.data_ptr(), rows,
                     rows, n, k, groups, k, k, n * k, n, 0, stream)  # fmt: skip
             times[label].append(timer(lambda plan=plan, args=args: plan.launch(*args)))
-    default, split = (sorted(times[label])[1] for label in ("default", "split"))
-    bits = "same bits" if torch.equal(d["default"], d["split"]) else "DIFFERENT BITS"
-    return (
-        f"default {default:9.1f} us, split tails {split:9.1f} us: x{default / split:.3f} ({bits})"
+    median = {label: sorted(t)[1] for label, t in times.items()}
+    same = all(torch.equal(d["default"], out) for out in d.values())
+    base = median["default-unrotated"]
+    return ", ".join(f"{label} {us:.1f} us (x{base / us:.3f})" for label, us in median.items()) + (
+        " (same bits)" if same else " (DIFFERENT BITS)"
     )
 
 

@@ -49,7 +49,9 @@
 #include <moegemm/scheduler/sm90_grouped_scheduler.cuh>
 
 // Stage-breakdown builds (benchmarks/stage_breakdown.py) leave one stage out to time the rest:
-// bit 0 skips the wgmma, bit 1 skips the epilogue's stores. Production kernels never define it.
+// bit 0 skips the wgmma, bit 1 skips the epilogue's stores; bit 2 walks grouped tiles without the
+// per-round rotation (scheduler/sm90_grouped_scheduler.cuh; results stay right). Production
+// kernels never define it.
 #ifndef MOEGEMM_STAGE_VARIANT
 #define MOEGEMM_STAGE_VARIANT 0
 #endif

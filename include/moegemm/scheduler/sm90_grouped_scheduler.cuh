@@ -102,13 +102,25 @@ struct ContiguousIndexScheduler {
 // per group. next() must be called by whole warps (every lane, same sequence).
 // kClusterM > 1: as in DenseScheduler, the CTAs of a cluster share each tile's n-block and take
 // consecutive m-blocks of the same group; a group's tiles count its m-blocks in clusters.
+// Rounds: the CTAs take tiles in rounds of one tile each, round r's tiles going to the CTAs
+// rotated by r. Without the rotation, CTA b always lands on the same m-block position of
+// groups whose m-block count divides the CTA count (132 = 2 * 2 * 3 * 11), so with 2 or 3
+// m-blocks per group some CTAs draw only full blocks and others only partial last blocks, and
+// cheaper last blocks shorten nobody's critical path. A round still covers consecutive tiles
+// (the CTAs running together keep sharing each n-block of B). Stage variant bit 2 (timing
+// twins only) keeps the unrotated order.
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, bool kOffsets, uint32_t kClusterM_ = 1>
 struct GroupWalkScheduler {
+#if defined(MOEGEMM_STAGE_VARIANT) && (MOEGEMM_STAGE_VARIANT & 4)
+  static constexpr bool kRotate = false;
+#else
+  static constexpr bool kRotate = true;
+#endif
   static constexpr uint32_t kClusterM = kClusterM_;
   static constexpr uint32_t kClusterRows = BLOCK_M * kClusterM;
   const int32_t* group_info;
   uint32_t m, num_groups, num_n_blocks;
-  uint32_t tile_idx;
+  uint32_t tile_idx, round = 0;
   // Cursor: the group that holds the last tile handed out, where its tiles begin in the linear
   // space, and the first group not yet examined.
   uint32_t group_first_tile = 0, group_tiles = 0, group_m_blocks = 0;
@@ -174,7 +186,11 @@ struct GroupWalkScheduler {
     tile.row_end = group_start + group_rows;
     tile.n_block = local / group_m_blocks;
     tile.group = group;
-    tile_idx += gridDim.x / kClusterM;
+    // Next round: tile (round + 1) * C + (b + round + 1) % C of C = gridDim.x / kClusterM
+    // cluster tiles per round; always past this one, so the cursor only moves forward.
+    const uint32_t ctas = gridDim.x / kClusterM, cta = blockIdx.x / kClusterM;
+    ++round;
+    tile_idx = round * ctas + (kRotate ? (cta + round) % ctas : cta);
     return true;
   }
 };

@@ -80,6 +80,7 @@ def sm90_bf16_gemm_spec(
 
     stage_variant != 0 builds a timing-only kernel that leaves stages out (bit 0: the wgmma,
     bit 1: the epilogue stores); its results are wrong by design (benchmarks/stage_breakdown.py).
+    Bit 2 alone keeps the grouped walk's tiles unrotated, with right results (timing twins).
     """
     lay = config.layout
     if lay.swap_ab:
@@ -148,8 +149,9 @@ def sm90_bf16_k_grouped_spec(
     """The k-grouped weight-gradient kernel (impls/sm90_bf16_k_grouped_gemm.cuh).
 
     stage_variant != 0 builds a timing-only kernel (bit 0: no wgmma, bit 1: no stores, bit 2: no
-    zeroing of group tails, bit 3: tails zeroed per warpgroup without a barrier across them); its
-    results are wrong by design except for bit 3 alone (benchmarks/stage_breakdown.py).
+    zeroing of group tails, bit 3: tails zeroed per warpgroup without a barrier across them, bit
+    4: tiles round-robin in group order); its results are wrong by design except for bits 3 and
+    4 (benchmarks/stage_breakdown.py, scripts/order_twins.py).
     """
     lay = config.layout
     if lay.cluster_size != 1:
