@@ -129,7 +129,7 @@ def test_stage_breakdown_variants_compile(tmp_path, monkeypatch) -> None:
     config = config_with(128, 256, "m_grouped_offsets", tma_store=True)
     names = set()
     cuobjdump = find_cuobjdump()
-    for variant in (1, 2, 3):
+    for variant in (1, 2, 3, 4):  # 4: the grouped walk without its per-round rotation
         spec = sm90_bf16_gemm_spec(config, "bf16", False, "m_grouped_offsets", variant)
         assert f"#define MOEGEMM_STAGE_VARIANT {variant}" in spec.source
         cubin_path = cache.build_or_load(spec)
@@ -140,7 +140,7 @@ def test_stage_breakdown_variants_compile(tmp_path, monkeypatch) -> None:
             # the "no epilogue" timing measures loads only.
             sass = dump_sass(cuobjdump, cubin_path)
             assert "HGMMA.64x256x16.F32.BF16" in sass
-    assert len(names) == 3
+    assert len(names) == 4
     assert "MOEGEMM_STAGE_VARIANT" not in sm90_bf16_gemm_spec(config, "bf16", False).source
 
     k_config = config_with(128, 256, "k_grouped", tma_store=True, d_dtype="fp32")
@@ -150,7 +150,7 @@ def test_stage_breakdown_variants_compile(tmp_path, monkeypatch) -> None:
         assert f"#define MOEGEMM_STAGE_VARIANT {variant}" in spec.source
         cubin_path = cache.build_or_load(spec)
         assert count_cubin_kernels(cubin_path.read_bytes()) == 1
-        if variant in (2, 4, 8) and cuobjdump is not None:
+        if variant in (2, 4, 8, 16) and cuobjdump is not None:
             sass = dump_sass(cuobjdump, cubin_path)
             assert "HGMMA.64x256x16.F32.BF16" in sass
             if variant == 8:  # zeroing per warpgroup: 128-thread barriers, wgmma pipelined
