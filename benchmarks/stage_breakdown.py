@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import random
 import re
 from collections.abc import Callable
 
@@ -22,14 +23,16 @@ from moegemm.heuristics import GemmConfig, GemmDesc, select_config
 from moegemm.heuristics.sm90 import enumerate_configs, store_cols
 from moegemm.testing import bench_us
 
-# m-grouped (offs layout): (name, groups, rows per group, N, K).
+# m-grouped (offs layout): (name, groups, rows per group, N, K, spread); spread > 0 gives each
+# group int(rows * U(1 - spread, 1 + spread)) rows (random.Random(0), the anchors' rule).
 M_GROUPED_CASES = [
-    ("dsv3 L1 prefill", 32, 1024, 4096, 7168),
-    ("dsv3 L2 prefill", 32, 1024, 7168, 2048),
-    ("qwen3-30b L2 prefill", 128, 1024, 2048, 768),
-    ("gpt-oss L1 prefill", 128, 256, 5760, 2880),
-    ("dsv3 L1 decode", 32, 8, 4096, 7168),
-    ("qwen3-30b L2 decode", 128, 4, 2048, 768),
+    ("dsv3 L1 prefill", 32, 1024, 4096, 7168, 0.0),
+    ("dsv3 L2 prefill", 32, 1024, 7168, 2048, 0.0),
+    ("qwen3-30b L2 prefill", 128, 1024, 2048, 768, 0.0),
+    ("gpt-oss L1 prefill", 128, 256, 5760, 2880, 0.0),
+    ("gpt-oss L1 ragged 0.3", 128, 256, 5760, 2880, 0.3),
+    ("dsv3 L1 decode", 32, 8, 4096, 7168, 0.0),
+    ("qwen3-30b L2 decode", 128, 4, 2048, 768, 0.0),
 ]
 # k-grouped (weight gradients): (name, groups, rows per group, M, N); rows not a multiple of 64
 # so every group ends in a partial k-block (the tail-zeroing path).
@@ -71,13 +74,52 @@ def time_runs(
     return times
 
 
-def m_grouped_times(groups: int, per_group: int, n: int, k: int) -> dict[str, float | str]:
-    rows = groups * per_group
+def group_rows(groups: int, per_group: int, spread: float) -> list[int]:
+    if spread == 0:
+        return [per_group] * groups
+    rng = random.Random(0)
+    return [int(per_group * rng.uniform(1 - spread, 1 + spread)) for _ in range(groups)]
+
+
+def m_grouped_desc(sizes: list[int], n: int, k: int) -> GemmDesc:
+    rows, groups = sum(sizes), len(sizes)
+    return GemmDesc("m_grouped_offsets", rows, n, k, groups, expected_m=math.ceil(rows / groups))
+
+
+def precompile_picks(work: list[tuple[GemmDesc, dict[int, str]]]) -> None:
+    """Builds every variant (and register-store twin) the cases will time, in parallel."""
+    from bench_bf16 import precompile
+
+    from moegemm.jit.codegen import sm90_bf16_gemm_spec, sm90_bf16_k_grouped_spec
+
+    device = torch.cuda.current_device()
+    specs = []
+    for desc, variants in work:
+        pick = select_config(desc, arch_for_device(device))
+        if pick.layout.swap_ab:
+            continue
+        twin = register_store_twin(desc, pick, device)
+        builds = [(pick, v) for v in variants] + ([(twin, 0)] if twin is not None else [])
+        for config, variant in builds:
+            if desc.kind == "k_grouped":
+                specs.append(sm90_bf16_k_grouped_spec(config, desc.with_c, variant))
+            else:
+                specs.append(
+                    sm90_bf16_gemm_spec(config, desc.d_dtype, desc.with_c, desc.kind, variant)
+                )
+    precompile(specs)
+
+
+def m_grouped_times(
+    groups: int, per_group: int, n: int, k: int, spread: float = 0.0
+) -> dict[str, float | str]:
+    sizes = group_rows(groups, per_group, spread)
+    rows = sum(sizes)
     a = torch.randn(rows, k, device="cuda").bfloat16()
     b = (torch.randn(groups, n, k, device="cuda") * 0.02).bfloat16()
     d = torch.empty(rows, n, device="cuda", dtype=torch.bfloat16)
-    offs = torch.arange(1, groups + 1, device="cuda", dtype=torch.int32) * per_group
-    desc = GemmDesc("m_grouped_offsets", rows, n, k, groups, expected_m=math.ceil(rows / groups))
+    offs = torch.tensor(sizes, device="cuda", dtype=torch.int32).cumsum(0).to(torch.int32)
+    desc = m_grouped_desc(sizes, n, k)
     stream = torch.cuda.current_stream().cuda_stream
     return time_runs(
         desc,
@@ -136,9 +178,21 @@ def main() -> None:
     def wanted(name: str) -> bool:
         return not args.cases or re.search(args.cases, name) is not None
 
+    precompile_picks(
+        [
+            (m_grouped_desc(group_rows(g, r, spread), n, k), COMMON_VARIANTS)
+            for name, g, r, n, k, spread in M_GROUPED_CASES
+            if wanted(name)
+        ]
+        + [
+            (GemmDesc("k_grouped", m, n, r, g, d_dtype="fp32"), K_GROUPED_VARIANTS)
+            for name, g, r, m, n in K_GROUPED_CASES
+            if wanted(name)
+        ]
+    )
     rows = [
-        (name, m_grouped_times(g, r, n, k), 2 * g * r * n * k)
-        for name, g, r, n, k in M_GROUPED_CASES
+        (name, m_grouped_times(g, r, n, k, spread), 2 * sum(group_rows(g, r, spread)) * n * k)
+        for name, g, r, n, k, spread in M_GROUPED_CASES
         if wanted(name)
     ]
     print_table("m-grouped (offs)", [*COMMON_VARIANTS.values(), TWIN], rows)
