@@ -4,6 +4,7 @@ memory. Needs nvcc, not a GPU."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 import pytest
@@ -55,6 +56,13 @@ def built_sass(spec) -> str:
     if cuobjdump is None:
         pytest.skip("cuobjdump not found: cubin built, SASS not inspected")
     return dump_sass(cuobjdump, cubin_path)
+
+
+def sass_instructions(sass: str) -> list[str]:
+    """The instruction lines of a SASS dump without their addresses (names and headers out),
+    so two builds of one kernel compare by their machine code only."""
+    lines = [line for line in sass.splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", line)]
+    return [re.sub(r"/\*[0-9a-f]{4,}\*/", "", line).strip() for line in lines]
 
 
 # One warpgroup / two warpgroups / two m64 atoms per warpgroup / an extended-N atom, across the
@@ -142,6 +150,13 @@ def test_stage_breakdown_variants_compile(tmp_path, monkeypatch) -> None:
             assert "HGMMA.64x256x16.F32.BF16" in sass
     assert len(names) == 4
     assert "MOEGEMM_STAGE_VARIANT" not in sm90_bf16_gemm_spec(config, "bf16", False).source
+    if cuobjdump is not None:
+        # The order twins compare against these builds: they must be other machine code.
+        kind = "m_grouped_offsets"
+        default = sass_instructions(built_sass(sm90_bf16_gemm_spec(config, "bf16", False, kind)))
+        unrotated = built_sass(sm90_bf16_gemm_spec(config, "bf16", False, kind, 4))
+        assert "HGMMA.64x256x16.F32.BF16" in unrotated
+        assert sass_instructions(unrotated) != default
 
     k_config = config_with(128, 256, "k_grouped", tma_store=True, d_dtype="fp32")
     assert "MOEGEMM_STAGE_VARIANT" not in sm90_bf16_k_grouped_spec(k_config, False).source
@@ -153,6 +168,9 @@ def test_stage_breakdown_variants_compile(tmp_path, monkeypatch) -> None:
         if variant in (2, 4, 8, 16) and cuobjdump is not None:
             sass = dump_sass(cuobjdump, cubin_path)
             assert "HGMMA.64x256x16.F32.BF16" in sass
+            if variant == 16:  # round-robin order: other code than the default build
+                default = built_sass(sm90_bf16_k_grouped_spec(k_config, False))
+                assert sass_instructions(sass) != sass_instructions(default)
             if variant == 8:  # zeroing per warpgroup: 128-thread barriers, wgmma pipelined
                 assert "BAR.SYNC.DEFER_BLOCKING 0x1, 0x100" not in sass
                 hgmma = [line for line in sass.splitlines() if "HGMMA." in line]

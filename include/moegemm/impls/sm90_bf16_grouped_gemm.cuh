@@ -43,18 +43,15 @@
 #pragma once
 
 #include <moegemm/common/sm90_gemm_params.h>
+#include <moegemm/common/stage_variant.h>
 #include <moegemm/epilogue/sm90_direct_store.cuh>
 #include <moegemm/epilogue/sm90_tma_store.cuh>
 #include <moegemm/ptx/sm90.cuh>
 #include <moegemm/scheduler/sm90_grouped_scheduler.cuh>
 
-// Stage-breakdown builds (benchmarks/stage_breakdown.py) leave one stage out to time the rest:
-// bit 0 skips the wgmma, bit 1 skips the epilogue's stores; bit 2 walks grouped tiles without the
-// per-round rotation (scheduler/sm90_grouped_scheduler.cuh; results stay right). Production
-// kernels never define it.
-#ifndef MOEGEMM_STAGE_VARIANT
-#define MOEGEMM_STAGE_VARIANT 0
-#endif
+// Stage variants (common/stage_variant.h): bit 0 skips the wgmma, bit 1 skips the epilogue's
+// stores (benchmarks/stage_breakdown.py); bit 2 walks grouped tiles without the per-round
+// rotation (scheduler/sm90_grouped_scheduler.cuh; results stay right).
 // Split tails: off unless the JIT defines it (MOEGEMM_EXPERIMENTAL_SPLIT_TAILS=1).
 #ifndef MOEGEMM_SPLIT_TAILS
 #define MOEGEMM_SPLIT_TAILS 0

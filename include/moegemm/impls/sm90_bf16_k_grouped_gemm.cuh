@@ -25,19 +25,16 @@
 #pragma once
 
 #include <moegemm/common/sm90_gemm_params.h>
+#include <moegemm/common/stage_variant.h>
 #include <moegemm/epilogue/sm90_direct_store.cuh>
 #include <moegemm/epilogue/sm90_tma_store.cuh>
 #include <moegemm/ptx/sm90.cuh>
 #include <moegemm/scheduler/sm90_k_grouped_order.cuh>
 
-// Stage-breakdown builds (benchmarks/stage_breakdown.py) leave stages out to time the rest:
-// bit 0 skips the wgmma, bit 1 the epilogue's stores, bit 2 the zeroing of group tails; bit 3
-// zeroes them per warpgroup (no barrier across warpgroups); bit 4 walks the tiles round-robin in
-// group order (the order before largest-first; its results are right).
-// Production kernels never define it.
-#ifndef MOEGEMM_STAGE_VARIANT
-#define MOEGEMM_STAGE_VARIANT 0
-#endif
+// Stage variants (common/stage_variant.h; benchmarks/stage_breakdown.py): bit 0 skips the wgmma,
+// bit 1 the epilogue's stores, bit 2 the zeroing of group tails; bit 3 zeroes them per
+// warpgroup (no barrier across warpgroups); bit 4 walks the tiles round-robin in group order
+// (the order before largest-first; its results are right).
 
 namespace moegemm::sm90 {
 

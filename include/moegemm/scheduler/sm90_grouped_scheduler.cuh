@@ -10,6 +10,8 @@
 
 #include <stdint.h>
 
+#include <moegemm/common/stage_variant.h>
+
 namespace moegemm::sm90 {
 
 struct Tile {
@@ -111,11 +113,7 @@ struct ContiguousIndexScheduler {
 // twins only) keeps the unrotated order.
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, bool kOffsets, uint32_t kClusterM_ = 1>
 struct GroupWalkScheduler {
-#if defined(MOEGEMM_STAGE_VARIANT) && (MOEGEMM_STAGE_VARIANT & 4)
-  static constexpr bool kRotate = false;
-#else
-  static constexpr bool kRotate = true;
-#endif
+  static constexpr bool kRotate = (MOEGEMM_STAGE_VARIANT & 4) == 0;
   static constexpr uint32_t kClusterM = kClusterM_;
   static constexpr uint32_t kClusterRows = BLOCK_M * kClusterM;
   const int32_t* group_info;
