@@ -85,12 +85,13 @@ def descs_for(case: Case) -> list:
     return [GemmDesc("k_grouped", n, k, math.ceil(total / g), g, d_dtype="fp32", with_c=True)]
 
 
-def spec_for(desc, config):
+def spec_for(desc, config, stage_variant: int = 0):
+    """The kernel spec `desc` builds with `config` (stage_variant: a timing build, see codegen)."""
     from moegemm.jit.codegen import sm90_bf16_gemm_spec, sm90_bf16_k_grouped_spec
 
     if desc.kind == "k_grouped":
-        return sm90_bf16_k_grouped_spec(config, desc.with_c)
-    return sm90_bf16_gemm_spec(config, desc.d_dtype, desc.with_c, desc.kind)
+        return sm90_bf16_k_grouped_spec(config, desc.with_c, stage_variant)
+    return sm90_bf16_gemm_spec(config, desc.d_dtype, desc.with_c, desc.kind, stage_variant)
 
 
 def precompile(specs: list, jobs: int | None = None, quiet: bool = False) -> dict:

@@ -88,9 +88,7 @@ def m_grouped_desc(sizes: list[int], n: int, k: int) -> GemmDesc:
 
 def precompile_picks(work: list[tuple[GemmDesc, dict[int, str]]]) -> None:
     """Builds every variant (and register-store twin) the cases will time, in parallel."""
-    from bench_bf16 import precompile
-
-    from moegemm.jit.codegen import sm90_bf16_gemm_spec, sm90_bf16_k_grouped_spec
+    from bench_bf16 import precompile, spec_for
 
     device = torch.cuda.current_device()
     specs = []
@@ -100,13 +98,7 @@ def precompile_picks(work: list[tuple[GemmDesc, dict[int, str]]]) -> None:
             continue
         twin = register_store_twin(desc, pick, device)
         builds = [(pick, v) for v in variants] + ([(twin, 0)] if twin is not None else [])
-        for config, variant in builds:
-            if desc.kind == "k_grouped":
-                specs.append(sm90_bf16_k_grouped_spec(config, desc.with_c, variant))
-            else:
-                specs.append(
-                    sm90_bf16_gemm_spec(config, desc.d_dtype, desc.with_c, desc.kind, variant)
-                )
+        specs += [spec_for(desc, config, variant) for config, variant in builds]
     precompile(specs)
 
 

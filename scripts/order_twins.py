@@ -30,15 +30,9 @@ ROUND_ROBIN_VARIANT = {"kgrp": 16, "offs": 4, "masked": 4}
 def main(argv: list[str] | None = None) -> int:
     import re
 
-    from bench_bf16 import geomean, precompile
+    from bench_bf16 import geomean, precompile, spec_for
 
     import moegemm.api.plans as plans_mod
-    from moegemm.jit.codegen import sm90_bf16_gemm_spec, sm90_bf16_k_grouped_spec
-
-    def spec_for(desc, config, variant: int):
-        if desc.kind == "k_grouped":
-            return sm90_bf16_k_grouped_spec(config, desc.with_c, variant)
-        return sm90_bf16_gemm_spec(config, desc.d_dtype, desc.with_c, desc.kind, variant)
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", help="regex over case ids/names")
