@@ -116,7 +116,11 @@ def with_cluster_twins(cands: list, legal: list) -> list:
             same_tile = dataclasses.replace(other.layout, cluster_m=1, cluster_n=1) == (
                 dataclasses.replace(c.layout, cluster_m=1, cluster_n=1)
             )
-            rest_same = dataclasses.replace(other, layout=c.layout) == c
+            # The load boxes follow the cluster shape; everything else must match.
+            rest_same = (
+                dataclasses.replace(other, layout=c.layout, storage=c.storage) == c
+                and other.storage.store_box_d == c.storage.store_box_d
+            )
             if same_tile and rest_same and other not in out:
                 out.append(other)
     return out

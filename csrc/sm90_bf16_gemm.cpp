@@ -62,10 +62,12 @@ void launch_grouped(Kernel& kernel, const LaunchShape& shape, uint64_t a_ptr, ui
   if (num_rows == 0 || params.n == 0 || params.num_groups == 0) return;
 
   const uint32_t block_k = checked_u32(shape.block_k, "block_k");
+  // With a cluster along N each CTA loads (and multicasts) its share of the A tile's rows;
+  // with a cluster along M, its share of the B tile's rows.
   params.tma_a = make_tma_2d(as_ptr(a_ptr), kBf16, kBf16Bytes, num_rows, params.k,
-                             checked_u32(lda, "lda"), checked_u32(shape.block_m, "block_m"),
+                             checked_u32(lda, "lda"),
+                             checked_u32(shape.block_m / shape.cluster_n, "block_m / cluster_n"),
                              block_k, kSwizzle128B);
-  // With a cluster along M each CTA loads (and multicasts) its share of the B tile's rows.
   params.tma_b = make_tma_3d(as_ptr(b_ptr), kBf16, kBf16Bytes, params.num_groups, params.n,
                              params.k, checked_u32(ldb, "ldb"), static_cast<uint64_t>(ldb_group),
                              checked_u32(shape.block_n / shape.cluster_m, "block_n / cluster_m"),
@@ -115,27 +117,32 @@ void launch_k_grouped(Kernel& kernel, const LaunchShape& shape, uint64_t a_ptr, 
 
 class GroupedLauncher {
  public:
-  // The cluster shape must be the one the kernel was built for (Scheduler::kClusterM): the B
-  // box height, the full barrier's byte count and the multicast mask all follow from it.
+  // The cluster shape must be the one the kernel was built for (Scheduler::kClusterM/N): the
+  // A and B box heights, the full barrier's byte count and the multicast mask follow from it.
   GroupedLauncher(Kernel& kernel, LaunchShape shape) : kernel_(kernel), shape_(shape) {
-    if ((shape.cluster_m != 1 && shape.cluster_m != 2) || shape.cluster_n != 1 ||
-        shape.block_n % (8 * shape.cluster_m) != 0) {
+    const bool known_shape = (shape.cluster_m == 1 && shape.cluster_n == 1) ||
+                             (shape.cluster_m == 2 && shape.cluster_n == 1) ||
+                             (shape.cluster_m == 1 && shape.cluster_n == 2);
+    if (!known_shape || shape.block_n % (8 * shape.cluster_m) != 0 ||
+        shape.block_m % (8 * shape.cluster_n) != 0) {
       throw std::invalid_argument(
-          "Sm90Bf16GemmLauncher: clusters are 1x1 or 2x1 with block_n a multiple of 8 * cluster_m"
-          ", got cluster " + std::to_string(shape.cluster_m) + "x" +
-          std::to_string(shape.cluster_n) + " and block_n " + std::to_string(shape.block_n));
+          "Sm90Bf16GemmLauncher: clusters are 1x1, 2x1 or 1x2, and each CTA's share of a tile "
+          "is a multiple of 8 rows; got cluster " + std::to_string(shape.cluster_m) + "x" +
+          std::to_string(shape.cluster_n) + " with block " + std::to_string(shape.block_m) +
+          "x" + std::to_string(shape.block_n));
     }
-    if (shape.cluster_m > 1) {
+    const int64_t cluster_size = shape.cluster_m * shape.cluster_n;
+    if (cluster_size > 1) {
       // Persistent CTAs only help when all of them run at once: clusters that do not fit beside
       // the others would start after them and double the time of their share of the tiles.
-      const int fit = kernel.max_active_clusters(checked_u32(shape.cluster_m, "cluster_m"),
+      const int fit = kernel.max_active_clusters(checked_u32(cluster_size, "cluster size"),
                                                  checked_u32(shape.num_threads, "num_threads"),
                                                  checked_u32(shape.smem_bytes, "smem_bytes"));
       if (fit < 1) {
         throw std::runtime_error("Sm90Bf16GemmLauncher: no cluster of " +
-                                 std::to_string(shape.cluster_m) + " CTAs fits on this device");
+                                 std::to_string(cluster_size) + " CTAs fits on this device");
       }
-      shape_.num_blocks = std::min<int64_t>(shape.num_blocks, int64_t{fit} * shape.cluster_m);
+      shape_.num_blocks = std::min<int64_t>(shape.num_blocks, int64_t{fit} * cluster_size);
     }
   }
 

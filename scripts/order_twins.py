@@ -6,12 +6,13 @@ heuristic's pick unless the pick swaps operands):
              (tiles round-robin in group order);
   offs / masked (the grouped walk): rounds rotated over the CTAs, against stage variant 4 (not
              rotated). Swapped-operand configs have no variants and are skipped.
-Both builds are checked against the FP32 reference first.
+--variant V times stage variant V as the twin instead (e.g. 32 / 64: the grouped walk in
+stripes of 8 / 16 m-blocks per group). Both builds are checked against the FP32 reference first.
 
-    python3 scripts/order_twins.py [--cases REGEX] [--configs 3]
+    python3 scripts/order_twins.py [--cases REGEX] [--configs 3] [--variant V]
 
-Prints per case and config: round-robin us, new-order us, and their ratio (> 1: the new order
-is faster), then the geometric means.
+Prints per case and config: the twin's us, the default build's us, and their ratio (> 1: the
+default is faster), then the geometric means.
 """
 
 from __future__ import annotations
@@ -37,7 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", help="regex over case ids/names")
     parser.add_argument("--configs", type=int, default=3, help="configs per case")
+    parser.add_argument("--variant", type=int, help="the twin's stage variant (see above)")
     args = parser.parse_args(argv)
+    twin_variant = dict.fromkeys(ROUND_ROBIN_VARIANT, args.variant) if args.variant else None
+    twin_variant = twin_variant or ROUND_ROBIN_VARIANT
 
     arch = sm90_arch()
     timer = Timer(queued=True, budget_ms=300, max_iters=60)
@@ -59,11 +63,12 @@ def main(argv: list[str] | None = None) -> int:
         ranked = sorted(legal, key=lambda c: sm90._rank_key(c, desc, arch))
         work.append((q, desc, ranked[: args.configs]))
     precompile([spec_for(desc, c, v) for q, desc, cfgs in work for c in cfgs
-                for v in (0, ROUND_ROBIN_VARIANT[q.layout])])  # fmt: skip
-    print(f"{'case':62s} {'config':26s} {'round-robin':>11s} {'new order':>11s}  ratio")
+                for v in (0, twin_variant[q.layout])])  # fmt: skip
+    twin_name = f"variant {args.variant}" if args.variant else "round-robin"
+    print(f"{'case':62s} {'config':26s} {twin_name:>11s} {'default':>11s}  ratio")
     for q, _desc, cfgs in work:
         prob = Problem(q)
-        rr_variant = ROUND_ROBIN_VARIANT[q.layout]
+        rr_variant = twin_variant[q.layout]
         for rank, cfg in enumerate(cfgs):
             times: dict[int, list[float]] = {0: [], rr_variant: []}
             bad = []
@@ -91,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     plans_mod.build_plan = real_build
     if ratios:
         print(
-            f"geomean round-robin / new order: all {geomean(ratios):.3f} "
+            f"geomean {twin_name} / default: all {geomean(ratios):.3f} "
             f"(min {min(ratios):.3f}, max {max(ratios):.3f}); first-ranked {geomean(ratios_first):.3f}"
         )
     return 0

@@ -177,28 +177,47 @@ def test_stage_breakdown_variants_compile(tmp_path, monkeypatch) -> None:
                 assert 2 * sum("gsb0" in line for line in hgmma) <= len(hgmma)
 
 
-@pytest.mark.parametrize("kind", ["bf16_gemm_nt", "m_grouped_offsets", "m_grouped_masked"])
+@pytest.mark.parametrize(
+    "kind,cluster",
+    [
+        ("bf16_gemm_nt", "2x1"),
+        ("m_grouped_offsets", "2x1"),
+        ("m_grouped_masked", "2x1"),
+        ("bf16_gemm_nt", "1x2"),
+        ("m_grouped_offsets", "1x2"),
+        ("m_grouped_masked", "1x2"),
+        ("m_grouped_contiguous", "1x2"),
+    ],
+)
 @pytest.mark.parametrize("block_m,tma_store", [(128, True), (64, False)])
-def test_cluster_multicast_kernels_compile(kind, block_m, tma_store, tmp_path, monkeypatch) -> None:
-    """2-CTA clusters sharing B by multicast (experimental, enumerated only on request)."""
+def test_cluster_multicast_kernels_compile(
+    kind, cluster, block_m, tma_store, tmp_path, monkeypatch
+) -> None:
+    """2-CTA clusters sharing B (2x1) or A (1x2) by multicast (experimental, enumerated only
+    on request)."""
+    cluster = tuple(int(x) for x in cluster.split("x"))
     from moegemm.heuristics.sm90 import EXPERIMENTAL_CLUSTERS_ENV, enumerate_configs
 
     monkeypatch.setenv("MOEGEMM_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("MOEGEMM_JIT_PTXAS_CHECK", "1")
     monkeypatch.delenv(EXPERIMENTAL_CLUSTERS_ENV, raising=False)
     desc = GemmDesc(kind, m=4096, n=4096, k=4096, num_groups=4, expected_m=1024)
-    assert all(c.layout.cluster_m == 1 for c in enumerate_configs(desc, SM90))
+    assert all(c.layout.cluster_size == 1 for c in enumerate_configs(desc, SM90))
     monkeypatch.setenv(EXPERIMENTAL_CLUSTERS_ENV, "1")
     config = next(
         c
         for c in enumerate_configs(desc, SM90)
-        if c.layout.cluster_m == 2
+        if (c.layout.cluster_m, c.layout.cluster_n) == cluster
         and c.layout.block_m == block_m
         and c.layout.block_n == 256
         and bool(store_cols(c)) == tma_store
     )
+    assert sm90.is_legal(config, desc, SM90)
+    # The shared operand's box is the CTA's share of the tile.
+    assert config.storage.load_box_a == (64, block_m // cluster[1])
+    assert config.storage.load_box_b == (64, 256 // cluster[0])
     sass = built_sass(sm90_bf16_gemm_spec(config, "bf16", False, kind))
-    assert "MULTICAST" in sass, "B must be loaded with a multicast TMA"
+    assert "MULTICAST" in sass, "the shared operand must be loaded with a multicast TMA"
     assert "LDL" not in sass and "STL" not in sass
     hgmma = [line for line in sass.splitlines() if "HGMMA." in line and "RZ" not in line]
     assert hgmma and 2 * sum("gsb0" in line for line in hgmma) <= len(hgmma), "wgmma serialized"
@@ -237,7 +256,7 @@ def test_split_tail_kernels_compile(kind, block_n, tma_store, half_atom, tmp_pat
     assert 2 * sum("gsb0" in line for line in hgmma) <= len(hgmma), "wgmma serialized"
 
 
-def test_clusters_refused_for_m_indices() -> None:
+def test_b_sharing_clusters_refused_for_m_indices() -> None:
     from dataclasses import replace
 
     config = config_with(128, 256, "m_grouped_contiguous")

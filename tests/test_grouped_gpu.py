@@ -442,7 +442,8 @@ def test_group_walk_over_many_mostly_empty_groups() -> None:
 
 
 def cluster_twins(desc, monkeypatch):
-    """(single-CTA config, 2-CTA cluster config) pairs of the same tile and epilogue."""
+    """(single-CTA config, 2-CTA cluster config) pairs of the same tile and epilogue, for both
+    cluster shapes (2x1 shares B, 1x2 shares A) where the layout has them."""
     from moegemm.heuristics import SM90
     from moegemm.heuristics.sm90 import EXPERIMENTAL_CLUSTERS_ENV, enumerate_configs
 
@@ -450,10 +451,19 @@ def cluster_twins(desc, monkeypatch):
     by_key: dict = {}
     for config in enumerate_configs(desc, SM90):
         lay = config.layout
+        if lay.swap_ab:
+            continue
         key = (lay.block_m, lay.block_n, config.storage.store_box_d)
-        by_key.setdefault(key, {})[lay.cluster_m] = config
+        by_key.setdefault(key, {})[(lay.cluster_m, lay.cluster_n)] = config
+    # 2880 columns: 12 n-blocks of 240 or 256, 23 of 128 (the second CTA of the last 1x2
+    # cluster tile lies past N).
     wanted = [(128, 256, (64, 64)), (128, 240, (16, 64)), (64, 256, None), (256, 128, None)]
-    return [(by_key[k][1], by_key[k][2]) for k in wanted if k in by_key and 2 in by_key[k]]
+    return [
+        (by_key[k][(1, 1)], by_key[k][shape])
+        for k in wanted
+        for shape in ((2, 1), (1, 2))
+        if k in by_key and shape in by_key[k]
+    ]
 
 
 def check_cluster_twins(pairs, run) -> None:
@@ -469,10 +479,11 @@ def check_cluster_twins(pairs, run) -> None:
 
 @pytest.mark.parametrize("pdl", [False, True])
 def test_cluster_multicast_matches_single_cta(monkeypatch, pdl: bool) -> None:
-    """Experimental 2-CTA clusters (B multicast): the same bits as one CTA per tile, on groups
-    with odd m-block counts (the second CTA of a group's last cluster tile has no rows), empty
-    groups, more than 32 groups, an N tail whose second B half lies past N, masked groups and
-    dense M tails; with and without PDL."""
+    """Experimental 2-CTA clusters (B multicast along M, A multicast along N): the same bits as
+    one CTA per tile, on groups with odd m-block counts (the second CTA of a group's last 2x1
+    cluster tile has no rows), empty groups, more than 32 groups, an N tail whose second B half
+    lies past N, an odd n-block count (the second CTA of the last 1x2 tile lies past N), masked
+    groups, dense M tails and the m_indices layout (1x2 only); with and without PDL."""
     from moegemm.heuristics import GemmDesc
 
     pdl_before = moegemm.get_pdl()
@@ -531,6 +542,34 @@ def test_cluster_multicast_matches_single_cta(monkeypatch, pdl: bool) -> None:
                 return storage[:m]
 
             check_cluster_twins(cluster_twins(ddesc, monkeypatch), run_dense)
+
+        # m_indices: only 1x2 clusters (both CTAs share an m-block, so its group); padding
+        # blocks between the groups are skipped by both.
+        sizes = [0, 1, 300, 128, 129, 64]
+        padded = [-(-rows // ALIGN) * ALIGN for rows in sizes]
+        m_indices = torch.full((sum(padded),), -1, dtype=torch.int32)
+        start = 0
+        for g, (rows, span) in enumerate(zip(sizes, padded)):
+            m_indices[start : start + rows] = g
+            start += span
+        ia, ib = bf16(sum(padded), k), bf16(len(sizes), n, k, scale=0.02)
+        m_indices = m_indices.cuda()
+        idesc = GemmDesc("m_grouped_contiguous", sum(padded), n, k, len(sizes))
+
+        def run_indices(config):
+            d = nan(sum(padded), n)
+            moegemm.m_grouped_bf16_gemm_nt_contiguous(ia, ib, d, m_indices, config=config)
+            return d
+
+        pairs = cluster_twins(idesc, monkeypatch)
+        assert all(c.layout.cluster_n == 2 for _, c in pairs)
+        check_cluster_twins(pairs, run_indices)
+        d, start = run_indices(pairs[0][1]), 0
+        for g, (rows, span) in enumerate(zip(sizes, padded)):
+            if rows:
+                ref = ia[start : start + rows].float() @ ib[g].float().t()
+                assert calc_diff(d[start : start + rows], ref) < TOL
+            start += span
     finally:
         moegemm.set_pdl(pdl_before)
 

@@ -20,13 +20,17 @@
 //             warpgroup's wgmma reading stage s has retired). One wgmma batch stays in flight:
 //             stage s is released once the batch of stage s + 1 has been issued.
 //   Pipeline state is (stage_idx, phase); phase flips each time stage_idx wraps.
-// Clusters (Scheduler::kClusterM = 2; experimental: bitwise equal to one CTA per tile on the
-//   H200, but slower on most prefill shapes, so not enumerated by default): the two CTAs take
-//   consecutive m-blocks of one group and the same n-block; each loads its own A and half of B,
-//   multicast into both CTAs. full[s] still expects all of B; empty[s] counts the math
-//   warpgroups of both CTAs (one warp of each releases a stage on both), so neither producer
-//   overwrites a stage the peer still reads. Cluster barriers after the barrier set-up and
-//   before exit.
+// Clusters of two CTAs sharing one operand by TMA multicast (experimental, not enumerated by
+//   default):
+//   - along M (Scheduler::kClusterM = 2, B shared): the CTAs take consecutive m-blocks of one
+//     group and the same n-block; each loads its own A and half of B, multicast into both.
+//   - along N (Scheduler::kClusterN = 2, A shared): the CTAs take the same m-block and
+//     consecutive n-blocks; each loads half of A's rows, multicast into both, and its own B.
+//     No padding for ragged groups (both CTAs hold the same rows); a CTA whose n-block lies
+//     past N only keeps the pipeline in step.
+//   full[s] still expects the whole A and B slices; empty[s] counts the math warpgroups of
+//   both CTAs (one warp of each releases a stage on both), so neither producer overwrites a
+//   stage the peer still reads. Cluster barriers after the barrier set-up and before exit.
 // Shared memory: [A stages | B stages | D staging | full barriers | empty barriers]; every slice
 //   starts on a 1024-byte boundary as the 128B swizzle requires.
 // Epilogue (kStoreCols): 0 stores from registers (epilogue/sm90_direct_store.cuh). Otherwise a
@@ -90,14 +94,19 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
   using Traits =
       Bf16GemmTraits<BLOCK_M, BLOCK_N, BLOCK_K, kNumStages, kNumMathWG, kWithC, OutT, kStoreCols>;
   constexpr uint32_t kAtomsM = Traits::kAtomsM;
-  constexpr uint32_t kClusterM = Scheduler::kClusterM;
-  static_assert(kClusterM == 1 || kClusterM == 2, "B is shared by at most two CTAs");
+  constexpr uint32_t kClusterM = Scheduler::kClusterM;  // CTAs sharing B
+  constexpr uint32_t kClusterN = Scheduler::kClusterN;  // CTAs sharing A
+  constexpr uint32_t kClusterSize = kClusterM * kClusterN;
+  static_assert(kClusterSize <= 2, "an operand is shared by at most two CTAs, along M or N");
   static_assert(BLOCK_N % (8 * kClusterM) == 0, "each CTA's share of B is whole swizzle atoms");
-  constexpr uint32_t kBytesBShare = Traits::kBytesB / kClusterM;  // what one CTA's TMA brings
+  static_assert(BLOCK_M % (8 * kClusterN) == 0, "each CTA's share of A is whole swizzle atoms");
+  constexpr uint32_t kBytesAShare = Traits::kBytesA / kClusterN;  // what one CTA's TMA brings
+  constexpr uint32_t kBytesBShare = Traits::kBytesB / kClusterM;
+  constexpr uint16_t kClusterMask = (1u << kClusterSize) - 1;
   // Tiles whose rows all fit the first m64 atom split their columns between the two math
   // warpgroups (one CTA per tile only: a cluster's pipeline counts each warpgroup's release).
   constexpr bool kSplitTails =
-      MOEGEMM_SPLIT_TAILS != 0 && kNumMathWG == 2 && kAtomsM == 1 && kClusterM == 1;
+      MOEGEMM_SPLIT_TAILS != 0 && kNumMathWG == 2 && kAtomsM == 1 && kClusterSize == 1;
 
   extern __shared__ __align__(1024) uint8_t smem[];
   uint8_t* sA = smem;
@@ -112,19 +121,20 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
     // Every math warp releases each stage; with a cluster, every math warpgroup of every CTA
     // (B lands in all of them; release_stage lets one warp per warpgroup signal).
     init_pipeline<kNumStages>(&params.tma_a, &params.tma_b, full, empty,
-                              kClusterM == 1 ? Traits::kNumMathWarps : kNumMathWG * kClusterM);
+                              kClusterSize == 1 ? Traits::kNumMathWarps
+                                                : kNumMathWG * kClusterSize);
     if constexpr (Traits::kTmaStore) prefetch_tma_desc(&params.tma_d);
   }
   // With a cluster, the peer's barriers must be initialised before anything reaches them.
-  if constexpr (kClusterM == 1) {
+  if constexpr (kClusterSize == 1) {
     __syncthreads();
   } else {
     cute::cluster_sync();
   }
   // Schedulers derive the rank from blockIdx.x: clusters run along x only (launch.cpp).
-  const uint32_t cta_rank = kClusterM == 1 ? 0 : cute::block_rank_in_cluster();
-  if constexpr (kClusterM > 1) {
-    if (cute::cluster_shape().x != kClusterM) __trap();  // launched with another cluster shape
+  const uint32_t cta_rank = kClusterSize == 1 ? 0 : cute::block_rank_in_cluster();
+  if constexpr (kClusterSize > 1) {
+    if (cute::cluster_shape().x != kClusterSize) __trap();  // launched with another cluster shape
   }
 
   // Everything above overlaps the previous kernel under PDL; global memory is touched only below.
@@ -140,9 +150,9 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
     cutlass::arch::warpgroup_reg_dealloc<40>();
     if (warp_idx == 0) {
       // The whole warp walks the schedule (a warp-cooperative search); one lane issues. With a
-      // cluster, each CTA loads its own A and its share of B, multicast to every CTA; the full
-      // barrier expects all of B. empty[s] counts both CTAs' math warpgroups, so neither
-      // multicasts into a stage the other still reads.
+      // cluster, each CTA loads its share of the shared operand, multicast to every CTA, and
+      // all of the other; the full barrier expects both whole slices. empty[s] counts both
+      // CTAs' math warpgroups, so neither multicasts into a stage the other still reads.
       const bool leader = cute::elect_one_sync();
       uint32_t stage_idx = 0, phase = 0;
       while (scheduler.next(tile)) {
@@ -151,17 +161,26 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
             empty[stage_idx].wait(phase ^ 1);
             full[stage_idx].arrive_and_expect_tx(Traits::kBytesA + Traits::kBytesB);
             const int32_t k_crd = static_cast<int32_t>(kb * BLOCK_K);
-            tma_load_2d(&params.tma_a, &full[stage_idx], sA + stage_idx * Traits::kBytesA, k_crd,
-                        static_cast<int32_t>(tile.row0));
-            uint8_t* stage_b = sB + stage_idx * Traits::kBytesB + cta_rank * kBytesBShare;
+            if constexpr (kClusterN == 1) {
+              tma_load_2d(&params.tma_a, &full[stage_idx], sA + stage_idx * Traits::kBytesA,
+                          k_crd, static_cast<int32_t>(tile.row0));
+            } else {
+              tma_load_2d_multicast(
+                  &params.tma_a, &full[stage_idx],
+                  sA + stage_idx * Traits::kBytesA + cta_rank * kBytesAShare, k_crd,
+                  static_cast<int32_t>(tile.row0 + cta_rank * (BLOCK_M / kClusterN)),
+                  kClusterMask);
+            }
+            const uint32_t b_rank = kClusterM > 1 ? cta_rank : 0;  // this CTA's share of B
+            uint8_t* stage_b = sB + stage_idx * Traits::kBytesB + b_rank * kBytesBShare;
             const int32_t n_crd =
-                static_cast<int32_t>(tile.n_block * BLOCK_N + cta_rank * (BLOCK_N / kClusterM));
+                static_cast<int32_t>(tile.n_block * BLOCK_N + b_rank * (BLOCK_N / kClusterM));
             if constexpr (kClusterM == 1) {
               tma_load_3d(&params.tma_b, &full[stage_idx], stage_b, k_crd, n_crd,
                           static_cast<int32_t>(tile.group));
             } else {
               tma_load_3d_multicast(&params.tma_b, &full[stage_idx], stage_b, k_crd, n_crd,
-                                    static_cast<int32_t>(tile.group), (1u << kClusterM) - 1);
+                                    static_cast<int32_t>(tile.group), kClusterMask);
             }
             stage_idx = stage_idx + 1 == kNumStages ? 0 : stage_idx + 1;
             phase ^= stage_idx == 0;
@@ -170,7 +189,7 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
         __syncwarp();
       }
     }
-    if constexpr (kClusterM == 1) return;
+    if constexpr (kClusterSize == 1) return;
   } else {
     cutlass::arch::warpgroup_reg_alloc<232>();
     const uint32_t math_wg = threadIdx.x / 128 - 1;
@@ -187,17 +206,20 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
       // then runs a mainloop without wgmma (the tensor cores are shared, so the busy warpgroup
       // runs faster) that keeps the pipeline's waits and arrives. The branch sits outside the
       // wgmma loop: a wgmma under a condition makes ptxas serialize every one of them.
+      // With A shared along N, a CTA whose n-block lies past N idles the same way.
       const uint32_t row0 = tile.row0 + math_wg * Traits::kWgRows;
-      if (!kSplitTails && (kNumMathWG > 1 || kClusterM > 1) && row0 >= tile.row_end) {
+      const bool past_n = kClusterN > 1 && tile.n_block * BLOCK_N >= params.n;
+      if (!kSplitTails && (kNumMathWG > 1 || kClusterSize > 1) &&
+          (row0 >= tile.row_end || past_n)) {
         for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
           full[stage_idx].wait(phase);
           __syncwarp();  // reconverge after the spin-wait (bar.sync below is warp-aligned)
-          if constexpr (kClusterM > 1) {
+          if constexpr (kClusterSize > 1) {
             // One warp releases for the warpgroup: the others must have seen this phase first,
             // or a lagging warp could later wait on a parity two phases old and never wake.
             asm volatile("bar.sync %0, 128;" ::"r"(8 + math_wg) : "memory");
           }
-          release_stage<kClusterM>(empty[stage_idx], lane_idx, signaling_warp);
+          release_stage<kClusterSize>(empty[stage_idx], lane_idx, signaling_warp);
           stage_idx = stage_idx + 1 == kNumStages ? 0 : stage_idx + 1;
           phase ^= stage_idx == 0;
         }
@@ -227,7 +249,7 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
             cute::warpgroup_wait<1>();
 #pragma unroll
             for (uint32_t i = 0; i < BLOCK_N / 2; ++i) cute::warpgroup_fence_operand(acc[0][i]);
-            if (kb_done > 0) release_stage<kClusterM>(empty[prev_stage], lane_idx, signaling_warp);
+            if (kb_done > 0) release_stage<kClusterSize>(empty[prev_stage], lane_idx, signaling_warp);
             prev_stage = stage_idx;
             ++kb_done;
             stage_idx = stage_idx + 1 == kNumStages ? 0 : stage_idx + 1;
@@ -236,7 +258,7 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
           cute::warpgroup_wait<0>();
 #pragma unroll
           for (uint32_t i = 0; i < BLOCK_N / 2; ++i) cute::warpgroup_fence_operand(acc[0][i]);
-          if (kb_done > 0) release_stage<kClusterM>(empty[prev_stage], lane_idx, signaling_warp);
+          if (kb_done > 0) release_stage<kClusterSize>(empty[prev_stage], lane_idx, signaling_warp);
 
           const uint32_t col0 = tile.n_block * BLOCK_N + math_wg * kHalfN;
           if (col0 >= params.n) continue;  // this half lies past N
@@ -285,7 +307,7 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
         for (uint32_t a = 0; a < kAtomsM; ++a)
 #pragma unroll
           for (uint32_t i = 0; i < BLOCK_N / 2; ++i) cute::warpgroup_fence_operand(acc[a][i]);
-        if (kb_done > 0) release_stage<kClusterM>(empty[prev_stage], lane_idx, signaling_warp);
+        if (kb_done > 0) release_stage<kClusterSize>(empty[prev_stage], lane_idx, signaling_warp);
         prev_stage = stage_idx;
         ++kb_done;
         stage_idx = stage_idx + 1 == kNumStages ? 0 : stage_idx + 1;
@@ -296,7 +318,7 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
       for (uint32_t a = 0; a < kAtomsM; ++a)
 #pragma unroll
         for (uint32_t i = 0; i < BLOCK_N / 2; ++i) cute::warpgroup_fence_operand(acc[a][i]);
-      if (kb_done > 0) release_stage<kClusterM>(empty[prev_stage], lane_idx, signaling_warp);
+      if (kb_done > 0) release_stage<kClusterSize>(empty[prev_stage], lane_idx, signaling_warp);
 
       if constexpr ((MOEGEMM_STAGE_VARIANT & 2) != 0) {
         // Timing build without stores: keep the accumulators live so the wgmma stays.
@@ -323,7 +345,7 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
       if (threadIdx.x % 128 == 0) tma_store_drain();
   }
   // No CTA may leave while its peer can still multicast into it or arrive on its barriers.
-  if constexpr (kClusterM > 1) cute::cluster_sync();
+  if constexpr (kClusterSize > 1) cute::cluster_sync();
 #endif
 }
 

@@ -78,7 +78,8 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
     sm90_bf16_grouped_gemm_swap_ab_kernel(const __grid_constant__ Sm90Bf16GemmParams params) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using Traits = SwapAbTraits<BLOCK_M, BLOCK_N, BLOCK_K, kNumStages, kNumMathWG>;
-  static_assert(Scheduler::kClusterM == 1, "no clusters with swapped operands");
+  static_assert(Scheduler::kClusterM == 1 && Scheduler::kClusterN == 1,
+                "no clusters with swapped operands");
 
   extern __shared__ __align__(1024) uint8_t smem[];
   uint8_t* sA = smem;

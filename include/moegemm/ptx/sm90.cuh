@@ -132,8 +132,15 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t smem_addr, uint32_t r0, uin
                : "memory");
 }
 
-// B shared by the CTAs of a cluster: one CTA's box lands at the same offset of every CTA in
-// `cta_mask`, completing bytes on the barrier at the same offset in each.
+// An operand shared by the CTAs of a cluster: one CTA's box lands at the same offset of every
+// CTA in `cta_mask`, completing bytes on the barrier at the same offset in each.
+__device__ __forceinline__ void tma_load_2d_multicast(const void* desc, Barrier* bar, void* smem,
+                                                      int32_t crd0, int32_t crd1,
+                                                      uint16_t cta_mask) {
+  constexpr uint64_t kCacheHintNormal = 0x1000000000000000ull;
+  cute::SM90_TMA_LOAD_MULTICAST_2D::copy(desc, reinterpret_cast<uint64_t*>(bar), cta_mask,
+                                         kCacheHintNormal, smem, crd0, crd1);
+}
 __device__ __forceinline__ void tma_load_3d_multicast(const void* desc, Barrier* bar, void* smem,
                                                       int32_t crd0, int32_t crd1, int32_t crd2,
                                                       uint16_t cta_mask) {
@@ -152,13 +159,13 @@ __device__ __forceinline__ void tma_load_3d_multicast(const void* desc, Barrier*
 // CUTLASS does: a wgmma is one operation of the whole warpgroup, so once any of its warps has
 // seen a batch retire, the warpgroup's reads of that stage are over; the empty barriers count
 // one arrive per warpgroup and CTA instead of one per warp.
-template <uint32_t kClusterM>
+template <uint32_t kClusterSize>
 __device__ __forceinline__ void release_stage(Barrier& empty, uint32_t lane_idx,
                                               bool signaling_warp) {
-  if constexpr (kClusterM == 1) {
+  if constexpr (kClusterSize == 1) {
     if (lane_idx == 0) empty.arrive();
   } else {
-    if (signaling_warp && lane_idx < kClusterM) {
+    if (signaling_warp && lane_idx < kClusterSize) {
       const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(&empty));
       asm volatile(
           "{\n\t.reg .b32 remote;\n\t"

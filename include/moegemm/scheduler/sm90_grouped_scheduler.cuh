@@ -32,21 +32,36 @@ struct GroupingArgs {
 
 // One dense problem, rasterised in stripes of kStripeM m-blocks with n-blocks inner so the CTAs
 // running together share A row-blocks and sweep B together.
-// kClusterM > 1: the kClusterM CTAs of a cluster take one "cluster tile" together, the same
-// n-block and kClusterM consecutive m-blocks (CTA rank r the r-th), so they can share B by TMA
-// multicast; a rank whose m-block lies past the rows gets row0 >= row_end (nothing to do but
-// keep the pipeline in step).
-template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kStripeM = 8, uint32_t kClusterM_ = 1>
+// Clusters: the kClusterM * kClusterN CTAs of a cluster take one "cluster tile" together
+// (CTA rank r its r-th tile), so they can share an operand by TMA multicast:
+//   kClusterM > 1: the same n-block and kClusterM consecutive m-blocks (B shared); a rank whose
+//                  m-block lies past the rows gets row0 >= row_end (nothing to do but keep the
+//                  pipeline in step);
+//   kClusterN > 1: the same m-block and kClusterN consecutive n-blocks (A shared); a rank whose
+//                  n-block lies past N keeps the pipeline in step the same way.
+// Cluster tiles are counted in units of kClusterM m-blocks by kClusterN n-blocks.
+template <uint32_t kClusterM, uint32_t kClusterN>
+__device__ __forceinline__ void cluster_offsets(uint32_t& m_offset, uint32_t& n_offset) {
+  static_assert(kClusterM == 1 || kClusterN == 1, "clusters run along M or along N");
+  const uint32_t rank = blockIdx.x % (kClusterM * kClusterN);
+  m_offset = kClusterM > 1 ? rank : 0;
+  n_offset = kClusterN > 1 ? rank : 0;
+}
+
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kStripeM = 8, uint32_t kClusterM_ = 1,
+          uint32_t kClusterN_ = 1>
 struct DenseScheduler {
   static constexpr uint32_t kClusterM = kClusterM_;
+  static constexpr uint32_t kClusterN = kClusterN_;
+  static constexpr uint32_t kClusterSize = kClusterM * kClusterN;
   uint32_t m, num_m_blocks, num_n_blocks, num_tiles, tile_idx;
 
   __device__ __forceinline__ explicit DenseScheduler(const GroupingArgs& args)
       : m(args.m),
         num_m_blocks((args.m + BLOCK_M * kClusterM - 1) / (BLOCK_M * kClusterM)),
-        num_n_blocks((args.n + BLOCK_N - 1) / BLOCK_N),
+        num_n_blocks((args.n + BLOCK_N * kClusterN - 1) / (BLOCK_N * kClusterN)),
         num_tiles(num_m_blocks * num_n_blocks),
-        tile_idx(blockIdx.x / kClusterM) {}
+        tile_idx(blockIdx.x / kClusterSize) {}
 
   __device__ __forceinline__ bool next(Tile& tile) {
     if (tile_idx >= num_tiles) return false;
@@ -56,11 +71,13 @@ struct DenseScheduler {
     const uint32_t stripe_m = min(kStripeM, num_m_blocks - first_m);
     const uint32_t in_stripe = tile_idx - stripe * tiles_per_stripe;
     const uint32_t cluster_m_block = first_m + in_stripe % stripe_m;
-    tile.row0 = (cluster_m_block * kClusterM + blockIdx.x % kClusterM) * BLOCK_M;
+    uint32_t m_offset, n_offset;
+    cluster_offsets<kClusterM, kClusterN>(m_offset, n_offset);
+    tile.row0 = (cluster_m_block * kClusterM + m_offset) * BLOCK_M;
     tile.row_end = m;
-    tile.n_block = in_stripe / stripe_m;
+    tile.n_block = in_stripe / stripe_m * kClusterN + n_offset;
     tile.group = 0;
-    tile_idx += gridDim.x / kClusterM;
+    tile_idx += gridDim.x / kClusterSize;
     return true;
   }
 };
@@ -69,11 +86,14 @@ struct DenseScheduler {
 // group's segment starts on a multiple of the alignment, which BLOCK_M divides, so a block
 // belongs to the group of its first row. Blocks that start on padding are skipped. Rows are
 // walked m-block-major per n-block stripe, like DenseScheduler.
-template <uint32_t BLOCK_M, uint32_t BLOCK_N>
+// Clusters along N only (A shared): two consecutive m-blocks may belong to different groups
+// (different B), but the n-blocks of one m-block share its group, so both CTAs of a cluster
+// skip the same padding blocks.
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kClusterN_ = 1>
 struct ContiguousIndexScheduler {
-  // No clusters: two consecutive m-blocks may belong to different groups (different B).
   static constexpr uint32_t kClusterM = 1;
-  DenseScheduler<BLOCK_M, BLOCK_N> dense;
+  static constexpr uint32_t kClusterN = kClusterN_;
+  DenseScheduler<BLOCK_M, BLOCK_N, 8, 1, kClusterN> dense;
   const int32_t* m_indices;
 
   __device__ __forceinline__ explicit ContiguousIndexScheduler(const GroupingArgs& args)
@@ -102,8 +122,8 @@ struct ContiguousIndexScheduler {
 // a warp prefix sum turns sizes into tile counts, a ballot finds the group that holds the tile.
 // Decode with hundreds of mostly empty groups then costs a few dependent loads instead of one
 // per group. next() must be called by whole warps (every lane, same sequence).
-// kClusterM > 1: as in DenseScheduler, the CTAs of a cluster share each tile's n-block and take
-// consecutive m-blocks of the same group; a group's tiles count its m-blocks in clusters.
+// Clusters as in DenseScheduler, inside one group: a group's tiles count its m-blocks and
+// n-blocks in cluster units.
 // Rounds: the CTAs take tiles in rounds of one tile each, round r's tiles going to the CTAs
 // rotated by r. Without the rotation, CTA b always lands on the same m-block position of
 // groups whose m-block count divides the CTA count (132 = 2 * 2 * 3 * 11), so with 2 or 3
@@ -111,10 +131,18 @@ struct ContiguousIndexScheduler {
 // cheaper last blocks shorten nobody's critical path. A round still covers consecutive tiles
 // (the CTAs running together keep sharing each n-block of B). Stage variant bit 2 (timing
 // twins only) keeps the unrotated order.
-template <uint32_t BLOCK_M, uint32_t BLOCK_N, bool kOffsets, uint32_t kClusterM_ = 1>
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, bool kOffsets, uint32_t kClusterM_ = 1,
+          uint32_t kClusterN_ = 1>
 struct GroupWalkScheduler {
   static constexpr bool kRotate = (MOEGEMM_STAGE_VARIANT & 4) == 0;
+  // Stripes inside a group (timing twins, stage variants 32 and 64): a group's m-blocks are
+  // walked kStripeM at a time, n-blocks outer inside each stripe, as DenseScheduler does;
+  // 0 walks all of a group's m-blocks per n-block.
+  static constexpr uint32_t kStripeM =
+      (MOEGEMM_STAGE_VARIANT & 32) != 0 ? 8 : ((MOEGEMM_STAGE_VARIANT & 64) != 0 ? 16 : 0);
   static constexpr uint32_t kClusterM = kClusterM_;
+  static constexpr uint32_t kClusterN = kClusterN_;
+  static constexpr uint32_t kClusterSize = kClusterM * kClusterN;
   static constexpr uint32_t kClusterRows = BLOCK_M * kClusterM;
   const int32_t* group_info;
   uint32_t m, num_groups, num_n_blocks;
@@ -128,8 +156,8 @@ struct GroupWalkScheduler {
       : group_info(args.group_info),
         m(args.m),
         num_groups(args.num_groups),
-        num_n_blocks((args.n + BLOCK_N - 1) / BLOCK_N),
-        tile_idx(blockIdx.x / kClusterM) {}
+        num_n_blocks((args.n + BLOCK_N * kClusterN - 1) / (BLOCK_N * kClusterN)),
+        tile_idx(blockIdx.x / kClusterSize) {}
 
   // Rows of group g, clamped to [0, m]: malformed sizes (decreasing or negative offsets, rows
   // past the tensor) can then neither hang the walk nor send a store outside the tensor.
@@ -179,14 +207,27 @@ struct GroupWalkScheduler {
       group_m_blocks = (group_rows + kClusterRows - 1) / kClusterRows;  // in cluster tiles
     }
     const uint32_t local = tile_idx - group_first_tile;
-    tile.row0 = group_start + (local % group_m_blocks) * kClusterRows +
-                (blockIdx.x % kClusterM) * BLOCK_M;
+    uint32_t m_offset, n_offset;
+    cluster_offsets<kClusterM, kClusterN>(m_offset, n_offset);
+    uint32_t m_block, n_block;
+    if constexpr (kStripeM == 0) {
+      m_block = local % group_m_blocks;
+      n_block = local / group_m_blocks;
+    } else {
+      const uint32_t stripe = local / (kStripeM * num_n_blocks);
+      const uint32_t first_m = stripe * kStripeM;
+      const uint32_t stripe_m = min(kStripeM, group_m_blocks - first_m);
+      const uint32_t in_stripe = local - stripe * kStripeM * num_n_blocks;
+      m_block = first_m + in_stripe % stripe_m;
+      n_block = in_stripe / stripe_m;
+    }
+    tile.row0 = group_start + m_block * kClusterRows + m_offset * BLOCK_M;
     tile.row_end = group_start + group_rows;
-    tile.n_block = local / group_m_blocks;
+    tile.n_block = n_block * kClusterN + n_offset;
     tile.group = group;
     // Next round: tile (round + 1) * C + (b + round + 1) % C of C = gridDim.x / kClusterM
     // cluster tiles per round; always past this one, so the cursor only moves forward.
-    const uint32_t ctas = gridDim.x / kClusterM, cta = blockIdx.x / kClusterM;
+    const uint32_t ctas = gridDim.x / kClusterSize, cta = blockIdx.x / kClusterSize;
     ++round;
     tile_idx = round * ctas + (kRotate ? (cta + round) % ctas : cta);
     return true;

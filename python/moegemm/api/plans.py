@@ -27,8 +27,9 @@ plans: dict[tuple, Plan] = register_plan_cache({})
 def max_ctas(desc: GemmDesc, config: GemmConfig) -> int:
     """CTAs worth launching: the tile count where the host knows it, else an upper bound."""
     lay = config.layout
-    n_blocks = math.ceil(desc.n / lay.block_n) * lay.cluster_m  # CTAs per cluster tile
-    rows = lay.block_m * lay.cluster_m  # rows of one cluster tile
+    # CTAs per row of cluster tiles, and the rows of one cluster tile.
+    n_blocks = math.ceil(desc.n / (lay.block_n * lay.cluster_n)) * lay.cluster_size
+    rows = lay.block_m * lay.cluster_m
     if desc.kind in ("bf16_gemm_nt", "m_grouped_contiguous"):
         return math.ceil(desc.m / rows) * n_blocks
     if desc.kind == "m_grouped_offsets":  # each group may end in a partial block
@@ -56,7 +57,7 @@ def build_plan(
         spec = sm90_bf16_gemm_spec(config, desc.d_dtype, desc.with_c, desc.kind, stage_variant)
         kernel = load_kernel(spec)
         launcher_type = _C.Sm90Bf16GemmLauncher
-    # Persistent CTAs, whole clusters of them (a cluster's CTAs share every tile's B).
+    # Persistent CTAs, whole clusters of them (a cluster's CTAs share an operand of each tile).
     cluster = lay.cluster_m * lay.cluster_n
     wanted = -(-max_ctas(desc, config) // cluster) * cluster
     num_blocks = max(cluster, min(arch.num_sms, wanted) // cluster * cluster)

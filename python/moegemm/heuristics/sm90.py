@@ -53,12 +53,21 @@ DIRECT_STORE_BYTES_PER_CLK = 6
 STMATRIX_BYTES_PER_CLK = 64  # staging writes into shared memory (half the port's peak)
 TMA_STORE_SYNC_CYCLES = 400  # two warpgroup barriers, the fence and the issue of the stores
 TMA_STORE_COLS = (64, 32, 16)  # box widths: one 128-, 64- or 32-byte swizzle span per row
-# 2-CTA clusters sharing B by TMA multicast: bitwise equal to one CTA per tile on the H200, but
-# measured slower on 14 of 33 prefill shapes (3-17%) and faster on 8 (3-15%, all K <= 5120),
-# and the model cannot yet tell which: only enumerated when this variable is 1 (GPU tests and
-# benchmarks set it to try them). It is read when a problem shape is first planned.
+# 2-CTA clusters sharing an operand by TMA multicast, (cluster_m, cluster_n) = (2, 1) sharing B
+# between neighbouring m-blocks or (1, 2) sharing A between neighbouring n-blocks. B sharing
+# is bitwise equal to one CTA per tile on the H200, but measured slower on 14 of 33 prefill
+# shapes (3-17%) and faster on 8 (3-15%, all K <= 5120), and the model cannot yet tell which:
+# clusters are only enumerated when this variable is 1 (GPU tests and benchmarks set it to try
+# them). It is read when a problem shape is first planned.
 EXPERIMENTAL_CLUSTERS_ENV = "MOEGEMM_EXPERIMENTAL_CLUSTERS"
-CLUSTER_KINDS = ("bf16_gemm_nt", "m_grouped_offsets", "m_grouped_masked")
+CLUSTER_SHAPES = ((2, 1), (1, 2))
+# B sharing needs consecutive m-blocks of one group, which the m_indices layout cannot promise.
+CLUSTER_KINDS = {
+    "bf16_gemm_nt": CLUSTER_SHAPES,
+    "m_grouped_offsets": CLUSTER_SHAPES,
+    "m_grouped_masked": CLUSTER_SHAPES,
+    "m_grouped_contiguous": ((1, 2),),
+}
 # Swapped operands (decode): the weights fill the wgmma's 64-row M side, 64 per math warpgroup,
 # and a tile's tokens (block_m) its N side. Register-store epilogue, BF16 out, no C.
 SWAP_AB_KINDS = ("m_grouped_offsets", "m_grouped_masked")
@@ -73,11 +82,12 @@ SWAP_AB_MAX_ROWS = 128  # expected rows per group above which swapped tiles are 
 ROUTING_SPREAD = 0.1
 
 
-def cluster_choices(desc: GemmDesc, arch: ArchSpec) -> tuple[int, ...]:
+def cluster_choices(desc: GemmDesc, arch: ArchSpec) -> tuple[tuple[int, int], ...]:
+    """(cluster_m, cluster_n) shapes to enumerate for `desc`."""
     enabled = os.environ.get(EXPERIMENTAL_CLUSTERS_ENV) == "1"
-    if enabled and desc.kind in CLUSTER_KINDS and arch.num_sms >= 2:
-        return (1, 2)
-    return (1,)
+    if enabled and arch.num_sms >= 2:
+        return ((1, 1),) + CLUSTER_KINDS.get(desc.kind, ())
+    return ((1, 1),)
 
 
 def math_warpgroups_for(block_m: int) -> int:
@@ -133,17 +143,24 @@ def _make_config(
     arch: ArchSpec,
     store_cols: int = 0,
     k_grouped: bool = False,
-    cluster_m: int = 1,
+    cluster: tuple[int, int] = (1, 1),
     swap_ab: bool = False,
 ) -> GemmConfig:
     num_wg = block_n // 64 if swap_ab else math_warpgroups_for(block_m)
+    cluster_m, cluster_n = cluster
     return GemmConfig(
         layout=Layout(
-            block_m=block_m, block_n=block_n, block_k=BLOCK_K, swap_ab=swap_ab, cluster_m=cluster_m
+            block_m=block_m,
+            block_n=block_n,
+            block_k=BLOCK_K,
+            swap_ab=swap_ab,
+            cluster_m=cluster_m,
+            cluster_n=cluster_n,
         ),
         storage=StorageConfig(
-            load_box_a=(BLOCK_K, block_m),
-            load_box_b=(BLOCK_K, block_n // cluster_m),  # each CTA loads its share of B
+            # Each CTA of a cluster loads its share of the operand it multicasts.
+            load_box_a=(BLOCK_K, block_m // cluster_n),
+            load_box_b=(BLOCK_K, block_n // cluster_m),
             swizzle_a=128,
             swizzle_b=128,
             store_box_d=(store_cols, 64) if store_cols else None,
@@ -175,9 +192,9 @@ def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> Iterator[GemmConfig]:
                 num_stages = min(MAX_STAGES, (arch.smem_budget - staging) // per_stage)
                 if num_stages < MIN_STAGES:
                     continue
-                for cluster_m in cluster_choices(desc, arch):
+                for cluster in cluster_choices(desc, arch):
                     yield _make_config(
-                        block_m, block_n, num_stages, arch, store_cols, k_grouped, cluster_m
+                        block_m, block_n, num_stages, arch, store_cols, k_grouped, cluster
                     )
     if swap_ab_possible(desc):
         for block_m in SWAP_AB_BLOCK_M:
@@ -250,8 +267,8 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
         and config.pipeline.smem_bytes <= arch.smem_budget
         and config.pipeline.num_stages >= MIN_STAGES
         and config.launch.num_threads == 128 * (num_wg + 1)
-        and lay.cluster_n == 1
-        and lay.cluster_m in cluster_choices(desc, arch)
+        and (lay.cluster_m, lay.cluster_n) in cluster_choices(desc, arch)
+        and config.storage.load_box_a == (BLOCK_K, lay.block_m // lay.cluster_n)
         and config.storage.load_box_b == (BLOCK_K, lay.block_n // lay.cluster_m)
         and not lay.swap_ab
         and desc.n % 8 == 0
@@ -400,15 +417,16 @@ def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> float
     """Cycles for the whole problem on `arch.num_sms` persistent CTAs."""
     lay = config.layout
     k_padded = math.ceil(reduction_length(desc) / lay.block_k) * lay.block_k
-    # CTA tiles: a cluster tile occupies cluster_m CTAs even where a group has an odd m-block.
-    num_tiles = count_tiles(desc, lay.block_m * lay.cluster_m, lay.block_n) * lay.cluster_m
+    # CTA tiles: a cluster tile occupies every CTA of the cluster even where a group has an
+    # odd m-block (cluster along M) or N an odd n-block count (along N).
+    cluster_block_m = lay.block_m * lay.cluster_m
+    cluster_block_n = lay.block_n * lay.cluster_n
+    num_tiles = count_tiles(desc, cluster_block_m, cluster_block_n) * lay.cluster_size
     if num_tiles == 0:
         return float(PIPELINE_FILL_CYCLES)
     num_ctas = min(num_tiles, arch.num_sms)
-    # A cluster tile takes cluster_m CTAs: count waves of cluster tiles over S / cluster_m.
-    waves = expected_waves(
-        desc, lay.block_m * lay.cluster_m, lay.block_n, arch.num_sms // lay.cluster_m
-    )
+    # Count waves of cluster tiles over the clusters that fit on the SMs.
+    waves = expected_waves(desc, cluster_block_m, cluster_block_n, arch.num_sms // lay.cluster_size)
     # L2 bandwidth is shared: fewer busy SMs each get a larger share, up to the SM's own port.
     l2_share = min(64.0, arch.l2_bytes_per_clk * arch.num_sms / num_ctas)
     tile_pipes = _swap_ab_tile_pipes if lay.swap_ab else _tile_pipes
@@ -432,8 +450,9 @@ def _tile_pipes(
     # Every wgmma reads its 64 A rows and all BLOCK_N rows of B from shared memory.
     smem_read = k_padded * (lay.block_m + num_atoms * lay.block_n) * elem
     l1 = smem_read / arch.smem_bytes_per_clk
-    # A cluster along M shares each B tile: every CTA pulls 1 / cluster_m of it through L2.
-    l2_bytes = k_padded * (lay.block_m + lay.block_n / lay.cluster_m) * elem
+    # A cluster along M shares each B tile, one along N each A tile: every CTA pulls its share
+    # of the shared operand through L2.
+    l2_bytes = k_padded * (lay.block_m / lay.cluster_n + lay.block_n / lay.cluster_m) * elem
     return mma, l1, l2_bytes, epilogue_cycles(config, desc)
 
 
@@ -486,7 +505,7 @@ def _rank_key(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> tuple:
         -lay.block_m * lay.block_n,
         -lay.block_m,
         -config.pipeline.num_stages,
-        lay.cluster_m,
+        lay.cluster_size,
     )
 
 

@@ -12,10 +12,10 @@ _OUT_TYPES = {"bf16": "__nv_bfloat16", "fp32": "float"}
 
 # The tile scheduler that gives each m-grouped layout its meaning, and a short tag for names.
 _SCHEDULERS = {
-    "bf16_gemm_nt": ("DenseScheduler<{m}, {n}, 8, {c}>", "dense"),
-    "m_grouped_contiguous": ("ContiguousIndexScheduler<{m}, {n}>", "contig"),
-    "m_grouped_offsets": ("GroupWalkScheduler<{m}, {n}, true, {c}>", "offs"),
-    "m_grouped_masked": ("GroupWalkScheduler<{m}, {n}, false, {c}>", "masked"),
+    "bf16_gemm_nt": ("DenseScheduler<{m}, {n}, 8, {cm}, {cn}>", "dense"),
+    "m_grouped_contiguous": ("ContiguousIndexScheduler<{m}, {n}, {cn}>", "contig"),
+    "m_grouped_offsets": ("GroupWalkScheduler<{m}, {n}, true, {cm}, {cn}>", "offs"),
+    "m_grouped_masked": ("GroupWalkScheduler<{m}, {n}, false, {cm}, {cn}>", "masked"),
 }
 
 
@@ -65,7 +65,7 @@ def split_tails_apply(config: GemmConfig) -> bool:
         and not lay.swap_ab
         and lay.block_m == 128
         and config.launch.num_math_warpgroups == 2
-        and lay.cluster_m == 1
+        and lay.cluster_size == 1
     )
 
 
@@ -88,12 +88,16 @@ def sm90_bf16_gemm_spec(
             raise ValueError("swap_ab kernels have no stage-breakdown variants")
         return _swap_ab_spec(config, d_dtype, with_c, kind)
     scheduler_template, tag = _SCHEDULERS[kind]
-    if lay.cluster_n != 1 or (lay.cluster_m != 1 and kind == "m_grouped_contiguous"):
+    cluster = (lay.cluster_m, lay.cluster_n)
+    if cluster not in ((1, 1), (2, 1), (1, 2)) or (
+        lay.cluster_m != 1 and kind == "m_grouped_contiguous"
+    ):
         raise ValueError(
-            f"{kind}: clusters run along M only (cluster_n = 1), and not on the m_indices layout"
+            f"{kind}: clusters are 1x1, 2x1 (B shared) or 1x2 (A shared), and the m_indices "
+            f"layout takes no 2x1; got {lay.cluster_m}x{lay.cluster_n}"
         )
     scheduler = "moegemm::sm90::" + scheduler_template.format(
-        m=lay.block_m, n=lay.block_n, c=lay.cluster_m
+        m=lay.block_m, n=lay.block_n, cm=lay.cluster_m, cn=lay.cluster_n
     )
     name = f"sm90_bf16_{tag}_{config.short_name()}_{d_dtype}" + ("_c" if with_c else "")
     if split_tails_apply(config):
@@ -128,7 +132,9 @@ def _swap_ab_spec(config: GemmConfig, d_dtype: str, with_c: bool, kind: str) -> 
     if lay.cluster_size != 1 or store_cols(config):
         raise ValueError("swap_ab: no clusters and no TMA-store epilogue")
     scheduler_template, tag = _SCHEDULERS[kind]
-    scheduler = "moegemm::sm90::" + scheduler_template.format(m=lay.block_m, n=lay.block_n, c=1)
+    scheduler = "moegemm::sm90::" + scheduler_template.format(
+        m=lay.block_m, n=lay.block_n, cm=1, cn=1
+    )
     name = f"sm90_bf16_{tag}_{config.short_name()}_{d_dtype}"
     # The tokens (block_m) are the wgmma's N here.
     extended = _wgmma_n_define(lay.block_m)
