@@ -61,6 +61,11 @@ void launch_grouped(Kernel& kernel, const LaunchShape& shape, uint64_t a_ptr, ui
   // An empty output has nothing to write, and a zero-sized TMA dimension would not encode.
   if (num_rows == 0 || params.n == 0 || params.num_groups == 0) return;
 
+  // At most every group's rows plus one partial m-block per group (a bound for every layout).
+  const uint64_t m_blocks = (uint64_t{num_rows} + shape.block_m - 1) / shape.block_m +
+                            params.num_groups;
+  check_tile_count(m_blocks * ((params.n + shape.block_n - 1) / shape.block_n),
+                   static_cast<uint64_t>(shape.num_blocks));
   const uint32_t block_k = checked_u32(shape.block_k, "block_k");
   // With a cluster along N each CTA loads (and multicasts) its share of the A tile's rows;
   // with a cluster along M, its share of the B tile's rows.
@@ -95,6 +100,9 @@ void launch_k_grouped(Kernel& kernel, const LaunchShape& shape, uint64_t a_ptr, 
   params.num_tokens = checked_u32(num_tokens, "num_tokens");
   params.num_groups = checked_u32(num_groups, "num_groups");
   if (params.m == 0 || params.n == 0 || params.num_groups == 0) return;
+  check_tile_count(uint64_t{params.num_groups} * ((params.m + shape.block_m - 1) / shape.block_m) *
+                       ((params.n + shape.block_n - 1) / shape.block_n),
+                   static_cast<uint64_t>(shape.num_blocks));
   // With no rows at all every group is empty; TMA cannot map a 0-row tensor, and the kernel
   // never loads, so a one-row map over the (unused) operand keeps the launch valid.
   const uint32_t mapped_rows = params.num_tokens > 0 ? params.num_tokens : 1;

@@ -6,8 +6,8 @@ heuristic's pick unless the pick swaps operands):
              (tiles round-robin in group order);
   offs / masked (the grouped walk): rounds rotated over the CTAs, against stage variant 4 (not
              rotated). Swapped-operand configs have no variants and are skipped.
---variant V times stage variant V as the twin instead (e.g. 32 / 64: the grouped walk in
-stripes of 8 / 16 m-blocks per group). Both builds are checked against the FP32 reference first.
+--variant V times stage variant V as the twin instead (any timing variant with right results).
+Both builds are checked against the FP32 reference first.
 
     python3 scripts/order_twins.py [--cases REGEX] [--configs 3] [--variant V]
 

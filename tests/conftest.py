@@ -46,6 +46,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+# A GPU test that hangs (a producer and its consumers disagreeing on a tile count spin on a
+# barrier forever) dumps every thread's stack and ends the run instead of blocking it.
+GPU_TEST_TIMEOUT_S = float(os.environ.get("MOEGEMM_GPU_TEST_TIMEOUT", "900"))
+
+
+@pytest.fixture(autouse=True)
+def _gpu_hang_guard(request: pytest.FixtureRequest) -> Iterator[None]:
+    if "gpu" not in request.keywords:
+        yield
+        return
+    import faulthandler
+
+    faulthandler.dump_traceback_later(GPU_TEST_TIMEOUT_S, exit=True)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
 @pytest.fixture
 def jit_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh `MOEGEMM_CACHE_DIR` for this test."""

@@ -172,20 +172,35 @@ def skewed_sizes(num_groups: int, seed: int) -> list[int]:
 
 
 # 1 group (no ordering), 48 (two rank slots per lane), 128 (the most that are sorted), 130 (more:
-# group order, still snaked over the CTAs).
+# group order, still snaked over the CTAs). Each with the heuristic's config and two forced
+# tiles: 3 and 12 tiles per group, so most group counts end in a partial (reversed) round.
+@pytest.mark.parametrize("tile", [None, (128, 256), (64, 128)])
 @pytest.mark.parametrize("num_groups", [1, 48, 128, 130])
-def test_k_grouped_tile_order_covers_every_tile_once(num_groups: int) -> None:
+def test_k_grouped_tile_order_covers_every_tile_once(num_groups: int, tile) -> None:
+    from moegemm.heuristics import SM90, GemmDesc
+    from moegemm.heuristics.sm90 import enumerate_configs
+
     sizes = skewed_sizes(num_groups, seed=num_groups)
     m, n = 384, 256
+    config = None
+    if tile is not None:
+        desc = GemmDesc("k_grouped", m, n, 256, num_groups, "bf16", "fp32", True)
+        config = next(
+            c
+            for c in enumerate_configs(desc, SM90)
+            if (c.layout.block_m, c.layout.block_n) == tile
+        )
     a, b = bf16(sum(sizes), m), bf16(sum(sizes), n)
     c = torch.randn(num_groups, m, n, device="cuda")
     ref = k_grouped_reference(a, b, sizes, c)
     d = nan(num_groups, m, n, dtype=torch.float32)  # a tile never written stays NaN
-    moegemm.k_grouped_bf16_gemm_tn_contiguous(a, b, d, offsets(sizes), c)
+    moegemm.k_grouped_bf16_gemm_tn_contiguous(a, b, d, offsets(sizes), c, config=config)
     assert calc_diff(d, ref) < TOL
     # C accumulated in place: a tile visited twice would add its sum twice.
     d_in_place = c.clone()
-    moegemm.k_grouped_bf16_gemm_tn_contiguous(a, b, d_in_place, offsets(sizes), d_in_place)
+    moegemm.k_grouped_bf16_gemm_tn_contiguous(
+        a, b, d_in_place, offsets(sizes), d_in_place, config=config
+    )
     assert calc_diff(d_in_place, ref) < TOL
 
 

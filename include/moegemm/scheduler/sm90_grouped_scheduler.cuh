@@ -135,11 +135,6 @@ template <uint32_t BLOCK_M, uint32_t BLOCK_N, bool kOffsets, uint32_t kClusterM_
           uint32_t kClusterN_ = 1>
 struct GroupWalkScheduler {
   static constexpr bool kRotate = (MOEGEMM_STAGE_VARIANT & 4) == 0;
-  // Stripes inside a group (timing twins, stage variants 32 and 64): a group's m-blocks are
-  // walked kStripeM at a time, n-blocks outer inside each stripe, as DenseScheduler does;
-  // 0 walks all of a group's m-blocks per n-block.
-  static constexpr uint32_t kStripeM =
-      (MOEGEMM_STAGE_VARIANT & 32) != 0 ? 8 : ((MOEGEMM_STAGE_VARIANT & 64) != 0 ? 16 : 0);
   static constexpr uint32_t kClusterM = kClusterM_;
   static constexpr uint32_t kClusterN = kClusterN_;
   static constexpr uint32_t kClusterSize = kClusterM * kClusterN;
@@ -209,21 +204,9 @@ struct GroupWalkScheduler {
     const uint32_t local = tile_idx - group_first_tile;
     uint32_t m_offset, n_offset;
     cluster_offsets<kClusterM, kClusterN>(m_offset, n_offset);
-    uint32_t m_block, n_block;
-    if constexpr (kStripeM == 0) {
-      m_block = local % group_m_blocks;
-      n_block = local / group_m_blocks;
-    } else {
-      const uint32_t stripe = local / (kStripeM * num_n_blocks);
-      const uint32_t first_m = stripe * kStripeM;
-      const uint32_t stripe_m = min(kStripeM, group_m_blocks - first_m);
-      const uint32_t in_stripe = local - stripe * kStripeM * num_n_blocks;
-      m_block = first_m + in_stripe % stripe_m;
-      n_block = in_stripe / stripe_m;
-    }
-    tile.row0 = group_start + m_block * kClusterRows + m_offset * BLOCK_M;
+    tile.row0 = group_start + (local % group_m_blocks) * kClusterRows + m_offset * BLOCK_M;
     tile.row_end = group_start + group_rows;
-    tile.n_block = n_block * kClusterN + n_offset;
+    tile.n_block = local / group_m_blocks * kClusterN + n_offset;
     tile.group = group;
     // Next round: tile (round + 1) * C + (b + round + 1) % C of C = gridDim.x / kClusterM
     // cluster tiles per round; always past this one, so the cursor only moves forward.
