@@ -44,6 +44,9 @@ K_GROUPED_CASES = [
 COMMON_VARIANTS = {0: "full", 2: "no epilogue", 1: "no wgmma", 3: "loads only"}
 K_GROUPED_VARIANTS = {**COMMON_VARIANTS, 4: "no tail zeroing", 8: "per-WG zeroing"}
 TWIN = "full, reg stores"
+# The register-store twin has no staging buffer, so it holds more stages: its loads-only build
+# tells whether the loads are bound by the bytes in flight (more stages: faster) or not.
+TWIN_LOADS = "loads, reg-st twin"
 
 
 def register_store_twin(desc: GemmDesc, pick: GemmConfig, device: int) -> GemmConfig | None:
@@ -66,6 +69,8 @@ def time_runs(
     twin = register_store_twin(desc, pick, device)
     if twin is not None:
         runs.append((0, TWIN, twin))
+        if desc.kind != "k_grouped":
+            runs.append((3, TWIN_LOADS, twin))
     args = launch_args()
     times: dict[str, float | str] = {"config": pick.short_name()}
     for variant, label, config in runs:
@@ -97,7 +102,9 @@ def precompile_picks(work: list[tuple[GemmDesc, dict[int, str]]]) -> None:
         if pick.layout.swap_ab:
             continue
         twin = register_store_twin(desc, pick, device)
-        builds = [(pick, v) for v in variants] + ([(twin, 0)] if twin is not None else [])
+        builds = [(pick, v) for v in variants]
+        if twin is not None:
+            builds += [(twin, 0)] + ([(twin, 3)] if desc.kind != "k_grouped" else [])
         specs += [spec_for(desc, config, variant) for config, variant in builds]
     precompile(specs)
 
@@ -187,7 +194,7 @@ def main() -> None:
         for name, g, r, n, k, spread in M_GROUPED_CASES
         if wanted(name)
     ]
-    print_table("m-grouped (offs)", [*COMMON_VARIANTS.values(), TWIN], rows)
+    print_table("m-grouped (offs)", [*COMMON_VARIANTS.values(), TWIN, TWIN_LOADS], rows)
     rows = [
         (name, k_grouped_times(g, r, m, n), 2 * g * r * m * n)
         for name, g, r, m, n in K_GROUPED_CASES

@@ -186,9 +186,7 @@ def test_k_grouped_tile_order_covers_every_tile_once(num_groups: int, tile) -> N
     if tile is not None:
         desc = GemmDesc("k_grouped", m, n, 256, num_groups, "bf16", "fp32", True)
         config = next(
-            c
-            for c in enumerate_configs(desc, SM90)
-            if (c.layout.block_m, c.layout.block_n) == tile
+            c for c in enumerate_configs(desc, SM90) if (c.layout.block_m, c.layout.block_n) == tile
         )
     a, b = bf16(sum(sizes), m), bf16(sum(sizes), n)
     c = torch.randn(num_groups, m, n, device="cuda")
