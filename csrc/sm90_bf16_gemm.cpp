@@ -61,7 +61,9 @@ void launch_grouped(Kernel& kernel, const LaunchShape& shape, uint64_t a_ptr, ui
   // An empty output has nothing to write, and a zero-sized TMA dimension would not encode.
   if (num_rows == 0 || params.n == 0 || params.num_groups == 0) return;
 
-  // At most every group's rows plus one partial m-block per group (a bound for every layout).
+  // At most every group's rows plus one partial m-block per group: a bound for every layout
+  // whose offsets are well-formed (malformed ones are clamped on the device; the walk then
+  // stays in bounds but may count more tiles than this).
   const uint64_t m_blocks = (uint64_t{num_rows} + shape.block_m - 1) / shape.block_m +
                             params.num_groups;
   check_tile_count(m_blocks * ((params.n + shape.block_n - 1) / shape.block_n),

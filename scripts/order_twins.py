@@ -40,8 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--configs", type=int, default=3, help="configs per case")
     parser.add_argument("--variant", type=int, help="the twin's stage variant (see above)")
     args = parser.parse_args(argv)
-    twin_variant = dict.fromkeys(ROUND_ROBIN_VARIANT, args.variant) if args.variant else None
-    twin_variant = twin_variant or ROUND_ROBIN_VARIANT
+    twin_variant = ROUND_ROBIN_VARIANT
+    if args.variant is not None:
+        twin_variant = dict.fromkeys(ROUND_ROBIN_VARIANT, args.variant)
 
     arch = sm90_arch()
     timer = Timer(queued=True, budget_ms=300, max_iters=60)
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         work.append((q, desc, ranked[: args.configs]))
     precompile([spec_for(desc, c, v) for q, desc, cfgs in work for c in cfgs
                 for v in (0, twin_variant[q.layout])])  # fmt: skip
-    twin_name = f"variant {args.variant}" if args.variant else "round-robin"
+    twin_name = "round-robin" if args.variant is None else f"variant {args.variant}"
     print(f"{'case':62s} {'config':26s} {twin_name:>11s} {'default':>11s}  ratio")
     for q, _desc, cfgs in work:
         prob = Problem(q)

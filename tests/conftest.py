@@ -15,6 +15,15 @@ if str(PYTHON_DIR) not in sys.path:  # run from a plain checkout without `pip in
     sys.path.insert(0, str(PYTHON_DIR))
 
 
+# A GPU test that hangs (a producer and its consumers disagreeing on a tile count spin on a
+# barrier forever) dumps every thread's stack and ends the run instead of blocking it. Longer
+# than the sanitizer tests' own 900 s subprocess timeout, which fails just that test.
+GPU_TEST_TIMEOUT_S = float(os.environ.get("MOEGEMM_GPU_TEST_TIMEOUT", "1200"))
+# The real stderr, saved before pytest captures it: a dump written to the captured stream
+# would be lost when the process exits.
+_hang_dump_fd: int | None = None
+
+
 def _has_nvcc() -> bool:
     from moegemm.jit.compiler import find_nvcc
 
@@ -26,6 +35,9 @@ def _has_nvcc() -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    global _hang_dump_fd
+    if _hang_dump_fd is None:
+        _hang_dump_fd = os.dup(sys.stderr.fileno())
     config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU (SM90)")
     config.addinivalue_line("markers", "nvcc: needs nvcc (no GPU)")
 
@@ -46,19 +58,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-# A GPU test that hangs (a producer and its consumers disagreeing on a tile count spin on a
-# barrier forever) dumps every thread's stack and ends the run instead of blocking it.
-GPU_TEST_TIMEOUT_S = float(os.environ.get("MOEGEMM_GPU_TEST_TIMEOUT", "900"))
-
-
 @pytest.fixture(autouse=True)
 def _gpu_hang_guard(request: pytest.FixtureRequest) -> Iterator[None]:
-    if "gpu" not in request.keywords:
+    if "gpu" not in request.keywords or _hang_dump_fd is None:
         yield
         return
     import faulthandler
 
-    faulthandler.dump_traceback_later(GPU_TEST_TIMEOUT_S, exit=True)
+    faulthandler.dump_traceback_later(GPU_TEST_TIMEOUT_S, exit=True, file=_hang_dump_fd)
     try:
         yield
     finally:

@@ -469,8 +469,14 @@ def cluster_twins(desc, monkeypatch):
         key = (lay.block_m, lay.block_n, config.storage.store_box_d)
         by_key.setdefault(key, {})[(lay.cluster_m, lay.cluster_n)] = config
     # 2880 columns: 12 n-blocks of 240 or 256, 23 of 128 (the second CTA of the last 1x2
-    # cluster tile lies past N).
-    wanted = [(128, 256, (64, 64)), (128, 240, (16, 64)), (64, 256, None), (256, 128, None)]
+    # cluster tile lies past N; 64 x 128 brings that case to the m_indices layout too).
+    wanted = [
+        (128, 256, (64, 64)),
+        (128, 240, (16, 64)),
+        (64, 256, None),
+        (256, 128, None),
+        (64, 128, None),
+    ]
     return [
         (by_key[k][(1, 1)], by_key[k][shape])
         for k in wanted

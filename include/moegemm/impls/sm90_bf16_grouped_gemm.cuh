@@ -119,7 +119,8 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
   const uint32_t lane_idx = threadIdx.x % 32;
   if (warp_idx == 0 && lane_idx == 0) {
     // Every math warp releases each stage; with a cluster, every math warpgroup of every CTA
-    // (B lands in all of them; release_stage lets one warp per warpgroup signal).
+    // (the shared operand lands in all of them; release_stage lets one warp per warpgroup
+    // signal).
     init_pipeline<kNumStages>(&params.tma_a, &params.tma_b, full, empty,
                               kClusterSize == 1 ? Traits::kNumMathWarps
                                                 : kNumMathWG * kClusterSize);
@@ -133,6 +134,8 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
   }
   // Schedulers derive the rank from blockIdx.x: clusters run along x only (launch.cpp).
   const uint32_t cta_rank = kClusterSize == 1 ? 0 : cute::block_rank_in_cluster();
+  // Only the size is checked: a 1x2 kernel launched as 2x1 (or back) is not caught here; the
+  // Python plan builds the kernel and its launch shape from one GemmConfig.
   if constexpr (kClusterSize > 1) {
     if (cute::cluster_shape().x != kClusterSize) __trap();  // launched with another cluster shape
   }
@@ -249,7 +252,8 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
             cute::warpgroup_wait<1>();
 #pragma unroll
             for (uint32_t i = 0; i < BLOCK_N / 2; ++i) cute::warpgroup_fence_operand(acc[0][i]);
-            if (kb_done > 0) release_stage<kClusterSize>(empty[prev_stage], lane_idx, signaling_warp);
+            if (kb_done > 0)
+              release_stage<kClusterSize>(empty[prev_stage], lane_idx, signaling_warp);
             prev_stage = stage_idx;
             ++kb_done;
             stage_idx = stage_idx + 1 == kNumStages ? 0 : stage_idx + 1;

@@ -30,8 +30,6 @@ struct GroupingArgs {
   const int32_t* group_info;
 };
 
-// One dense problem, rasterised in stripes of kStripeM m-blocks with n-blocks inner so the CTAs
-// running together share A row-blocks and sweep B together.
 // Clusters: the kClusterM * kClusterN CTAs of a cluster take one "cluster tile" together
 // (CTA rank r its r-th tile), so they can share an operand by TMA multicast:
 //   kClusterM > 1: the same n-block and kClusterM consecutive m-blocks (B shared); a rank whose
@@ -48,6 +46,9 @@ __device__ __forceinline__ void cluster_offsets(uint32_t& m_offset, uint32_t& n_
   n_offset = kClusterN > 1 ? rank : 0;
 }
 
+// One dense problem, rasterised in stripes of kStripeM m-blocks with n-blocks inner so the CTAs
+// running together share A row-blocks and sweep B together.
+// Clusters as described above.
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kStripeM = 8, uint32_t kClusterM_ = 1,
           uint32_t kClusterN_ = 1>
 struct DenseScheduler {
@@ -208,7 +209,7 @@ struct GroupWalkScheduler {
     tile.row_end = group_start + group_rows;
     tile.n_block = local / group_m_blocks * kClusterN + n_offset;
     tile.group = group;
-    // Next round: tile (round + 1) * C + (b + round + 1) % C of C = gridDim.x / kClusterM
+    // Next round: tile (round + 1) * C + (b + round + 1) % C of C = gridDim.x / kClusterSize
     // cluster tiles per round; always past this one, so the cursor only moves forward.
     const uint32_t ctas = gridDim.x / kClusterSize, cta = blockIdx.x / kClusterSize;
     ++round;

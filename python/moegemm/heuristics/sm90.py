@@ -54,11 +54,12 @@ STMATRIX_BYTES_PER_CLK = 64  # staging writes into shared memory (half the port'
 TMA_STORE_SYNC_CYCLES = 400  # two warpgroup barriers, the fence and the issue of the stores
 TMA_STORE_COLS = (64, 32, 16)  # box widths: one 128-, 64- or 32-byte swizzle span per row
 # 2-CTA clusters sharing an operand by TMA multicast, (cluster_m, cluster_n) = (2, 1) sharing B
-# between neighbouring m-blocks or (1, 2) sharing A between neighbouring n-blocks. B sharing
-# is bitwise equal to one CTA per tile on the H200, but measured slower on 14 of 33 prefill
-# shapes (3-17%) and faster on 8 (3-15%, all K <= 5120), and the model cannot yet tell which:
-# clusters are only enumerated when this variable is 1 (GPU tests and benchmarks set it to try
-# them). It is read when a problem shape is first planned.
+# between neighbouring m-blocks or (1, 2) sharing A between neighbouring n-blocks. Both are
+# bitwise equal to one CTA per tile on the H200, but as interleaved twins (scripts/
+# cluster_twins.py, 24 prefill/masked cases x 2 configs) single / cluster time was 0.987 for
+# 1x2 and 1.001 for 2x1 in the geometric mean, with single cases from 0.89 to 1.22 and no
+# pattern found: clusters are only enumerated when this variable is 1 (GPU tests and
+# benchmarks set it to try them). It is read when a problem shape is first planned.
 EXPERIMENTAL_CLUSTERS_ENV = "MOEGEMM_EXPERIMENTAL_CLUSTERS"
 CLUSTER_SHAPES = ((2, 1), (1, 2))
 # B sharing needs consecutive m-blocks of one group, which the m_indices layout cannot promise.
