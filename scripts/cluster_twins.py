@@ -20,7 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from heuristic_quality import TOL, Problem, Timer, all_qcases, desc_for, sm90, sm90_arch
+from heuristic_quality import Problem, Timer, all_qcases, desc_for, sm90, sm90_arch
+from twin_timing import check_and_time
 
 SHAPES = ((1, 2), (2, 1))
 
@@ -72,20 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     for q, _desc, cfg, twins in work:
         if prob_label != q.label:
             prob, prob_label = Problem(q), q.label
-        builds = {(1, 1): cfg, **twins}
-        bad = []
-        for shape, c in builds.items():
-            diff = prob.check(c)
-            if not diff < TOL:
-                bad.append(f"{shape}: calc_diff {diff:.2e}")
+        med, bad = check_and_time(prob, timer, {(1, 1): cfg, **twins})
         if bad:
             print(f"{q.label[:58]:58s} {cfg.short_name():24s} FAILED {'; '.join(bad)}")
             continue
-        times: dict[tuple[int, int], list[float]] = {s: [] for s in builds}
-        for _ in range(3):
-            for shape, c in builds.items():
-                times[shape].append(timer(prob.timed(c)))
-        med = {s: sorted(t)[1] for s, t in times.items()}
         cells, notes = [], []
         for shape in SHAPES:
             if shape in med:

@@ -23,7 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from heuristic_quality import TOL, Problem, Timer, all_qcases, desc_for, sm90, sm90_arch
+from heuristic_quality import Problem, Timer, all_qcases, desc_for, sm90, sm90_arch
+from twin_timing import check_and_time
 
 ROUND_ROBIN_VARIANT = {"kgrp": 16, "offs": 4, "masked": 4}
 
@@ -71,21 +72,16 @@ def main(argv: list[str] | None = None) -> int:
         prob = Problem(q)
         rr_variant = twin_variant[q.layout]
         for rank, cfg in enumerate(cfgs):
-            times: dict[int, list[float]] = {0: [], rr_variant: []}
-            bad = []
-            for v in times:
-                variant["value"] = v
-                diff = prob.check(cfg)
-                if not diff < TOL:
-                    bad.append(f"variant {v}: calc_diff {diff:.2e}")
+            med, bad = check_and_time(
+                prob,
+                timer,
+                {0: cfg, rr_variant: cfg},
+                select=lambda v: variant.__setitem__("value", v),
+            )
             if bad:
                 print(f"{q.label[:62]:62s} {cfg.short_name():26s} FAILED {'; '.join(bad)}")
                 continue
-            for _ in range(3):
-                for v, samples in times.items():
-                    variant["value"] = v
-                    samples.append(timer(prob.timed(cfg)))
-            old, new = (sorted(times[v])[1] for v in (rr_variant, 0))
+            old, new = med[rr_variant], med[0]
             ratios.append(old / new)
             if rank == 0:
                 ratios_first.append(old / new)

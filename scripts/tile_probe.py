@@ -14,7 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from heuristic_quality import TOL, Problem, Timer, all_qcases, desc_for, sm90, sm90_arch
+from heuristic_quality import Problem, Timer, all_qcases, desc_for, sm90, sm90_arch
+from twin_timing import check_and_time
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,21 +37,14 @@ def main(argv: list[str] | None = None) -> int:
     precompile([spec_for(desc, c) for _, desc, cfgs in work for c in cfgs])
     for q, _desc, cfgs in work:
         prob = Problem(q)
-        diffs = [prob.check(c) for c in cfgs]
-        if not all(d < TOL for d in diffs):
-            print(f"{q.label[:60]:60s} FAILED {diffs}")
+        med, bad = check_and_time(prob, timer, {c.short_name(): c for c in cfgs})
+        if bad:
+            print(f"{q.label[:60]:60s} FAILED {'; '.join(bad)}")
             continue
-        times: dict = {c: [] for c in cfgs}
-        for _ in range(3):
-            for c in cfgs:
-                times[c].append(timer(prob.timed(c)))
-        med = {c: sorted(t)[1] for c, t in times.items()}
-        pick = cfgs[0]
+        pick, *others = (c.short_name() for c in cfgs)
         print(
-            f"{q.label[:60]:60s} pick {pick.short_name()} {med[pick]:8.1f} us  "
-            + "  ".join(
-                f"{c.short_name()} {med[c]:8.1f} (x{med[pick] / med[c]:.3f})" for c in cfgs[1:]
-            ),
+            f"{q.label[:60]:60s} pick {pick} {med[pick]:8.1f} us  "
+            + "  ".join(f"{o} {med[o]:8.1f} (x{med[pick] / med[o]:.3f})" for o in others),
             flush=True,
         )
     return 0

@@ -138,3 +138,45 @@ def test_quality_sample_holds_both_decode_kernels() -> None:
         assert {c.layout.swap_ab for c in chosen} == {False, True}, q.id
         checked += 1
     assert checked >= 20
+
+
+class _FakeProblem:
+    """check(config) -> calc_diff; timed(config) -> the config itself (the fake timer reads it)."""
+
+    def __init__(self, diffs: dict) -> None:
+        self.diffs = diffs
+        self.calls: list[tuple[str, object]] = []
+
+    def check(self, config):
+        self.calls.append(("check", config))
+        return self.diffs.get(config, 0.0)
+
+    def timed(self, config):
+        self.calls.append(("timed", config))
+        return config
+
+
+def test_twin_timing_checks_first_then_interleaves() -> None:
+    import twin_timing
+
+    prob = _FakeProblem({})
+    clock = iter([5.0, 1.0, 9.0, 2.0, 7.0, 3.0])  # a, b, a, b, a, b
+    selected: list[str] = []
+    med, bad = twin_timing.check_and_time(
+        prob, lambda runner: next(clock), {"a": "cfg_a", "b": "cfg_b"}, select=selected.append
+    )
+    assert bad == [] and med == {"a": 7.0, "b": 2.0}  # medians of (5, 9, 7) and (1, 2, 3)
+    assert [c for kind, c in prob.calls if kind == "check"] == ["cfg_a", "cfg_b"]
+    assert [c for kind, c in prob.calls if kind == "timed"] == ["cfg_a", "cfg_b"] * 3
+    assert selected == ["a", "b"] + ["a", "b"] * 3  # each check and timing after its select
+
+
+def test_twin_timing_refuses_wrong_results() -> None:
+    import twin_timing
+
+    prob = _FakeProblem({"cfg_b": 1e-2, "cfg_c": float("nan")})
+    med, bad = twin_timing.check_and_time(
+        prob, lambda runner: 1.0, {"a": "cfg_a", "b": "cfg_b", "c": "cfg_c"}
+    )
+    assert med == {} and len(bad) == 2 and bad[0].startswith("b: calc_diff")
+    assert not any(kind == "timed" for kind, _ in prob.calls)  # nothing timed after a failure
