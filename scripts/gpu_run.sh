@@ -85,17 +85,21 @@ fi
 if [[ $stages == *,ncu,* ]]; then
   # Nsight Compute on one case, one launch per config (after its check and a warm-up launch).
   ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  # MOEGEMM_NCU_VARIANT: a stage variant to profile instead (3: loads only); the shared-memory
+  # tables show whether the port is the limit of the full kernel and of its loads alone.
   ncu_case=${MOEGEMM_NCU_CASE:-decode/13/offs}
-  echo "== ncu ($ncu_bin) on $ncu_case"
+  ncu_variant=${MOEGEMM_NCU_VARIANT:-0}
+  echo "== ncu ($ncu_bin) on $ncu_case, stage variant $ncu_variant"
   for cfg in ${MOEGEMM_NCU_CONFIGS:-m64n256k64s4w1c1x1e64 m128n256k64s3w2c1x1e64}; do
     timeout 300 "$ncu_bin" --clock-control none -k regex:sm90_bf16 --launch-skip 2 \
       --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+      --section MemoryWorkloadAnalysis_Tables --section ComputeWorkloadAnalysis \
       --section WarpStateStats --section SchedulerStats --section LaunchStats \
-      python3 scripts/profile_case.py "$ncu_case" "$cfg" >"$log_dir/ncu_$cfg.txt" 2>&1 \
-      || bench_rc=1
+      python3 scripts/profile_case.py "$ncu_case" "$cfg" --stage-variant "$ncu_variant" \
+      >"$log_dir/ncu_${cfg}_v$ncu_variant.txt" 2>&1 || bench_rc=1
     echo "-- $cfg"
-    grep -E "Duration|DRAM Throughput|L2 Hit Rate|L1/TEX Hit|Memory Throughput|Registers Per|Stall|Issued Warp" \
-      "$log_dir/ncu_$cfg.txt" | head -24
+    grep -E "Duration|DRAM Throughput|L2 Hit Rate|L1/TEX Hit|Memory Throughput|Registers Per|Stall|Issued Warp|Shared" \
+      "$log_dir/ncu_${cfg}_v$ncu_variant.txt" | head -30
   done
 fi
 if [[ $stages == *,split,* ]]; then
