@@ -58,7 +58,7 @@ def split_tails_apply(config: GemmConfig) -> bool:
     (read when a kernel is generated), and only for 128-row tiles of two math warpgroups
     without a cluster. Off by default: not measured faster on the benchmark's ragged prefill
     shapes (BENCHMARKS.md). Its GPU tests (tests/test_split_tails_gpu.py) passed on the H200
-    at 7ff1671; the loop has been laid out apart since (same logic), compile-tested only."""
+    at 7ff1671 and, with the loop laid out apart from the main one, at c302fda and 44c65d6."""
     lay = config.layout
     return (
         os.environ.get(SPLIT_TAILS_ENV) == "1"
