@@ -180,3 +180,12 @@ def test_twin_timing_refuses_wrong_results() -> None:
     )
     assert med == {} and len(bad) == 2 and bad[0].startswith("b: calc_diff")
     assert not any(kind == "timed" for kind, _ in prob.calls)  # nothing timed after a failure
+
+
+def test_dense_equivalent_rows_match_the_anchor_totals() -> None:
+    import dense_equivalent
+
+    anchors = {c.name.split(":", 1)[-1]: c for c in bf16_cases.load_cases() if c.suite == "anchors"}
+    ragged, balanced = dense_equivalent.case_rows(128, 256)
+    assert sum(ragged) == sum(balanced) == anchors["gpt-oss-120b L1"].total_rows == 33896
+    assert max(balanced) - min(balanced) <= 1 and max(ragged) - min(ragged) > 100
