@@ -24,6 +24,7 @@ import functools
 import math
 import os
 from collections.abc import Iterator
+from statistics import NormalDist
 
 from .arch import ArchSpec
 from .config import (
@@ -493,9 +494,40 @@ def epilogue_cycles(config: GemmConfig, desc: GemmDesc) -> float:
     staged = lay.block_m * lay.block_n * 2 / STMATRIX_BYTES_PER_CLK + TMA_STORE_SYNC_CYCLES
     if not grouped_rows:
         return staged
-    m_blocks = math.ceil(rows_per_group / lay.block_m)
-    partial = (rows_per_group % lay.block_m != 0) / m_blocks  # share of tiles crossing a bound
-    return (1 - partial) * staged + partial * direct
+    return _grouped_staged_epilogue(config, desc, staged)
+
+
+# Rows of one routed group, sampled at the midpoints of equal-probability bins of
+# Normal(mean, rows_sigma(mean)): enough to average the last block's epilogue over the spread.
+_ROW_QUANTILES = tuple(NormalDist().inv_cdf((i + 0.5) / 16) for i in range(16))
+
+
+def _grouped_staged_epilogue(config: GemmConfig, desc: GemmDesc, staged: float) -> float:
+    """The TMA-store epilogue of a ragged layout, per tile on average. Full m-blocks stage the
+    whole tile. In a group's last m-block each math warpgroup decides alone: one whose rows all
+    lie below the group's end stages them in shared memory, one that crosses the end stores its
+    valid rows from registers, one past the end stores nothing. Averaged over the spread of a
+    group's rows around the mean. Masked buffers are not used as a cap here: the warmup plans
+    masked kernels from the expected rows alone (api.warmup_specs), so their choice must not
+    depend on max_m beyond what group_m_blocks already reads."""
+    lay = config.layout
+    wg_rows = lay.block_m // config.launch.num_math_warpgroups
+    mean = expected_rows_per_group(desc)
+    sigma = rows_sigma(mean)
+    staged_wg = wg_rows * lay.block_n * 2 / STMATRIX_BYTES_PER_CLK
+    direct_row = lay.block_n * DTYPE_BYTES[desc.d_dtype] / DIRECT_STORE_BYTES_PER_CLK
+    tiles = cycles = 0.0
+    for q in _ROW_QUANTILES:
+        rows = max(1, round(mean + sigma * q))
+        m_blocks = math.ceil(rows / lay.block_m)
+        left = rows - (m_blocks - 1) * lay.block_m
+        full_wgs = left // wg_rows
+        last = full_wgs * staged_wg + (left % wg_rows) * direct_row
+        if full_wgs:
+            last += TMA_STORE_SYNC_CYCLES
+        tiles += m_blocks
+        cycles += (m_blocks - 1) * staged + last
+    return cycles / tiles
 
 
 def _rank_key(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> tuple:
