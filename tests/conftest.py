@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -58,18 +59,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@contextlib.contextmanager
+def hang_guard(timeout_s: float, dump_fd: int) -> Iterator[None]:
+    """Past `timeout_s` inside the block, dump every thread's stack to `dump_fd` and exit the
+    process with status 1 (tests/test_hang_guard.py runs it in a subprocess)."""
+    import faulthandler
+
+    faulthandler.dump_traceback_later(timeout_s, exit=True, file=dump_fd)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
 @pytest.fixture(autouse=True)
 def _gpu_hang_guard(request: pytest.FixtureRequest) -> Iterator[None]:
     if "gpu" not in request.keywords or _hang_dump_fd is None:
         yield
         return
-    import faulthandler
-
-    faulthandler.dump_traceback_later(GPU_TEST_TIMEOUT_S, exit=True, file=_hang_dump_fd)
-    try:
+    with hang_guard(GPU_TEST_TIMEOUT_S, _hang_dump_fd):
         yield
-    finally:
-        faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture
