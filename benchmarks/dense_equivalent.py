@@ -4,14 +4,17 @@
 
 For each case (a grouped shape of the anchors: groups, N, K, rows per group), times in
 interleaved rounds, same run:
-  cublas_dense   torch.mm of all the rows against one N x K weight (the dense GEMM of equal
-                 FLOPs; its weight fits L2, so this is the compute ceiling of the shape's K)
+  cublas_dense   torch.mm of all the rows against one N x K weight: the dense GEMM of equal
+                 FLOPs. Its one weight (33 MB for gpt-oss, 59 MB for dsv3) is read from L2
+                 for the most part, where the grouped kernels stream G of them: an optimistic
+                 ceiling for the shape's K
   ours_dense     bf16_gemm_nt on the same operands
   ours_balanced  the grouped GEMM (offs) with the rows spread evenly over the groups
   ours_anchor    the grouped GEMM (offs) with the anchor's ragged rows
   torch_anchor   torch._grouped_mm on the anchor's rows
 and prints TFLOP/s (real rows only) as the median over rounds. Each of ours is checked against
-FP32 first (calc_diff < 1e-5 on the dense output and on every 16th group).
+FP32 first (calc_diff < 1e-5 on the dense output and on every 16th group); torch's output is
+not checked.
 """
 
 from __future__ import annotations

@@ -186,6 +186,10 @@ def test_dense_equivalent_rows_match_the_anchor_totals() -> None:
     import dense_equivalent
 
     anchors = {c.name.split(":", 1)[-1]: c for c in bf16_cases.load_cases() if c.suite == "anchors"}
-    ragged, balanced = dense_equivalent.case_rows(128, 256)
-    assert sum(ragged) == sum(balanced) == anchors["gpt-oss-120b L1"].total_rows == 33896
-    assert max(balanced) - min(balanced) <= 1 and max(ragged) - min(ragged) > 100
+    totals = {"gpt-oss L1": "gpt-oss-120b L1", "dsv3 L1 prefill": "dsv3-ep8 L1 prefill"}
+    for name, groups, n, k, expected_m in dense_equivalent.CASES:
+        anchor = anchors[totals[name]]
+        assert (anchor.num_groups, anchor.n, anchor.k) == (groups, n, k)
+        ragged, balanced = dense_equivalent.case_rows(groups, expected_m)
+        assert sum(ragged) == sum(balanced) == anchor.total_rows
+        assert max(balanced) - min(balanced) <= 1 and max(ragged) - min(ragged) > 100

@@ -32,15 +32,24 @@ def test_runtime_picks_are_prewarmed() -> None:
     """What m_grouped_*/k_grouped_* build at run time (see api/m_grouped.py, api/k_grouped.py)
     for balanced routing at a warmed token count."""
     shapes = [s for s in presets.model_shapes("qwen3-30b-a3b") if s["num_groups"] > 1]
-    warmed = set(warmup_specs(shapes, TOKENS, "sm_90a", 132))
+    shapes += [s for s in presets.model_shapes("deepseek-v3") if s["num_groups"] > 1]
+    # deepseek-v3 linear2 on 8-way expert parallelism: groups of ~64 and ~128 rows, where the
+    # masked choice depends on whether the buffer can hold a group's spread of rows.
+    shapes.append({"n": 7168, "k": 2048, "num_groups": 32})
     for shape in shapes:
         n, k, groups = shape["n"], shape["k"], shape["num_groups"]
-        for tokens in TOKENS:
+        for tokens in TOKENS + [2048]:
+            # Each shape and token count on its own: a kernel warmed for another one must not
+            # make this one pass.
+            warmed = set(warmup_specs([shape], [tokens], "sm_90a", 132))
             per_group = math.ceil(tokens / groups)
             offs = GemmDesc("m_grouped_offsets", tokens, n, k, groups, expected_m=per_group)
-            masked_rows = 4 * per_group  # any buffer size: the choice reads the hint only
-            masked = GemmDesc("m_grouped_masked", masked_rows, n, k, groups, expected_m=per_group)
-            for desc in (offs, masked):
+            # Masked buffers that can hold every token of the step, or more.
+            masked = [
+                GemmDesc("m_grouped_masked", rows, n, k, groups, expected_m=per_group)
+                for rows in (tokens, 2 * tokens, 4096 + tokens)
+            ]
+            for desc in (offs, *masked):
                 spec = sm90_bf16_gemm_spec(select_config(desc, SM90), "bf16", False, desc.kind)
                 assert spec in warmed, (desc, spec.name)
             wgrad = GemmDesc("k_grouped", n, k, per_group, groups, d_dtype="fp32")

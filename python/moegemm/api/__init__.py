@@ -37,9 +37,11 @@ def warmup_specs(
     `num_groups`) when `tokens` rows reach the layer, BF16 out.
 
     One group (shared experts, dense layers): `bf16_gemm_nt` with M = tokens. Several groups
-    (routed experts): every m-grouped layout with tokens rows spread evenly over the groups
-    (the masked layout's buffers sized to the expected rows, which is all its choice reads), and
-    the k-grouped weight gradient of the same layer (M = n, N = k, tokens rows).
+    (routed experts): every m-grouped layout with tokens rows spread evenly over the groups, and
+    the k-grouped weight gradient of the same layer (M = n, N = k, tokens rows). The masked
+    layout's choice reads the expected rows and, where a group's spread of rows would not fit,
+    the buffer's max_m: it is planned for buffers that hold every token of the step
+    (max_m = tokens), as a buffer must for any routing; any larger buffer picks the same kernel.
     """
     spec_arch = arch_for(arch, num_sms)
     if spec_arch.name != "sm_90a":
@@ -65,7 +67,7 @@ def warmup_specs(
             padded = groups * math.ceil(per_group / align) * align
             add(GemmDesc("m_grouped_contiguous", padded, n, k, groups))
             add(GemmDesc("m_grouped_offsets", m, n, k, groups, expected_m=per_group))
-            add(GemmDesc("m_grouped_masked", per_group, n, k, groups, expected_m=per_group))
+            add(GemmDesc("m_grouped_masked", m, n, k, groups, expected_m=per_group))
             if n % 8 == 0 and k % 8 == 0:
                 add(GemmDesc("k_grouped", n, k, per_group, groups, d_dtype="fp32"))
     return list(specs)

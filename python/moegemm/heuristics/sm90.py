@@ -479,55 +479,58 @@ def _swap_ab_tile_pipes(
 def epilogue_cycles(config: GemmConfig, desc: GemmDesc) -> float:
     """Exposed epilogue cycles of an average tile: what the math warpgroups spend storing."""
     lay = config.layout
-    grouped_rows = desc.kind in ("m_grouped_offsets", "m_grouped_masked")
-    rows_per_group = expected_rows_per_group(desc)
-    # A group's last m-block holds only its leftover rows; the others are full.
-    rows = min(lay.block_m, rows_per_group if grouped_rows else desc.m)
+    if desc.kind in ("m_grouped_offsets", "m_grouped_masked"):
+        return _grouped_epilogue(config, desc)
+    rows = min(lay.block_m, desc.m)
     out_bytes = DTYPE_BYTES[desc.d_dtype] * (2 if desc.with_c else 1)
-    direct = rows * lay.block_n * out_bytes / DIRECT_STORE_BYTES_PER_CLK
     if not store_cols(config):
-        return direct
+        return rows * lay.block_n * out_bytes / DIRECT_STORE_BYTES_PER_CLK
     if desc.kind == "k_grouped":  # FP32 through 8 KB chunks, one barrier each
         chunks = lay.block_m // 64 * lay.block_n // 32
         c_read = rows * lay.block_n * 4 / DIRECT_STORE_BYTES_PER_CLK if desc.with_c else 0
         return rows * lay.block_n * 4 / STMATRIX_BYTES_PER_CLK + 100 * chunks + c_read
-    staged = lay.block_m * lay.block_n * 2 / STMATRIX_BYTES_PER_CLK + TMA_STORE_SYNC_CYCLES
-    if not grouped_rows:
-        return staged
-    return _grouped_staged_epilogue(config, desc, staged)
+    return lay.block_m * lay.block_n * 2 / STMATRIX_BYTES_PER_CLK + TMA_STORE_SYNC_CYCLES
 
 
 # Rows of one routed group, sampled at the midpoints of equal-probability bins of
 # Normal(mean, rows_sigma(mean)): enough to average the last block's epilogue over the spread.
-_ROW_QUANTILES = tuple(NormalDist().inv_cdf((i + 0.5) / 16) for i in range(16))
+_ROW_QUANTILES = tuple(NormalDist().inv_cdf((i + 0.5) / 32) for i in range(32))
 
 
-def _grouped_staged_epilogue(config: GemmConfig, desc: GemmDesc, staged: float) -> float:
-    """The TMA-store epilogue of a ragged layout, per tile on average. Full m-blocks stage the
-    whole tile. In a group's last m-block each math warpgroup decides alone: one whose rows all
-    lie below the group's end stages them in shared memory, one that crosses the end stores its
-    valid rows from registers, one past the end stores nothing. Averaged over the spread of a
-    group's rows around the mean. Masked buffers are not used as a cap here: the warmup plans
-    masked kernels from the expected rows alone (api.warmup_specs), so their choice must not
-    depend on max_m beyond what group_m_blocks already reads."""
+def _grouped_epilogue(config: GemmConfig, desc: GemmDesc) -> float:
+    """The epilogue of a ragged layout (offsets, masked), per tile on average over the spread of
+    a group's rows around the mean. A group's full m-blocks store whole tiles. In its last
+    m-block, with register stores, the valid rows are stored; with TMA stores each math
+    warpgroup decides alone (the kernel's rule): one whose rows are all valid stages them in
+    shared memory, one that crosses the group's end stores its valid rows from registers, one
+    past the end stores nothing. An empty group has no tile. The masked buffer size (max_m) is
+    not read here; group_m_blocks caps a masked group's rows by it."""
     lay = config.layout
-    wg_rows = lay.block_m // config.launch.num_math_warpgroups
+    tma = bool(store_cols(config))
+    num_wg = config.launch.num_math_warpgroups
+    wg_rows = lay.block_m // num_wg
+    out_bytes = DTYPE_BYTES[desc.d_dtype] * (2 if desc.with_c else 1)
+    direct_row = lay.block_n * out_bytes / DIRECT_STORE_BYTES_PER_CLK
+    staged_wg = wg_rows * lay.block_n * 2 / STMATRIX_BYTES_PER_CLK
+    full_tile = num_wg * staged_wg + TMA_STORE_SYNC_CYCLES if tma else lay.block_m * direct_row
     mean = expected_rows_per_group(desc)
     sigma = rows_sigma(mean)
-    staged_wg = wg_rows * lay.block_n * 2 / STMATRIX_BYTES_PER_CLK
-    direct_row = lay.block_n * DTYPE_BYTES[desc.d_dtype] / DIRECT_STORE_BYTES_PER_CLK
     tiles = cycles = 0.0
     for q in _ROW_QUANTILES:
-        rows = max(1, round(mean + sigma * q))
+        rows = round(mean + sigma * q)
+        if rows < 1:
+            continue
         m_blocks = math.ceil(rows / lay.block_m)
         left = rows - (m_blocks - 1) * lay.block_m
-        full_wgs = left // wg_rows
-        last = full_wgs * staged_wg + (left % wg_rows) * direct_row
-        if full_wgs:
-            last += TMA_STORE_SYNC_CYCLES
+        if tma:
+            full_wgs = left // wg_rows
+            last = full_wgs * staged_wg + (left % wg_rows) * direct_row
+            last += TMA_STORE_SYNC_CYCLES if full_wgs else 0.0
+        else:
+            last = left * direct_row
         tiles += m_blocks
-        cycles += (m_blocks - 1) * staged + last
-    return cycles / tiles
+        cycles += (m_blocks - 1) * full_tile + last
+    return cycles / tiles if tiles else direct_row
 
 
 def _rank_key(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> tuple:
