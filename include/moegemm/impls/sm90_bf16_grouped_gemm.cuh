@@ -48,6 +48,7 @@
 
 #include <moegemm/common/sm90_gemm_params.h>
 #include <moegemm/common/stage_variant.h>
+#include <moegemm/common/timeline_probe.cuh>
 #include <moegemm/epilogue/sm90_direct_store.cuh>
 #include <moegemm/epilogue/sm90_tma_store.cuh>
 #include <moegemm/ptx/sm90.cuh>
@@ -55,7 +56,8 @@
 
 // Stage variants (common/stage_variant.h): bit 0 skips the wgmma, bit 1 skips the epilogue's
 // stores (benchmarks/stage_breakdown.py); bit 2 walks grouped tiles without the per-round
-// rotation (scheduler/sm90_grouped_scheduler.cuh; results stay right).
+// rotation (scheduler/sm90_grouped_scheduler.cuh; results stay right); bit 3 prints a timeline
+// of each CTA (common/timeline_probe.cuh; results stay right).
 // Split tails: off unless the JIT defines it (MOEGEMM_EXPERIMENTAL_SPLIT_TAILS=1).
 #ifndef MOEGEMM_SPLIT_TAILS
 #define MOEGEMM_SPLIT_TAILS 0
@@ -108,6 +110,8 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
   constexpr bool kSplitTails =
       MOEGEMM_SPLIT_TAILS != 0 && kNumMathWG == 2 && kAtomsM == 1 && kClusterSize == 1;
 
+  TimelineProbe probe;  // stage variant bit 3 only (common/timeline_probe.cuh)
+  probe.stamp(0);
   extern __shared__ __align__(1024) uint8_t smem[];
   uint8_t* sA = smem;
   uint8_t* sB = smem + kNumStages * Traits::kBytesA;
@@ -158,7 +162,10 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
       // CTAs' math warpgroups, so neither multicasts into a stage the other still reads.
       const bool leader = cute::elect_one_sync();
       uint32_t stage_idx = 0, phase = 0;
+      probe.stamp(1);
       while (scheduler.next(tile)) {
+        probe.stamp_once(2);
+        probe.count_tile();
         if (leader) {
           for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
             empty[stage_idx].wait(phase ^ 1);
@@ -191,6 +198,8 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
         }
         __syncwarp();
       }
+      probe.stamp(3);
+      if (lane_idx == 0) probe.print('P');
     }
     if constexpr (kClusterSize == 1) return;
   } else {
@@ -286,6 +295,7 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
       uint32_t prev_stage = 0, kb_done = 0;
       for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
         full[stage_idx].wait(phase);
+        probe.stamp_once(1);
         const uint8_t* stage_a = sA + stage_idx * Traits::kBytesA + math_wg * Traits::kWgRows * 128;
         const uint64_t desc_b = make_smem_desc_k128b(sB + stage_idx * Traits::kBytesB);
 #pragma unroll
@@ -323,6 +333,8 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
 #pragma unroll
         for (uint32_t i = 0; i < BLOCK_N / 2; ++i) cute::warpgroup_fence_operand(acc[a][i]);
       if (kb_done > 0) release_stage<kClusterSize>(empty[prev_stage], lane_idx, signaling_warp);
+      probe.stamp(2);
+      probe.count_tile();
 
       if constexpr ((MOEGEMM_STAGE_VARIANT & 2) != 0) {
         // Timing build without stores: keep the accumulators live so the wgmma stays.
@@ -347,6 +359,8 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
     // The CTA's shared memory must outlive the copy engine's reads of the staging buffer.
     if constexpr (Traits::kTmaStore)
       if (threadIdx.x % 128 == 0) tma_store_drain();
+    probe.stamp(3);
+    if (threadIdx.x == 128) probe.print('M');
   }
   // No CTA may leave while its peer can still multicast into it or arrive on its barriers.
   if constexpr (kClusterSize > 1) cute::cluster_sync();

@@ -26,6 +26,7 @@
 #include <cuda_bf16.h>
 
 #include <moegemm/common/sm90_gemm_params.h>
+#include <moegemm/common/timeline_probe.cuh>
 #include <moegemm/ptx/sm90.cuh>
 #include <moegemm/scheduler/sm90_grouped_scheduler.cuh>
 
@@ -81,6 +82,8 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
   static_assert(Scheduler::kClusterM == 1 && Scheduler::kClusterN == 1,
                 "no clusters with swapped operands");
 
+  TimelineProbe probe;  // stage variant bit 3 only (common/timeline_probe.cuh)
+  probe.stamp(0);
   extern __shared__ __align__(1024) uint8_t smem[];
   uint8_t* sA = smem;
   uint8_t* sB = smem + kNumStages * Traits::kBytesA;
@@ -109,7 +112,10 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
     // The whole warp walks the schedule (a warp-cooperative search); one lane issues.
     const bool leader = cute::elect_one_sync();
     uint32_t stage_idx = 0, phase = 0;
+    probe.stamp(1);
     while (scheduler.next(tile)) {
+      probe.stamp_once(2);
+      probe.count_tile();
       if (leader) {
         for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
           empty[stage_idx].wait(phase ^ 1);
@@ -126,6 +132,8 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
       }
       __syncwarp();
     }
+    probe.stamp(3);
+    if (lane_idx == 0) probe.print('P');
   } else {
     cutlass::arch::warpgroup_reg_alloc<232>();
     const uint32_t math_wg = threadIdx.x / 128 - 1;
@@ -151,6 +159,7 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
       uint32_t prev_stage = 0, kb_done = 0;
       for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
         full[stage_idx].wait(phase);
+        probe.stamp_once(1);
         const uint64_t desc_w =
             make_smem_desc_k128b(sB + stage_idx * Traits::kBytesB + math_wg * 64 * 128);
         const uint64_t desc_t = make_smem_desc_k128b(sA + stage_idx * Traits::kBytesA);
@@ -174,10 +183,14 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
 #pragma unroll
       for (uint32_t i = 0; i < BLOCK_M / 2; ++i) cute::warpgroup_fence_operand(acc[i]);
       if (lane_idx == 0 && kb_done > 0) empty[prev_stage].arrive();
+      probe.stamp(2);
+      probe.count_tile();
 
       store_transposed<BLOCK_M>(acc, static_cast<__nv_bfloat16*>(params.d), params.ldd,
                                 tile.row0, tile.row_end, n0, params.n);
     }
+    probe.stamp(3);
+    if (threadIdx.x == 128) probe.print('M');
   }
 #endif
 }

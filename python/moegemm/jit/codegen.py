@@ -10,6 +10,10 @@ from .spec import KernelSpec
 
 _OUT_TYPES = {"bf16": "__nv_bfloat16", "fp32": "float"}
 
+# Stage variant bit of the m-grouped kernels that prints a per-CTA timeline and keeps results
+# right (include/moegemm/common/timeline_probe.cuh).
+TIMELINE_VARIANT = 8
+
 # The tile scheduler that gives each m-grouped layout its meaning, and a short tag for names.
 _SCHEDULERS = {
     "bf16_gemm_nt": ("DenseScheduler<{m}, {n}, 8, {cm}, {cn}>", "dense"),
@@ -81,12 +85,14 @@ def sm90_bf16_gemm_spec(
     stage_variant != 0 builds a timing-only kernel that leaves stages out (bit 0: the wgmma,
     bit 1: the epilogue stores); its results are wrong by design (benchmarks/stage_breakdown.py).
     Bit 2 alone keeps the grouped walk's tiles unrotated, with right results (timing twins).
+    Bit 3 (TIMELINE_VARIANT) prints per-CTA timer stamps, with right results
+    (common/timeline_probe.cuh, scripts/timeline.py); swap_ab kernels take only this bit.
     """
     lay = config.layout
     if lay.swap_ab:
-        if stage_variant:
-            raise ValueError("swap_ab kernels have no stage-breakdown variants")
-        return _swap_ab_spec(config, d_dtype, with_c, kind)
+        if stage_variant not in (0, TIMELINE_VARIANT):
+            raise ValueError("swap_ab kernels have no stage-breakdown variants, only the timeline")
+        return _swap_ab_spec(config, d_dtype, with_c, kind, stage_variant)
     scheduler_template, tag = _SCHEDULERS[kind]
     cluster = (lay.cluster_m, lay.cluster_n)
     if cluster not in ((1, 1), (2, 1), (1, 2)) or (
@@ -123,7 +129,9 @@ def sm90_bf16_gemm_spec(
     return KernelSpec(name=name, source=source, arch="sm_90a")
 
 
-def _swap_ab_spec(config: GemmConfig, d_dtype: str, with_c: bool, kind: str) -> KernelSpec:
+def _swap_ab_spec(
+    config: GemmConfig, d_dtype: str, with_c: bool, kind: str, stage_variant: int = 0
+) -> KernelSpec:
     """The decode kernel with the weights on the MMA's M side
     (impls/sm90_bf16_grouped_gemm_swap_ab.cuh): offsets and masked layouts, BF16 out, no C."""
     lay = config.layout
@@ -138,6 +146,9 @@ def _swap_ab_spec(config: GemmConfig, d_dtype: str, with_c: bool, kind: str) -> 
     name = f"sm90_bf16_{tag}_{config.short_name()}_{d_dtype}"
     # The tokens (block_m) are the wgmma's N here.
     extended = _wgmma_n_define(lay.block_m)
+    if stage_variant:
+        name += f"_variant{stage_variant}"
+        extended += f"#define MOEGEMM_STAGE_VARIANT {stage_variant}\n"
     traits_args = (
         f"{lay.block_m}, {lay.block_n}, {lay.block_k}, {config.pipeline.num_stages}, "
         f"{config.launch.num_math_warpgroups}"
