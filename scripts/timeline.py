@@ -58,14 +58,16 @@ def summarize(launch: dict[str, dict[int, list[int]]]) -> dict:
 
     points = {}
     for i, name in enumerate(PRODUCER_POINTS):
-        points[f"P.{name}"] = spread([(v[i] - t0) / 1e3 for v in prod.values()])
+        vals = [(v[i] - t0) / 1e3 for v in prod.values() if v[i]]  # 0: a CTA without tiles
+        if vals:
+            points[f"P.{name}"] = spread(vals)
     for i, name in enumerate(MATH_POINTS):
         vals = [(v[i] - t0) / 1e3 for v in math_.values() if v[i]]
         if vals:
             points[f"M.{name}"] = spread(vals)
     cycles = {
         "P.entry->ready": statistics.median(v[5] - v[4] for v in prod.values()),
-        "P.ready->first_tile": statistics.median(v[6] - v[5] for v in prod.values()),
+        "P.ready->first_tile": statistics.median(v[6] - v[5] for v in prod.values() if v[2]),
         "M.entry->first_data": statistics.median(v[5] - v[4] for v in math_.values() if v[1]),
         "M.last_mainloop_end->exit": statistics.median(v[7] - v[6] for v in math_.values() if v[2]),
     }

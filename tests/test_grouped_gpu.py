@@ -401,6 +401,37 @@ def test_tma_store_epilogue_masked_and_dense() -> None:
     assert storage[m:].isnan().all()
 
 
+@pytest.mark.parametrize("block_m,block_n", [(64, 256), (64, 176), (128, 48), (256, 96)])
+def test_register_stores_stay_inside_rows_and_columns(block_m: int, block_n: int) -> None:
+    """Register stores (16 bytes per lane over groups of four 8-column slices, pairs for the
+    rest of a tile's width) into a D whose rows are longer than N: the valid rows of each group
+    are right and nothing else is written, neither padding columns nor rows past masked_m."""
+    from moegemm.heuristics import SM90, GemmDesc
+    from moegemm.heuristics.sm90 import enumerate_configs, store_cols
+
+    num_groups, max_m, n, k, pad = 4, 200, 1000, 768, 24  # 1000 = 3 * 256 + 232: N tails
+    masked = [200, 37, 0, 129]
+    desc = GemmDesc("m_grouped_masked", max_m, n, k, num_groups, expected_m=max_m)
+    config = next(
+        c
+        for c in enumerate_configs(desc, SM90)
+        if (c.layout.block_m, c.layout.block_n) == (block_m, block_n)
+        and not c.layout.swap_ab
+        and c.layout.cluster_size == 1
+        and not store_cols(c)
+    )
+    a, b = bf16(num_groups, max_m, k), bf16(num_groups, n, k, scale=0.02)
+    masked_m = torch.tensor(masked, device="cuda", dtype=torch.int32)
+    storage = nan(num_groups, max_m, n + pad)
+    moegemm.m_grouped_bf16_gemm_nt_masked(a, b, storage[:, :, :n], masked_m, max_m, config=config)
+    for g, rows in enumerate(masked):
+        if rows:
+            ref = a[g, :rows].float() @ b[g].float().t()
+            assert calc_diff(storage[g, :rows, :n], ref) < TOL, (config.short_name(), g)
+        assert storage[g, rows:].isnan().all(), (config.short_name(), g)
+        assert storage[g, :, n:].isnan().all(), (config.short_name(), g)
+
+
 @pytest.mark.parametrize("m", [200, 256])  # 200: the second warpgroup's rows run past M
 @pytest.mark.parametrize("with_c", [False, True])
 def test_k_grouped_tma_store_matches_register_stores(m: int, with_c: bool) -> None:

@@ -19,6 +19,7 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+#include <moegemm/epilogue/sm90_direct_store.cuh>  // pack_bf16x2
 #include <moegemm/ptx/sm90.cuh>
 
 namespace moegemm::sm90 {
@@ -41,11 +42,6 @@ struct TmaStoreLayout {
     return linear ^ (((linear >> 7) & (kSpanBytes / 16 - 1)) << 4);
   }
 };
-
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
 
 // Writes kAtomsM m64 x BLOCK_N accumulator blocks (rows row0 + 64 a) through `smem_buf`
 // (kAtomsM * kAtomBytes, 1024-aligned). All 128 threads of the warpgroup call it.
