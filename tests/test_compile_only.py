@@ -295,6 +295,42 @@ def test_swap_ab_kernels_compile(kind, block_m, block_n, tmp_path, monkeypatch) 
     assert 2 * sum("gsb0" in line for line in hgmma) <= len(hgmma), "wgmma serialized"
 
 
+@pytest.mark.parametrize("swap_ab", [False, True])
+def test_timeline_variant_is_the_only_build_with_the_probe(swap_ab, tmp_path, monkeypatch) -> None:
+    """Stage variant bit 3 (scripts/timeline.py) reads the global timer and prints; the
+    production build of the same config does neither, and keeps its wgmma pipelined."""
+    from moegemm.jit.codegen import TIMELINE_VARIANT
+
+    monkeypatch.setenv("MOEGEMM_CACHE_DIR", str(tmp_path))
+    kind = "m_grouped_masked"
+    desc = GemmDesc(kind, m=512, n=2048, k=768, num_groups=16, expected_m=32)
+    config = next(
+        c
+        for c in sm90.enumerate_configs(desc, SM90)
+        if c.layout.swap_ab == swap_ab
+        and c.layout.block_n == 128
+        and c.layout.cluster_size == 1
+        and not store_cols(c)
+    )
+    timeline = built_sass(sm90_bf16_gemm_spec(config, "bf16", False, kind, TIMELINE_VARIANT))
+    assert "SR_GLOBALTIMER" in timeline and "CALL" in timeline, "stamps and printf"
+    production = built_sass(sm90_bf16_gemm_spec(config, "bf16", False, kind))
+    assert "SR_GLOBALTIMER" not in production and "CALL" not in production
+    assert "LDL" not in production and "STL" not in production
+    hgmma = [line for line in production.splitlines() if "HGMMA." in line and "RZ" not in line]
+    assert 2 * sum("gsb0" in line for line in hgmma) <= len(hgmma), "wgmma serialized"
+    if not swap_ab:
+        # BF16 out without C: the register stores go out 16 bytes per lane.
+        assert "STG.E.128" in production
+
+
+def test_swap_ab_kernels_refuse_other_stage_variants() -> None:
+    desc = GemmDesc("m_grouped_masked", m=512, n=2048, k=768, num_groups=16, expected_m=32)
+    config = next(c for c in sm90.enumerate_configs(desc, SM90) if c.layout.swap_ab)
+    with pytest.raises(ValueError, match="only the timeline"):
+        sm90_bf16_gemm_spec(config, "bf16", False, "m_grouped_masked", 2)
+
+
 def test_swap_ab_refused_outside_the_decode_layouts() -> None:
     from dataclasses import replace
 
