@@ -5,8 +5,9 @@ heuristic's pick unless the pick swaps operands):
   k-grouped: largest groups first, rounds snaking over the CTAs, against stage variant 16
              (tiles round-robin in group order);
   offs / masked (the grouped walk): rounds rotated over the CTAs, against stage variant 4 (not
-             rotated). Swapped-operand configs have no variants and are skipped.
---variant V times stage variant V as the twin instead (any timing variant with right results).
+             rotated). Swapped-operand configs are skipped.
+--variant V times stage variant V as the twin instead (any timing variant with right results;
+8 on offs / masked cases builds the printing timeline probe, not a useful twin).
 Both builds are checked against the FP32 reference first.
 
     python3 scripts/order_twins.py [--cases REGEX] [--configs 3] [--variant V]

@@ -11,6 +11,10 @@ and its printf lines are parsed. Reported, in µs from the launch's first CTA en
 (first stage landed), last mainloop end and exit; the span (last exit - first entry) beside
 the event time; the weight bytes over the span against a copy that moves as many bytes, timed
 the same way. --json writes every number.
+
+With several tiles per CTA the spans came out 1.8-2.9x the event time (masked/7, masked/9):
+unreliable there, cause not isolated (the printing, or launches timed alone instead of queued).
+Single-wave kernels and the intra-CTA cycle counts are what was read.
 """
 
 from __future__ import annotations
@@ -120,6 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     from moegemm.heuristics import SM90, select_config, sm90
 
     q = find_case(args.case)
+    if q.layout not in ("offs", "idx", "masked"):
+        raise SystemExit(
+            f"{q.id}: the probe is in the m-grouped kernels only (bit 3 means "
+            "something else to the k-grouped one)"
+        )
     legal = configs_by_name(q)
     pick = select_config(desc_for(q), SM90)
     configs = [legal[name] for name in args.configs] if args.configs else [pick]

@@ -3,9 +3,10 @@
 // (cycles, exact within the CTA) at fixed points of its life and prints them once at exit:
 //   producer warp, lane 0:  "TLP <cta> <entry> <ready> <first tile> <last issue> <tiles>"
 //   first math warpgroup:   "TLM <cta> <entry> <first data> <last mainloop end> <exit> <tiles>"
-//     ready: barriers initialised and the CTA synchronised; first tile: the scheduler has
-//     resolved the CTA's first tile (layout integers read); first data: the first full-barrier
-//     wait returned; exit: stores issued and, for TMA stores, drained.
+//     ready: barriers initialised, the CTA synchronised, the PDL wait passed and the scheduler
+//     constructed; first tile: the scheduler has resolved the CTA's first tile (layout integers
+//     read); first data: the first full-barrier wait returned; exit: stores issued and, for
+//     TMA stores, drained. The experimental split-tail loop records no stamps.
 // Production kernels never define the bit: every call below compiles to nothing there.
 #pragma once
 

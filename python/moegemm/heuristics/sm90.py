@@ -48,10 +48,12 @@ BARRIER_BYTES_PER_STAGE = 16
 PIPELINE_FILL_CYCLES = 1500  # first TMA round trip before the first wgmma
 TILE_OVERHEAD_CYCLES = 300
 WGMMA_ISSUE_CYCLES = 8  # fixed cost of one wgmma instruction beyond its tensor-core cycles
-# Register-to-global stores, per SM while the math warpgroups wait: stage_breakdown.py measured
-# 6-7 us per 64 KB tile (~5 B/clk) on the H200 with 4-byte stores. The 16-byte stores of
-# epilogue/sm90_direct_store.cuh (d5a9069) halved a one-tile decode kernel's store tail to ~6
-# B/clk (scripts/timeline.py; ~3 B/clk before), so the figure stands for both.
+# Register-to-global stores, per SM while the math warpgroups wait. With 4-byte stores,
+# stage_breakdown.py measured ~5 B/clk on a prefill tile (6-7 us per 64 KB) and
+# scripts/timeline.py ~3 B/clk at the end of a one-tile decode kernel. With the 16-byte stores
+# of BF16 out without C (epilogue/sm90_direct_store.cuh, d5a9069) that decode tail ran at
+# ~6 B/clk. One figure serves every register-store path (also FP32 out, C, and the swapped
+# kernel's 4-byte transposed stores); not re-fitted, the quality harness passes with it.
 DIRECT_STORE_BYTES_PER_CLK = 6
 STMATRIX_BYTES_PER_CLK = 64  # staging writes into shared memory (half the port's peak)
 TMA_STORE_SYNC_CYCLES = 400  # two warpgroup barriers, the fence and the issue of the stores
