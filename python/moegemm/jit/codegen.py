@@ -48,6 +48,13 @@ def _instantiation(
     )
 
 
+def _variant_tag(stage_variant: int) -> tuple[str, str]:
+    """(kernel-name suffix, define) of a timing-only stage variant; empty for production."""
+    if not stage_variant:
+        return "", ""
+    return f"_variant{stage_variant}", f"#define MOEGEMM_STAGE_VARIANT {stage_variant}\n"
+
+
 SPLIT_TAILS_ENV = "MOEGEMM_EXPERIMENTAL_SPLIT_TAILS"
 
 
@@ -114,9 +121,9 @@ def sm90_bf16_gemm_spec(
         )
     else:
         extended = _wgmma_n_define(lay.block_n)
-    if stage_variant:
-        name += f"_variant{stage_variant}"
-        extended += f"#define MOEGEMM_STAGE_VARIANT {stage_variant}\n"
+    suffix, define = _variant_tag(stage_variant)
+    name += suffix
+    extended += define
     traits_args = (
         f"{lay.block_m}, {lay.block_n}, {lay.block_k}, {config.pipeline.num_stages}, "
         f"{config.launch.num_math_warpgroups}, {'true' if with_c else 'false'}, "
@@ -144,11 +151,10 @@ def _swap_ab_spec(
         m=lay.block_m, n=lay.block_n, cm=1, cn=1
     )
     name = f"sm90_bf16_{tag}_{config.short_name()}_{d_dtype}"
+    suffix, define = _variant_tag(stage_variant)
+    name += suffix
     # The tokens (block_m) are the wgmma's N here.
-    extended = _wgmma_n_define(lay.block_m)
-    if stage_variant:
-        name += f"_variant{stage_variant}"
-        extended += f"#define MOEGEMM_STAGE_VARIANT {stage_variant}\n"
+    extended = _wgmma_n_define(lay.block_m) + define
     traits_args = (
         f"{lay.block_m}, {lay.block_n}, {lay.block_k}, {config.pipeline.num_stages}, "
         f"{config.launch.num_math_warpgroups}"
@@ -174,10 +180,8 @@ def sm90_bf16_k_grouped_spec(
     if lay.cluster_size != 1:
         raise ValueError("the k-grouped kernel takes no clusters")
     name = f"sm90_bf16_kgrouped_{config.short_name()}" + ("_c" if with_c else "")
-    variant = ""
-    if stage_variant:
-        name += f"_variant{stage_variant}"
-        variant = f"#define MOEGEMM_STAGE_VARIANT {stage_variant}\n"
+    suffix, variant = _variant_tag(stage_variant)
+    name += suffix
     template_args = (
         f"{lay.block_m}, {lay.block_n}, {lay.block_k}, {config.pipeline.num_stages}, "
         f"{config.launch.num_math_warpgroups}, {'true' if with_c else 'false'}, "
