@@ -8,8 +8,7 @@ short bursts whose clock is set by the mix of all twins, so a config that does t
 SM cycle with fewer bytes moved cannot show its gain there. This script runs each build back to
 back for --seconds (forward, then in reverse order) and prints µs, median SM clock, power and
 FLOP per SM cycle per SM. Builds per case: the heuristic's pick, its 1x2 and 2x1 cluster twins
-(A or B multicast), the same tile with the other TMA-store staging (whole tile or ring) alone and
-as 2x1, and the next --configs single-CTA configs of the model's ranking. Every build
+(A or B multicast) and the next --configs single-CTA configs of the model's ranking. Every build
 is checked against the FP32 reference first. GPU only.
 """
 
@@ -56,18 +55,6 @@ def builds_for(desc, arch, extra: int) -> dict:
         other = twin(base, shape, desc, arch)
         if other is not None and other != pick:
             builds[f"{shape[0]}x{shape[1]}"] = other
-    # The same tile with the other TMA-store staging (whole tile or ring), alone and as 2x1.
-    staging = next(
-        (c for c in legal if c.layout == base.layout and c.storage.store_slots
-         != base.storage.store_slots and c.storage.store_box_d == base.storage.store_box_d),
-        None,
-    )  # fmt: skip
-    if staging is not None:
-        name = "ring" if staging.storage.store_slots else "whole"
-        builds[name] = staging
-        other = twin(staging, (2, 1), desc, arch)
-        if other is not None:
-            builds[f"{name}2x1"] = other
     for i, c in enumerate(x for x in ranked if x not in builds.values()):
         if i >= extra:
             break

@@ -342,7 +342,7 @@ def epilogue_pairs(desc, block_ms=(64, 128, 256)):
     by_tile: dict[tuple[int, int], dict[bool, object]] = {}
     for config in enumerate_configs(desc, SM90):
         lay = config.layout
-        if lay.cluster_m == 1 and config.storage.store_slots == 0:
+        if lay.cluster_m == 1:
             by_tile.setdefault((lay.block_m, lay.block_n), {})[bool(store_cols(config))] = config
     pairs = []
     for block_m in block_ms:
@@ -375,79 +375,6 @@ def test_tma_store_epilogue_matches_register_stores() -> None:
             outs.append(storage[:total])
         assert torch.equal(outs[0], outs[1]), f"{direct.short_name()} vs {staged.short_name()}"
         assert max_group_diff(outs[1], a, b, sizes) < TOL
-
-
-def ring_pairs(desc, tiles):
-    """(whole-tile staging, staging-ring) configs of each tile in `tiles` that has both."""
-    from moegemm.heuristics import SM90
-    from moegemm.heuristics.sm90 import enumerate_configs, store_cols
-
-    by_tile: dict[tuple[int, int], dict[int, object]] = {}
-    for config in enumerate_configs(desc, SM90):
-        lay = config.layout
-        if lay.cluster_size == 1 and store_cols(config):
-            by_tile.setdefault((lay.block_m, lay.block_n), {})[config.storage.store_slots] = config
-    pairs = [(by_tile[t][0], by_tile[t][2]) for t in tiles if len(by_tile.get(t, {})) == 2]
-    assert len(pairs) == len(tiles), f"tiles without a ring twin: {tiles} -> {len(pairs)}"
-    return pairs
-
-
-# Ring slots of 64 (n256, n128), 48 columns in three 16-column boxes (n240), 32 (n224) and
-# 16 (n208), and 256-row tiles (two atoms per warpgroup).
-RING_TILES = [(128, 256), (128, 240), (128, 224), (128, 208), (256, 128), (64, 256)]
-
-
-def test_staging_ring_matches_whole_tile_staging() -> None:
-    """The ring writes the same bits as whole-tile staging on every layout, only inside each
-    group, with several tiles per CTA (slots continue across tiles) and tiles that cross a
-    group's end, the N tail and the tensor's last rows."""
-    from moegemm.heuristics import GemmDesc
-
-    sizes = [0, 1, 127, 128, 300, 1000, 64, 65, 2000, 513]
-    num_groups, n, k = len(sizes), 2880, 768  # 2880 = 11 * 256 + 64: an N tail for most tiles
-    total = sum(sizes)  # 4198 rows, 12 n-blocks of 256: more tiles than SMs
-    a, b = bf16(total, k), bf16(num_groups, n, k, scale=0.02)
-    offs = offsets(sizes)
-    desc = GemmDesc("m_grouped_offsets", total, n, k, num_groups, expected_m=total // num_groups)
-    for whole, ring in ring_pairs(desc, RING_TILES):
-        outs = []
-        for config in (whole, ring):
-            storage = nan(total + 64, n)
-            moegemm.m_grouped_bf16_gemm_nt_contiguous(
-                a, b, storage[:total], offs=offs, config=config
-            )
-            assert storage[total:].isnan().all(), config.short_name()
-            outs.append(storage[:total])
-        assert torch.equal(outs[0], outs[1]), f"{whole.short_name()} vs {ring.short_name()}"
-        assert max_group_diff(outs[1], a, b, sizes) < TOL, ring.short_name()
-
-    # Masked (full, empty, crossing, one atom) and dense with a clipped last m-block.
-    masked = [256, 0, 200, 64]
-    max_m = 256
-    ma, mb = bf16(len(masked), max_m, k), bf16(len(masked), n, k, scale=0.02)
-    masked_m = torch.tensor(masked, device="cuda", dtype=torch.int32)
-    mdesc = GemmDesc("m_grouped_masked", max_m, n, k, len(masked), expected_m=max_m)
-    for whole, ring in ring_pairs(mdesc, RING_TILES):
-        outs = []
-        for config in (whole, ring):
-            d = nan(len(masked), max_m, n)
-            moegemm.m_grouped_bf16_gemm_nt_masked(ma, mb, d, masked_m, max_m, config=config)
-            for g, rows in enumerate(masked):
-                assert d[g, rows:].isnan().all(), config.short_name()
-            outs.append(d)
-        assert torch.equal(outs[0].nan_to_num(), outs[1].nan_to_num()), ring.short_name()
-        for g, rows in enumerate(masked):
-            if rows:
-                ref = ma[g, :rows].float() @ mb[g].float().t()
-                assert calc_diff(outs[1][g, :rows], ref) < TOL, ring.short_name()
-    m = 4000
-    da, db = bf16(m, k), bf16(n, k, scale=0.02)
-    ddesc = GemmDesc("bf16_gemm_nt", m, n, k)
-    for _, ring in ring_pairs(ddesc, RING_TILES):
-        storage = nan(m + 64, n)
-        moegemm.bf16_gemm_nt(da, db, storage[:m], config=ring)
-        assert calc_diff(storage[:m], da.float() @ db.float().t()) < TOL, ring.short_name()
-        assert storage[m:].isnan().all(), ring.short_name()
 
 
 def test_tma_store_epilogue_masked_and_dense() -> None:

@@ -86,65 +86,6 @@ __device__ __forceinline__ void store_accumulators_tma(const float (*acc)[BLOCK_
   }
 }
 
-// The widest slot (a multiple of the box width, at most 64 columns) that tiles BLOCK_N.
-template <uint32_t BLOCK_N, uint32_t kStoreCols>
-__host__ __device__ constexpr uint32_t ring_slot_cols() {
-  for (uint32_t cols = 64 / kStoreCols * kStoreCols; cols > kStoreCols; cols -= kStoreCols)
-    if (BLOCK_N % cols == 0) return cols;
-  return kStoreCols;
-}
-
-// Staging through a ring of kSlots buffers per warpgroup, each 64 rows x kSlotCols (one or
-// more TMA boxes), instead of one whole-tile buffer: the stages it frees deepen the mainloop's
-// ring (128 x 256 tiles: 4 stages instead of 3). Slots go out in order, kSlotCols at a time;
-// `slot_seq` counts the warpgroup's slots across tiles (buffer = slot_seq % kSlots).
-// One named barrier per slot: before it, thread 0 waits until all but the newest kSlots - 2
-// stores have read their buffers, so after it the next slot's buffer is free; thread 0 then
-// issues this slot's stores. With two slots, the store of slot q - 1 has had slot q's shared
-// writes to finish reading.
-template <uint32_t BLOCK_N, uint32_t kStoreCols, uint32_t kAtomsM, uint32_t kSlots>
-__device__ __forceinline__ void store_accumulators_tma_ring(const float (*acc)[BLOCK_N / 2],
-                                                            uint8_t* smem_buf, const void* tma_d,
-                                                            uint32_t row0, uint32_t col0,
-                                                            uint32_t barrier_id,
-                                                            uint32_t& slot_seq) {
-  static_assert(kSlots >= 2, "a slot is written while the one before it is stored");
-  constexpr uint32_t kSlotCols = ring_slot_cols<BLOCK_N, kStoreCols>();
-  using L = TmaStoreLayout<kSlotCols, kStoreCols>;
-  constexpr uint32_t kSlotsPerAtom = BLOCK_N / kSlotCols;
-  const uint32_t t = threadIdx.x % 128;
-  const uint32_t lane = t % 32;
-  const uint32_t row = 16 * (t / 32) + (lane % 8) + 8 * ((lane / 8) % 2);
-  const uint32_t col_in_16 = 8 * (lane / 16);
-  const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem_buf));
-#pragma unroll
-  for (uint32_t a = 0; a < kAtomsM; ++a) {
-#pragma unroll
-    for (uint32_t s = 0; s < kSlotsPerAtom; ++s) {
-      const uint32_t buf = slot_seq % kSlots;
-#pragma unroll
-      for (uint32_t jj = 0; jj < kSlotCols / 16; ++jj) {
-        const float* v = acc[a] + 8 * (s * (kSlotCols / 16) + jj);
-        stmatrix_x4(smem_base + buf * L::kAtomBytes + L::offset(row, 16 * jj + col_in_16),
-                    pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]), pack_bf16x2(v[4], v[5]),
-                    pack_bf16x2(v[6], v[7]));
-      }
-      fence_async_shared();
-      if (t == 0) tma_store_wait_read_all_but<kSlots - 2>();
-      named_barrier_sync(barrier_id, 128);
-      if (t == 0) {
-#pragma unroll
-        for (uint32_t c = 0; c < L::kNumChunks; ++c)
-          tma_store_2d(tma_d, smem_buf + buf * L::kAtomBytes + c * L::kChunkBytes,
-                       static_cast<int32_t>(col0 + s * kSlotCols + c * kStoreCols),
-                       static_cast<int32_t>(row0 + 64 * a));
-        tma_store_commit();
-      }
-      ++slot_seq;
-    }
-  }
-}
-
 }  // namespace moegemm::sm90
 
 namespace moegemm::sm90 {

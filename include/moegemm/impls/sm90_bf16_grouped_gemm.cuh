@@ -38,9 +38,7 @@
 //   where TMA clips) stages BF16 results in its own D buffer and issues TMA stores
 //   (epilogue/sm90_tma_store.cuh, named barrier 1 + warpgroup), then starts the next tile while
 //   the copy engine writes; a warpgroup whose rows cross into another group stores from
-//   registers, so no row outside the tile's bound is ever written. kStoreSlots: 0 stages the
-//   warpgroup's whole share of the tile at once; N > 0 cycles it through a ring of N 64-row
-//   slots (store_accumulators_tma_ring), whose smaller footprint leaves room for more stages.
+//   registers, so no row outside the tile's bound is ever written.
 // Tails: TMA zero-fills reads past the rows, N and K, so the mainloop needs no bounds checks;
 //   rows of a neighbouring group that a tile's A box covers are read but never stored: the
 //   epilogue checks rows against the tile's bound and columns against N. A math warpgroup with
@@ -68,8 +66,7 @@
 namespace moegemm::sm90 {
 
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t BLOCK_K, uint32_t kNumStages,
-          uint32_t kNumMathWG, bool kWithC, typename OutT, uint32_t kStoreCols,
-          uint32_t kStoreSlots>
+          uint32_t kNumMathWG, bool kWithC, typename OutT, uint32_t kStoreCols>
 struct Bf16GemmTraits {
   static_assert(BLOCK_K == 64, "one 128-byte swizzle atom of BF16 per row");
   static_assert(BLOCK_M % (64 * kNumMathWG) == 0, "each math warpgroup owns whole m64 atoms");
@@ -84,12 +81,7 @@ struct Bf16GemmTraits {
   static constexpr bool kTmaStore = kStoreCols != 0;
   static_assert(!kTmaStore || (!kWithC && sizeof(OutT) == 2),
                 "the TMA-store epilogue writes BF16 without C");
-  static_assert(kStoreSlots == 0 || kTmaStore, "a staging ring needs the TMA-store epilogue");
-  // Whole-tile staging, or a ring of kStoreSlots 64-row slots per math warpgroup.
-  static constexpr uint32_t kBytesD =
-      !kTmaStore         ? 0
-      : kStoreSlots == 0 ? BLOCK_M * BLOCK_N * 2
-                         : kNumMathWG * kStoreSlots * 64 * ring_slot_cols<BLOCK_N, kStoreCols>() * 2;
+  static constexpr uint32_t kBytesD = kTmaStore ? BLOCK_M * BLOCK_N * 2 : 0;
   static constexpr uint32_t kBytesDPerWG = kBytesD / kNumMathWG;
   static constexpr uint32_t kSmemBytes =
       kNumStages * (kBytesA + kBytesB) + kBytesD + kNumStages * 16;
@@ -97,12 +89,12 @@ struct Bf16GemmTraits {
 
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t BLOCK_K, uint32_t kNumStages,
           uint32_t kNumMathWG, bool kWithC, typename OutT, uint32_t kStoreCols,
-          uint32_t kStoreSlots, typename Scheduler>
+          typename Scheduler>
 __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
     sm90_bf16_grouped_gemm_kernel(const __grid_constant__ Sm90Bf16GemmParams params) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using Traits = Bf16GemmTraits<BLOCK_M, BLOCK_N, BLOCK_K, kNumStages, kNumMathWG, kWithC, OutT,
-                                kStoreCols, kStoreSlots>;
+  using Traits =
+      Bf16GemmTraits<BLOCK_M, BLOCK_N, BLOCK_K, kNumStages, kNumMathWG, kWithC, OutT, kStoreCols>;
   constexpr uint32_t kAtomsM = Traits::kAtomsM;
   constexpr uint32_t kClusterM = Scheduler::kClusterM;  // CTAs sharing B
   constexpr uint32_t kClusterN = Scheduler::kClusterN;  // CTAs sharing A
@@ -115,8 +107,8 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
   constexpr uint16_t kClusterMask = (1u << kClusterSize) - 1;
   // Tiles whose rows all fit the first m64 atom split their columns between the two math
   // warpgroups (one CTA per tile only: a cluster's pipeline counts each warpgroup's release).
-  constexpr bool kSplitTails = MOEGEMM_SPLIT_TAILS != 0 && kNumMathWG == 2 && kAtomsM == 1 &&
-                               kClusterSize == 1 && kStoreSlots == 0;
+  constexpr bool kSplitTails =
+      MOEGEMM_SPLIT_TAILS != 0 && kNumMathWG == 2 && kAtomsM == 1 && kClusterSize == 1;
 
   TimelineProbe probe;  // stage variant bit 3 only (common/timeline_probe.cuh)
   probe.stamp(0);
@@ -215,7 +207,6 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
     const uint32_t math_wg = threadIdx.x / 128 - 1;
     const bool signaling_warp = warp_idx % 4 == 0;  // the first warp of its warpgroup
     uint32_t stage_idx = 0, phase = 0;
-    uint32_t slot_seq = 0;  // staging-ring slots this warpgroup has stored (kStoreSlots > 0)
     float acc[kAtomsM][BLOCK_N / 2];
     while (scheduler.next(tile)) {
 #pragma unroll
@@ -352,15 +343,9 @@ __global__ void __launch_bounds__(128 * (kNumMathWG + 1), 1)
       }
       if constexpr (Traits::kTmaStore) {
         if (row0 + Traits::kWgRows <= tile.row_end || tile.row_end >= params.rows) {
-          if constexpr (kStoreSlots == 0) {
-            store_accumulators_tma<BLOCK_N, kStoreCols, kAtomsM>(
-                acc, sD + math_wg * Traits::kBytesDPerWG, &params.tma_d, row0,
-                tile.n_block * BLOCK_N, 1 + math_wg);
-          } else {
-            store_accumulators_tma_ring<BLOCK_N, kStoreCols, kAtomsM, kStoreSlots>(
-                acc, sD + math_wg * Traits::kBytesDPerWG, &params.tma_d, row0,
-                tile.n_block * BLOCK_N, 1 + math_wg, slot_seq);
-          }
+          store_accumulators_tma<BLOCK_N, kStoreCols, kAtomsM>(
+              acc, sD + math_wg * Traits::kBytesDPerWG, &params.tma_d, row0,
+              tile.n_block * BLOCK_N, 1 + math_wg);
           continue;
         }
       }

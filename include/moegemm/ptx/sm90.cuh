@@ -107,11 +107,6 @@ __device__ __forceinline__ void tma_reduce_add_2d(const void* desc, const void* 
 }
 __device__ __forceinline__ void tma_store_commit() { cute::tma_store_arrive(); }
 __device__ __forceinline__ void tma_store_wait_read() { cute::tma_store_wait<0>(); }
-// Returns once every committed group but the newest kPending has finished reading.
-template <int kPending>
-__device__ __forceinline__ void tma_store_wait_read_all_but() {
-  cute::tma_store_wait<kPending>();
-}
 __device__ __forceinline__ void tma_store_drain() {
   asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }

@@ -73,9 +73,6 @@ class StorageConfig:
     swizzle_b: int
     store_box_d: tuple[int, int] | None = None
     swizzle_d: int = 0
-    # TMA-store staging: 0 holds a warpgroup's whole share of the tile, N > 0 a ring of N
-    # 64-row slots per math warpgroup (fewer bytes, so more pipeline stages fit).
-    store_slots: int = 0
 
 
 @dataclass(frozen=True)
@@ -105,5 +102,4 @@ class GemmConfig:
             f"w{self.launch.num_math_warpgroups}c{lay.cluster_m}x{lay.cluster_n}"
             + ("t" if lay.swap_ab else "")
             + (f"e{self.storage.store_box_d[0]}" if self.storage.store_box_d else "")
-            + (f"r{self.storage.store_slots}" if self.storage.store_slots else "")
         )

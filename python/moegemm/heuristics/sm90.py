@@ -58,10 +58,6 @@ DIRECT_STORE_BYTES_PER_CLK = 6
 STMATRIX_BYTES_PER_CLK = 64  # staging writes into shared memory (half the port's peak)
 TMA_STORE_SYNC_CYCLES = 400  # two warpgroup barriers, the fence and the issue of the stores
 TMA_STORE_COLS = (64, 32, 16)  # box widths: one 128-, 64- or 32-byte swizzle span per row
-# BF16 TMA-store staging through a ring of this many 64-row slots per math warpgroup
-# (epilogue/sm90_tma_store.cuh, store_accumulators_tma_ring) instead of the whole tile; enumerated
-# where the bytes it frees make room for another pipeline stage.
-STORE_RING_SLOTS = 2
 # 2-CTA clusters sharing an operand by TMA multicast, (cluster_m, cluster_n) = (2, 1) sharing B
 # between neighbouring m-blocks or (1, 2) sharing A between neighbouring n-blocks. Both are
 # bitwise equal to one CTA per tile on the H200, but as interleaved twins (scripts/
@@ -104,34 +100,17 @@ def math_warpgroups_for(block_m: int) -> int:
     return 1 if block_m == 64 else 2
 
 
-def ring_slot_cols(block_n: int, store_cols: int) -> int:
-    """Columns of one staging-ring slot: the widest multiple of the box width, at most 64, that
-    tiles block_n (the kernel's ring_slot_cols)."""
-    cols = 64 // store_cols * store_cols
-    while cols > store_cols and block_n % cols:
-        cols -= store_cols
-    return cols
-
-
 def smem_bytes_for(
-    block_m: int,
-    block_n: int,
-    num_stages: int,
-    store_cols: int = 0,
-    k_grouped: bool = False,
-    store_slots: int = 0,
+    block_m: int, block_n: int, num_stages: int, store_cols: int = 0, k_grouped: bool = False
 ) -> int:
     """Shared memory of a kernel (its Traits::kSmemBytes): the stage ring plus the TMA-store
-    epilogue's staging: one BF16 tile or, with store_slots, that many 64-row slots per math
-    warpgroup (m-grouped); two 64 x 32 FP32 chunks per warpgroup (k-grouped)."""
+    epilogue's staging, one BF16 tile (m-grouped) or two 64 x 32 FP32 chunks per warpgroup
+    (k-grouped)."""
     per_stage = (block_m + block_n) * BLOCK_K * 2 + BARRIER_BYTES_PER_STAGE
     if not store_cols:
         staging = 0
     elif k_grouped:
         staging = block_m // 64 * 2 * 64 * store_cols * 4
-    elif store_slots:
-        num_wg = math_warpgroups_for(block_m)
-        staging = num_wg * store_slots * 64 * ring_slot_cols(block_n, store_cols) * 2
     else:
         staging = block_m * block_n * 2
     return num_stages * per_stage + staging
@@ -172,7 +151,6 @@ def _make_config(
     k_grouped: bool = False,
     cluster: tuple[int, int] = (1, 1),
     swap_ab: bool = False,
-    store_slots: int = 0,
 ) -> GemmConfig:
     num_wg = block_n // 64 if swap_ab else math_warpgroups_for(block_m)
     cluster_m, cluster_n = cluster
@@ -193,13 +171,10 @@ def _make_config(
             swizzle_b=128,
             store_box_d=(store_cols, 64) if store_cols else None,
             swizzle_d=2 * store_cols,
-            store_slots=store_slots,
         ),
         pipeline=PipelineConfig(
             num_stages=num_stages,
-            smem_bytes=smem_bytes_for(
-                block_m, block_n, num_stages, store_cols, k_grouped, store_slots
-            ),
+            smem_bytes=smem_bytes_for(block_m, block_n, num_stages, store_cols, k_grouped),
         ),
         launch=LaunchConfig(
             num_sms=arch.num_sms, num_threads=128 * (num_wg + 1), num_math_warpgroups=num_wg
@@ -215,23 +190,18 @@ def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> Iterator[GemmConfig]:
         for block_n in block_n_choices(desc):
             if atoms_per_wg * block_n // 2 > MAX_ACCUM_REGS:
                 continue
+            epilogues = (0, tma_store_cols(block_n, desc)) if tma_store_possible(desc) else (0,)
             k_grouped = desc.kind == "k_grouped"
-            per_stage = smem_bytes_for(block_m, block_n, 1)
-            whole_tile_stages = 0
-            for store_cols, slots in _epilogues(block_n, desc):
-                staging = smem_bytes_for(block_m, block_n, 0, store_cols, k_grouped, slots)
+            for store_cols in epilogues:
+                per_stage = smem_bytes_for(block_m, block_n, 1)
+                staging = smem_bytes_for(block_m, block_n, 0, store_cols, k_grouped)
                 num_stages = min(MAX_STAGES, (arch.smem_budget - staging) // per_stage)
-                if slots == 0 and store_cols:
-                    whole_tile_stages = num_stages
-                elif slots and num_stages <= whole_tile_stages:
-                    continue  # the ring only pays where it buys a stage
                 if num_stages < MIN_STAGES:
                     continue
                 for cluster in cluster_choices(desc, arch):
                     yield _make_config(
-                        block_m, block_n, num_stages, arch, store_cols, k_grouped, cluster,
-                        store_slots=slots,
-                    )  # fmt: skip
+                        block_m, block_n, num_stages, arch, store_cols, k_grouped, cluster
+                    )
     if swap_ab_possible(desc):
         for block_m in SWAP_AB_BLOCK_M:
             for block_n in SWAP_AB_BLOCK_N:
@@ -239,17 +209,6 @@ def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> Iterator[GemmConfig]:
                     MAX_STAGES, arch.smem_budget // smem_bytes_for(block_m, block_n, 1)
                 )
                 yield _make_config(block_m, block_n, num_stages, arch, swap_ab=True)
-
-
-def _epilogues(block_n: int, desc: GemmDesc) -> tuple[tuple[int, int], ...]:
-    """(store_cols, store_slots) pairs for block_n: register stores, then TMA stores staged
-    whole-tile and (BF16) through the ring."""
-    if not tma_store_possible(desc):
-        return ((0, 0),)
-    cols = tma_store_cols(block_n, desc)
-    if desc.kind == "k_grouped":
-        return ((0, 0), (cols, 0))
-    return ((0, 0), (cols, 0), (cols, STORE_RING_SLOTS))
 
 
 def swap_ab_possible(desc: GemmDesc) -> bool:
@@ -275,7 +234,6 @@ def _swap_ab_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
         and lay.cluster_m == 1
         and lay.cluster_n == 1
         and store_cols(config) == 0
-        and config.storage.store_slots == 0
         and config.storage.swizzle_d == 0
         and config.storage.load_box_a == (BLOCK_K, lay.block_m)
         and config.storage.load_box_b == (BLOCK_K, lay.block_n)
@@ -311,7 +269,6 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
             config.pipeline.num_stages,
             store_cols(config),
             desc.kind == "k_grouped",
-            config.storage.store_slots,
         )
         and config.pipeline.smem_bytes <= arch.smem_budget
         and config.pipeline.num_stages >= MIN_STAGES
@@ -334,13 +291,10 @@ def store_cols(config: GemmConfig) -> int:
 
 def _store_cols_legal(config: GemmConfig, desc: GemmDesc) -> bool:
     cols = store_cols(config)
-    slots = config.storage.store_slots
     if cols == 0:
-        return config.storage.swizzle_d == 0 and slots == 0
+        return config.storage.swizzle_d == 0
     return (
         tma_store_possible(desc)
-        and slots in (0, STORE_RING_SLOTS)
-        and (slots == 0 or desc.kind != "k_grouped")
         and cols == tma_store_cols(config.layout.block_n, desc)
         and config.storage.store_box_d == (cols, 64)
         and config.storage.swizzle_d == 2 * cols

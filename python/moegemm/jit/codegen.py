@@ -67,8 +67,8 @@ def _wgmma_n_define(*wgmma_ns: int) -> str:
 def split_tails_apply(config: GemmConfig) -> bool:
     """Whether `config` is built with split tails: only when MOEGEMM_EXPERIMENTAL_SPLIT_TAILS=1
     (read when a kernel is generated), and only for 128-row tiles of two math warpgroups
-    without a cluster or staging ring. Off by default: not measured faster on the benchmark's
-    ragged prefill shapes (BENCHMARKS.md). Its GPU tests (tests/test_split_tails_gpu.py) passed on the H200
+    without a cluster. Off by default: not measured faster on the benchmark's ragged prefill
+    shapes (BENCHMARKS.md). Its GPU tests (tests/test_split_tails_gpu.py) passed on the H200
     at 7ff1671 and, with the loop laid out apart from the main one, at c302fda and 44c65d6."""
     lay = config.layout
     return (
@@ -77,7 +77,6 @@ def split_tails_apply(config: GemmConfig) -> bool:
         and lay.block_m == 128
         and config.launch.num_math_warpgroups == 2
         and lay.cluster_size == 1
-        and config.storage.store_slots == 0
     )
 
 
@@ -128,7 +127,7 @@ def sm90_bf16_gemm_spec(
     traits_args = (
         f"{lay.block_m}, {lay.block_n}, {lay.block_k}, {config.pipeline.num_stages}, "
         f"{config.launch.num_math_warpgroups}, {'true' if with_c else 'false'}, "
-        f"{_OUT_TYPES[d_dtype]}, {store_cols(config)}, {config.storage.store_slots}"
+        f"{_OUT_TYPES[d_dtype]}, {store_cols(config)}"
     )
     source = _instantiation(
         name, extended, "sm90_bf16_grouped_gemm", "Bf16GemmTraits", traits_args, scheduler,
@@ -145,7 +144,7 @@ def _swap_ab_spec(
     lay = config.layout
     if kind not in SWAP_AB_KINDS or d_dtype != "bf16" or with_c:
         raise ValueError(f"swap_ab: {SWAP_AB_KINDS} with BF16 out and no C only, got {kind}")
-    if lay.cluster_size != 1 or store_cols(config) or config.storage.store_slots:
+    if lay.cluster_size != 1 or store_cols(config):
         raise ValueError("swap_ab: no clusters and no TMA-store epilogue")
     scheduler_template, tag = _SCHEDULERS[kind]
     scheduler = "moegemm::sm90::" + scheduler_template.format(
