@@ -10,6 +10,8 @@ runs at a lower clock). This script runs each candidate back to back for --secon
 TFLOP/s over the window, median SM clock and power, and FLOP per SM cycle per SM (TFLOP/s over
 clock x SMs), the clock-free efficiency. It also prints the names of the kernels torch runs for
 the peers (one profiled call each). Outputs are checked against FP32 before timing.
+--profile-range runs each candidate once inside a profiler range instead, for
+`ncu --profile-from-start off` (DRAM and L2 bytes per kernel).
 """
 
 from __future__ import annotations
@@ -102,7 +104,9 @@ def kernel_names(fn) -> list[str]:
     return sorted({e.name for e in prof.events() if e.device_type.name == "CUDA"})
 
 
-def run_case(name: str, groups: int, n: int, k: int, expected_m: int, seconds: float) -> dict:
+def run_case(
+    name: str, groups: int, n: int, k: int, expected_m: int, seconds: float, profile_range: bool
+) -> dict:
     rows = anchor_rows(expected_m, groups)
     total = sum(rows)
     a = randn_bf16(total, k)
@@ -128,6 +132,18 @@ def run_case(name: str, groups: int, n: int, k: int, expected_m: int, seconds: f
         "ours_grouped": lambda: moegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, offs=offs),
         "torch_grouped": lambda: torch._grouped_mm(a, b.transpose(-2, -1), offs=offs),
     }
+    if profile_range:
+        # One call of each inside a profiler range (run under ncu --profile-from-start off).
+        for fn in fns.values():
+            fn()
+        torch.cuda.synchronize()
+        torch.cuda.profiler.start()
+        for label, fn in fns.items():
+            with torch.cuda.nvtx.range(label):
+                fn()
+            torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
+        return {"case": name, "rows": total, "kernels": {}, "runs": {}}
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     flops = 2.0 * total * n * k
     out = {"case": name, "rows": total, "kernels": {}, "runs": {}}
@@ -160,13 +176,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--cases", default=None, help="substring filter on the case names")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--profile-range",
+        action="store_true",
+        help="instead of timing, run each candidate once inside a profiler range (for ncu)",
+    )
     args = parser.parse_args(argv)
     results = []
     for case in CASES:
         if args.cases and args.cases not in case[0]:
             continue
-        res = run_case(*case, seconds=args.seconds)
+        res = run_case(*case, seconds=args.seconds, profile_range=args.profile_range)
         results.append(res)
+        if args.profile_range:
+            continue
         print(f"== {res['case']} ({res['rows']} rows)")
         for label, names in res["kernels"].items():
             print(f"  {label} kernels: {'; '.join(names)}")
