@@ -67,21 +67,52 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", default=r"prefill/(13|15|1|5)/offs", help="regex over labels")
     parser.add_argument("--seconds", type=float, default=1.0)
     parser.add_argument("--configs", type=int, default=2, help="extra ranked single configs")
+    parser.add_argument(
+        "--variants",
+        default="",
+        help="comma-separated stage variants of the pick to add as builds (timing twins with "
+        "right results, e.g. 16: the grouped walk in stripes of 8 m-blocks)",
+    )
     args = parser.parse_args(argv)
 
     os.environ[sm90.EXPERIMENTAL_CLUSTERS_ENV] = "1"
     arch = sm90_arch()
+    variants = [int(v) for v in args.variants.split(",") if v]
+    # A build key "vN" is the pick built with stage variant N: forced configs build through
+    # plans.build_plan on every call, so switching the variant before each call switches builds.
+    import moegemm.api.plans as plans_mod
+
+    real_build = plans_mod.build_plan
+    current = {"variant": 0}
+
+    def build_with_variant(device, desc, config=None, stage_variant=0):
+        return real_build(device, desc, config, stage_variant or current["variant"])
+
+    plans_mod.build_plan = build_with_variant
+
+    def variant_of(key: str) -> int:
+        return int(key[1:]) if key.startswith("v") else 0
+
+    def select(key: str) -> None:
+        current["variant"] = variant_of(key)
+
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     work = []
     for q in all_qcases():
         if re.fullmatch(args.cases, q.label.split(" ")[0]):
             desc = desc_for(q)
-            work.append((q, desc, builds_for(desc, arch, args.configs)))
-    precompile([spec_for(desc, c) for _, desc, b in work for c in b.values()])
+            builds = builds_for(desc, arch, args.configs)
+            builds.update({f"v{v}": builds["pick"] for v in variants})
+            work.append((q, desc, builds))
+    precompile([spec_for(desc, c, variant_of(k)) for _, desc, b in work for k, c in b.items()])
     ratios: dict[str, list[float]] = {}
     for q, _desc, builds in work:
         prob = Problem(q)
-        bad = [k for k, c in builds.items() if not prob.check(c) < TOL]
+        bad = []
+        for key, cfg in builds.items():
+            select(key)
+            if not prob.check(cfg) < TOL:
+                bad.append(key)
         if bad:
             print(f"{q.label}: FAILED {bad}")
             continue
@@ -90,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         runs: dict[str, list[tuple[float, float, float]]] = {k: [] for k in builds}
         for order in (list(builds), list(reversed(builds))):
             for key in order:
+                select(key)
                 us, samples = sustained(prob.timed(builds[key]), args.seconds)
                 clock = statistics.median(s[0] for s in samples) if samples else float("nan")
                 power = statistics.median(s[1] for s in samples) if samples else float("nan")
