@@ -33,12 +33,49 @@ from bf16_cases import anchor_rows, group_layouts
 import moegemm
 from moegemm.testing import calc_diff
 
-# (name, groups, N, K, expected rows per group): the anchors' compute-bound grouped shapes.
+# (name, groups, N, K, expected rows per group): the anchors' compute-bound grouped shapes,
+# the three of the first run first.
 CASES = [
     ("mixtral L1 prefill", 8, 28672, 4096, 4096),
     ("gpt-oss-120b L1", 128, 5760, 2880, 256),
     ("dsv3-ep8 L2 prefill", 32, 7168, 2048, 1024),
+    ("dsv3-ep8 L1 prefill", 32, 4096, 7168, 1024),
+    ("qwen3-30b L1 prefill", 128, 1536, 2048, 1024),
+    ("qwen3-235b-ep8 L1", 16, 3072, 4096, 4096),
+    ("dg-test v4pro L1", 4, 6144, 7168, 8192),
+    ("dg-test v4flash L2", 8, 4096, 2048, 4096),
 ]
+# Stage variant of the grouped walk that takes a group's tiles in stripes of 8 m-blocks
+# (scheduler/sm90_grouped_scheduler.cuh), timed as `ours_stripes8` with --stripes.
+STRIPES_VARIANT = 16
+
+
+def forced_variant_runner(a, b, d, offs, variant: int):
+    """The API's own pick for these operands, built with stage `variant` (right results)."""
+    import math
+
+    import moegemm.api.plans as plans_mod
+    from moegemm.heuristics import GemmDesc, select_config
+    from moegemm.heuristics.arch import arch_for
+
+    total, k = a.shape
+    groups, n, _ = b.shape
+    desc = GemmDesc("m_grouped_offsets", total, n, k, groups, expected_m=math.ceil(total / groups))
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    config = select_config(desc, arch_for("sm_90a", sms))
+    plan = plans_mod.build_plan(torch.cuda.current_device(), desc, config, variant)
+    api = moegemm.m_grouped_bf16_gemm_nt_contiguous
+    real = plans_mod.build_plan
+
+    def run():
+        # Forced configs build their plan on every call: hand back the variant's plan instead.
+        plans_mod.build_plan = lambda device, desc_, config_=None, stage_variant=0: plan
+        try:
+            api(a, b, d, offs=offs, config=config)
+        finally:
+            plans_mod.build_plan = real
+
+    return run
 
 
 class Sampler:
@@ -105,7 +142,15 @@ def kernel_names(fn) -> list[str]:
 
 
 def run_case(
-    name: str, groups: int, n: int, k: int, expected_m: int, seconds: float, profile_range: bool
+    name: str,
+    groups: int,
+    n: int,
+    k: int,
+    expected_m: int,
+    seconds: float,
+    profile_range: bool,
+    stripes: bool = False,
+    skip: tuple[str, ...] = (),
 ) -> dict:
     rows = anchor_rows(expected_m, groups)
     total = sum(rows)
@@ -132,6 +177,19 @@ def run_case(
         "ours_grouped": lambda: moegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, offs=offs),
         "torch_grouped": lambda: torch._grouped_mm(a, b.transpose(-2, -1), offs=offs),
     }
+    if stripes:
+        fns["ours_stripes8"] = forced_variant_runner(a, b, d, offs, STRIPES_VARIANT)
+        d.fill_(float("nan"))
+        fns["ours_stripes8"]()
+        start = 0
+        for grp, r in enumerate(rows):
+            if r and grp % 16 == 0:
+                ref = a[start : start + r].float() @ b[grp].float().t()
+                if not calc_diff(d[start : start + r], ref) < TOL:
+                    raise SystemExit(f"{name}: ours_stripes8 group {grp} is wrong")
+            start += r
+    for label in skip:
+        fns.pop(label, None)
     if profile_range:
         # One call of each inside a profiler range (run under ncu --profile-from-start off).
         for fn in fns.values():
@@ -147,7 +205,7 @@ def run_case(
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     flops = 2.0 * total * n * k
     out = {"case": name, "rows": total, "kernels": {}, "runs": {}}
-    for label in ("cublas_dense", "torch_grouped"):
+    for label in ("cublas_dense",):
         out["kernels"][label] = kernel_names(fns[label])
     # Two passes in opposite orders, so that no candidate always runs on the hottest GPU.
     for order in (list(fns), list(reversed(fns))):
@@ -181,12 +239,21 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="instead of timing, run each candidate once inside a profiler range (for ncu)",
     )
+    parser.add_argument(
+        "--stripes",
+        action="store_true",
+        help="also time the pick with the grouped walk in stripes of 8 m-blocks (variant 16)",
+    )
+    parser.add_argument("--no-dense", action="store_true", help="leave out ours_dense (saves time)")
     args = parser.parse_args(argv)
     results = []
     for case in CASES:
         if args.cases and args.cases not in case[0]:
             continue
-        res = run_case(*case, seconds=args.seconds, profile_range=args.profile_range)
+        res = run_case(
+            *case, seconds=args.seconds, profile_range=args.profile_range, stripes=args.stripes,
+            skip=("ours_dense",) if args.no_dense else (),
+        )  # fmt: skip
         results.append(res)
         if args.profile_range:
             continue
