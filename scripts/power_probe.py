@@ -45,37 +45,27 @@ CASES = [
     ("dg-test v4pro L1", 4, 6144, 7168, 8192),
     ("dg-test v4flash L2", 8, 4096, 2048, 4096),
 ]
-# Stage variant of the grouped walk that takes a group's tiles in stripes of 8 m-blocks
-# (scheduler/sm90_grouped_scheduler.cuh), timed as `ours_stripes8` with --stripes.
-STRIPES_VARIANT = 16
 
 
-def forced_variant_runner(a, b, d, offs, variant: int):
-    """The API's own pick for these operands, built with stage `variant` (right results)."""
+def other_walk_runner(a, b, d, offs):
+    """(label, runner): the API's own pick for these operands with the other grouped walk
+    (stripes of sm90.WALK_STRIPE_M m-blocks where the pick takes whole groups, and back)."""
+    import dataclasses
     import math
 
-    import moegemm.api.plans as plans_mod
-    from moegemm.heuristics import GemmDesc, select_config
+    from moegemm.heuristics import GemmDesc, select_config, sm90
     from moegemm.heuristics.arch import arch_for
 
     total, k = a.shape
     groups, n, _ = b.shape
     desc = GemmDesc("m_grouped_offsets", total, n, k, groups, expected_m=math.ceil(total / groups))
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    config = select_config(desc, arch_for("sm_90a", sms))
-    plan = plans_mod.build_plan(torch.cuda.current_device(), desc, config, variant)
+    pick = select_config(desc, arch_for("sm_90a", sms))
+    stripe = 0 if pick.layout.stripe_m else sm90.WALK_STRIPE_M
+    config = dataclasses.replace(pick, layout=dataclasses.replace(pick.layout, stripe_m=stripe))
     api = moegemm.m_grouped_bf16_gemm_nt_contiguous
-    real = plans_mod.build_plan
-
-    def run():
-        # Forced configs build their plan on every call: hand back the variant's plan instead.
-        plans_mod.build_plan = lambda device, desc_, config_=None, stage_variant=0: plan
-        try:
-            api(a, b, d, offs=offs, config=config)
-        finally:
-            plans_mod.build_plan = real
-
-    return run
+    label = f"ours_stripes{stripe}" if stripe else "ours_whole"
+    return label, lambda: api(a, b, d, offs=offs, config=config)
 
 
 class Sampler:
@@ -178,15 +168,15 @@ def run_case(
         "torch_grouped": lambda: torch._grouped_mm(a, b.transpose(-2, -1), offs=offs),
     }
     if stripes:
-        fns["ours_stripes8"] = forced_variant_runner(a, b, d, offs, STRIPES_VARIANT)
+        label, fns[label] = other_walk_runner(a, b, d, offs)
         d.fill_(float("nan"))
-        fns["ours_stripes8"]()
+        fns[label]()
         start = 0
         for grp, r in enumerate(rows):
             if r and grp % 16 == 0:
                 ref = a[start : start + r].float() @ b[grp].float().t()
                 if not calc_diff(d[start : start + r], ref) < TOL:
-                    raise SystemExit(f"{name}: ours_stripes8 group {grp} is wrong")
+                    raise SystemExit(f"{name}: {label} group {grp} is wrong")
             start += r
     for label in skip:
         fns.pop(label, None)
@@ -242,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--stripes",
         action="store_true",
-        help="also time the pick with the grouped walk in stripes of 8 m-blocks (variant 16)",
+        help="also time the pick with the other grouped walk (stripes of 8 m-blocks or whole "
+        "groups, whichever the pick does not take)",
     )
     parser.add_argument("--no-dense", action="store_true", help="leave out ours_dense (saves time)")
     args = parser.parse_args(argv)

@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         "--variants",
         default="",
         help="comma-separated stage variants of the pick to add as builds (timing twins with "
-        "right results, e.g. 16: the grouped walk in stripes of 8 m-blocks)",
+        "right results, e.g. 4: the grouped walk without the per-round rotation)",
     )
     args = parser.parse_args(argv)
 

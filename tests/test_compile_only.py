@@ -4,6 +4,7 @@ memory. Needs nvcc, not a GPU."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 
@@ -129,6 +130,24 @@ def test_heuristic_picks_compile(tmp_path, monkeypatch) -> None:
         config = select_config(GemmDesc("bf16_gemm_nt", m=m, n=4096, k=7168), SM90)
         spec = sm90_bf16_gemm_spec(config, "bf16", False)
         assert count_cubin_kernels(cache.build_or_load(spec).read_bytes()) == 1
+
+
+def test_walk_stripe_kernels_compile(tmp_path, monkeypatch) -> None:
+    """The grouped walk in stripes builds for both grouped-walk layouts, names its stripe and
+    keeps pipelined wgmma; dense refuses a stripe."""
+    monkeypatch.setenv("MOEGEMM_CACHE_DIR", str(tmp_path))
+    for kind in ("m_grouped_offsets", "m_grouped_masked"):
+        desc = GemmDesc(kind, m=4096, n=4096, k=4096, num_groups=8, expected_m=4096)
+        config = select_config(desc, SM90)
+        assert config.layout.stripe_m == sm90.WALK_STRIPE_M
+        spec = sm90_bf16_gemm_spec(config, "bf16", False, kind)
+        assert f", {sm90.WALK_STRIPE_M}>" in spec.source and "p8" in spec.name
+        sass = built_sass(spec)
+        assert "HGMMA" in sass and "LDL" not in sass and "STL" not in sass
+    dense = select_config(GemmDesc("bf16_gemm_nt", m=4096, n=4096, k=4096), SM90)
+    striped = dataclasses.replace(dense, layout=dataclasses.replace(dense.layout, stripe_m=8))
+    with pytest.raises(ValueError, match="grouped-walk"):
+        sm90_bf16_gemm_spec(striped, "bf16", False, "bf16_gemm_nt")
 
 
 def test_stage_breakdown_variants_compile(tmp_path, monkeypatch) -> None:

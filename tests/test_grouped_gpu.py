@@ -377,6 +377,69 @@ def test_tma_store_epilogue_matches_register_stores() -> None:
         assert max_group_diff(outs[1], a, b, sizes) < TOL
 
 
+def test_walk_stripes_match_whole_group_walk(monkeypatch) -> None:
+    """The grouped walk in stripes of m-blocks writes the same bits as the whole-group walk, only
+    inside each group: groups of 0, 1 and thousands of rows (stripes with a shorter last
+    stripe), several tiles per CTA, packed offsets and masked, one CTA per tile and a 2-CTA
+    cluster sharing B."""
+    import dataclasses
+
+    from moegemm.heuristics import SM90, GemmDesc
+    from moegemm.heuristics.sm90 import EXPERIMENTAL_CLUSTERS_ENV, enumerate_configs, store_cols
+
+    monkeypatch.setenv(EXPERIMENTAL_CLUSTERS_ENV, "1")
+    sizes = [0, 3000, 1, 1500, 2100, 640, 1030]
+    num_groups, n, k = len(sizes), 2880, 4096
+    total = sum(sizes)
+    a, b = bf16(total, k), bf16(num_groups, n, k, scale=0.02)
+    offs = offsets(sizes)
+    desc = GemmDesc("m_grouped_offsets", total, n, k, num_groups, expected_m=total // num_groups)
+    picks = [
+        c
+        for c in enumerate_configs(desc, SM90)
+        if (c.layout.block_m, c.layout.block_n, c.layout.cluster_m)
+        in ((128, 256, 1), (128, 256, 2))
+        and store_cols(c)
+    ]
+    assert len(picks) == 2 and all(c.layout.stripe_m == 8 for c in picks), picks
+    for striped in picks:
+        whole = dataclasses.replace(striped, layout=dataclasses.replace(striped.layout, stripe_m=0))
+        outs = []
+        for config in (whole, striped):
+            storage = nan(total + 64, n)
+            moegemm.m_grouped_bf16_gemm_nt_contiguous(
+                a, b, storage[:total], offs=offs, config=config
+            )
+            assert storage[total:].isnan().all(), config.short_name()
+            outs.append(storage[:total])
+        assert torch.equal(outs[0], outs[1]), striped.short_name()
+        assert max_group_diff(outs[1], a, b, sizes) < TOL, striped.short_name()
+
+    masked, max_m = [2048, 0, 1500, 100], 2048
+    ma, mb = bf16(len(masked), max_m, k), bf16(len(masked), n, k, scale=0.02)
+    masked_m = torch.tensor(masked, device="cuda", dtype=torch.int32)
+    mdesc = GemmDesc("m_grouped_masked", max_m, n, k, len(masked), expected_m=max_m)
+    striped = next(
+        c for c in enumerate_configs(mdesc, SM90)
+        if (c.layout.block_m, c.layout.block_n, c.layout.cluster_m) == (128, 256, 1)
+        and store_cols(c)
+    )  # fmt: skip
+    assert striped.layout.stripe_m == 8
+    whole = dataclasses.replace(striped, layout=dataclasses.replace(striped.layout, stripe_m=0))
+    outs = []
+    for config in (whole, striped):
+        d = nan(len(masked), max_m, n)
+        moegemm.m_grouped_bf16_gemm_nt_masked(ma, mb, d, masked_m, max_m, config=config)
+        for g, rows in enumerate(masked):
+            assert d[g, rows:].isnan().all(), config.short_name()
+        outs.append(d)
+    assert torch.equal(outs[0].nan_to_num(), outs[1].nan_to_num())
+    for g, rows in enumerate(masked):
+        if rows:
+            ref = ma[g, :rows].float() @ mb[g].float().t()
+            assert calc_diff(outs[1][g, :rows], ref) < TOL
+
+
 def test_tma_store_epilogue_masked_and_dense() -> None:
     from moegemm.heuristics import GemmDesc
 

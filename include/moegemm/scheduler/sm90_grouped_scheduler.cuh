@@ -131,16 +131,15 @@ struct ContiguousIndexScheduler {
 // m-blocks per group some CTAs draw only full blocks and others only partial last blocks, and
 // cheaper last blocks shorten nobody's critical path. A round still covers consecutive tiles
 // (the CTAs running together keep sharing each n-block of B). Stage variant bit 2 (timing
-// twins only) keeps the unrotated order. Stage variant bits 4 / 5 (timing twins only) walk a
-// group's tiles in stripes of 8 / 16 m-blocks, n-blocks inside a stripe, as DenseScheduler
-// does (fewer L2 and DRAM bytes for groups of thousands of rows?).
+// twins only) keeps the unrotated order.
+// Stripes (kStripeM > 0): a group's tiles are taken kStripeM m-blocks at a time, n-blocks inside
+// a stripe, as DenseScheduler does; 0 takes all of a group's m-blocks per n-block. The
+// heuristics choose (sm90.walk_stripe_m): stripes measured faster on groups of thousands of
+// rows with K >= 4096 and slower at K = 2048 (BENCHMARKS.md, tenth session).
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, bool kOffsets, uint32_t kClusterM_ = 1,
-          uint32_t kClusterN_ = 1>
+          uint32_t kClusterN_ = 1, uint32_t kStripeM = 0>
 struct GroupWalkScheduler {
   static constexpr bool kRotate = (MOEGEMM_STAGE_VARIANT & 4) == 0;
-  static constexpr uint32_t kStripeM = (MOEGEMM_STAGE_VARIANT & 16)   ? 8
-                                       : (MOEGEMM_STAGE_VARIANT & 32) ? 16
-                                                                      : 0;  // 0: whole group
   static constexpr uint32_t kClusterM = kClusterM_;
   static constexpr uint32_t kClusterN = kClusterN_;
   static constexpr uint32_t kClusterSize = kClusterM * kClusterN;
@@ -211,7 +210,7 @@ struct GroupWalkScheduler {
     uint32_t m_offset, n_offset;
     cluster_offsets<kClusterM, kClusterN>(m_offset, n_offset);
     uint32_t m_block = local % group_m_blocks, n_block = local / group_m_blocks;
-    if constexpr (kStripeM != 0) {
+    if constexpr (kStripeM != 0) {  // stripes of cluster m-blocks
       const uint32_t stripe = local / (kStripeM * num_n_blocks);
       const uint32_t first_m = stripe * kStripeM;
       const uint32_t stripe_m = min(kStripeM, group_m_blocks - first_m);

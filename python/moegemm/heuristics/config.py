@@ -57,6 +57,9 @@ class Layout:
     swap_ab: bool = False
     cluster_m: int = 1
     cluster_n: int = 1
+    # Grouped walk (packed offsets, masked): a group's tiles taken stripe_m m-blocks at a time;
+    # 0 takes all of its m-blocks per n-block.
+    stripe_m: int = 0
 
     @property
     def cluster_size(self) -> int:
@@ -101,5 +104,6 @@ class GemmConfig:
             f"m{lay.block_m}n{lay.block_n}k{lay.block_k}s{self.pipeline.num_stages}"
             f"w{self.launch.num_math_warpgroups}c{lay.cluster_m}x{lay.cluster_n}"
             + ("t" if lay.swap_ab else "")
+            + (f"p{lay.stripe_m}" if lay.stripe_m else "")
             + (f"e{self.storage.store_box_d[0]}" if self.storage.store_box_d else "")
         )

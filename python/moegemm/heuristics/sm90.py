@@ -74,6 +74,17 @@ CLUSTER_KINDS = {
     "m_grouped_masked": CLUSTER_SHAPES,
     "m_grouped_contiguous": ((1, 2),),
 }
+# The grouped walk (packed offsets, masked) takes a group's tiles WALK_STRIPE_M m-blocks at a
+# time when A's rows are long: K * element size >= WALK_STRIPE_MIN_ROW_BYTES (K >= 4096 in
+# BF16); otherwise all of a group's m-blocks per n-block. Measured in sustained runs
+# (scripts/power_probe.py --stripes, scripts/sustained_twins.py): stripes of 8 ran 1.0-5.2%
+# faster on the anchors with K 4096 / 7168 and 1.4-2.0% slower on two K = 2048 shapes; the cause
+# was not isolated (DRAM bytes fell 12% on one K = 4096 shape, L2 bytes did not), so this is a
+# measured rule on one quantity, not a modelled cost. Groups of at most WALK_STRIPE_M m-blocks
+# walk the same way under both.
+WALK_STRIPE_M = 8
+WALK_STRIPE_MIN_ROW_BYTES = 8192
+WALK_KINDS = ("m_grouped_offsets", "m_grouped_masked")
 # Swapped operands (decode): the weights fill the wgmma's 64-row M side, 64 per math warpgroup,
 # and a tile's tokens (block_m) its N side. Register-store epilogue, BF16 out, no C.
 SWAP_AB_KINDS = ("m_grouped_offsets", "m_grouped_masked")
@@ -94,6 +105,14 @@ def cluster_choices(desc: GemmDesc, arch: ArchSpec) -> tuple[tuple[int, int], ..
     if enabled and arch.num_sms >= 2:
         return ((1, 1),) + CLUSTER_KINDS.get(desc.kind, ())
     return ((1, 1),)
+
+
+def walk_stripe_m(desc: GemmDesc) -> int:
+    """The grouped walk's stripe (Layout.stripe_m) the heuristics choose for `desc`."""
+    row_bytes = desc.k * DTYPE_BYTES[desc.ab_dtype]
+    if desc.kind in WALK_KINDS and row_bytes >= WALK_STRIPE_MIN_ROW_BYTES:
+        return WALK_STRIPE_M
+    return 0
 
 
 def math_warpgroups_for(block_m: int) -> int:
@@ -151,6 +170,7 @@ def _make_config(
     k_grouped: bool = False,
     cluster: tuple[int, int] = (1, 1),
     swap_ab: bool = False,
+    stripe_m: int = 0,
 ) -> GemmConfig:
     num_wg = block_n // 64 if swap_ab else math_warpgroups_for(block_m)
     cluster_m, cluster_n = cluster
@@ -162,6 +182,7 @@ def _make_config(
             swap_ab=swap_ab,
             cluster_m=cluster_m,
             cluster_n=cluster_n,
+            stripe_m=stripe_m,
         ),
         storage=StorageConfig(
             # Each CTA of a cluster loads its share of the operand it multicasts.
@@ -200,8 +221,9 @@ def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> Iterator[GemmConfig]:
                     continue
                 for cluster in cluster_choices(desc, arch):
                     yield _make_config(
-                        block_m, block_n, num_stages, arch, store_cols, k_grouped, cluster
-                    )
+                        block_m, block_n, num_stages, arch, store_cols, k_grouped, cluster,
+                        stripe_m=walk_stripe_m(desc),
+                    )  # fmt: skip
     if swap_ab_possible(desc):
         for block_m in SWAP_AB_BLOCK_M:
             for block_n in SWAP_AB_BLOCK_N:
@@ -233,6 +255,7 @@ def _swap_ab_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
         and config.launch.num_threads == 128 * (num_wg + 1)
         and lay.cluster_m == 1
         and lay.cluster_n == 1
+        and lay.stripe_m == 0
         and store_cols(config) == 0
         and config.storage.swizzle_d == 0
         and config.storage.load_box_a == (BLOCK_K, lay.block_m)
@@ -274,6 +297,9 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
         and config.pipeline.num_stages >= MIN_STAGES
         and config.launch.num_threads == 128 * (num_wg + 1)
         and (lay.cluster_m, lay.cluster_n) in cluster_choices(desc, arch)
+        # Either walk is legal on the grouped-walk layouts (tests force both); the heuristics
+        # enumerate walk_stripe_m's choice.
+        and lay.stripe_m in ((0, WALK_STRIPE_M) if desc.kind in WALK_KINDS else (0,))
         and config.storage.load_box_a == (BLOCK_K, lay.block_m // lay.cluster_n)
         and config.storage.load_box_b == (BLOCK_K, lay.block_n // lay.cluster_m)
         and not lay.swap_ab

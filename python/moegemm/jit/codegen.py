@@ -18,8 +18,8 @@ TIMELINE_VARIANT = 8
 _SCHEDULERS = {
     "bf16_gemm_nt": ("DenseScheduler<{m}, {n}, 8, {cm}, {cn}>", "dense"),
     "m_grouped_contiguous": ("ContiguousIndexScheduler<{m}, {n}, {cn}>", "contig"),
-    "m_grouped_offsets": ("GroupWalkScheduler<{m}, {n}, true, {cm}, {cn}>", "offs"),
-    "m_grouped_masked": ("GroupWalkScheduler<{m}, {n}, false, {cm}, {cn}>", "masked"),
+    "m_grouped_offsets": ("GroupWalkScheduler<{m}, {n}, true, {cm}, {cn}, {sp}>", "offs"),
+    "m_grouped_masked": ("GroupWalkScheduler<{m}, {n}, false, {cm}, {cn}, {sp}>", "masked"),
 }
 
 
@@ -109,8 +109,10 @@ def sm90_bf16_gemm_spec(
             f"{kind}: clusters are 1x1, 2x1 (B shared) or 1x2 (A shared), and the m_indices "
             f"layout takes no 2x1; got {lay.cluster_m}x{lay.cluster_n}"
         )
+    if lay.stripe_m and kind not in ("m_grouped_offsets", "m_grouped_masked"):
+        raise ValueError(f"{kind}: stripe_m is a grouped-walk option (offsets, masked)")
     scheduler = "moegemm::sm90::" + scheduler_template.format(
-        m=lay.block_m, n=lay.block_n, cm=lay.cluster_m, cn=lay.cluster_n
+        m=lay.block_m, n=lay.block_n, cm=lay.cluster_m, cn=lay.cluster_n, sp=lay.stripe_m
     )
     name = f"sm90_bf16_{tag}_{config.short_name()}_{d_dtype}" + ("_c" if with_c else "")
     if split_tails_apply(config):
@@ -144,11 +146,11 @@ def _swap_ab_spec(
     lay = config.layout
     if kind not in SWAP_AB_KINDS or d_dtype != "bf16" or with_c:
         raise ValueError(f"swap_ab: {SWAP_AB_KINDS} with BF16 out and no C only, got {kind}")
-    if lay.cluster_size != 1 or store_cols(config):
-        raise ValueError("swap_ab: no clusters and no TMA-store epilogue")
+    if lay.cluster_size != 1 or store_cols(config) or lay.stripe_m:
+        raise ValueError("swap_ab: no clusters, no TMA-store epilogue and no stripes")
     scheduler_template, tag = _SCHEDULERS[kind]
     scheduler = "moegemm::sm90::" + scheduler_template.format(
-        m=lay.block_m, n=lay.block_n, cm=1, cn=1
+        m=lay.block_m, n=lay.block_n, cm=1, cn=1, sp=0
     )
     name = f"sm90_bf16_{tag}_{config.short_name()}_{d_dtype}"
     suffix, define = _variant_tag(stage_variant)
