@@ -133,12 +133,13 @@ def test_heuristic_picks_compile(tmp_path, monkeypatch) -> None:
 
 
 def test_walk_stripe_kernels_compile(tmp_path, monkeypatch) -> None:
-    """The grouped walk in stripes builds for both grouped-walk layouts, names its stripe and
-    keeps pipelined wgmma; dense refuses a stripe."""
+    """The grouped walk in stripes (experimental) builds for both grouped-walk layouts, names its
+    stripe and keeps wgmma without local memory; dense refuses a stripe."""
     monkeypatch.setenv("MOEGEMM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv(sm90.WALK_STRIPES_ENV, "1")
     for kind in ("m_grouped_offsets", "m_grouped_masked"):
         desc = GemmDesc(kind, m=4096, n=4096, k=4096, num_groups=8, expected_m=4096)
-        config = select_config(desc, SM90)
+        config = sm90.select(desc, SM90)
         assert config.layout.stripe_m == sm90.WALK_STRIPE_M
         spec = sm90_bf16_gemm_spec(config, "bf16", False, kind)
         assert f", {sm90.WALK_STRIPE_M}>" in spec.source and "p8" in spec.name

@@ -93,26 +93,34 @@ def test_unknown_arch_and_sm100_are_clear_errors() -> None:
         select_config(GemmDesc("bf16_gemm_nt", m=8, n=8, k=8), arch_for("sm_100a"))
 
 
-def test_walk_stripes_follow_the_row_length_and_only_on_grouped_walks() -> None:
-    """Stripes of the grouped walk where K * 2 bytes >= 8 KB (offsets, masked); never on dense,
-    m_indices, k-grouped or swapped tiles; both walks legal where the layout walks groups."""
+def test_walk_stripes_are_opt_in_follow_the_row_length_and_only_on_grouped_walks(
+    monkeypatch,
+) -> None:
+    """Off by default. Switched on: stripes of the grouped walk where K * 2 bytes >= 8 KB
+    (offsets, masked); never on dense, m_indices or swapped tiles; both walks legal where the
+    layout walks groups, and only those."""
     import dataclasses
+
+    long_default = GemmDesc("m_grouped_offsets", m=4096, n=4096, k=4096, num_groups=8)
+    assert sm90.walk_stripe_m(long_default) == 0
+    assert sm90.select(long_default, SM90).layout.stripe_m == 0
+    monkeypatch.setenv(sm90.WALK_STRIPES_ENV, "1")
 
     for kind in ("m_grouped_offsets", "m_grouped_masked"):
         long_rows = GemmDesc(kind, m=4096, n=4096, k=4096, num_groups=8, expected_m=4096)
         short_rows = GemmDesc(kind, m=4096, n=4096, k=2048, num_groups=8, expected_m=4096)
         assert sm90.walk_stripe_m(long_rows) == sm90.WALK_STRIPE_M
         assert sm90.walk_stripe_m(short_rows) == 0
-        pick = select_config(long_rows, SM90)
+        pick = sm90.select(long_rows, SM90)
         assert pick.layout.stripe_m == sm90.WALK_STRIPE_M and "p8" in pick.short_name()
         whole = dataclasses.replace(pick, layout=dataclasses.replace(pick.layout, stripe_m=0))
         assert sm90.is_legal(whole, long_rows, SM90)
         odd = dataclasses.replace(pick, layout=dataclasses.replace(pick.layout, stripe_m=4))
         assert not sm90.is_legal(odd, long_rows, SM90)
-        assert select_config(short_rows, SM90).layout.stripe_m == 0
+        assert sm90.select(short_rows, SM90).layout.stripe_m == 0
     for kind in ("bf16_gemm_nt", "m_grouped_contiguous"):
         desc = GemmDesc(kind, m=8192, n=4096, k=7168, num_groups=8)
-        pick = select_config(desc, SM90)
+        pick = sm90.select(desc, SM90)
         assert pick.layout.stripe_m == 0
         striped = dataclasses.replace(pick, layout=dataclasses.replace(pick.layout, stripe_m=8))
         assert not sm90.is_legal(striped, desc, SM90)

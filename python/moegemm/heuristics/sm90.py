@@ -74,14 +74,17 @@ CLUSTER_KINDS = {
     "m_grouped_masked": CLUSTER_SHAPES,
     "m_grouped_contiguous": ((1, 2),),
 }
-# The grouped walk (packed offsets, masked) takes a group's tiles WALK_STRIPE_M m-blocks at a
-# time when A's rows are long: K * element size >= WALK_STRIPE_MIN_ROW_BYTES (K >= 4096 in
-# BF16); otherwise all of a group's m-blocks per n-block. Measured in sustained runs
-# (scripts/power_probe.py --stripes, scripts/sustained_twins.py): stripes of 8 ran 1.0-5.2%
-# faster on the anchors with K 4096 / 7168 and 1.4-2.0% slower on two K = 2048 shapes; the cause
-# was not isolated (DRAM bytes fell 12% on one K = 4096 shape, L2 bytes did not), so this is a
-# measured rule on one quantity, not a modelled cost. Groups of at most WALK_STRIPE_M m-blocks
-# walk the same way under both.
+# The grouped walk (packed offsets, masked) can take a group's tiles WALK_STRIPE_M m-blocks at a
+# time instead of all of its m-blocks per n-block (Layout.stripe_m). Experimental, off unless
+# MOEGEMM_EXPERIMENTAL_WALK_STRIPES=1 (read when a shape is first planned); then chosen where
+# A's rows are long: K * element size >= WALK_STRIPE_MIN_ROW_BYTES (K >= 4096 in BF16).
+# Measured (BENCHMARKS.md, tenth session): as twins in one run, stripes of 8 ran 1.0-5.2%
+# faster on the four anchors with K 4096 / 7168 (sustained and 60 ms bursts) and 0.4-2.0%
+# slower on three shapes with K <= 2048; but in one benchmark run with stripes on, offs / idx
+# moved against stripes on two of those anchors (-6%, -9%) and for them on two (+2%, +8%). The
+# cause was not isolated (DRAM bytes fell 12% on one K = 4096 shape, L2 bytes did not), so the
+# default stays the whole-group walk. Groups of at most WALK_STRIPE_M m-blocks walk alike.
+WALK_STRIPES_ENV = "MOEGEMM_EXPERIMENTAL_WALK_STRIPES"
 WALK_STRIPE_M = 8
 WALK_STRIPE_MIN_ROW_BYTES = 8192
 WALK_KINDS = ("m_grouped_offsets", "m_grouped_masked")
@@ -108,7 +111,10 @@ def cluster_choices(desc: GemmDesc, arch: ArchSpec) -> tuple[tuple[int, int], ..
 
 
 def walk_stripe_m(desc: GemmDesc) -> int:
-    """The grouped walk's stripe (Layout.stripe_m) the heuristics choose for `desc`."""
+    """The grouped walk's stripe (Layout.stripe_m) the heuristics choose for `desc` (0 unless
+    the experimental stripes are switched on)."""
+    if os.environ.get(WALK_STRIPES_ENV) != "1":
+        return 0
     row_bytes = desc.k * DTYPE_BYTES[desc.ab_dtype]
     if desc.kind in WALK_KINDS and row_bytes >= WALK_STRIPE_MIN_ROW_BYTES:
         return WALK_STRIPE_M
