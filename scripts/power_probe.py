@@ -131,6 +131,17 @@ def kernel_names(fn) -> list[str]:
     return sorted({e.name for e in prof.events() if e.device_type.name == "CUDA"})
 
 
+def check_groups(a, b, d, rows: list[int], label: str) -> None:
+    """Every 16th group of the grouped output against FP32 (calc_diff < TOL)."""
+    start = 0
+    for grp, r in enumerate(rows):
+        if r and grp % 16 == 0:
+            ref = a[start : start + r].float() @ b[grp].float().t()
+            if not calc_diff(d[start : start + r], ref) < TOL:
+                raise SystemExit(f"{label}: group {grp} is wrong")
+        start += r
+
+
 def run_case(
     name: str,
     groups: int,
@@ -154,13 +165,7 @@ def run_case(
         raise SystemExit(f"{name}: ours_dense is wrong")
     d.fill_(float("nan"))
     moegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, offs=offs)
-    start = 0
-    for grp, r in enumerate(rows):
-        if r and grp % 16 == 0:
-            ref = a[start : start + r].float() @ b[grp].float().t()
-            if not calc_diff(d[start : start + r], ref) < TOL:
-                raise SystemExit(f"{name}: ours_grouped group {grp} is wrong")
-        start += r
+    check_groups(a, b, d, rows, f"{name}: ours_grouped")
     fns = {
         "cublas_dense": lambda: torch.mm(a, w.t(), out=d),
         "ours_dense": lambda: moegemm.bf16_gemm_nt(a, w, d),
@@ -171,13 +176,7 @@ def run_case(
         label, fns[label] = other_walk_runner(a, b, d, offs)
         d.fill_(float("nan"))
         fns[label]()
-        start = 0
-        for grp, r in enumerate(rows):
-            if r and grp % 16 == 0:
-                ref = a[start : start + r].float() @ b[grp].float().t()
-                if not calc_diff(d[start : start + r], ref) < TOL:
-                    raise SystemExit(f"{name}: {label} group {grp} is wrong")
-            start += r
+        check_groups(a, b, d, rows, f"{name}: {label}")
     for label in skip:
         fns.pop(label, None)
     if profile_range:

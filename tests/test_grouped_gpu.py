@@ -353,6 +353,21 @@ def epilogue_pairs(desc, block_ms=(64, 128, 256)):
     return pairs
 
 
+def assert_offs_twins_agree(a, b, sizes: list[int], first, second) -> None:
+    """Two configs of the packed-offsets layout write the same bits, nothing past the rows, and
+    the right result (FP32 reference per group)."""
+    total, n = a.shape[0], b.shape[1]
+    offs = offsets(sizes)
+    outs = []
+    for config in (first, second):
+        storage = nan(total + 64, n)
+        moegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, storage[:total], offs=offs, config=config)
+        assert storage[total:].isnan().all(), config.short_name()
+        outs.append(storage[:total])
+    assert torch.equal(outs[0], outs[1]), f"{first.short_name()} vs {second.short_name()}"
+    assert max_group_diff(outs[1], a, b, sizes) < TOL, second.short_name()
+
+
 def test_tma_store_epilogue_matches_register_stores() -> None:
     """Both epilogues write the same bits, and only inside each group: tiles whose rows cross a
     group boundary, the N tail and the tensor's last rows all take their own path."""
@@ -362,19 +377,9 @@ def test_tma_store_epilogue_matches_register_stores() -> None:
     num_groups, n, k = len(sizes), 2880, 2048  # 2880 = 11 * 256 + 64: an N tail for most tiles
     total = sum(sizes)
     a, b = bf16(total, k), bf16(num_groups, n, k, scale=0.02)
-    offs = offsets(sizes)
     desc = GemmDesc("m_grouped_offsets", total, n, k, num_groups, expected_m=total // num_groups)
     for direct, staged in epilogue_pairs(desc):
-        outs = []
-        for config in (direct, staged):
-            storage = nan(total + 64, n)
-            moegemm.m_grouped_bf16_gemm_nt_contiguous(
-                a, b, storage[:total], offs=offs, config=config
-            )
-            assert storage[total:].isnan().all(), config.short_name()
-            outs.append(storage[:total])
-        assert torch.equal(outs[0], outs[1]), f"{direct.short_name()} vs {staged.short_name()}"
-        assert max_group_diff(outs[1], a, b, sizes) < TOL
+        assert_offs_twins_agree(a, b, sizes, direct, staged)
 
 
 def test_walk_stripes_match_whole_group_walk(monkeypatch) -> None:
@@ -393,7 +398,6 @@ def test_walk_stripes_match_whole_group_walk(monkeypatch) -> None:
     num_groups, n, k = len(sizes), 2880, 4096
     total = sum(sizes)
     a, b = bf16(total, k), bf16(num_groups, n, k, scale=0.02)
-    offs = offsets(sizes)
     desc = GemmDesc("m_grouped_offsets", total, n, k, num_groups, expected_m=total // num_groups)
     picks = [
         c
@@ -405,16 +409,7 @@ def test_walk_stripes_match_whole_group_walk(monkeypatch) -> None:
     assert len(picks) == 2 and all(c.layout.stripe_m == 8 for c in picks), picks
     for striped in picks:
         whole = dataclasses.replace(striped, layout=dataclasses.replace(striped.layout, stripe_m=0))
-        outs = []
-        for config in (whole, striped):
-            storage = nan(total + 64, n)
-            moegemm.m_grouped_bf16_gemm_nt_contiguous(
-                a, b, storage[:total], offs=offs, config=config
-            )
-            assert storage[total:].isnan().all(), config.short_name()
-            outs.append(storage[:total])
-        assert torch.equal(outs[0], outs[1]), striped.short_name()
-        assert max_group_diff(outs[1], a, b, sizes) < TOL, striped.short_name()
+        assert_offs_twins_agree(a, b, sizes, whole, striped)
 
     masked, max_m = [2048, 0, 1500, 100], 2048
     ma, mb = bf16(len(masked), max_m, k), bf16(len(masked), n, k, scale=0.02)
