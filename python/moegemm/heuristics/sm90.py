@@ -78,12 +78,14 @@ CLUSTER_KINDS = {
 # time instead of all of its m-blocks per n-block (Layout.stripe_m). Experimental, off unless
 # MOEGEMM_EXPERIMENTAL_WALK_STRIPES=1 (read when a shape is first planned); then chosen where
 # A's rows are long: K * element size >= WALK_STRIPE_MIN_ROW_BYTES (K >= 4096 in BF16).
-# Measured (BENCHMARKS.md, tenth session): as twins in one run, stripes of 8 ran 1.0-5.2%
-# faster on the four anchors with K 4096 / 7168 (sustained and 60 ms bursts) and 0.4-2.0%
-# slower on three shapes with K <= 2048; but in one benchmark run with stripes on, offs / idx
-# moved against stripes on two of those anchors (-6%, -9%) and for them on two (+2%, +8%). The
-# cause was not isolated (DRAM bytes fell 12% on one K = 4096 shape, L2 bytes did not), so the
-# default stays the whole-group walk. Groups of at most WALK_STRIPE_M m-blocks walk alike.
+# Measured (BENCHMARKS.md, tenth session): as twins in one run, stripes of 8 ran 1.1-5.7%
+# faster on the four anchors with K 4096 / 7168 (sustained and 60 ms bursts; burst gaps of 1-2%
+# lie within the pass-to-pass spread) and 0.4-2.0% slower on three shapes with K <= 2048. One
+# benchmark run with stripes on moved offs against m_indices by -6% to +13% on those anchors
+# compared with an earlier run, within that comparison's run-to-run noise. Not on by default:
+# the cause was not isolated (DRAM bytes fell 12% on one K = 4096 shape, L2 bytes did not),
+# the benchmark did not confirm it, and its bitwise GPU twin test has not yet run on an H200.
+# Groups of at most WALK_STRIPE_M m-blocks walk alike.
 WALK_STRIPES_ENV = "MOEGEMM_EXPERIMENTAL_WALK_STRIPES"
 WALK_STRIPE_M = 8
 WALK_STRIPE_MIN_ROW_BYTES = 8192

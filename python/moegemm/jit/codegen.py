@@ -179,8 +179,8 @@ def sm90_bf16_k_grouped_spec(
     4 (benchmarks/stage_breakdown.py, scripts/order_twins.py).
     """
     lay = config.layout
-    if lay.cluster_size != 1:
-        raise ValueError("the k-grouped kernel takes no clusters")
+    if lay.cluster_size != 1 or lay.stripe_m:
+        raise ValueError("the k-grouped kernel takes no clusters and no walk stripes")
     name = f"sm90_bf16_kgrouped_{config.short_name()}" + ("_c" if with_c else "")
     suffix, variant = _variant_tag(stage_variant)
     name += suffix
