@@ -26,6 +26,11 @@ Timing is a CUDA-event median per call; by default the timed launches are queued
 sleep so host overhead (ours and the peers') is hidden (--timer events uses
 moegemm.testing.bench_us as is). Weights smaller than 3x the L2 rotate among buffers.
 
+Walk twins: where the `offs` or masked pick walks its groups in stripes of m-blocks (K >= 4096),
+the same config with the whole-group walk is checked bitwise against it and both are timed
+alternately through `config=` (column wh/st: whole-group time / striped time, > 1 = stripes
+faster).
+
 Prints one line per case and a geometric mean per ratio column; --json writes everything.
 """
 
@@ -63,6 +68,7 @@ L2_BYTES = 60 * 2**20
 ROTATE_BELOW = 3 * L2_BYTES
 MAX_ROTATE = 16
 TOL = 1e-5
+WALK_TWIN_ROUNDS = 2  # striped, whole, striped, whole, striped: medians of each
 
 
 def descs_for(case: Case) -> list:
@@ -92,6 +98,38 @@ def spec_for(desc, config, stage_variant: int = 0):
     if desc.kind == "k_grouped":
         return sm90_bf16_k_grouped_spec(config, desc.with_c, stage_variant)
     return sm90_bf16_gemm_spec(config, desc.d_dtype, desc.with_c, desc.kind, stage_variant)
+
+
+def walk_twins(case: Case):
+    """(pick, whole-group twin) for a case whose `offs` or masked pick walks its groups in
+    stripes, else None: the benchmark times both in the same run (WALK_TWIN_ROUNDS)."""
+    import dataclasses
+
+    from moegemm.api.device import arch_for_device
+    from moegemm.heuristics import select_config
+
+    if case.layout == "k_grouped":
+        return None
+    pick = select_config(descs_for(case)[0], arch_for_device(torch.cuda.current_device()))
+    if not pick.layout.stripe_m:
+        return None
+    whole = dataclasses.replace(pick, layout=dataclasses.replace(pick.layout, stripe_m=0))
+    return pick, whole
+
+
+def time_walk_twins(res: dict, timer, run_with, twins) -> None:
+    """Times the striped pick and its whole-group twin alternately (both through `config=`, so
+    both take the same host path) and records whole / striped time (> 1: stripes faster)."""
+    pick, whole = twins
+    striped_us, whole_us = [], []
+    for _ in range(WALK_TWIN_ROUNDS):
+        striped_us.append(timer(run_with(pick)))
+        whole_us.append(timer(run_with(whole)))
+    striped_us.append(timer(run_with(pick)))
+    res["walk_pick"] = pick.short_name()
+    res["striped_us"] = statistics.median(striped_us)
+    res["whole_walk_us"] = statistics.median(whole_us)
+    res["whole_over_striped"] = res["whole_walk_us"] / res["striped_us"]
 
 
 def precompile(specs: list, jobs: int | None = None, quiet: bool = False) -> dict:
@@ -250,7 +288,24 @@ def run_contiguous(case: Case, timer: Timer, loop_max_groups: int) -> dict:
     if not (diff_offs < TOL and diff_idx < TOL):
         res["errors"]["check"] = f"calc_diff offs {diff_offs:.2e} m_indices {diff_idx:.2e}"
     errors = res["errors"]
+    twins = walk_twins(case)
+    if twins:  # the whole-group walk must write the same bits as the striped pick
+        d_whole = nan_tensor(total, n)
+        api(a, bs[0], d_whole, offs=offs, config=twins[1])
+        res["walk_twin_bitwise"] = bool(torch.equal(d_whole.nan_to_num(), d.nan_to_num()))
+        if not res["walk_twin_bitwise"]:
+            errors["check"] = (
+                errors.get("check", "") + " whole-group walk twin differs from the striped pick"
+            ).strip()
+        del d_whole
     res["ours_us"] = timer(rotating(lambda b: api(a, b, d, offs=offs), bs))
+    if twins:
+        time_walk_twins(
+            res,
+            timer,
+            lambda config: rotating(lambda b: api(a, b, d, offs=offs, config=config), bs),
+            twins,
+        )
     res["ours_idx_us"] = timer(rotating(lambda b: api(a_pad, b, d_pad, m_indices), bs))
     res["torch_us"] = try_time(
         timer,
@@ -293,7 +348,24 @@ def run_masked(case: Case, timer: Timer, loop_max_groups: int) -> dict:
         res["errors"]["check"] = f"calc_diff {diff:.2e}, rows past masked_m untouched: {untouched}"
     errors = res["errors"]
     expected = case.expected_m
+    twins = walk_twins(case)
+    if twins:  # the whole-group walk must write the same bits as the striped pick
+        d_whole = nan_tensor(g, max_m, n)
+        api(a, bs[0], d_whole, masked_m, expected, config=twins[1])
+        res["walk_twin_bitwise"] = bool(torch.equal(d_whole.nan_to_num(), d.nan_to_num()))
+        if not res["walk_twin_bitwise"]:
+            errors["check"] = (
+                errors.get("check", "") + " whole-group walk twin differs from the striped pick"
+            ).strip()
+        del d_whole
     res["ours_us"] = timer(rotating(lambda b: api(a, b, d, masked_m, expected), bs))
+    if twins:
+        time_walk_twins(
+            res,
+            timer,
+            lambda config: rotating(lambda b: api(a, b, d, masked_m, expected, config=config), bs),
+            twins,
+        )
     a_packed = torch.cat([a[grp, :r] for grp, r in enumerate(rows)])
     offs = group_layouts(rows, device="cuda")["offs"]
     res["torch_us"] = try_time(
@@ -478,6 +550,7 @@ RATIO_COLUMNS = (
     "vs_dg",
     "vs_dg_idx",
     "vs_dg_share",
+    "whole_over_striped",
 )
 
 
@@ -493,7 +566,7 @@ def fmt(x, spec: str, width: int) -> str:
 HEADER = (
     f"{'case':58s} {'reg':>7s} {'rows':>7s} {'ours us':>9s} {'idx us':>9s} {'TF/s':>6s} "
     f"{'GB/s w':>7s} {'%copy':>6s} {'%cuBL':>6s} {'xtorch':>6s} {'offs/i':>6s} "
-    f"{'xloop':>6s} {'xbmm':>6s} {'DGx':>5s} {'vsDG':>5s} {'diff':>8s}"
+    f"{'xloop':>6s} {'xbmm':>6s} {'DGx':>5s} {'vsDG':>5s} {'wh/st':>5s} {'diff':>8s}"
 )
 
 
@@ -511,6 +584,7 @@ def format_row(r: dict) -> str:
         f"{fmt(r.get('x_loop'), '.3f', 6)} {fmt(r.get('x_bmm'), '.3f', 6)} "
         f"{fmt(r.get('dg_x_torch'), '.2f', 5)} "
         f"{fmt(r.get('vs_dg', r.get('vs_dg_share')), '.3f', 5)} "
+        f"{fmt(r.get('whole_over_striped'), '.3f', 5)} "
         f"{fmt(r.get('calc_diff'), '.1e', 8)}"
     )
     errs = r.get("errors") or {}
@@ -743,6 +817,10 @@ def main(argv: list[str] | None = None) -> int:
                 specs.append(spec_for(desc, select_config(desc, arch)))
             except Exception as exc:  # noqa: BLE001 - the case reports it when it runs
                 print(f"# no config for {c.name}: {exc}")
+        with contextlib.suppress(Exception):  # the case reports a failure when it runs
+            twins = walk_twins(c)
+            if twins:
+                specs.append(spec_for(descs_for(c)[0], twins[1]))
     precompile(specs, args.jobs)
 
     timer = Timer(queued=args.timer == "queued", budget_ms=args.budget_ms, max_iters=args.max_iters)

@@ -133,10 +133,10 @@ def test_heuristic_picks_compile(tmp_path, monkeypatch) -> None:
 
 
 def test_walk_stripe_kernels_compile(tmp_path, monkeypatch) -> None:
-    """The grouped walk in stripes (experimental) builds for both grouped-walk layouts, names its
-    stripe and keeps wgmma without local memory; dense refuses a stripe."""
+    """The grouped walk in stripes (the default where K >= 4096) builds for both grouped-walk
+    layouts, names its stripe and keeps wgmma without local memory; dense refuses a stripe."""
     monkeypatch.setenv("MOEGEMM_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv(sm90.WALK_STRIPES_ENV, "1")
+    monkeypatch.delenv(sm90.WALK_STRIPES_ENV, raising=False)
     for kind in ("m_grouped_offsets", "m_grouped_masked"):
         desc = GemmDesc(kind, m=4096, n=4096, k=4096, num_groups=8, expected_m=4096)
         config = sm90.select(desc, SM90)

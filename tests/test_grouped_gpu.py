@@ -383,7 +383,7 @@ def test_tma_store_epilogue_matches_register_stores() -> None:
 
 
 def test_walk_stripes_match_whole_group_walk(monkeypatch) -> None:
-    """The grouped walk in stripes of m-blocks (experimental) writes the same bits as the
+    """The grouped walk in stripes of m-blocks (the default where K >= 4096) writes the same bits as the
     whole-group walk, only inside each group: groups of 0, 1 and thousands of rows (stripes with a shorter last
     stripe), several tiles per CTA, packed offsets and masked, one CTA per tile and a 2-CTA
     cluster sharing B."""
@@ -393,7 +393,7 @@ def test_walk_stripes_match_whole_group_walk(monkeypatch) -> None:
     from moegemm.heuristics.sm90 import enumerate_configs, store_cols
 
     monkeypatch.setenv(sm90.EXPERIMENTAL_CLUSTERS_ENV, "1")
-    monkeypatch.setenv(sm90.WALK_STRIPES_ENV, "1")
+    monkeypatch.delenv(sm90.WALK_STRIPES_ENV, raising=False)
     sizes = [0, 3000, 1, 1500, 2100, 640, 1030]
     num_groups, n, k = len(sizes), 2880, 4096
     total = sum(sizes)

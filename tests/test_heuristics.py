@@ -93,18 +93,19 @@ def test_unknown_arch_and_sm100_are_clear_errors() -> None:
         select_config(GemmDesc("bf16_gemm_nt", m=8, n=8, k=8), arch_for("sm_100a"))
 
 
-def test_walk_stripes_are_opt_in_follow_the_row_length_and_only_on_grouped_walks(
+def test_walk_stripes_follow_the_row_length_only_on_grouped_walks_and_switch_off(
     monkeypatch,
 ) -> None:
-    """Off by default. Switched on: stripes of the grouped walk where K * 2 bytes >= 8 KB
-    (offsets, masked); never on dense, m_indices or swapped tiles; both walks legal where the
-    layout walks groups, and only those."""
+    """Stripes of the grouped walk where K * 2 bytes >= 8 KB (offsets, masked), by default;
+    never on dense, m_indices or swapped tiles; both walks legal where the layout walks groups,
+    and only those; MOEGEMM_WALK_STRIPES=0 keeps the whole-group walk."""
     import dataclasses
 
-    long_default = GemmDesc("m_grouped_offsets", m=4096, n=4096, k=4096, num_groups=8)
-    assert sm90.walk_stripe_m(long_default) == 0
-    assert sm90.select(long_default, SM90).layout.stripe_m == 0
-    monkeypatch.setenv(sm90.WALK_STRIPES_ENV, "1")
+    long_offs = GemmDesc("m_grouped_offsets", m=4096, n=4096, k=4096, num_groups=8)
+    monkeypatch.setenv(sm90.WALK_STRIPES_ENV, "0")
+    assert sm90.walk_stripe_m(long_offs) == 0
+    assert sm90.select(long_offs, SM90).layout.stripe_m == 0
+    monkeypatch.delenv(sm90.WALK_STRIPES_ENV)
 
     for kind in ("m_grouped_offsets", "m_grouped_masked"):
         long_rows = GemmDesc(kind, m=4096, n=4096, k=4096, num_groups=8, expected_m=4096)

@@ -133,9 +133,9 @@ struct ContiguousIndexScheduler {
 // (the CTAs running together keep sharing each n-block of B). Stage variant bit 2 (timing
 // twins only) keeps the unrotated order.
 // Stripes (kStripeM > 0): a group's tiles are taken kStripeM m-blocks at a time, n-blocks inside
-// a stripe, as DenseScheduler does; 0 (the default) takes all of a group's m-blocks per
-// n-block. Stripes are experimental (sm90.walk_stripe_m): measured mixed (BENCHMARKS.md, tenth
-// session).
+// a stripe, as DenseScheduler does; 0 takes all of a group's m-blocks per n-block. The
+// heuristics choose stripes of 8 where A's rows are long (sm90.walk_stripe_m: K >= 4096 in
+// BF16), where twins measured them faster (BENCHMARKS.md, tenth and eleventh sessions).
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, bool kOffsets, uint32_t kClusterM_ = 1,
           uint32_t kClusterN_ = 1, uint32_t kStripeM = 0>
 struct GroupWalkScheduler {

@@ -74,19 +74,17 @@ CLUSTER_KINDS = {
     "m_grouped_masked": CLUSTER_SHAPES,
     "m_grouped_contiguous": ((1, 2),),
 }
-# The grouped walk (packed offsets, masked) can take a group's tiles WALK_STRIPE_M m-blocks at a
-# time instead of all of its m-blocks per n-block (Layout.stripe_m). Experimental, off unless
-# MOEGEMM_EXPERIMENTAL_WALK_STRIPES=1 (read when a shape is first planned); then chosen where
-# A's rows are long: K * element size >= WALK_STRIPE_MIN_ROW_BYTES (K >= 4096 in BF16).
-# Measured (BENCHMARKS.md, tenth session): as twins in one run, stripes of 8 ran 1.1-5.7%
-# faster on the four anchors with K 4096 / 7168 (sustained and 60 ms bursts; burst gaps of 1-2%
-# lie within the pass-to-pass spread) and 0.4-2.0% slower on three shapes with K <= 2048. One
-# benchmark run with stripes on moved offs against m_indices by -6% to +13% on those anchors
-# compared with an earlier run, within that comparison's run-to-run noise. Not on by default:
-# the cause was not isolated (DRAM bytes fell 12% on one K = 4096 shape, L2 bytes did not),
-# the benchmark did not confirm it, and its bitwise GPU twin test has not yet run on an H200.
+# The grouped walk (packed offsets, masked) takes a group's tiles WALK_STRIPE_M m-blocks at a
+# time instead of all of its m-blocks per n-block (Layout.stripe_m) where A's rows are long:
+# K * element size >= WALK_STRIPE_MIN_ROW_BYTES (K >= 4096 in BF16). MOEGEMM_WALK_STRIPES=0
+# (read when a shape is first planned) keeps the whole-group walk everywhere.
+# Measured (BENCHMARKS.md, tenth and eleventh sessions): as twins in one run, stripes of 8 ran
+# 1.1-5.7% faster on the four anchors with K 4096 / 7168 (sustained and 60 ms bursts) and
+# 0.4-2.0% slower on three shapes with K <= 2048, hence the row-length rule; ncu on one
+# K = 4096 shape read 12% fewer DRAM bytes with stripes (L2 bytes did not fall). The benchmark
+# times every striped pick against its whole-group twin in the same run.
 # Groups of at most WALK_STRIPE_M m-blocks walk alike.
-WALK_STRIPES_ENV = "MOEGEMM_EXPERIMENTAL_WALK_STRIPES"
+WALK_STRIPES_ENV = "MOEGEMM_WALK_STRIPES"
 WALK_STRIPE_M = 8
 WALK_STRIPE_MIN_ROW_BYTES = 8192
 WALK_KINDS = ("m_grouped_offsets", "m_grouped_masked")
@@ -113,9 +111,9 @@ def cluster_choices(desc: GemmDesc, arch: ArchSpec) -> tuple[tuple[int, int], ..
 
 
 def walk_stripe_m(desc: GemmDesc) -> int:
-    """The grouped walk's stripe (Layout.stripe_m) the heuristics choose for `desc` (0 unless
-    the experimental stripes are switched on)."""
-    if os.environ.get(WALK_STRIPES_ENV) != "1":
+    """The grouped walk's stripe (Layout.stripe_m) the heuristics choose for `desc` (0 where
+    rows are short, on other layouts, or with MOEGEMM_WALK_STRIPES=0)."""
+    if os.environ.get(WALK_STRIPES_ENV) == "0":
         return 0
     row_bytes = desc.k * DTYPE_BYTES[desc.ab_dtype]
     if desc.kind in WALK_KINDS and row_bytes >= WALK_STRIPE_MIN_ROW_BYTES:
