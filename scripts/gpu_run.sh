@@ -90,7 +90,7 @@ if [[ $stages == *,ncu,* ]]; then
   ncu_case=${MOEGEMM_NCU_CASE:-decode/13/offs}
   ncu_variant=${MOEGEMM_NCU_VARIANT:-0}
   echo "== ncu ($ncu_bin) on $ncu_case, stage variant $ncu_variant"
-  for cfg in ${MOEGEMM_NCU_CONFIGS:-m64n256k64s4w1c1x1p8e64 m128n256k64s3w2c1x1p8e64}; do
+  for cfg in ${MOEGEMM_NCU_CONFIGS:-m64n256k64s4w1c1x1e64 m128n256k64s3w2c1x1e64}; do
     timeout 300 "$ncu_bin" --clock-control none -k regex:sm90_bf16 --launch-skip 2 \
       --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
       --section MemoryWorkloadAnalysis_Tables --section ComputeWorkloadAnalysis \
@@ -108,7 +108,7 @@ if [[ $stages == *,split,* ]]; then
   echo "== split tails: twins of the default build"
   for spec in "--rows 256 --ragged 0.3 --configs m128n240k64s3w2c1x1e16 m128n256k64s3w2c1x1e64" \
               "--rows 192 --configs m128n240k64s3w2c1x1e16" \
-              "--groups 32 --n 4096 --k 7168 --rows 1024 --ragged 0.3 --configs m128n256k64s3w2c1x1p8e64"; do
+              "--groups 32 --n 4096 --k 7168 --rows 1024 --ragged 0.3 --configs m128n256k64s3w2c1x1e64"; do
     # shellcheck disable=SC2086
     timeout 200 python3 scripts/tail_cost.py $spec --twins 2>&1 | tee -a "$log_dir/split_twins.log" \
       || bench_rc=1

@@ -1,6 +1,6 @@
 """Runs one heuristic-quality case with forced configs, a few launches each, for a profiler.
 
-    python3 scripts/profile_case.py decode/13/offs m64n256k64s4w1c1x1p8e64 m128n256k64s3w2c1x1p8e64
+    python3 scripts/profile_case.py decode/13/offs m64n256k64s4w1c1x1e64 m128n256k64s3w2c1x1e64
 
 Each config is checked against FP32 once, then launched --launches times between two
 synchronizations, in the order given. Under Nsight Compute, profile the timed launches only:

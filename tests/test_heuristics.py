@@ -101,17 +101,24 @@ def test_walk_stripes_follow_the_row_length_only_on_grouped_walks_and_switch_off
     and only those; MOEGEMM_WALK_STRIPES=0 keeps the whole-group walk."""
     import dataclasses
 
-    long_offs = GemmDesc("m_grouped_offsets", m=4096, n=4096, k=4096, num_groups=8)
+    long_offs = GemmDesc("m_grouped_offsets", m=32768, n=4096, k=4096, num_groups=8)
+    assert sm90.walk_stripe_m(long_offs, 128) == sm90.WALK_STRIPE_M
     monkeypatch.setenv(sm90.WALK_STRIPES_ENV, "0")
-    assert sm90.walk_stripe_m(long_offs) == 0
+    assert sm90.walk_stripe_m(long_offs, 128) == 0
     assert sm90.select(long_offs, SM90).layout.stripe_m == 0
     monkeypatch.delenv(sm90.WALK_STRIPES_ENV)
+    # Groups of at most one stripe of m-blocks walk alike either way: no stripes.
+    for kind, m, expected in (("m_grouped_offsets", 8192, 0), ("m_grouped_masked", 4096, 1024)):
+        desc = GemmDesc(kind, m=m, n=4096, k=7168, num_groups=8, expected_m=expected)
+        assert sm90.walk_stripe_m(desc, 128) == 0 and sm90.walk_stripe_m(desc, 64) == 8
+    clipped = GemmDesc("m_grouped_masked", m=1024, n=4096, k=7168, num_groups=8, expected_m=4096)
+    assert sm90.walk_stripe_m(clipped, 128) == 0
 
     for kind in ("m_grouped_offsets", "m_grouped_masked"):
         long_rows = GemmDesc(kind, m=4096, n=4096, k=4096, num_groups=8, expected_m=4096)
         short_rows = GemmDesc(kind, m=4096, n=4096, k=2048, num_groups=8, expected_m=4096)
-        assert sm90.walk_stripe_m(long_rows) == sm90.WALK_STRIPE_M
-        assert sm90.walk_stripe_m(short_rows) == 0
+        assert sm90.walk_stripe_m(long_rows, 128) == sm90.WALK_STRIPE_M
+        assert sm90.walk_stripe_m(short_rows, 128) == 0
         pick = sm90.select(long_rows, SM90)
         assert pick.layout.stripe_m == sm90.WALK_STRIPE_M and "p8" in pick.short_name()
         whole = dataclasses.replace(pick, layout=dataclasses.replace(pick.layout, stripe_m=0))

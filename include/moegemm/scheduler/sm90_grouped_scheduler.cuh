@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include <moegemm/common/stage_variant.h>
+#include <moegemm/scheduler/stripe_walk.h>
 
 namespace moegemm::sm90 {
 
@@ -132,8 +133,9 @@ struct ContiguousIndexScheduler {
 // cheaper last blocks shorten nobody's critical path. A round still covers consecutive tiles
 // (the CTAs running together keep sharing each n-block of B). Stage variant bit 2 (timing
 // twins only) keeps the unrotated order.
-// Stripes (kStripeM > 0): a group's tiles are taken kStripeM m-blocks at a time, n-blocks inside
-// a stripe, as DenseScheduler does; 0 takes all of a group's m-blocks per n-block. The
+// Stripes (kStripeM > 0): a group's tiles are taken in stripes of at most kStripeM m-blocks,
+// balanced (scheduler/stripe_walk.h), n-blocks inside a stripe, as DenseScheduler does; 0 takes
+// all of a group's m-blocks per n-block. The
 // heuristics choose stripes of 8 where A's rows are long (sm90.walk_stripe_m: K >= 4096 in
 // BF16), where twins measured them faster (BENCHMARKS.md, tenth and eleventh sessions).
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, bool kOffsets, uint32_t kClusterM_ = 1,
@@ -210,14 +212,8 @@ struct GroupWalkScheduler {
     uint32_t m_offset, n_offset;
     cluster_offsets<kClusterM, kClusterN>(m_offset, n_offset);
     uint32_t m_block = local % group_m_blocks, n_block = local / group_m_blocks;
-    if constexpr (kStripeM != 0) {  // stripes of cluster m-blocks
-      const uint32_t stripe = local / (kStripeM * num_n_blocks);
-      const uint32_t first_m = stripe * kStripeM;
-      const uint32_t stripe_m = min(kStripeM, group_m_blocks - first_m);
-      const uint32_t in_stripe = local - stripe * kStripeM * num_n_blocks;
-      m_block = first_m + in_stripe % stripe_m;
-      n_block = in_stripe / stripe_m;
-    }
+    if constexpr (kStripeM != 0)  // balanced stripes of at most kStripeM cluster m-blocks
+      stripe_walk_tile<kStripeM>(local, group_m_blocks, num_n_blocks, m_block, n_block);
     tile.row0 = group_start + m_block * kClusterRows + m_offset * BLOCK_M;
     tile.row_end = group_start + group_rows;
     tile.n_block = n_block * kClusterN + n_offset;

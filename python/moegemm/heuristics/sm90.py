@@ -76,7 +76,9 @@ CLUSTER_KINDS = {
 }
 # The grouped walk (packed offsets, masked) takes a group's tiles WALK_STRIPE_M m-blocks at a
 # time instead of all of its m-blocks per n-block (Layout.stripe_m) where A's rows are long:
-# K * element size >= WALK_STRIPE_MIN_ROW_BYTES (K >= 4096 in BF16). MOEGEMM_WALK_STRIPES=0
+# K * element size >= WALK_STRIPE_MIN_ROW_BYTES (K >= 4096 in BF16) and a typical group holds
+# more than WALK_STRIPE_M m-blocks; stripes are balanced (scheduler/stripe_walk.h: 9 m-blocks
+# walk as 5 + 4, not 8 + 1). MOEGEMM_WALK_STRIPES=0
 # (read when a shape is first planned) keeps the whole-group walk everywhere.
 # Measured (BENCHMARKS.md, tenth and eleventh sessions): as twins in one run, stripes of 8 ran
 # 1.1-5.7% faster on the four anchors with K 4096 / 7168 (sustained and 60 ms bursts) and
@@ -110,15 +112,18 @@ def cluster_choices(desc: GemmDesc, arch: ArchSpec) -> tuple[tuple[int, int], ..
     return ((1, 1),)
 
 
-def walk_stripe_m(desc: GemmDesc) -> int:
-    """The grouped walk's stripe (Layout.stripe_m) the heuristics choose for `desc` (0 where
-    rows are short, on other layouts, or with MOEGEMM_WALK_STRIPES=0)."""
-    if os.environ.get(WALK_STRIPES_ENV) == "0":
+def walk_stripe_m(desc: GemmDesc, block_m: int) -> int:
+    """The grouped walk's stripe (Layout.stripe_m) the heuristics choose for `desc` with
+    `block_m`-row tiles: WALK_STRIPE_M where rows are long and a typical group holds more than
+    one stripe of m-blocks (with fewer, both walks visit the same tiles in the same order), else
+    0; always 0 on other layouts or with MOEGEMM_WALK_STRIPES=0."""
+    if os.environ.get(WALK_STRIPES_ENV) == "0" or desc.kind not in WALK_KINDS:
         return 0
-    row_bytes = desc.k * DTYPE_BYTES[desc.ab_dtype]
-    if desc.kind in WALK_KINDS and row_bytes >= WALK_STRIPE_MIN_ROW_BYTES:
-        return WALK_STRIPE_M
-    return 0
+    rows = expected_rows_per_group(desc)
+    if desc.kind == "m_grouped_masked":
+        rows = min(rows, desc.m)
+    long_rows = desc.k * DTYPE_BYTES[desc.ab_dtype] >= WALK_STRIPE_MIN_ROW_BYTES
+    return WALK_STRIPE_M if long_rows and rows > WALK_STRIPE_M * block_m else 0
 
 
 def math_warpgroups_for(block_m: int) -> int:
@@ -228,7 +233,7 @@ def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> Iterator[GemmConfig]:
                 for cluster in cluster_choices(desc, arch):
                     yield _make_config(
                         block_m, block_n, num_stages, arch, store_cols, k_grouped, cluster,
-                        stripe_m=walk_stripe_m(desc),
+                        stripe_m=walk_stripe_m(desc, block_m),
                     )  # fmt: skip
     if swap_ab_possible(desc):
         for block_m in SWAP_AB_BLOCK_M:
