@@ -62,8 +62,11 @@ if [[ $stages == *,host,* ]]; then
 fi
 if [[ $stages == *,grouped,* ]]; then
   echo "== grouped benchmark"
+  # MOEGEMM_GROUPED_ARGS: extra arguments (e.g. "--order reverse").
+  # shellcheck disable=SC2086
   timeout "${MOEGEMM_GROUPED_TIMEOUT:-300}" python3 benchmarks/bench_bf16.py \
-    --json "$log_dir/bench_bf16.json" 2>&1 | tee "$log_dir/bench_bf16.log" | tail -70 || bench_rc=1
+    ${MOEGEMM_GROUPED_ARGS:-} --json "$log_dir/bench_bf16.json" 2>&1 \
+    | tee "$log_dir/bench_bf16.log" | tail -70 || bench_rc=1
 fi
 if [[ $stages == *,quality,* ]]; then
   # Every case of the suites by default (112 cases, ~90 s on the H200): the target is per case.
