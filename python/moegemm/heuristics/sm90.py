@@ -80,11 +80,12 @@ CLUSTER_KINDS = {
 # more than WALK_STRIPE_M m-blocks; stripes are balanced (scheduler/stripe_walk.h: 9 m-blocks
 # walk as 5 + 4, not 8 + 1). MOEGEMM_WALK_STRIPES=0
 # (read when a shape is first planned) keeps the whole-group walk everywhere.
-# Measured (BENCHMARKS.md, tenth and eleventh sessions): as twins in one run, stripes of 8 ran
-# 1.1-5.7% faster on the four anchors with K 4096 / 7168 (sustained and 60 ms bursts) and
-# 0.4-2.0% slower on three shapes with K <= 2048, hence the row-length rule; ncu on one
-# K = 4096 shape read 12% fewer DRAM bytes with stripes (L2 bytes did not fall). The benchmark
-# times every striped pick against its whole-group twin in the same run.
+# Measured (BENCHMARKS.md, tenth and eleventh sessions) as twins of one config in one run:
+# stripes ran 0.4-2.0% slower on three shapes with K <= 2048 (hence the row-length rule); on
+# the K >= 4096 shapes whole / striped time was 1.001-1.010 in the geometric mean over three
+# benchmark runs, 1.04-1.10 in every run on v4pro L1 (67 m-blocks per group), other cases
+# within the twins' +-4% run-to-run spread. bench_bf16.py times every striped pick against
+# its whole-group twin.
 # Groups of at most WALK_STRIPE_M m-blocks walk alike.
 WALK_STRIPES_ENV = "MOEGEMM_WALK_STRIPES"
 WALK_STRIPE_M = 8
