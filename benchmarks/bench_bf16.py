@@ -26,9 +26,9 @@ Timing is a CUDA-event median per call; by default the timed launches are queued
 sleep so host overhead (ours and the peers') is hidden (--timer events uses
 moegemm.testing.bench_us as is). Weights smaller than 3x the L2 rotate among buffers.
 
-Walk twins: where the `offs` or masked pick walks its groups in stripes of m-blocks (K >= 4096),
-the same config with the whole-group walk is checked bitwise against it and both are timed
-alternately through `config=` (column wh/st: whole-group time / striped time, > 1 = stripes
+Walk twins: where the `offs` or masked pick walks its groups in stripes of m-blocks (K >= 4096,
+groups of more than 8 m-blocks), it and the same config with the whole-group walk are checked
+bitwise against each other and timed alternately through `config=` (column wh/st: whole-group time / striped time, > 1 = stripes
 faster).
 
 Prints one line per case and a geometric mean per ratio column; --json writes everything.
@@ -117,10 +117,30 @@ def walk_twins(case: Case):
     return pick, whole
 
 
-def time_walk_twins(res: dict, timer, run_with, twins) -> None:
-    """Times the striped pick and its whole-group twin alternately (both through `config=`, so
-    both take the same host path) and records whole / striped time (> 1: stripes faster)."""
+def walk_twin_columns(res: dict, timer, twins, weights: list, new_out, call) -> None:
+    """For a striped pick: runs it and its whole-group twin once each on weights[0] into fresh
+    outputs from new_out() (NaN-poisoned) and records whether they wrote the same bits, then
+    times the two alternately (striped, whole, ...; both through `config=`, so both take the
+    same host path) and records whole / striped time (> 1: stripes faster).
+    call(b, out, config) runs the layout's API."""
+    outs = []
+    for config in twins:
+        out = new_out()
+        call(weights[0], out, config)
+        outs.append(out)
+    res["walk_twin_bitwise"] = bool(torch.equal(outs[0].nan_to_num(), outs[1].nan_to_num()))
+    if not res["walk_twin_bitwise"]:
+        errors = res.setdefault("errors", {})
+        errors["check"] = (
+            errors.get("check", "") + " whole-group walk twin differs from the striped pick"
+        ).strip()
+    del outs
     pick, whole = twins
+    out = new_out()
+
+    def run_with(config):
+        return rotating(lambda b: call(b, out, config), weights)
+
     striped_us, whole_us = [], []
     for _ in range(WALK_TWIN_ROUNDS):
         striped_us.append(timer(run_with(pick)))
@@ -288,23 +308,16 @@ def run_contiguous(case: Case, timer: Timer, loop_max_groups: int) -> dict:
     if not (diff_offs < TOL and diff_idx < TOL):
         res["errors"]["check"] = f"calc_diff offs {diff_offs:.2e} m_indices {diff_idx:.2e}"
     errors = res["errors"]
-    twins = walk_twins(case)
-    if twins:  # the whole-group walk must write the same bits as the striped pick
-        d_whole = nan_tensor(total, n)
-        api(a, bs[0], d_whole, offs=offs, config=twins[1])
-        res["walk_twin_bitwise"] = bool(torch.equal(d_whole.nan_to_num(), d.nan_to_num()))
-        if not res["walk_twin_bitwise"]:
-            errors["check"] = (
-                errors.get("check", "") + " whole-group walk twin differs from the striped pick"
-            ).strip()
-        del d_whole
     res["ours_us"] = timer(rotating(lambda b: api(a, b, d, offs=offs), bs))
+    twins = walk_twins(case)
     if twins:
-        time_walk_twins(
+        walk_twin_columns(
             res,
             timer,
-            lambda config: rotating(lambda b: api(a, b, d, offs=offs, config=config), bs),
             twins,
+            bs,
+            lambda: nan_tensor(total, n),
+            lambda b, out, config: api(a, b, out, offs=offs, config=config),
         )
     res["ours_idx_us"] = timer(rotating(lambda b: api(a_pad, b, d_pad, m_indices), bs))
     res["torch_us"] = try_time(
@@ -348,23 +361,16 @@ def run_masked(case: Case, timer: Timer, loop_max_groups: int) -> dict:
         res["errors"]["check"] = f"calc_diff {diff:.2e}, rows past masked_m untouched: {untouched}"
     errors = res["errors"]
     expected = case.expected_m
-    twins = walk_twins(case)
-    if twins:  # the whole-group walk must write the same bits as the striped pick
-        d_whole = nan_tensor(g, max_m, n)
-        api(a, bs[0], d_whole, masked_m, expected, config=twins[1])
-        res["walk_twin_bitwise"] = bool(torch.equal(d_whole.nan_to_num(), d.nan_to_num()))
-        if not res["walk_twin_bitwise"]:
-            errors["check"] = (
-                errors.get("check", "") + " whole-group walk twin differs from the striped pick"
-            ).strip()
-        del d_whole
     res["ours_us"] = timer(rotating(lambda b: api(a, b, d, masked_m, expected), bs))
+    twins = walk_twins(case)
     if twins:
-        time_walk_twins(
+        walk_twin_columns(
             res,
             timer,
-            lambda config: rotating(lambda b: api(a, b, d, masked_m, expected, config=config), bs),
             twins,
+            bs,
+            lambda: nan_tensor(g, max_m, n),
+            lambda b, out, config: api(a, b, out, masked_m, expected, config=config),
         )
     a_packed = torch.cat([a[grp, :r] for grp, r in enumerate(rows)])
     offs = group_layouts(rows, device="cuda")["offs"]

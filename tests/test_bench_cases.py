@@ -193,3 +193,47 @@ def test_dense_equivalent_rows_match_the_anchor_totals() -> None:
         ragged, balanced = dense_equivalent.case_rows(groups, expected_m)
         assert sum(ragged) == sum(balanced) == anchor.total_rows
         assert max(balanced) - min(balanced) <= 1 and max(ragged) - min(ragged) > 100
+
+
+def test_walk_twin_columns_check_bits_and_time_alternately() -> None:
+    """bench_bf16's walk twins: both walks run into fresh outputs and are compared bitwise (a
+    difference is a check failure), then timed striped, whole, striped, whole, striped; the
+    column is whole / striped of the medians. CPU tensors and a fake timer stand in for the
+    GPU."""
+    import dataclasses
+
+    import bench_bf16
+
+    from moegemm.heuristics import SM90, GemmDesc, select_config
+
+    desc = GemmDesc("m_grouped_offsets", m=32768, n=4096, k=7168, num_groups=8)
+    pick = select_config(desc, SM90)
+    assert pick.layout.stripe_m == 8
+    whole = dataclasses.replace(pick, layout=dataclasses.replace(pick.layout, stripe_m=0))
+    weights = [torch.ones(2, 2), 2 * torch.ones(2, 2)]
+    order: list[str] = []
+
+    def timer(fn) -> float:
+        fn()
+        order.append(current[0])
+        return {"p": 10.0, "w": 11.0}[current[0]]
+
+    def run(differs: bool) -> dict:
+        def call(b, out, config):
+            current[0] = "p" if config.layout.stripe_m else "w"
+            out.copy_(b + (1.0 if differs and not config.layout.stripe_m else 0.0))
+
+        res: dict = {"errors": {}}
+        bench_bf16.walk_twin_columns(
+            res, timer, (pick, whole), weights, lambda: torch.full((2, 2), float("nan")), call
+        )
+        return res
+
+    current = [""]
+    res = run(differs=False)
+    assert res["walk_twin_bitwise"] and "check" not in res["errors"]
+    assert order == ["p", "w", "p", "w", "p"]
+    assert res["whole_over_striped"] == 1.1 and res["walk_pick"] == pick.short_name()
+    order.clear()
+    res = run(differs=True)
+    assert not res["walk_twin_bitwise"] and "walk twin differs" in res["errors"]["check"]
