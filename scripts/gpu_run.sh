@@ -38,8 +38,8 @@ if [ "${MOEGEMM_GPU_TESTS:-1}" != 0 ]; then
 fi
 
 # Which benchmark stages run: any of warmup, dense, host, grouped, quality, breakdown, clusters,
-# ncu, split (comma-separated; host, breakdown, clusters, ncu and split are opt-in; dense
-# includes host).
+# ncu, split, ceiling (comma-separated; host, breakdown, clusters, ncu, split and ceiling are
+# opt-in; dense includes host).
 stages=",${MOEGEMM_GPU_BENCH:-warmup,dense,grouped,quality},"
 bench_rc=0
 
@@ -116,6 +116,18 @@ if [[ $stages == *,split,* ]]; then
     timeout 200 python3 scripts/tail_cost.py $spec --twins 2>&1 | tee -a "$log_dir/split_twins.log" \
       || bench_rc=1
   done
+fi
+if [[ $stages == *,ceiling,* ]]; then
+  # Read-only streams against the copy ceiling, then sustained cuBLAS with the clock, power and
+  # clock-event (throttle) reasons sampled every 100 ms.
+  echo "== read ceiling and clock-event reasons"
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active,clocks_event_reasons.sw_power_cap,clocks_event_reasons.hw_slowdown,clocks_event_reasons.sw_thermal_slowdown,clocks_event_reasons.hw_thermal_slowdown \
+    --format=csv -lms 100 >"$log_dir/smi_samples.csv" 2>&1 &
+  smi_pid=$!
+  python3 scripts/read_ceiling.py --sustain-s "${MOEGEMM_SUSTAIN_S:-4}" 2>&1 \
+    | tee "$log_dir/read_ceiling.log" || bench_rc=1
+  kill "$smi_pid" 2>/dev/null
+  tail -3 "$log_dir/smi_samples.csv"
 fi
 if [[ $stages == *,breakdown,* ]]; then
   echo "== stage breakdown (variants that leave the wgmma or the stores out)"
