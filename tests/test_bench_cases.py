@@ -198,8 +198,8 @@ def test_dense_equivalent_rows_match_the_anchor_totals() -> None:
 def test_walk_twin_columns_check_bits_and_time_alternately() -> None:
     """bench_bf16's walk twins: both walks run into fresh outputs and are compared bitwise (a
     difference is a check failure), then timed striped, whole, striped, whole, striped; the
-    column is whole / striped of the medians. CPU tensors and a fake timer stand in for the
-    GPU."""
+    column is whole / striped of the medians; a failure is reported and keeps the row. CPU
+    tensors and a fake timer stand in for the GPU."""
     import dataclasses
 
     import bench_bf16
@@ -237,3 +237,11 @@ def test_walk_twin_columns_check_bits_and_time_alternately() -> None:
     order.clear()
     res = run(differs=True)
     assert not res["walk_twin_bitwise"] and "walk twin differs" in res["errors"]["check"]
+
+    def broken(b, out, config):
+        raise RuntimeError("no kernel")
+
+    res = {"errors": {}, "ours_us": 5.0}
+    bench_bf16.walk_twin_columns(res, timer, (pick, whole), weights, lambda: torch.zeros(2), broken)
+    assert res["ours_us"] == 5.0 and "no kernel" in res["errors"]["walk_twin"]
+    assert "whole_over_striped" not in res

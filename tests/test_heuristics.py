@@ -103,10 +103,17 @@ def test_walk_stripes_follow_the_row_length_only_on_grouped_walks_and_switch_off
 
     long_offs = GemmDesc("m_grouped_offsets", m=32768, n=4096, k=4096, num_groups=8)
     assert sm90.walk_stripe_m(long_offs, 128) == sm90.WALK_STRIPE_M
-    monkeypatch.setenv(sm90.WALK_STRIPES_ENV, "0")
-    assert sm90.walk_stripe_m(long_offs, 128) == 0
+    for off in ("0", "false", "OFF", " no"):
+        monkeypatch.setenv(sm90.WALK_STRIPES_ENV, off)
+        assert sm90.walk_stripe_m(long_offs, 128) == 0
     assert sm90.select(long_offs, SM90).layout.stripe_m == 0
+    monkeypatch.setenv(sm90.WALK_STRIPES_ENV, "1")
+    assert sm90.walk_stripe_m(long_offs, 128) == sm90.WALK_STRIPE_M
     monkeypatch.delenv(sm90.WALK_STRIPES_ENV)
+    # The walk counts cluster m-blocks: 2x1 clusters stripe only groups of > 16 CTA m-blocks.
+    assert sm90.walk_stripe_m(long_offs, 128, cluster_m=2) == sm90.WALK_STRIPE_M  # 32 blocks
+    mid = GemmDesc("m_grouped_offsets", m=12 * 128 * 8, n=4096, k=4096, num_groups=8)
+    assert sm90.walk_stripe_m(mid, 128) == 8 and sm90.walk_stripe_m(mid, 128, 2) == 0
     # Groups of at most one stripe of m-blocks walk alike either way: no stripes.
     for kind, m, expected in (("m_grouped_offsets", 8192, 0), ("m_grouped_masked", 4096, 1024)):
         desc = GemmDesc(kind, m=m, n=4096, k=7168, num_groups=8, expected_m=expected)

@@ -113,18 +113,24 @@ def cluster_choices(desc: GemmDesc, arch: ArchSpec) -> tuple[tuple[int, int], ..
     return ((1, 1),)
 
 
-def walk_stripe_m(desc: GemmDesc, block_m: int) -> int:
+WALK_STRIPES_OFF = ("0", "false", "off", "no")
+
+
+def walk_stripe_m(desc: GemmDesc, block_m: int, cluster_m: int = 1) -> int:
     """The grouped walk's stripe (Layout.stripe_m) the heuristics choose for `desc` with
-    `block_m`-row tiles: WALK_STRIPE_M where rows are long and a typical group holds more than
-    one stripe of m-blocks (with fewer, both walks visit the same tiles in the same order), else
-    0; always 0 on other layouts or with MOEGEMM_WALK_STRIPES=0."""
-    if os.environ.get(WALK_STRIPES_ENV) == "0" or desc.kind not in WALK_KINDS:
+    `block_m`-row tiles in clusters of `cluster_m` along M (the walk counts cluster m-blocks):
+    WALK_STRIPE_M where rows are long and a typical group holds more than one stripe of them
+    (with fewer, both walks visit the same tiles in the same order), else 0; always 0 on other
+    layouts or with MOEGEMM_WALK_STRIPES=0 (or false / off / no)."""
+    if os.environ.get(WALK_STRIPES_ENV, "").strip().lower() in WALK_STRIPES_OFF:
+        return 0
+    if desc.kind not in WALK_KINDS:
         return 0
     rows = expected_rows_per_group(desc)
     if desc.kind == "m_grouped_masked":
         rows = min(rows, desc.m)
     long_rows = desc.k * DTYPE_BYTES[desc.ab_dtype] >= WALK_STRIPE_MIN_ROW_BYTES
-    return WALK_STRIPE_M if long_rows and rows > WALK_STRIPE_M * block_m else 0
+    return WALK_STRIPE_M if long_rows and rows > WALK_STRIPE_M * block_m * cluster_m else 0
 
 
 def math_warpgroups_for(block_m: int) -> int:
@@ -234,7 +240,7 @@ def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> Iterator[GemmConfig]:
                 for cluster in cluster_choices(desc, arch):
                     yield _make_config(
                         block_m, block_n, num_stages, arch, store_cols, k_grouped, cluster,
-                        stripe_m=walk_stripe_m(desc, block_m),
+                        stripe_m=walk_stripe_m(desc, block_m, cluster[0]),
                     )  # fmt: skip
     if swap_ab_possible(desc):
         for block_m in SWAP_AB_BLOCK_M:
