@@ -28,8 +28,8 @@ moegemm.testing.bench_us as is). Weights smaller than 3x the L2 rotate among buf
 
 Walk twins: where the `offs` or masked pick walks its groups in stripes of m-blocks (K >= 4096,
 groups of more than 8 m-blocks), it and the same config with the whole-group walk are checked
-bitwise against each other and timed alternately through `config=`, after the peers (column wh/st: whole-group time / striped time, > 1 = stripes
-faster).
+bitwise against each other and timed alternately through `config=`, after the peers (column
+wh/st: whole-group time / striped time, > 1 = stripes faster).
 
 Prints one line per case and a geometric mean per ratio column; --json writes everything.
 """

@@ -74,19 +74,17 @@ CLUSTER_KINDS = {
     "m_grouped_masked": CLUSTER_SHAPES,
     "m_grouped_contiguous": ((1, 2),),
 }
-# The grouped walk (packed offsets, masked) takes a group's tiles WALK_STRIPE_M m-blocks at a
-# time instead of all of its m-blocks per n-block (Layout.stripe_m) where A's rows are long:
-# K * element size >= WALK_STRIPE_MIN_ROW_BYTES (K >= 4096 in BF16) and a typical group holds
-# more than WALK_STRIPE_M m-blocks; stripes are balanced (scheduler/stripe_walk.h: 9 m-blocks
-# walk as 5 + 4, not 8 + 1). MOEGEMM_WALK_STRIPES=0
-# (read when a shape is first planned) keeps the whole-group walk everywhere.
-# Measured (BENCHMARKS.md, tenth and eleventh sessions) as twins of one config in one run:
-# stripes ran 0.4-2.0% slower on three shapes with K <= 2048 (hence the row-length rule); on
-# the K >= 4096 shapes whole / striped time was 1.001-1.010 in the geometric mean over three
-# benchmark runs, 1.04-1.10 in every run on v4pro L1 (67 m-blocks per group), other cases
-# within the twins' +-4% run-to-run spread. bench_bf16.py times every striped pick against
-# its whole-group twin.
-# Groups of at most WALK_STRIPE_M m-blocks walk alike.
+# The grouped walk (packed offsets, masked) takes a group's tiles in stripes of at most
+# WALK_STRIPE_M m-blocks instead of all of its m-blocks per n-block (Layout.stripe_m) where A's
+# rows are long, K * element size >= WALK_STRIPE_MIN_ROW_BYTES (K >= 4096 in BF16), and a
+# typical group holds more than WALK_STRIPE_M (cluster) m-blocks; with fewer, both walks visit
+# the same tiles in the same order. Stripes are balanced (scheduler/stripe_walk.h: 9 m-blocks
+# walk as 5 + 4). MOEGEMM_WALK_STRIPES=0 (read when a shape is first planned) keeps the
+# whole-group walk everywhere.
+# Measured as twins of one config (BENCHMARKS.md, tenth and eleventh sessions): 0.4-2.0% slower
+# on three shapes with K <= 2048, hence the row-length rule; 1-5% faster on the K >= 4096
+# anchors in sustained runs; in the benchmark's 60 ms bursts 1.001-1.010 in the geometric mean
+# over four runs, single cases within the bursts' spread (identical walks read 0.98-1.05).
 WALK_STRIPES_ENV = "MOEGEMM_WALK_STRIPES"
 WALK_STRIPE_M = 8
 WALK_STRIPE_MIN_ROW_BYTES = 8192
