@@ -8,10 +8,12 @@ import sys
 
 from . import sm90, sm100
 from .arch import ARCHS, SM90, SM100, ArchSpec, arch_for, arch_for_compute_capability
+from .sm90 import CONTIGUOUS_ALIGNMENT
 from .config import GemmConfig, GemmDesc, LaunchConfig, Layout, PipelineConfig, StorageConfig
 
 __all__ = [
     "ARCHS",
+    "CONTIGUOUS_ALIGNMENT",
     "SM90",
     "SM100",
     "ArchSpec",

@@ -98,6 +98,12 @@ class GemmConfig:
     pipeline: PipelineConfig
     launch: LaunchConfig
 
+    @property
+    def store_cols(self) -> int:
+        """The TMA-store box width in columns, 0 for the register-store epilogue."""
+        box = self.storage.store_box_d
+        return box[0] if box else 0
+
     def short_name(self) -> str:
         lay = self.layout
         return (
