@@ -10,8 +10,6 @@ synchronizations, in the order given. Under Nsight Compute, profile the timed la
         python3 scripts/profile_case.py decode/13/offs CONFIG
 
 (one config per ncu run keeps --launch-skip simple: the check and the warm-up come first).
---stage-variant V builds the configs as that timing variant (common/stage_variant.h; e.g. 3:
-loads only); a variant with wrong results by design skips the FP32 check.
 --list prints the case's legal configs by name; it needs no GPU.
 """
 
@@ -23,7 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from heuristic_quality import all_qcases, desc_for, sm90, sm90_arch
+from heuristic_quality import all_qcases, desc_for, sm90_arch
+
+from moegemm.heuristics import sm90
 
 
 def find_case(case_id: str):
@@ -49,7 +49,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("configs", nargs="*", help="config short names (default: the pick)")
     parser.add_argument("--launches", type=int, default=3, help="timed launches per config")
     parser.add_argument("--list", action="store_true", help="print the legal configs and exit")
-    parser.add_argument("--stage-variant", type=int, default=0, help="timing build (see above)")
     args = parser.parse_args(argv)
 
     q = find_case(args.case)
@@ -64,25 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from heuristic_quality import TOL, Problem
 
-    import moegemm.api.plans as plans_mod
-
-    # Variants that leave the wgmma (bit 0) or the stores (bit 1) out compute wrong results.
-    wrong_by_design = (args.stage_variant & 3) != 0
-    if args.stage_variant:
-        real_build = plans_mod.build_plan
-
-        def build_variant(device, desc, config=None, stage_variant=0):
-            return real_build(device, desc, config, stage_variant or args.stage_variant)
-
-        plans_mod.build_plan = build_variant  # forced configs build through get_plan
     prob = Problem(q)
     configs = [legal[name] for name in args.configs] or [None]
     for cfg in configs:
         name = cfg.short_name() if cfg else "pick"
-        if cfg is None and args.stage_variant:
-            raise SystemExit("--stage-variant needs configs named (the default path ignores it)")
         diff = prob.check(cfg)
-        if not wrong_by_design and not diff < TOL:
+        if not diff < TOL:
             raise SystemExit(f"{name}: calc_diff {diff:.2e}")
         run = prob.timed(cfg)
         run()  # warm-up: plan cached, weights touched
@@ -93,9 +79,8 @@ def main(argv: list[str] | None = None) -> int:
             run()
         end.record()
         torch.cuda.synchronize()
-        variant = f" (stage variant {args.stage_variant})" if args.stage_variant else ""
         us = start.elapsed_time(end) * 1e3 / args.launches
-        print(f"{q.id} {name}{variant}: {us:.1f} us per launch")
+        print(f"{q.id} {name}: {us:.1f} us per launch")
     return 0
 
 

@@ -1,5 +1,7 @@
-"""The benchmark case definitions (CPU logic): every suite loads, the anchors reproduce the
-published row totals, and the two contiguous layouts index the same real rows."""
+"""The benchmarks' CPU logic: every suite loads, the anchors reproduce the published row totals,
+the two contiguous layouts index the same real rows, the kernels a case precompiles are the
+ones the API plans, the report's shares and checks, the walk twins, and the profiling entry
+point's config lookup."""
 
 from __future__ import annotations
 
@@ -37,14 +39,43 @@ def test_group_layouts_agree() -> None:
     assert (m_indices >= 0).sum() == sum(rows)
 
 
-def test_stage_breakdown_cases() -> None:
-    """The breakdown script loads without a GPU; its k-grouped groups end in partial k-blocks
-    (so the tail-zeroing variant measures something) and its variants are the kernels' bits."""
-    import stage_breakdown
+def test_precompiled_descriptions_follow_the_layouts() -> None:
+    """descs_for gives each layout's description as the API builds it (offs first, then the
+    m_indices layout over 128-row padded segments), and spec_for turns each pick into a kernel
+    spec (the benchmark precompiles these in parallel before timing anything)."""
+    import bench_common
 
-    assert all(rows % 64 for _, _, rows, _, _ in stage_breakdown.K_GROUPED_CASES)
-    assert set(stage_breakdown.COMMON_VARIANTS) == {0, 1, 2, 3}
-    assert set(stage_breakdown.K_GROUPED_VARIANTS) == {0, 1, 2, 3, 4, 8}
+    from moegemm.heuristics import SM90, select_config
+
+    cases = bf16_cases.load_cases(quick=True)
+    assert {c.layout for c in cases} == {"contiguous", "masked", "k_grouped"}
+    for case in cases:
+        descs = bench_common.descs_for(case)
+        if case.layout == "contiguous":
+            assert [d.kind for d in descs] == ["m_grouped_offsets", "m_grouped_contiguous"]
+            assert descs[0].m == case.total_rows
+            padded = bf16_cases.group_layouts(case.rows)["padded_total"]
+            assert descs[1].m == padded and padded % bf16_cases.ALIGN == 0
+        elif case.layout == "masked":
+            assert [d.kind for d in descs] == ["m_grouped_masked"] and descs[0].m == case.max_m
+        else:
+            assert [d.kind for d in descs] == ["k_grouped"] and descs[0].d_dtype == "fp32"
+        configs = [select_config(d, SM90) for d in descs]
+        specs = [bench_common.spec_for(d, c) for d, c in zip(descs, configs)]
+        assert len(set(specs)) == len(specs), case.name
+
+
+def test_bench_parser_and_run_info() -> None:
+    """--json takes the output path (nothing else is written); run_info names what a table of
+    the results needs (GPU, torch, commit, date)."""
+    import bench_bf16
+    import bench_common
+
+    args = bench_bf16.build_parser().parse_args(["--json", "out.json", "--quick"])
+    assert args.json == "out.json" and args.quick
+    assert bench_bf16.build_parser().parse_args([]).json is None
+    info = bench_common.run_info()
+    assert set(info) == {"gpu", "torch", "commit", "date_utc"} and all(info.values())
 
 
 def test_case_orders() -> None:
@@ -72,14 +103,14 @@ def test_prefill_regime_follows_the_targets_definition() -> None:
 def test_bench_ceiling_shares() -> None:
     """The headline shares use the run-median ceilings; adjacent and start-of-run shares are
     kept beside them, and the summary's checks use the headline."""
-    import bench_bf16
+    import bench_report
 
     case = next(c for c in bf16_cases.load_cases(("prefill",)) if c.regime == "prefill")
     flops = 2 * case.total_rows * case.n * case.k
     res = {"ours_us": flops / 700e6}  # 700 TFLOP/s
-    bench_bf16.add_metrics(case, res, {"cublas_tflops": 800.0, "copy_gbps": 4000.0})
-    bench_bf16.add_shares(res, {"cublas_tflops": 700.0}, "_adjacent")
-    bench_bf16.add_shares(res, {"cublas_tflops": 1000.0}, "_start")
+    bench_report.add_metrics(case, res, {"cublas_tflops": 800.0, "copy_gbps": 4000.0})
+    bench_report.add_shares(res, {"cublas_tflops": 700.0}, "_adjacent")
+    bench_report.add_shares(res, {"cublas_tflops": 1000.0}, "_start")
     assert abs(res["tflops"] - 700) < 1e-6
     assert abs(res["pct_cublas"] - 0.875) < 1e-9
     assert abs(res["pct_cublas_adjacent"] - 1.0) < 1e-9
@@ -90,10 +121,10 @@ def test_bench_ceiling_shares() -> None:
     failed = {"case": "failed", "suite": "prefill", "regime": "prefill", "k": 2880, "min_rows": 0}
     failed["errors"] = {"exception": "RuntimeError: x"}
     # The end of the run: the headline shares move to the run medians; a failed case is skipped.
-    bench_bf16.apply_run_medians([case, case], [row, failed], {"cublas_tflops": 875.0})
+    bench_report.apply_run_medians([case, case], [row, failed], {"cublas_tflops": 875.0})
     assert abs(row["pct_cublas"] - 0.8) < 1e-9 and abs(row["pct_cublas_run_median"] - 0.8) < 1e-9
     assert "pct_cublas" not in failed
-    summary = bench_bf16.summarize([row, failed])
+    summary = bench_report.summarize([row, failed])
     assert abs(summary["geomean"]["pct_cublas_prefill"] - 0.8) < 1e-9
     assert abs(summary["geomean"]["pct_cublas_prefill_adjacent"] - 1.0) < 1e-9
     assert abs(summary["geomean"]["pct_cublas_prefill_start"] - 0.7) < 1e-9
@@ -140,61 +171,6 @@ def test_quality_sample_holds_both_decode_kernels() -> None:
     assert checked >= 20
 
 
-class _FakeProblem:
-    """check(config) -> calc_diff; timed(config) -> the config itself (the fake timer reads it)."""
-
-    def __init__(self, diffs: dict) -> None:
-        self.diffs = diffs
-        self.calls: list[tuple[str, object]] = []
-
-    def check(self, config):
-        self.calls.append(("check", config))
-        return self.diffs.get(config, 0.0)
-
-    def timed(self, config):
-        self.calls.append(("timed", config))
-        return config
-
-
-def test_twin_timing_checks_first_then_interleaves() -> None:
-    import twin_timing
-
-    prob = _FakeProblem({})
-    clock = iter([5.0, 1.0, 9.0, 2.0, 7.0, 3.0])  # a, b, a, b, a, b
-    selected: list[str] = []
-    med, bad = twin_timing.check_and_time(
-        prob, lambda runner: next(clock), {"a": "cfg_a", "b": "cfg_b"}, select=selected.append
-    )
-    assert bad == [] and med == {"a": 7.0, "b": 2.0}  # medians of (5, 9, 7) and (1, 2, 3)
-    assert [c for kind, c in prob.calls if kind == "check"] == ["cfg_a", "cfg_b"]
-    assert [c for kind, c in prob.calls if kind == "timed"] == ["cfg_a", "cfg_b"] * 3
-    assert selected == ["a", "b"] + ["a", "b"] * 3  # each check and timing after its select
-
-
-def test_twin_timing_refuses_wrong_results() -> None:
-    import twin_timing
-
-    prob = _FakeProblem({"cfg_b": 1e-2, "cfg_c": float("nan")})
-    med, bad = twin_timing.check_and_time(
-        prob, lambda runner: 1.0, {"a": "cfg_a", "b": "cfg_b", "c": "cfg_c"}
-    )
-    assert med == {} and len(bad) == 2 and bad[0].startswith("b: calc_diff")
-    assert not any(kind == "timed" for kind, _ in prob.calls)  # nothing timed after a failure
-
-
-def test_dense_equivalent_rows_match_the_anchor_totals() -> None:
-    import dense_equivalent
-
-    anchors = {c.name.split(":", 1)[-1]: c for c in bf16_cases.load_cases() if c.suite == "anchors"}
-    totals = {"gpt-oss L1": "gpt-oss-120b L1", "dsv3 L1 prefill": "dsv3-ep8 L1 prefill"}
-    for name, groups, n, k, expected_m in dense_equivalent.CASES:
-        anchor = anchors[totals[name]]
-        assert (anchor.num_groups, anchor.n, anchor.k) == (groups, n, k)
-        ragged, balanced = dense_equivalent.case_rows(groups, expected_m)
-        assert sum(ragged) == sum(balanced) == anchor.total_rows
-        assert max(balanced) - min(balanced) <= 1 and max(ragged) - min(ragged) > 100
-
-
 def test_walk_twin_columns_check_bits_and_time_alternately() -> None:
     """bench_bf16's walk twins: both walks run into fresh outputs and are compared bitwise (a
     difference is a check failure), then timed striped, whole, striped, whole, striped; the
@@ -209,7 +185,9 @@ def test_walk_twin_columns_check_bits_and_time_alternately() -> None:
     desc = GemmDesc("m_grouped_offsets", m=32768, n=4096, k=7168, num_groups=8)
     pick = select_config(desc, SM90)
     assert pick.layout.stripe_m == 8
-    whole = dataclasses.replace(pick, layout=dataclasses.replace(pick.layout, stripe_m=0))
+    whole = bench_bf16.whole_group_twin(pick)
+    assert whole == dataclasses.replace(pick, layout=dataclasses.replace(pick.layout, stripe_m=0))
+    assert whole.short_name() != pick.short_name()  # the JSON names both builds apart
     weights = [torch.ones(2, 2), 2 * torch.ones(2, 2)]
     order: list[str] = []
 
@@ -234,6 +212,7 @@ def test_walk_twin_columns_check_bits_and_time_alternately() -> None:
     assert res["walk_twin_bitwise"] and "check" not in res["errors"]
     assert order == ["p", "w", "p", "w", "p"]
     assert res["whole_over_striped"] == 1.1 and res["walk_pick"] == pick.short_name()
+    assert res["walk_whole"] == whole.short_name()
     order.clear()
     res = run(differs=True)
     assert not res["walk_twin_bitwise"] and "walk twin differs" in res["errors"]["check"]
