@@ -3,6 +3,7 @@ against FP32 references on the exact operands, outputs poisoned first."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -38,6 +39,30 @@ def max_group_diff(d: torch.Tensor, a: torch.Tensor, b: torch.Tensor, sizes: lis
             worst = max(worst, calc_diff(d[start : start + rows], ref))
         start += rows
     return worst
+
+
+def with_walk(config, stripe_m: int):
+    """`config` with its grouped walk forced: stripes of `stripe_m` m-blocks, 0 the whole group
+    (the walk only orders the tiles, so both must write the same bits)."""
+    return dataclasses.replace(config, layout=dataclasses.replace(config.layout, stripe_m=stripe_m))
+
+
+def with_cluster(config, cluster_m: int, cluster_n: int):
+    """A single-CTA `config` as a 2-CTA cluster: (2, 1) shares B between neighbouring
+    m-blocks, (1, 2) shares A between neighbouring n-blocks, each CTA loading its half of the
+    shared operand's box. The heuristics do not choose clusters (measured no faster); a forced
+    `config=` reaches them."""
+    lay = config.layout
+    assert lay.cluster_size == 1 and not lay.swap_ab, config.short_name()
+    return dataclasses.replace(
+        config,
+        layout=dataclasses.replace(lay, cluster_m=cluster_m, cluster_n=cluster_n),
+        storage=dataclasses.replace(
+            config.storage,
+            load_box_a=(lay.block_k, lay.block_m // cluster_n),
+            load_box_b=(lay.block_k, lay.block_n // cluster_m),
+        ),
+    )
 
 
 # (G, N, K, rows per group): G in {1, 4, 32, 128, 256 with 8 non-empty}, ragged 0..2000 with 1
@@ -337,13 +362,13 @@ def test_argument_errors() -> None:
 def epilogue_pairs(desc, block_ms=(64, 128, 256)):
     """(register-store config, TMA-store config) of the same tile, for each block_m."""
     from moegemm.heuristics import SM90
-    from moegemm.heuristics.sm90 import enumerate_configs, store_cols
+    from moegemm.heuristics.sm90 import enumerate_configs
 
     by_tile: dict[tuple[int, int], dict[bool, object]] = {}
     for config in enumerate_configs(desc, SM90):
         lay = config.layout
         if lay.cluster_m == 1:
-            by_tile.setdefault((lay.block_m, lay.block_n), {})[bool(store_cols(config))] = config
+            by_tile.setdefault((lay.block_m, lay.block_n), {})[bool(config.store_cols)] = config
     pairs = []
     for block_m in block_ms:
         # The widest tile with both epilogues, plus one whose width needs 16- or 32-column boxes.
@@ -382,49 +407,41 @@ def test_tma_store_epilogue_matches_register_stores() -> None:
         assert_offs_twins_agree(a, b, sizes, direct, staged)
 
 
-def test_walk_stripes_match_whole_group_walk(monkeypatch) -> None:
+def test_walk_stripes_match_whole_group_walk() -> None:
     """The grouped walk in balanced stripes of m-blocks (the default where K >= 4096 and groups
     are long) writes the same bits as the whole-group walk, only inside each group: groups of 0,
     1 and thousands of rows (5 to 24 m-blocks: stripes of 4 to 8), several tiles per CTA,
     packed offsets and masked, one CTA per tile and a 2-CTA cluster sharing B."""
-    import dataclasses
+    from moegemm.heuristics import SM90, GemmDesc
+    from moegemm.heuristics.sm90 import enumerate_configs
 
-    from moegemm.heuristics import SM90, GemmDesc, sm90
-    from moegemm.heuristics.sm90 import enumerate_configs, store_cols
-
-    monkeypatch.setenv(sm90.EXPERIMENTAL_CLUSTERS_ENV, "1")
-    monkeypatch.delenv(sm90.WALK_STRIPES_ENV, raising=False)
     sizes = [0, 3000, 1, 1500, 2100, 640, 1030]
     num_groups, n, k = len(sizes), 2880, 4096
     total = sum(sizes)
     a, b = bf16(total, k), bf16(num_groups, n, k, scale=0.02)
     desc = GemmDesc("m_grouped_offsets", total, n, k, num_groups, expected_m=total // num_groups)
-    picks = [
+    single = next(
         c
         for c in enumerate_configs(desc, SM90)
         if (c.layout.block_m, c.layout.block_n) == (128, 256)
-        and (c.layout.cluster_m, c.layout.cluster_n) in ((1, 1), (2, 1))
-        and store_cols(c)
-    ]
-    assert len(picks) == 2, picks
-    # Both walks forced (the heuristics stripe the 2x1 cluster only for larger groups).
-    for pick in picks:
-        striped = dataclasses.replace(pick, layout=dataclasses.replace(pick.layout, stripe_m=8))
-        whole = dataclasses.replace(pick, layout=dataclasses.replace(pick.layout, stripe_m=0))
-        assert sm90.is_legal(striped, desc, SM90) and sm90.is_legal(whole, desc, SM90)
-        assert_offs_twins_agree(a, b, sizes, whole, striped)
+        and c.layout.cluster_size == 1
+        and c.store_cols
+    )
+    # Both walks forced, on one CTA per tile and on a 2x1 cluster (whose walk counts cluster
+    # m-blocks: stripes of 8 cover 16 CTA m-blocks).
+    for pick in (single, with_cluster(single, 2, 1)):
+        assert_offs_twins_agree(a, b, sizes, with_walk(pick, 0), with_walk(pick, 8))
 
     masked, max_m = [2048, 0, 1500, 100], 2048
     ma, mb = bf16(len(masked), max_m, k), bf16(len(masked), n, k, scale=0.02)
     masked_m = torch.tensor(masked, device="cuda", dtype=torch.int32)
     mdesc = GemmDesc("m_grouped_masked", max_m, n, k, len(masked), expected_m=max_m)
-    striped = next(
+    config = next(
         c for c in enumerate_configs(mdesc, SM90)
         if (c.layout.block_m, c.layout.block_n) == (128, 256)
-        and c.layout.cluster_size == 1 and store_cols(c)
+        and c.layout.cluster_size == 1 and c.store_cols
     )  # fmt: skip
-    assert striped.layout.stripe_m == 8
-    whole = dataclasses.replace(striped, layout=dataclasses.replace(striped.layout, stripe_m=0))
+    whole, striped = with_walk(config, 0), with_walk(config, 8)
     outs = []
     for config in (whole, striped):
         d = nan(len(masked), max_m, n)
@@ -469,7 +486,7 @@ def test_register_stores_stay_inside_rows_and_columns(block_m: int, block_n: int
     rest of a tile's width) into a D whose rows are longer than N: the valid rows of each group
     are right and nothing else is written, neither padding columns nor rows past masked_m."""
     from moegemm.heuristics import SM90, GemmDesc
-    from moegemm.heuristics.sm90 import enumerate_configs, store_cols
+    from moegemm.heuristics.sm90 import enumerate_configs
 
     num_groups, max_m, n, k, pad = 4, 200, 1000, 768, 24  # 1000 = 3 * 256 + 232: N tails
     masked = [200, 37, 0, 129]
@@ -480,7 +497,7 @@ def test_register_stores_stay_inside_rows_and_columns(block_m: int, block_n: int
         if (c.layout.block_m, c.layout.block_n) == (block_m, block_n)
         and not c.layout.swap_ab
         and c.layout.cluster_size == 1
-        and not store_cols(c)
+        and not c.store_cols
     )
     a, b = bf16(num_groups, max_m, k), bf16(num_groups, n, k, scale=0.02)
     masked_m = torch.tensor(masked, device="cuda", dtype=torch.int32)
@@ -498,7 +515,7 @@ def test_register_stores_stay_inside_rows_and_columns(block_m: int, block_n: int
 @pytest.mark.parametrize("with_c", [False, True])
 def test_k_grouped_tma_store_matches_register_stores(m: int, with_c: bool) -> None:
     from moegemm.heuristics import SM90, GemmDesc
-    from moegemm.heuristics.sm90 import enumerate_configs, store_cols
+    from moegemm.heuristics.sm90 import enumerate_configs
 
     sizes, n = [300, 0, 129, 64], 320  # 320 = 256 + 64: an N tail for 256-wide tiles
     total = sum(sizes)
@@ -507,7 +524,7 @@ def test_k_grouped_tma_store_matches_register_stores(m: int, with_c: bool) -> No
     desc = GemmDesc("k_grouped", m, n, total // len(sizes), len(sizes), "bf16", "fp32", with_c)
     configs = {}
     for config in enumerate_configs(desc, SM90):
-        configs.setdefault(config.layout, {})[bool(store_cols(config))] = config
+        configs.setdefault(config.layout, {})[bool(config.store_cols)] = config
     ref = k_grouped_reference(a, b, sizes, c)
     for layout in [lay for lay in configs if lay.block_m == 128]:
         outs = []
@@ -547,20 +564,28 @@ def test_group_walk_over_many_mostly_empty_groups() -> None:
     assert md[32, 80:].numel() == 0 and md[63, 64:].isnan().all() and md[999, 40:].isnan().all()
 
 
-def cluster_twins(desc, monkeypatch):
+# Cluster shapes each layout takes: B sharing needs consecutive m-blocks of one group, which the
+# m_indices layout cannot promise, so it takes only 1x2 (A shared along N).
+CLUSTER_SHAPES = {
+    "bf16_gemm_nt": ((2, 1), (1, 2)),
+    "m_grouped_offsets": ((2, 1), (1, 2)),
+    "m_grouped_masked": ((2, 1), (1, 2)),
+    "m_grouped_contiguous": ((1, 2),),
+}
+
+
+def cluster_twins(desc):
     """(single-CTA config, 2-CTA cluster config) pairs of the same tile and epilogue, for both
     cluster shapes (2x1 shares B, 1x2 shares A) where the layout has them."""
     from moegemm.heuristics import SM90
-    from moegemm.heuristics.sm90 import EXPERIMENTAL_CLUSTERS_ENV, enumerate_configs
+    from moegemm.heuristics.sm90 import enumerate_configs
 
-    monkeypatch.setenv(EXPERIMENTAL_CLUSTERS_ENV, "1")
     by_key: dict = {}
     for config in enumerate_configs(desc, SM90):
         lay = config.layout
-        if lay.swap_ab:
+        if lay.swap_ab or lay.cluster_size != 1:
             continue
-        key = (lay.block_m, lay.block_n, config.storage.store_box_d)
-        by_key.setdefault(key, {})[(lay.cluster_m, lay.cluster_n)] = config
+        by_key.setdefault((lay.block_m, lay.block_n, config.storage.store_box_d), config)
     # 2880 columns: 12 n-blocks of 240 or 256, 23 of 128 (the second CTA of the last 1x2
     # cluster tile lies past N; 64 x 128 brings that case to the m_indices layout too).
     wanted = [
@@ -570,12 +595,14 @@ def cluster_twins(desc, monkeypatch):
         (256, 128, None),
         (64, 128, None),
     ]
-    return [
-        (by_key[k][(1, 1)], by_key[k][shape])
-        for k in wanted
-        for shape in ((2, 1), (1, 2))
-        if k in by_key and shape in by_key[k]
+    pairs = [
+        (by_key[key], with_cluster(by_key[key], *shape))
+        for key in wanted
+        if key in by_key
+        for shape in CLUSTER_SHAPES[desc.kind]
     ]
+    assert len(pairs) >= 2 * len(CLUSTER_SHAPES[desc.kind]), [p[1].short_name() for p in pairs]
+    return pairs
 
 
 def check_cluster_twins(pairs, run) -> None:
@@ -590,12 +617,13 @@ def check_cluster_twins(pairs, run) -> None:
 
 
 @pytest.mark.parametrize("pdl", [False, True])
-def test_cluster_multicast_matches_single_cta(monkeypatch, pdl: bool) -> None:
-    """Experimental 2-CTA clusters (B multicast along M, A multicast along N): the same bits as
-    one CTA per tile, on groups with odd m-block counts (the second CTA of a group's last 2x1
-    cluster tile has no rows), empty groups, more than 32 groups, an N tail whose second B half
-    lies past N, an odd n-block count (the second CTA of the last 1x2 tile lies past N), masked
-    groups, dense M tails and the m_indices layout (1x2 only); with and without PDL."""
+def test_cluster_multicast_matches_single_cta(pdl: bool) -> None:
+    """2-CTA clusters forced through `config=` (B multicast along M, A multicast along N): the
+    same bits as one CTA per tile, on groups with odd m-block counts (the second CTA of a
+    group's last 2x1 cluster tile has no rows), empty groups, more than 32 groups, an N tail
+    whose second B half lies past N, an odd n-block count (the second CTA of the last 1x2 tile
+    lies past N), masked groups, dense M tails and the m_indices layout (1x2 only); with and
+    without PDL."""
     from moegemm.heuristics import GemmDesc
 
     pdl_before = moegemm.get_pdl()
@@ -618,8 +646,8 @@ def test_cluster_multicast_matches_single_cta(monkeypatch, pdl: bool) -> None:
                 assert storage[total:].isnan().all(), config.short_name()
                 return storage[:total]
 
-            check_cluster_twins(cluster_twins(desc, monkeypatch), run_offs)
-            out = run_offs(cluster_twins(desc, monkeypatch)[0][1])
+            check_cluster_twins(cluster_twins(desc), run_offs)
+            out = run_offs(cluster_twins(desc)[0][1])
             assert max_group_diff(out, a, b, sizes) < TOL
 
         max_m, masked = 320, [320, 0, 65, 200, 1]
@@ -634,8 +662,8 @@ def test_cluster_multicast_matches_single_cta(monkeypatch, pdl: bool) -> None:
                 assert d[g, rows:].isnan().all(), config.short_name()
             return d
 
-        check_cluster_twins(cluster_twins(mdesc, monkeypatch), run_masked)
-        d = run_masked(cluster_twins(mdesc, monkeypatch)[0][1])
+        check_cluster_twins(cluster_twins(mdesc), run_masked)
+        d = run_masked(cluster_twins(mdesc)[0][1])
         for g, rows in enumerate(masked):
             if rows:
                 ref = ma[g, :rows].float() @ mb[g].float().t()
@@ -653,7 +681,7 @@ def test_cluster_multicast_matches_single_cta(monkeypatch, pdl: bool) -> None:
                 assert storage[m:].isnan().all(), config.short_name()
                 return storage[:m]
 
-            check_cluster_twins(cluster_twins(ddesc, monkeypatch), run_dense)
+            check_cluster_twins(cluster_twins(ddesc), run_dense)
 
         # m_indices: only 1x2 clusters (both CTAs share an m-block, so its group); padding
         # blocks between the groups are skipped by both.
@@ -673,7 +701,7 @@ def test_cluster_multicast_matches_single_cta(monkeypatch, pdl: bool) -> None:
             moegemm.m_grouped_bf16_gemm_nt_contiguous(ia, ib, d, m_indices, config=config)
             return d
 
-        pairs = cluster_twins(idesc, monkeypatch)
+        pairs = cluster_twins(idesc)
         assert all(c.layout.cluster_n == 2 for _, c in pairs)
         check_cluster_twins(pairs, run_indices)
         d, start = run_indices(pairs[0][1]), 0
@@ -691,15 +719,15 @@ def test_k_grouped_in_place_reduce_add_matches_separate_c(m: int) -> None:
     """C = D in place goes out as TMA reduce-adds (C never read); the result must equal, bit for
     bit, a separate C (read and added in registers) and the register-store epilogue."""
     from moegemm.heuristics import SM90, GemmDesc
-    from moegemm.heuristics.sm90 import enumerate_configs, store_cols
+    from moegemm.heuristics.sm90 import enumerate_configs
 
     sizes, n = [300, 0, 129, 64, 1000], 320
     total = sum(sizes)
     a, b = bf16(total, m), bf16(total, n)
     c = torch.randn(len(sizes), m, n, device="cuda")
     desc = GemmDesc("k_grouped", m, n, total // len(sizes), len(sizes), "bf16", "fp32", True)
-    staged = [x for x in enumerate_configs(desc, SM90) if store_cols(x)]
-    direct = [x for x in enumerate_configs(desc, SM90) if not store_cols(x)]
+    staged = [x for x in enumerate_configs(desc, SM90) if x.store_cols]
+    direct = [x for x in enumerate_configs(desc, SM90) if not x.store_cols]
     assert staged and direct
     ref = k_grouped_reference(a, b, sizes, c)
     separate = nan(len(sizes), m, n, dtype=torch.float32)
