@@ -1,5 +1,6 @@
-"""Benchmark cases of the BF16 grouped family: the DeepGEMM anchors of BENCHMARKS.md (kept here
-as data) and the suites of moe_shapes.json, with the rows and layouts each case runs on.
+"""Benchmark cases of the BF16 grouped family: the DeepGEMM anchors (DeepGEMM at 54e2261 and
+torch._grouped_mm timed in the same run, kept here as data) and the suites of
+moe_shapes.json, with the rows and layouts each case runs on.
 CPU-only logic, shared by bench_bf16.py and heuristic_quality.py."""
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import moegemm
 ALIGN = 128  # moegemm.get_mk_alignment_for_contiguous_layout() (checked at run time)
 SUITES = ("anchors", "decode", "prefill", "masked", "k_grouped")
 
-# --- Anchor 1 of BENCHMARKS.md (BF16 columns). rows = the table's total real rows; each group
+# --- Anchor 1: DeepGEMM vs torch (BF16 columns). rows = the table's total real rows; each group
 # gets int(expected_m * U(0.7, 1.3)) rows with random.seed(0). The table's totals are exactly
 # what that rule gives for a round expected_m (1024, 4096, 256, ...), not for rows / G, so the
 # round value is kept here and load_cases() checks that the generated total matches `rows`.
