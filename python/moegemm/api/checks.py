@@ -1,16 +1,28 @@
-"""Argument checks shared by the public functions. Every violation raises before any launch,
-naming the argument, what was expected and what was given."""
+"""The full argument checks' building blocks. Every violation raises before any launch, naming
+the argument as the caller passed it, what was expected and what was given.
+
+A family's check runs in two steps: the *structure* (types, dtypes, ranks, shapes, strides,
+contiguity), a function of the operands' signature alone, then the *placement* (16-byte
+aligned bases, every operand on the current CUDA device), which can differ between calls of
+one signature and is all that a plan hit re-checks (plans.py). The fake implementations of
+the custom ops run the structure alone (fake tensors have no data pointers)."""
 
 from __future__ import annotations
 
 import torch
 
-TMA_ALIGN_BYTES = 16
+from . import plans
+from .plans import TMA_ALIGN_MASK
+
+TMA_ALIGN_BYTES = TMA_ALIGN_MASK + 1
 
 
 def require_tensor(name: str, t: object, dtypes: tuple[torch.dtype, ...], ndim: int) -> None:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.is_nested or t.layout is not torch.strided:
+        layout = "nested" if t.is_nested else str(t.layout)
+        raise TypeError(f"{name} must be a dense (strided) tensor, got a {layout} tensor")
     if t.dtype not in dtypes:
         expected = " or ".join(str(d) for d in dtypes)
         raise TypeError(f"{name} must have dtype {expected}, got {t.dtype}")
@@ -23,39 +35,8 @@ def require_shape(name: str, t: torch.Tensor, shape: tuple[int, ...]) -> None:
         raise ValueError(f"{name} must have shape {shape}, got {tuple(t.shape)}")
 
 
-def require_cuda_device(device: torch.device, **tensors: torch.Tensor | None) -> None:
-    """All operands on one CUDA device, the current one (kernels launch there)."""
-    for name, t in tensors.items():
-        if t is not None and t.device.type != "cuda":
-            raise ValueError(f"{name} must be on a CUDA device, got {t.device}")
-    for name, t in tensors.items():
-        if t is not None and t.device != device:
-            raise ValueError(f"{name} is on {t.device} but the operands are on {device}")
-    current = torch.cuda.current_device()
-    if device.index != current:
-        raise ValueError(
-            f"operands are on {device} but the current CUDA device is cuda:{current}; "
-            "call torch.cuda.set_device first"
-        )
-
-
-def row_stride(name: str, t: torch.Tensor) -> int:
-    """Row stride in elements of a 2-D row-major operand, checked for TMA: unit inner stride,
-    16-byte aligned base and rows."""
-    rows, cols = t.shape
-    if rows == 0 or cols == 0:
-        return cols  # nothing is read or written, so neither stride nor address matters
-    if rows > 0 and cols > 1 and t.stride(1) != 1:
-        raise ValueError(f"{name} must be row-major (stride(1) == 1), got strides {t.stride()}")
-    ld = t.stride(0) if rows > 1 else cols
-    if ld < cols:
-        raise ValueError(f"{name} rows overlap: stride(0) = {ld} < {cols} columns")
-    _require_tma_alignment(name, t, {"row": ld})
-    return ld
-
-
-def _require_tma_alignment(name: str, t: torch.Tensor, strides: dict[str, int]) -> None:
-    """TMA addresses rows in 16-byte units: every stride and the base must be multiples."""
+def _require_stride_alignment(name: str, t: torch.Tensor, strides: dict[str, int]) -> None:
+    """TMA addresses rows in 16-byte units: every stride must be a multiple."""
     elem = t.element_size()
     for what, stride in strides.items():
         if (stride * elem) % TMA_ALIGN_BYTES != 0:
@@ -63,8 +44,21 @@ def _require_tma_alignment(name: str, t: torch.Tensor, strides: dict[str, int]) 
                 f"{name} {what} stride must be a multiple of {TMA_ALIGN_BYTES} bytes "
                 f"({TMA_ALIGN_BYTES // elem} elements), got {stride} elements"
             )
-    if t.data_ptr() % TMA_ALIGN_BYTES != 0:
-        raise ValueError(f"{name} must start on a {TMA_ALIGN_BYTES}-byte boundary")
+
+
+def row_stride(name: str, t: torch.Tensor) -> int:
+    """Row stride in elements of a 2-D row-major operand, checked for TMA: unit inner stride,
+    16-byte aligned rows (the base is a placement check: require_placement)."""
+    rows, cols = t.shape
+    if rows == 0 or cols == 0:
+        return cols  # nothing is read or written, so neither stride nor address matters
+    if cols > 1 and t.stride(1) != 1:
+        raise ValueError(f"{name} must be row-major (stride(1) == 1), got strides {t.stride()}")
+    ld = t.stride(0) if rows > 1 else cols
+    if ld < cols:
+        raise ValueError(f"{name} rows overlap: stride(0) = {ld} < {cols} columns")
+    _require_stride_alignment(name, t, {"row": ld})
+    return ld
 
 
 def batched_row_stride(name: str, t: torch.Tensor, *, collapsible: bool) -> tuple[int, int]:
@@ -86,8 +80,13 @@ def batched_row_stride(name: str, t: torch.Tensor, *, collapsible: bool) -> tupl
         )
     if ld_batch < rows * ld:
         raise ValueError(f"{name} batches overlap: stride(0) = {ld_batch} < {rows * ld}")
-    _require_tma_alignment(name, t, {"row": ld, "batch": ld_batch})
+    _require_stride_alignment(name, t, {"row": ld, "batch": ld_batch})
     return ld, ld_batch
+
+
+def require_contiguous(name: str, t: torch.Tensor) -> None:
+    if not t.is_contiguous():
+        raise ValueError(f"{name} must be contiguous, got strides {t.stride()}")
 
 
 def require_index_vector(name: str, t: object, length: int) -> None:
@@ -97,3 +96,37 @@ def require_index_vector(name: str, t: object, length: int) -> None:
         raise ValueError(f"{name} must have shape ({length},), got {tuple(t.shape)}")
     if length > 1 and t.stride(0) != 1:
         raise ValueError(f"{name} must be contiguous, got stride {t.stride(0)}")
+
+
+def require_placement(tma: dict[str, torch.Tensor | None], others: dict[str, torch.Tensor]) -> int:
+    """The checks a plan hit repeats: every non-empty TMA operand in `tma` starts on a 16-byte
+    boundary, then all operands (`tma` and `others`, named as the caller passed them) sit on
+    one CUDA device, the current one. Returns its index. Alignment comes first so that every
+    rule but the device can be exercised with CPU tensors."""
+    for name, t in tma.items():
+        if t is not None and t.numel() and t.data_ptr() & TMA_ALIGN_MASK:
+            raise ValueError(f"{name} must start on a {TMA_ALIGN_BYTES}-byte boundary")
+    tensors = {name: t for name, t in (*tma.items(), *others.items()) if t is not None}
+    for name, t in tensors.items():
+        if t.device.type != "cuda":
+            raise ValueError(f"{name} must be on a CUDA device, got {t.device}")
+    first, device = next(iter(tensors.items()))[0], next(iter(tensors.values())).device
+    for name, t in tensors.items():
+        if t.device != device:
+            raise ValueError(f"{name} is on {t.device} but {first} is on {device}")
+    current = plans.current_device()
+    if device.index != current:
+        raise ValueError(
+            f"operands are on {device} but the current CUDA device is cuda:{current}; "
+            "call torch.cuda.set_device first"
+        )
+    return device.index
+
+
+def refuse_config_when_compiling(config: object) -> None:
+    """Under torch.compile a call is a custom op, whose schema has no place for a config."""
+    if config is not None:
+        raise TypeError(
+            "config= forces a kernel in eager calls only; under torch.compile the heuristics "
+            "choose (the custom op takes no config)"
+        )

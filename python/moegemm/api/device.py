@@ -5,10 +5,10 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from ..heuristics.arch import ArchSpec, arch_for, arch_for_compute_capability
+from ..heuristics import ArchSpec, arch_for, arch_for_compute_capability
 
 _num_sms_override: int | None = None
-_plan_caches: list[dict] = []  # caches keyed on the SM count; cleared when it changes
+_plan_caches: list[dict] = []  # plans depend on the SM count: cleared when it changes
 
 
 @dataclass(frozen=True)

@@ -4,95 +4,63 @@ g owns rows [offs[g-1], offs[g]) of a and b."""
 from __future__ import annotations
 
 import math
-from functools import partial
+from typing import NamedTuple
 
 import torch
 
 from ..heuristics import GemmConfig, GemmDesc
-from .bf16_gemm import _raw_stream, current_cuda_device
 from .checks import (
-    require_cuda_device,
+    refuse_config_when_compiling,
+    require_contiguous,
     require_index_vector,
+    require_placement,
     require_shape,
     require_tensor,
     row_stride,
 )
-from .plans import get_plan, plans
+from .plans import current_device, make_plan, new_plan_cache, raw_stream
 
 _BF16 = (torch.bfloat16,)
 _FP32 = (torch.float32,)
-_Tensor = torch.Tensor
-_BF16_DTYPE, _FP32_DTYPE, _INT32_DTYPE = torch.bfloat16, torch.float32, torch.int32
+_is_compiling = torch.compiler.is_compiling  # True while Dynamo traces (ops.py)
+
+_plans = new_plan_cache()
 
 
-def _require_contiguous(name: str, t: torch.Tensor) -> None:
-    if not t.is_contiguous():
-        raise ValueError(f"{name} must be contiguous, got strides {t.stride()}")
-    if t.numel() and t.data_ptr() % 16 != 0:
-        raise ValueError(f"{name} must start on a 16-byte boundary")
+class KGroupedProblem(NamedTuple):
+    m: int
+    n: int
+    num_tokens: int
+    num_groups: int
+    lda: int
+    ldb: int
 
 
-def _k_grouped_desc(m: int, n: int, num_tokens: int, num_groups: int, with_c: bool) -> GemmDesc:
-    expected = math.ceil(num_tokens / num_groups)
-    return GemmDesc("k_grouped", m, n, expected, num_groups, d_dtype="fp32", with_c=with_c)
-
-
-def _fast_path_args(a, b, d, offs, c) -> tuple | None:
-    """The common call (more than one token, at least one group, M and N positive multiples of
-    8, row-major a and b with 16-byte aligned bases and row strides, contiguous aligned d and
-    c, a unit-stride int32 offs, everything on the current CUDA device) proven legal with a few
-    attribute reads. Returns (device, m, n, num_tokens, num_groups, lda, ldb, a_ptr, b_ptr,
-    d_ptr, c_ptr, offs_ptr), exactly what the full checks derive (c_ptr 0 without c); None
-    sends the call through them (they cover everything else and produce the error messages)."""
-    if not (
-        isinstance(a, _Tensor)
-        and isinstance(b, _Tensor)
-        and isinstance(d, _Tensor)
-        and isinstance(offs, _Tensor)
-        and (c is None or isinstance(c, _Tensor))
-    ):
-        return None
-    try:
-        num_tokens, m = a.shape
-        tokens_b, n = b.shape
-        num_groups, m_d, n_d = d.shape
-        (length,) = offs.shape
-        lda, one_a = a.stride()
-        ldb, one_b = b.stride()
-        (step,) = offs.stride()
-        c_shape = None if c is None else c.shape
-    except (ValueError, RuntimeError):  # a wrong rank; no sizes or strides (nested)
-        return None
-    if not (tokens_b == num_tokens and m_d == m and n_d == n and length == num_groups):
-        return None
-    if not (num_tokens > 1 and num_groups > 0 and m > 0 and n > 0 and (m | n) & 7 == 0):
-        return None
-    if not (
-        a.dtype is _BF16_DTYPE
-        and b.dtype is _BF16_DTYPE
-        and d.dtype is _FP32_DTYPE
-        and offs.dtype is _INT32_DTYPE
-    ):
-        return None
-    if one_a != 1 or one_b != 1 or step != 1 or lda < m or ldb < n or (lda | ldb) & 7:
-        return None
-    if not d.is_contiguous():
-        return None
-    if c is None:
-        device = current_cuda_device(a, b, d, offs)
-    elif c_shape != (num_groups, m, n) or c.dtype is not _FP32_DTYPE or not c.is_contiguous():
-        return None
-    else:
-        device = current_cuda_device(a, b, d, offs, c)
-    if device < 0:
-        return None
-    c_ptr = 0 if c is None else c.data_ptr()
-    a_ptr, b_ptr, d_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr()
-    if (a_ptr | b_ptr | d_ptr | c_ptr) & 15:
-        return None
-    return (
-        device, m, n, num_tokens, num_groups, lda, ldb, a_ptr, b_ptr, d_ptr, c_ptr, offs.data_ptr(),
-    )  # fmt: skip
+def check_k_grouped(a, b, d, offs, c, *, placed: bool = True) -> KGroupedProblem:
+    """The full checks of `k_grouped_bf16_gemm_tn_contiguous`; placed=False leaves out the
+    placement (fake tensors)."""
+    require_tensor("a", a, _BF16, 2)
+    require_tensor("b", b, _BF16, 2)
+    require_tensor("d", d, _FP32, 3)
+    num_tokens, m = a.shape
+    n = b.shape[1]
+    num_groups = d.shape[0]
+    require_shape("b", b, (num_tokens, n))
+    require_shape("d", d, (num_groups, m, n))
+    require_index_vector("offs", offs, num_groups)
+    if c is not None:
+        require_tensor("c", c, _FP32, 3)
+        require_shape("c", c, (num_groups, m, n))
+        require_contiguous("c", c)
+    if m % 8 != 0:
+        raise ValueError(f"M (a.shape[1]) must be a multiple of 8, got {m}")
+    if n % 8 != 0:
+        raise ValueError(f"N (b.shape[1]) must be a multiple of 8, got {n}")
+    lda, ldb = row_stride("a", a), row_stride("b", b)
+    require_contiguous("d", d)
+    if placed:
+        require_placement({"a": a, "b": b, "d": d, "c": c}, {"offs": offs})
+    return KGroupedProblem(m, n, num_tokens, num_groups, lda, ldb)
 
 
 def k_grouped_bf16_gemm_tn_contiguous(
@@ -109,58 +77,55 @@ def k_grouped_bf16_gemm_tn_contiguous(
     a: [T, M] bf16, b: [T, N] bf16 (row-major, rows of all groups packed), d: [G, M, N] fp32
     contiguous, offs: int32 [G] cumulative end row of each group (ragged, empty groups allowed;
     an empty group gets c or zeros), c: optional [G, M, N] fp32 contiguous (may be d itself).
-    M and N multiples of 8. `config` forces a kernel config (benchmarks).
+    M and N multiples of 8. `config` forces a kernel config (benchmarks; eager only).
+    Under torch.compile the call is the custom op `moegemm::k_grouped_bf16_gemm_tn_contiguous`.
     """
-    fast = _fast_path_args(a, b, d, offs, c) if config is None else None
-    if fast is None:
-        return _checked_k_grouped(a, b, d, offs, c, config)
-    device, m, n, num_tokens, num_groups, lda, ldb, a_ptr, b_ptr, d_ptr, c_ptr, offs_ptr = fast
-    with_c = c is not None
-    key = ("k_grouped", device, m, n, num_tokens, num_groups, with_c)
-    plan = plans.get(key)
-    if plan is None:
-        plan = get_plan(key, device, partial(_k_grouped_desc, m, n, num_tokens, num_groups, with_c))
-    plan.launch(
-        a_ptr, b_ptr, d_ptr, c_ptr, offs_ptr, m, n, num_tokens, num_groups, lda, ldb,
-        _raw_stream(device),
-    )  # fmt: skip
-    return d
-
-
-def _checked_k_grouped(a, b, d, offs, c, config) -> torch.Tensor:
-    require_tensor("a", a, _BF16, 2)
-    require_tensor("b", b, _BF16, 2)
-    require_tensor("d", d, _FP32, 3)
-    num_tokens, m = a.shape
-    n = b.shape[1]
-    num_groups = d.shape[0]
-    require_shape("b", b, (num_tokens, n))
-    require_shape("d", d, (num_groups, m, n))
-    require_index_vector("offs", offs, num_groups)
-    if c is not None:
-        require_tensor("c", c, _FP32, 3)
-        require_shape("c", c, (num_groups, m, n))
-        _require_contiguous("c", c)
-    if m % 8 != 0:
-        raise ValueError(f"M (a.shape[1]) must be a multiple of 8, got {m}")
-    if n % 8 != 0:
-        raise ValueError(f"N (b.shape[1]) must be a multiple of 8, got {n}")
-    lda = row_stride("a", a)
-    ldb = row_stride("b", b)
-    _require_contiguous("d", d)
-    require_cuda_device(a.device, a=a, b=b, d=d, offs=offs, c=c)
-    if num_groups == 0 or m == 0 or n == 0:
+    if _is_compiling():
+        refuse_config_when_compiling(config)
+        torch.ops.moegemm.k_grouped_bf16_gemm_tn_contiguous(a, b, d, offs, c)
         return d
-    if num_tokens == 0:  # every group is empty: no rows to map, the result is c or zeros
+    try:  # the signature (plans.py); anything without these attributes takes the full checks
+        key = (
+            type(a), a.shape, a.stride(), a.dtype, a.device,
+            type(b), b.shape, b.stride(), b.dtype, b.device,
+            type(d), d.shape, d.stride(), d.dtype, d.device,
+            type(offs), offs.shape, offs.stride(), offs.dtype, offs.device,
+        )  # fmt: skip
+        if c is not None:
+            key += (type(c), c.shape, c.stride(), c.dtype, c.device)
+    except Exception:
+        key = None
+    plan = _plans.get(key) if config is None else None
+    if plan is not None:
+        a_ptr, b_ptr, d_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr()
+        c_ptr = 0 if c is None else c.data_ptr()
+        if not (a_ptr | b_ptr | d_ptr | c_ptr) & 15 and current_device() == plan.device:
+            plan.launch(
+                a_ptr, b_ptr, d_ptr, c_ptr, offs.data_ptr(), *plan.args, raw_stream(plan.device)
+            )
+            return d
+    return _checked_call(key, a, b, d, offs, c, config)
+
+
+def _checked_call(key, a, b, d, offs, c, config: GemmConfig | None) -> torch.Tensor:
+    """A plan miss: the full checks, then this signature's plan is built, stored and launched."""
+    p = check_k_grouped(a, b, d, offs, c)
+    if p.num_groups == 0 or p.m == 0 or p.n == 0:
+        return d
+    if p.num_tokens == 0:  # every group is empty: no rows to map, the result is c or zeros
         d.copy_(c) if c is not None else d.zero_()
         return d
     device = a.device.index
     with_c = c is not None
-    key = ("k_grouped", device, m, n, num_tokens, num_groups, with_c)
-    describe = partial(_k_grouped_desc, m, n, num_tokens, num_groups, with_c)
-    plan = get_plan(key, device, describe, config)
+    expected = math.ceil(p.num_tokens / p.num_groups)
+    desc = GemmDesc(
+        "k_grouped", p.m, p.n, expected, p.num_groups, d_dtype="fp32", with_c=with_c
+    )
+    plan = make_plan(device, desc, tuple(p), config)
+    if config is None and key is not None:
+        _plans[key] = plan
+    c_ptr = c.data_ptr() if with_c else 0
     plan.launch(
-        a.data_ptr(), b.data_ptr(), d.data_ptr(), c.data_ptr() if with_c else 0, offs.data_ptr(),
-        m, n, num_tokens, num_groups, lda, ldb, _raw_stream(device),
-    )  # fmt: skip
+        a.data_ptr(), b.data_ptr(), d.data_ptr(), c_ptr, offs.data_ptr(), *p, raw_stream(device)
+    )
     return d

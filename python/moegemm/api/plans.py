@@ -1,27 +1,65 @@
-"""Plans: a chosen config, its loaded kernel and a launcher with the launch shape bound.
+"""Signature-keyed plans: what a call of one operand signature launches.
 
-A plan is built once per problem signature and kept in a dict, so a call's hot path is one
-lookup and one `_C` call. Plans depend on the SM count, so `set_num_sms` clears them."""
+Every public function keeps one dict from the call's *signature* to a `Plan`. The signature is
+a tuple of each operand's (type, shape, stride, dtype, device), plus the non-tensor arguments
+the checks read (presence of `c`, `expected_m`, which of `m_indices`/`offs`): everything the
+full argument checks look at except the data pointers and the current device. So
+
+- on a miss, the full checks run (they alone produce error messages); a call that passes them
+  and launches a kernel stores its plan under its signature;
+- on a hit, only what can differ between calls of one signature is checked: every TMA
+  operand's base on a 16-byte boundary and the current CUDA device being the operands' one.
+  A hit therefore accepts exactly what the full checks would accept for that call.
+
+Calls that launch nothing (empty problems, K = 0) store no plan: they always take the full
+checks, which is cheap next to a launch they do not make. Plans depend on the SM count, so
+`set_num_sms` clears every cache made here; a forced `config=` neither reads nor fills them.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any
+
+import torch
 
 from ..heuristics import GemmConfig, GemmDesc, select_config
-from ..heuristics.sm90 import store_cols
 from ..jit.codegen import sm90_bf16_gemm_spec, sm90_bf16_k_grouped_spec
 from ..jit.runtime import load_kernel
 from .device import arch_for_device, register_plan_cache
 
+TMA_ALIGN_MASK = 15  # TMA bases are 16-byte aligned: ptr & 15 == 0
 
-class Plan(NamedTuple):
-    config: GemmConfig
-    launch: Callable[..., None]
+# The C-level getters cost a fraction of their torch.cuda wrappers; CPU builds of torch lack
+# them (no plan can exist there: the full checks refuse every non-CUDA operand).
+current_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
+raw_stream = getattr(
+    torch._C, "_cuda_getCurrentRawStream", lambda i: torch.cuda.current_stream(i).cuda_stream
+)
 
 
-plans: dict[tuple, Plan] = register_plan_cache({})
+class Plan:
+    """A bound launcher and the integer arguments that follow the pointers in its call.
+
+    device: the CUDA device index of the operands (a hit requires it to be current);
+    launch: a `_C` launcher (or a stand-in in tests); args: the arguments between the pointers
+    and the stream, fixed by the signature."""
+
+    __slots__ = ("args", "config", "device", "launch")
+
+    def __init__(self, device: int, launch: Any, args: tuple[int, ...], config: GemmConfig | None):
+        self.device = device
+        self.launch = launch
+        self.args = args
+        self.config = config
+
+    def __repr__(self) -> str:
+        return f"Plan(device={self.device}, args={self.args}, config={self.config})"
+
+
+def new_plan_cache() -> dict[tuple, Plan]:
+    """A signature -> Plan dict that `set_num_sms` clears."""
+    return register_plan_cache({})
 
 
 def max_ctas(desc: GemmDesc, config: GemmConfig) -> int:
@@ -34,16 +72,12 @@ def max_ctas(desc: GemmDesc, config: GemmConfig) -> int:
         return math.ceil(desc.m / rows) * n_blocks
     if desc.kind == "m_grouped_offsets":  # each group may end in a partial block
         return (math.ceil(desc.m / rows) + desc.num_groups) * n_blocks
-    if desc.kind == "m_grouped_masked":
-        return desc.num_groups * math.ceil(desc.m / rows) * n_blocks
-    return desc.num_groups * math.ceil(desc.m / rows) * n_blocks  # k_grouped
+    return desc.num_groups * math.ceil(desc.m / rows) * n_blocks  # masked, k_grouped
 
 
-def build_plan(
-    device: int, desc: GemmDesc, config: GemmConfig | None = None, stage_variant: int = 0
-) -> Plan:
-    """The heuristics' config for `desc` (or the given one), compiled, loaded and bound.
-    stage_variant builds a timing-only kernel (see jit/codegen.py); never used by the API."""
+def build_launcher(device: int, desc: GemmDesc, config: GemmConfig | None = None) -> tuple:
+    """(config, launcher): the heuristics' config for `desc` (or the given one), compiled,
+    loaded and bound to its launch shape."""
     from .. import _C
 
     arch = arch_for_device(device)
@@ -51,17 +85,16 @@ def build_plan(
         config = select_config(desc, arch)
     lay = config.layout
     if desc.kind == "k_grouped":
-        kernel = load_kernel(sm90_bf16_k_grouped_spec(config, desc.with_c, stage_variant))
+        kernel = load_kernel(sm90_bf16_k_grouped_spec(config, desc.with_c))
         launcher_type = _C.Sm90Bf16KGroupedLauncher
     else:
-        spec = sm90_bf16_gemm_spec(config, desc.d_dtype, desc.with_c, desc.kind, stage_variant)
-        kernel = load_kernel(spec)
+        kernel = load_kernel(sm90_bf16_gemm_spec(config, desc.d_dtype, desc.with_c, desc.kind))
         launcher_type = _C.Sm90Bf16GemmLauncher
     # Persistent CTAs, whole clusters of them (a cluster's CTAs share an operand of each tile).
     cluster = lay.cluster_m * lay.cluster_n
     wanted = -(-max_ctas(desc, config) // cluster) * cluster
     num_blocks = max(cluster, min(arch.num_sms, wanted) // cluster * cluster)
-    launch = launcher_type(
+    launcher = launcher_type(
         kernel,
         lay.block_m,
         lay.block_n,
@@ -71,17 +104,14 @@ def build_plan(
         config.pipeline.smem_bytes,
         lay.cluster_m,
         lay.cluster_n,
-        store_cols=store_cols(config),
+        store_cols=config.store_cols,
     )
-    return Plan(config=config, launch=launch)
+    return config, launcher
 
 
-def get_plan(key: tuple, device: int, desc_fn: Callable[[], GemmDesc], config=None) -> Plan:
-    """The cached plan for `key`; `desc_fn` builds the problem description only on a miss. A
-    forced `config` (benchmarks, tests) bypasses the cache."""
-    if config is not None:
-        return build_plan(device, desc_fn(), config)
-    plan = plans.get(key)
-    if plan is None:
-        plan = plans[key] = build_plan(device, desc_fn())
-    return plan
+def make_plan(
+    device: int, desc: GemmDesc, args: tuple[int, ...], config: GemmConfig | None = None
+) -> Plan:
+    """The plan of one signature (a forced `config` bypasses the heuristics)."""
+    config, launcher = build_launcher(device, desc, config)
+    return Plan(device, launcher, args, config)

@@ -1,0 +1,89 @@
+"""The public GEMMs as `torch.library` custom ops, for torch.compile.
+
+Dynamo cannot trace the eager path (it reads data pointers, the current device and calls the
+pybind launcher), so while it traces, each public function calls its op instead
+(`torch.compiler.is_compiling()`); eager calls never touch the dispatcher. Each op mutates `d`
+alone and returns nothing (a custom op may not return an alias of an input); its fake
+implementation runs the structural checks, so a bad shape fails at trace time with the same
+message, and leaves `d` as it is. `config=` is an eager-only knob and not part of any op.
+
+The real implementations call the public functions: they run when the compiled graph runs,
+where `is_compiling()` is False, so they take the eager path with its plans."""
+
+# No `from __future__ import annotations`: torch.library reads the annotations as types.
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from .bf16_gemm import bf16_gemm_nt, check_dense
+from .k_grouped import check_k_grouped, k_grouped_bf16_gemm_tn_contiguous
+from .m_grouped import (
+    check_contiguous,
+    check_masked,
+    m_grouped_bf16_gemm_nt_contiguous,
+    m_grouped_bf16_gemm_nt_masked,
+)
+
+NAMESPACE = "moegemm"
+
+
+@torch.library.custom_op(f"{NAMESPACE}::bf16_gemm_nt", mutates_args=("d",))
+def bf16_gemm_nt_op(a: Tensor, b: Tensor, d: Tensor, c: Optional[Tensor] = None) -> None:
+    bf16_gemm_nt(a, b, d, c)
+
+
+@bf16_gemm_nt_op.register_fake
+def _(a: Tensor, b: Tensor, d: Tensor, c: Optional[Tensor] = None) -> None:
+    check_dense(a, b, d, c, placed=False)
+
+
+@torch.library.custom_op(f"{NAMESPACE}::m_grouped_bf16_gemm_nt_contiguous", mutates_args=("d",))
+def m_grouped_contiguous_op(
+    a: Tensor,
+    b: Tensor,
+    d: Tensor,
+    m_indices: Optional[Tensor] = None,
+    offs: Optional[Tensor] = None,
+) -> None:
+    m_grouped_bf16_gemm_nt_contiguous(a, b, d, m_indices, offs=offs)
+
+
+@m_grouped_contiguous_op.register_fake
+def _(
+    a: Tensor,
+    b: Tensor,
+    d: Tensor,
+    m_indices: Optional[Tensor] = None,
+    offs: Optional[Tensor] = None,
+) -> None:
+    check_contiguous(a, b, d, m_indices, offs, placed=False)
+
+
+@torch.library.custom_op(f"{NAMESPACE}::m_grouped_bf16_gemm_nt_masked", mutates_args=("d",))
+def m_grouped_masked_op(a: Tensor, b: Tensor, d: Tensor, masked_m: Tensor, expected_m: int) -> None:
+    m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, expected_m)
+
+
+@m_grouped_masked_op.register_fake
+def _(a: Tensor, b: Tensor, d: Tensor, masked_m: Tensor, expected_m: int) -> None:
+    check_masked(a, b, d, masked_m, expected_m, placed=False)
+
+
+@torch.library.custom_op(f"{NAMESPACE}::k_grouped_bf16_gemm_tn_contiguous", mutates_args=("d",))
+def k_grouped_op(a: Tensor, b: Tensor, d: Tensor, offs: Tensor, c: Optional[Tensor] = None) -> None:
+    k_grouped_bf16_gemm_tn_contiguous(a, b, d, offs, c)
+
+
+@k_grouped_op.register_fake
+def _(a: Tensor, b: Tensor, d: Tensor, offs: Tensor, c: Optional[Tensor] = None) -> None:
+    check_k_grouped(a, b, d, offs, c, placed=False)
+
+
+OPS = {
+    "bf16_gemm_nt": bf16_gemm_nt_op,
+    "m_grouped_bf16_gemm_nt_contiguous": m_grouped_contiguous_op,
+    "m_grouped_bf16_gemm_nt_masked": m_grouped_masked_op,
+    "k_grouped_bf16_gemm_tn_contiguous": k_grouped_op,
+}
