@@ -1,6 +1,7 @@
 """Dense bf16_gemm_nt against cuBLAS (torch.mm) in the same run, plus JIT and host-path costs.
 
-Prints one line per case and geometric means; writes the same to JSON (--json PATH).
+Prints one line per case and geometric means; --json PATH writes the same, with the GPU, torch,
+commit and date of the run, to PATH (nothing is written anywhere else).
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 
 import torch
+from bench_common import run_info
 
 import moegemm
 from moegemm.testing import bench_us, calc_diff, host_us_per_call, reference_gemm_nt
@@ -54,7 +57,11 @@ def rotating_sets(m: int, n: int, k: int) -> list[tuple[torch.Tensor, torch.Tens
     ]
 
 
-def time_rotating(fn, sets) -> float:
+def time_rotating(
+    fn: Callable[[torch.Tensor, torch.Tensor], object],
+    sets: list[tuple[torch.Tensor, torch.Tensor]],
+) -> float:
+    """Median µs per call of fn over the operand sets in turn."""
     idx = [0]
 
     def step() -> None:
@@ -114,15 +121,18 @@ def bench_jit() -> dict:
     return {"cold_first_call_s": cold, "warm_first_call_ms": warm * 1e3}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--json", help="write results here")
-    args = parser.parse_args()
+    parser.add_argument("--json", metavar="PATH", help="write the results to this JSON file")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench_bf16_gemm: no CUDA device", file=sys.stderr)
+        return 1
 
     dense = [bench_dense(*case) for case in DENSE_CASES]
     host = bench_host_overhead()
     jit = bench_jit()
-    results = {"gpu": torch.cuda.get_device_name(), "dense": dense, "host": host, "jit": jit}
+    results = {**run_info(), "dense": dense, "host": host, "jit": jit}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
@@ -147,7 +157,8 @@ def main() -> None:
         f"JIT: cold first call {jit['cold_first_call_s']:.2f} s, warm-cache first call in a "
         f"new process {jit['warm_first_call_ms']:.1f} ms"
     )
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
