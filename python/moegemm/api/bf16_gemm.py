@@ -86,9 +86,9 @@ def bf16_gemm_nt(
         )  # fmt: skip
         if c is not None:
             key += (type(c), c.shape, c.stride(), c.dtype, c.device)
-    except Exception:
-        key = None
-    plan = _plans.get(key) if config is None else None
+        plan = _plans.get(key) if config is None else None
+    except (AttributeError, TypeError, RuntimeError):  # not a tensor, nested, sparse, ...
+        key = plan = None
     if plan is not None:
         a_ptr, b_ptr, d_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr()
         c_ptr = 0 if c is None else c.data_ptr()
@@ -117,4 +117,3 @@ def _checked_call(key, a, b, d, c, config: GemmConfig | None) -> torch.Tensor:
     c_ptr = 0 if c is None else c.data_ptr()
     plan.launch(a.data_ptr(), b.data_ptr(), d.data_ptr(), c_ptr, 0, *args, raw_stream(device))
     return d
-

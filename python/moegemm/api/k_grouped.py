@@ -93,9 +93,9 @@ def k_grouped_bf16_gemm_tn_contiguous(
         )  # fmt: skip
         if c is not None:
             key += (type(c), c.shape, c.stride(), c.dtype, c.device)
-    except Exception:
-        key = None
-    plan = _plans.get(key) if config is None else None
+        plan = _plans.get(key) if config is None else None
+    except (AttributeError, TypeError, RuntimeError):  # not a tensor, nested, sparse, ...
+        key = plan = None
     if plan is not None:
         a_ptr, b_ptr, d_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr()
         c_ptr = 0 if c is None else c.data_ptr()
@@ -118,9 +118,7 @@ def _checked_call(key, a, b, d, offs, c, config: GemmConfig | None) -> torch.Ten
     device = a.device.index
     with_c = c is not None
     expected = math.ceil(p.num_tokens / p.num_groups)
-    desc = GemmDesc(
-        "k_grouped", p.m, p.n, expected, p.num_groups, d_dtype="fp32", with_c=with_c
-    )
+    desc = GemmDesc("k_grouped", p.m, p.n, expected, p.num_groups, d_dtype="fp32", with_c=with_c)
     plan = make_plan(device, desc, tuple(p), config)
     if config is None and key is not None:
         _plans[key] = plan

@@ -139,9 +139,9 @@ def m_grouped_bf16_gemm_nt_contiguous(
             type(d), d.shape, d.stride(), d.dtype, d.device,
             type(info), info.shape, info.stride(), info.dtype, info.device,
         )  # fmt: skip
-    except Exception:
-        key = None
-    plan = cache.get(key) if config is None else None
+        plan = cache.get(key) if config is None else None
+    except (AttributeError, TypeError, RuntimeError):  # not a tensor, nested, sparse, ...
+        key = plan = None
     if plan is not None:
         a_ptr, b_ptr, d_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr()
         if not (a_ptr | b_ptr | d_ptr) & 15 and current_device() == plan.device:
@@ -217,9 +217,9 @@ def m_grouped_bf16_gemm_nt_masked(
             type(masked_m), masked_m.shape, masked_m.stride(), masked_m.dtype, masked_m.device,
             expected_m,
         ) if type(expected_m) is int else None  # fmt: skip
-    except Exception:
-        key = None
-    plan = _masked_plans.get(key) if config is None else None
+        plan = _masked_plans.get(key) if config is None else None
+    except (AttributeError, TypeError, RuntimeError):  # not a tensor, nested, sparse, ...
+        key = plan = None
     if plan is not None:
         a_ptr, b_ptr, d_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr()
         if not (a_ptr | b_ptr | d_ptr) & 15 and current_device() == plan.device:

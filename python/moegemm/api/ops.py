@@ -12,8 +12,6 @@ where `is_compiling()` is False, so they take the eager path with its plans."""
 
 # No `from __future__ import annotations`: torch.library reads the annotations as types.
 
-from typing import Optional
-
 import torch
 from torch import Tensor
 
@@ -30,12 +28,12 @@ NAMESPACE = "moegemm"
 
 
 @torch.library.custom_op(f"{NAMESPACE}::bf16_gemm_nt", mutates_args=("d",))
-def bf16_gemm_nt_op(a: Tensor, b: Tensor, d: Tensor, c: Optional[Tensor] = None) -> None:
+def bf16_gemm_nt_op(a: Tensor, b: Tensor, d: Tensor, c: Tensor | None = None) -> None:
     bf16_gemm_nt(a, b, d, c)
 
 
 @bf16_gemm_nt_op.register_fake
-def _(a: Tensor, b: Tensor, d: Tensor, c: Optional[Tensor] = None) -> None:
+def _(a: Tensor, b: Tensor, d: Tensor, c: Tensor | None = None) -> None:
     check_dense(a, b, d, c, placed=False)
 
 
@@ -44,8 +42,8 @@ def m_grouped_contiguous_op(
     a: Tensor,
     b: Tensor,
     d: Tensor,
-    m_indices: Optional[Tensor] = None,
-    offs: Optional[Tensor] = None,
+    m_indices: Tensor | None = None,
+    offs: Tensor | None = None,
 ) -> None:
     m_grouped_bf16_gemm_nt_contiguous(a, b, d, m_indices, offs=offs)
 
@@ -55,8 +53,8 @@ def _(
     a: Tensor,
     b: Tensor,
     d: Tensor,
-    m_indices: Optional[Tensor] = None,
-    offs: Optional[Tensor] = None,
+    m_indices: Tensor | None = None,
+    offs: Tensor | None = None,
 ) -> None:
     check_contiguous(a, b, d, m_indices, offs, placed=False)
 
@@ -72,12 +70,12 @@ def _(a: Tensor, b: Tensor, d: Tensor, masked_m: Tensor, expected_m: int) -> Non
 
 
 @torch.library.custom_op(f"{NAMESPACE}::k_grouped_bf16_gemm_tn_contiguous", mutates_args=("d",))
-def k_grouped_op(a: Tensor, b: Tensor, d: Tensor, offs: Tensor, c: Optional[Tensor] = None) -> None:
+def k_grouped_op(a: Tensor, b: Tensor, d: Tensor, offs: Tensor, c: Tensor | None = None) -> None:
     k_grouped_bf16_gemm_tn_contiguous(a, b, d, offs, c)
 
 
 @k_grouped_op.register_fake
-def _(a: Tensor, b: Tensor, d: Tensor, offs: Tensor, c: Optional[Tensor] = None) -> None:
+def _(a: Tensor, b: Tensor, d: Tensor, offs: Tensor, c: Tensor | None = None) -> None:
     check_k_grouped(a, b, d, offs, c, placed=False)
 
 
