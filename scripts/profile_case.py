@@ -21,19 +21,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from heuristic_quality import all_qcases, desc_for, sm90_arch
+from heuristic_quality import QCase, all_qcases, desc_for, sm90_arch
 
-from moegemm.heuristics import sm90
+from moegemm.heuristics import GemmConfig, sm90
 
 
-def find_case(case_id: str):
+def find_case(case_id: str) -> QCase:
     cases = {q.id: q for q in all_qcases()}
     if case_id not in cases:
         raise SystemExit(f"unknown case {case_id!r}; e.g. {', '.join(list(cases)[:4])}, ...")
     return cases[case_id]
 
 
-def configs_by_name(q) -> dict:
+def configs_by_name(q: QCase) -> dict[str, GemmConfig]:
+    """The case's legal configs (what the heuristics choose among) by short name."""
     desc = desc_for(q)
     arch = sm90_arch()
     return {
@@ -62,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
     from heuristic_quality import TOL, Problem
+
+    if not torch.cuda.is_available():
+        raise SystemExit("profile_case: no CUDA device (--list needs none)")
 
     prob = Problem(q)
     configs = [legal[name] for name in args.configs] or [None]
