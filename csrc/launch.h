@@ -1,7 +1,5 @@
-// Kernel launch through cuLaunchKernelEx, shared by every launcher.
-//
-// A launcher is one short file: fill the kernel's parameter struct (TMA descriptors from tma.h),
-// describe the launch in a LaunchConfig and call launch_with_params(). See sm90_bf16_gemm.cpp.
+// Kernel launch through cuLaunchKernelEx, and the range checks of narrowed kernel fields: the
+// low level under the generic launcher (launcher.h), which is what a kernel family uses.
 #pragma once
 
 #include <cuda.h>
@@ -14,7 +12,8 @@
 
 namespace moegemm {
 
-// The global PDL switch (_C.set_pdl); launchers read it through LaunchConfig's default.
+// The global PDL switch (_C.set_pdl); read at every launch, so a switch applies to plans that
+// already exist.
 void set_pdl(bool enabled);
 bool get_pdl();
 

@@ -19,7 +19,8 @@ namespace py = pybind11;
 
 namespace moegemm {
 
-// One registration function per launcher file; a new kernel family adds a file and a line here.
+// One registration function per family file (each calls register_launcher<Family>, launcher.h);
+// a new kernel family adds a file and a line here.
 void register_sm90_bf16_gemm(py::module_& m);
 
 namespace {

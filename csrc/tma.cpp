@@ -120,24 +120,6 @@ CUtensorMap make_tma_desc(void* ptr, CUtensorMapDataType dtype, int rank, const 
   return desc;
 }
 
-CUtensorMap make_tma_2d(void* ptr, CUtensorMapDataType dtype, uint32_t elem_bytes, uint64_t rows,
-                        uint64_t cols, uint64_t ld, uint32_t box_rows, uint32_t box_cols,
-                        CUtensorMapSwizzle swizzle) {
-  const uint64_t dims[2] = {cols, rows};
-  const uint64_t strides[1] = {ld * elem_bytes};
-  const uint32_t box[2] = {box_cols, box_rows};
-  return make_tma_desc(ptr, dtype, 2, dims, strides, box, swizzle);
-}
-
-CUtensorMap make_tma_3d(void* ptr, CUtensorMapDataType dtype, uint32_t elem_bytes, uint64_t batch,
-                        uint64_t rows, uint64_t cols, uint64_t ld, uint64_t batch_stride,
-                        uint32_t box_rows, uint32_t box_cols, CUtensorMapSwizzle swizzle) {
-  const uint64_t dims[3] = {cols, rows, batch};
-  const uint64_t strides[2] = {ld * elem_bytes, batch_stride * elem_bytes};
-  const uint32_t box[3] = {box_cols, box_rows, 1};
-  return make_tma_desc(ptr, dtype, 3, dims, strides, box, swizzle);
-}
-
 CUtensorMapSwizzle swizzle_from_bytes(int bytes) {
   switch (bytes) {
     case 0: return CU_TENSOR_MAP_SWIZZLE_NONE;

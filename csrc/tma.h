@@ -1,4 +1,4 @@
-// TMA descriptor encoding (cuTensorMapEncodeTiled) shared by every launcher.
+// TMA descriptor encoding (cuTensorMapEncodeTiled), memoised, shared by every launcher.
 #pragma once
 
 #include <cuda.h>
@@ -6,25 +6,63 @@
 
 namespace moegemm {
 
-// Encodes a tiled tensor map over `rank` (1..5) dimensions, innermost first. `strides_bytes` has
-// rank - 1 entries: the byte strides of dims 1.., as cuTensorMapEncodeTiled wants them.
-// Out-of-bounds boxes read as zero (OOB_FILL_NONE), which is what lets K tails and M/N edges work
-// without padding. Throws std::runtime_error naming the call and every argument on failure.
+// Everything a tiled tensor map is encoded from: `rank` (1..5) dimensions, innermost first;
+// `strides_bytes` holds the byte strides of dims 1.., as cuTensorMapEncodeTiled wants them.
+// A plain aggregate, built on the stack by the launchers (no allocation on the hot path).
+struct TmaView {
+  void* ptr;
+  CUtensorMapDataType dtype;
+  int rank;
+  uint64_t dims[5];
+  uint64_t strides_bytes[4];
+  uint32_t box[5];
+  CUtensorMapSwizzle swizzle;
+};
+
+// Encodes a tiled tensor map. Out-of-bounds boxes read as zero (OOB_FILL_NONE), which is what
+// lets K tails and M/N edges work without padding. Repeated encodes of the same view are served
+// from a small per-thread memo (see tma.cpp). Throws std::runtime_error naming the call and every
+// argument on failure, std::invalid_argument for a rank outside 1..5.
 CUtensorMap make_tma_desc(void* ptr, CUtensorMapDataType dtype, int rank, const uint64_t* dims,
                           const uint64_t* strides_bytes, const uint32_t* box,
                           CUtensorMapSwizzle swizzle);
 
+inline CUtensorMap make_tma_desc(const TmaView& view) {
+  return make_tma_desc(view.ptr, view.dtype, view.rank, view.dims, view.strides_bytes, view.box,
+                       view.swizzle);
+}
+
 // The common case of every GEMM operand: a row-major [rows, cols] matrix whose rows are `ld`
 // elements apart, tiled in boxes of [box_rows, box_cols] (cols are the contiguous dimension).
-CUtensorMap make_tma_2d(void* ptr, CUtensorMapDataType dtype, uint32_t elem_bytes, uint64_t rows,
-                        uint64_t cols, uint64_t ld, uint32_t box_rows, uint32_t box_cols,
-                        CUtensorMapSwizzle swizzle);
+inline TmaView tma_view_2d(void* ptr, CUtensorMapDataType dtype, uint32_t elem_bytes,
+                           uint64_t rows, uint64_t cols, uint64_t ld, uint32_t box_rows,
+                           uint32_t box_cols, CUtensorMapSwizzle swizzle) {
+  TmaView view;
+  view.ptr = ptr;
+  view.dtype = dtype;
+  view.rank = 2;
+  view.dims[0] = cols;
+  view.dims[1] = rows;
+  view.strides_bytes[0] = ld * elem_bytes;
+  view.box[0] = box_cols;
+  view.box[1] = box_rows;
+  view.swizzle = swizzle;
+  return view;
+}
 
 // A stack of `batch` such matrices, `batch_stride` elements apart (grouped weights [G, N, K]);
 // the box covers one matrix of the batch.
-CUtensorMap make_tma_3d(void* ptr, CUtensorMapDataType dtype, uint32_t elem_bytes, uint64_t batch,
-                        uint64_t rows, uint64_t cols, uint64_t ld, uint64_t batch_stride,
-                        uint32_t box_rows, uint32_t box_cols, CUtensorMapSwizzle swizzle);
+inline TmaView tma_view_3d(void* ptr, CUtensorMapDataType dtype, uint32_t elem_bytes,
+                           uint64_t batch, uint64_t rows, uint64_t cols, uint64_t ld,
+                           uint64_t batch_stride, uint32_t box_rows, uint32_t box_cols,
+                           CUtensorMapSwizzle swizzle) {
+  TmaView view = tma_view_2d(ptr, dtype, elem_bytes, rows, cols, ld, box_rows, box_cols, swizzle);
+  view.rank = 3;
+  view.dims[2] = batch;
+  view.strides_bytes[1] = batch_stride * elem_bytes;
+  view.box[2] = 1;
+  return view;
+}
 
 // 0, 32, 64, 128 bytes -> the swizzle enum; throws std::invalid_argument (ValueError) otherwise.
 CUtensorMapSwizzle swizzle_from_bytes(int bytes);

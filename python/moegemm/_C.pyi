@@ -2,7 +2,11 @@
 """Type stub of the host runtime extension moegemm._C (built from csrc/).
 
 Driver failures raise RuntimeError naming the driver call; bad arguments raise ValueError. No
-function synchronizes or takes ownership of the memory its pointers refer to.
+function synchronizes or takes ownership of the memory its pointers refer to. Pointers are
+device addresses as ints (`tensor.data_ptr()`), strides are in elements, `stream` is a raw
+CUstream (`torch.cuda.current_stream().cuda_stream`).
+
+tests/test_c_stub.py checks that this file declares exactly what _C exposes.
 """
 
 DRIVER_API_VERSION: int
@@ -12,12 +16,16 @@ class Kernel:
 
     def __init__(self, cubin: bytes) -> None: ...
     @property
-    def name(self) -> str: ...
+    def name(self) -> str:
+        """The kernel's (mangled) name."""
+
     @property
     def num_regs(self) -> int:
         """Registers per thread on the current context's device."""
 
-def cubin_kernel_count(cubin: bytes) -> int: ...
+def cubin_kernel_count(cubin: bytes) -> int:
+    """Number of kernels in a cubin (loads and unloads it)."""
+
 def device_properties(device: int) -> dict[str, int]:
     """Keys: num_sms, smem_per_block_optin, l2_size, cc_major, cc_minor."""
 
@@ -32,31 +40,98 @@ def encode_tma_desc(
     """The 128-byte CUtensorMap. dtype: "bf16", "fp32", "u8" or "fp8"; dims and box innermost
     first; strides_bytes has len(dims) - 1 entries (dims 1..); swizzle_bytes: 0, 32, 64, 128."""
 
-def set_pdl(enabled: bool) -> None: ...
-def get_pdl() -> bool: ...
-def launch_sm90_bf16_gemm(
-    kernel: Kernel,
-    a_ptr: int,
-    b_ptr: int,
-    d_ptr: int,
-    c_ptr: int,
-    m: int,
-    n: int,
-    k: int,
-    lda: int,
-    ldb: int,
-    ldd: int,
-    ldc: int,
-    d_is_fp32: int,
-    block_m: int,
-    block_n: int,
-    block_k: int,
-    num_blocks: int,
-    num_threads: int,
-    smem_bytes: int,
-    cluster_m: int,
-    cluster_n: int,
-    stream: int,
-) -> None:
-    """D[m, n] = A[m, k] . B[n, k]^T (+ C). Strides in elements; c_ptr 0 = no C; num_blocks a
-    multiple of cluster_m * cluster_n (a 1-D cluster along x). Asynchronous."""
+def set_pdl(enabled: bool) -> None:
+    """Turn programmatic dependent launch on or off for later launches."""
+
+def get_pdl() -> bool:
+    """Whether launches use programmatic dependent launch."""
+
+class Sm90Bf16GemmLauncher:
+    """Launches sm90_bf16_grouped_gemm (dense or m-grouped) with the kernel and its launch shape
+    bound; keeps `kernel` alive. The cluster shape must be the compiled one: 1x1, 2x1 or 1x2."""
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        block_m: int,
+        block_n: int,
+        block_k: int,
+        num_blocks: int,
+        num_threads: int,
+        smem_bytes: int,
+        cluster_m: int,
+        cluster_n: int,
+        store_cols: int = 0,
+    ) -> None:
+        """num_blocks: persistent CTAs, a multiple of cluster_m * cluster_n; with a cluster it
+        is clamped to the clusters that fit at once (see num_blocks). store_cols: the TMA-store
+        epilogue's box width in columns, 0 = stores from registers."""
+
+    def __call__(
+        self,
+        a_ptr: int,
+        b_ptr: int,
+        d_ptr: int,
+        c_ptr: int,
+        group_info_ptr: int,
+        rows: int,
+        m: int,
+        n: int,
+        k: int,
+        num_groups: int,
+        lda: int,
+        ldb: int,
+        ldb_group: int,
+        ldd: int,
+        ldc: int,
+        stream: int,
+        /,
+    ) -> None:
+        """D[r, n] = A[r, k] . B[g(r), n, k]^T (+ C). rows: A/D rows in all (masked: groups * m);
+        m: rows (masked: rows per group); c_ptr and group_info_ptr 0 when absent. An empty
+        output (rows, n or num_groups 0) launches nothing. Asynchronous."""
+
+    @property
+    def num_blocks(self) -> int:
+        """CTAs per launch: the planned count, clamped to the clusters that fit at once."""
+
+class Sm90Bf16KGroupedLauncher:
+    """Launches sm90_bf16_k_grouped_gemm with the kernel and its launch shape bound; keeps
+    `kernel` alive. Takes no clusters (cluster_m = cluster_n = 1)."""
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        block_m: int,
+        block_n: int,
+        block_k: int,
+        num_blocks: int,
+        num_threads: int,
+        smem_bytes: int,
+        cluster_m: int,
+        cluster_n: int,
+        store_cols: int = 0,
+    ) -> None: ...
+    def __call__(
+        self,
+        a_ptr: int,
+        b_ptr: int,
+        d_ptr: int,
+        c_ptr: int,
+        offs_ptr: int,
+        m: int,
+        n: int,
+        num_tokens: int,
+        num_groups: int,
+        lda: int,
+        ldb: int,
+        stream: int,
+        /,
+    ) -> None:
+        """D[g] = A[rows of g]^T . B[rows of g] (+ C[g]), D and C FP32 [num_groups, m, n]; A
+        [num_tokens, m] and B [num_tokens, n] with row strides lda, ldb; offs: cumulative end
+        row of each group. An empty output launches nothing. Asynchronous."""
+
+    @property
+    def num_blocks(self) -> int:
+        """CTAs per launch (the planned count: no clusters, no clamp)."""

@@ -1,0 +1,178 @@
+// The generic host launcher of every kernel family, and its pybind11 registration.
+//
+// A family (one struct in a file of its own, e.g. sm90_bf16_gemm.cpp) says only what is its
+// own: the params struct the kernel takes as its one `__grid_constant__` argument, the cluster
+// shapes it was built for, and how one call's pointers and sizes fill that struct (scalars, plus
+// the TMA descriptors as a list of views). Everything else is here, the same for all families:
+//   plan time (once per plan, python/moegemm/api/plans.py): the launch shape (grid, block,
+//     dynamic shared memory, cluster), its limits, and the cluster occupancy clamp;
+//   call time (the hot path): fill, encode the listed descriptors (memoised, tma.cpp) into the
+//     params' fields, launch on the caller's stream with PDL when switched on (launch.cpp).
+// No allocation, no Python object, no synchronization per call; the binding converts only the
+// per-call integers.
+//
+// The family interface (checked at compile time by FamilyLauncher's specialization):
+//
+//   struct MyFamily {
+//     using Params = MyKernelParams;                       // include/moegemm/common/...
+//     static constexpr const char* kName = "MyLauncher";   // the Python class name
+//     static constexpr const char* kDoc = "...";           // its docstring: the call's arguments
+//     // Plan time: refuse what the kernel was not built for (std::invalid_argument).
+//     static void check_shape(const LaunchShape& shape);
+//     // Call time: fill `params` and list its descriptors in `tma`; false = nothing to launch
+//     // (an empty output). The call's Python arguments are the trailing parameters, then a
+//     // stream the launcher adds itself.
+//     static bool fill(const LaunchShape& shape, Params& params, TmaList& tma, <args>...);
+//   };
+//   void register_my_family(pybind11::module_& m) { register_launcher<MyFamily>(m); }
+//
+// plus one line in module.cpp calling register_my_family. For example the FP8 x FP4 family
+// (activations E4M3 with FP32 per-128 scales, weights packed E2M1 with UE8M0 per-32 scales) is
+// a file csrc/sm90_fp8_fp4_gemm.cpp of parameter filling only, along these lines:
+//
+//   struct Sm90Fp8Fp4Gemm {
+//     using Params = Sm90Fp8Fp4GemmParams;  // tma_a, tma_b, tma_sfa, tma_sfb, tma_d, d, ...
+//     static constexpr const char* kName = "Sm90Fp8Fp4GemmLauncher";
+//     static constexpr const char* kDoc = "... Call with (a_ptr, sfa_ptr, b_ptr, sfb_ptr, ...)";
+//     static void check_shape(const LaunchShape& shape) { /* its cluster shapes */ }
+//     static bool fill(const LaunchShape& shape, Params& params, TmaList& tma, uint64_t a_ptr,
+//                      uint64_t sfa_ptr, uint64_t b_ptr, uint64_t sfb_ptr, ..., int64_t k) {
+//       params.k = checked_u32(k, "k");  // ... the other scalars
+//       tma.add(params.tma_a, tma_view_2d(as_ptr(a_ptr), U8, 1, rows, k, lda, box_m, box_k, 128B));
+//       tma.add(params.tma_b, tma_view_3d(as_ptr(b_ptr), U8, 1, groups, n, k / 2, ...));
+//       tma.add(params.tma_sfa, tma_view_2d(as_ptr(sfa_ptr), FLOAT32, 4, ...));  // the scales:
+//       tma.add(params.tma_sfb, tma_view_3d(as_ptr(sfb_ptr), UINT8, 1, ...));    // two more
+//       return true;
+//     }
+//   };
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <cuda.h>
+#include <stdint.h>
+
+#include <stdexcept>
+
+#include "kernel.h"
+#include "launch.h"
+#include "tma.h"
+
+namespace moegemm {
+
+// The launch shape of one planned kernel, from its GemmConfig; bound once per plan so the
+// per-call binding converts only the per-call values (a measurable share of a launch-bound
+// call's host time). The launcher uses num_blocks .. cluster_n; the tile fields are for the
+// family's TMA boxes and tile-count bound.
+struct LaunchShape {
+  int64_t block_m, block_n, block_k;
+  int64_t num_blocks;  // persistent CTAs, whole clusters; clamped to those that fit at once
+  int64_t num_threads;
+  int64_t smem_bytes;  // dynamic shared memory per CTA
+  // CTAs of a cluster along M and N, launched as one 1-D cluster of cluster_m * cluster_n along
+  // x (the kernel's scheduler knows the split); the cluster shape must be the compiled one.
+  int64_t cluster_m, cluster_n;
+  int64_t store_cols;  // TMA-store epilogue box width in columns; 0 = stores from registers
+
+  int64_t cluster_size() const { return cluster_m * cluster_n; }
+};
+
+// Builds the LaunchConfig of a plan (everything but the stream and PDL, which are per call) and
+// clamps shape.num_blocks: with clusters, to the clusters the device holds at once (persistent
+// CTAs only help when all of them run together: clusters that do not fit beside the others would
+// start after them and double the time of their share of the tiles). `launcher` names the
+// Python class in errors. Out of line: it runs once per plan.
+LaunchConfig plan_launch(Kernel& kernel, LaunchShape& shape, const char* launcher);
+
+// The TMA descriptors of one launch: which params field each goes into and the view it encodes.
+// Fixed capacity on the stack; a family lists its descriptors, the launcher encodes them all.
+class TmaList {
+ public:
+  static constexpr int kCapacity = 8;
+
+  // `field` must be a CUtensorMap member of the params object being filled.
+  void add(CUtensorMap& field, const TmaView& view) {
+    if (count_ == kCapacity) throw std::logic_error("moegemm: more than 8 TMA descriptors");
+    fields_[count_] = &field;
+    views_[count_] = view;
+    ++count_;
+  }
+
+  void encode() const {
+    for (int i = 0; i < count_; ++i) *fields_[i] = make_tma_desc(views_[i]);
+  }
+
+ private:
+  CUtensorMap* fields_[kCapacity];
+  TmaView views_[kCapacity];
+  int count_ = 0;
+};
+
+// Family::fill's trailing parameters become the call's arguments; the specialization below
+// extracts them from fill's type (and fails to compile when fill does not fit the interface).
+template <typename Family, typename Fill = decltype(&Family::fill)>
+class FamilyLauncher;
+
+template <typename Family, typename... Args>
+class FamilyLauncher<Family, bool (*)(const LaunchShape&, typename Family::Params&, TmaList&,
+                                      Args...)> {
+ public:
+  using Params = typename Family::Params;
+
+  FamilyLauncher(Kernel& kernel, const LaunchShape& shape) : kernel_(kernel), shape_(shape) {
+    Family::check_shape(shape_);
+    config_ = plan_launch(kernel_, shape_, Family::kName);
+  }
+
+  int64_t num_blocks() const { return shape_.num_blocks; }
+
+  // The hot path. `params` is filled field by field: what the kernel does not read (tma_d when
+  // it stores from registers) stays unset, as it is never read.
+  void operator()(Args... args, uint64_t stream) {
+    Params params;
+    TmaList tma;
+    if (!Family::fill(shape_, params, tma, args...)) return;
+    tma.encode();
+    LaunchConfig config = config_;
+    config.stream = reinterpret_cast<CUstream>(static_cast<uintptr_t>(stream));
+    config.pdl = get_pdl();
+    launch_with_params(kernel_, config, params);
+  }
+
+ private:
+  Kernel& kernel_;  // kept alive by the binding (keep_alive)
+  LaunchShape shape_;
+  LaunchConfig config_;
+};
+
+// Binds FamilyLauncher<Family> as the Python class Family::kName:
+//   Family::kName(kernel, block_m, block_n, block_k, num_blocks, num_threads, smem_bytes,
+//                 cluster_m, cluster_n, store_cols=0)     plan time, keeps `kernel` alive
+//   launcher(*fill's trailing args, stream)                call time, positional only
+//   launcher.num_blocks                                    CTAs launched, after the clamp
+// python/moegemm/_C.pyi declares each class; tests/test_c_stub.py keeps the two in step.
+template <typename Family>
+void register_launcher(pybind11::module_& m) {
+  namespace py = pybind11;
+  using Launcher = FamilyLauncher<Family>;
+  py::class_<Launcher>(m, Family::kName, Family::kDoc)
+      .def(py::init([](Kernel& kernel, int64_t block_m, int64_t block_n, int64_t block_k,
+                       int64_t num_blocks, int64_t num_threads, int64_t smem_bytes,
+                       int64_t cluster_m, int64_t cluster_n, int64_t store_cols) {
+             return new Launcher(kernel, LaunchShape{block_m, block_n, block_k, num_blocks,
+                                                     num_threads, smem_bytes, cluster_m,
+                                                     cluster_n, store_cols});
+           }),
+           py::arg("kernel"), py::arg("block_m"), py::arg("block_n"), py::arg("block_k"),
+           py::arg("num_blocks"), py::arg("num_threads"), py::arg("smem_bytes"),
+           py::arg("cluster_m"), py::arg("cluster_n"), py::arg("store_cols") = 0,
+           py::keep_alive<1, 2>())
+      // Unnamed arguments, as before the generic launcher: the binding then does no per-argument
+      // name bookkeeping on the hot path.
+      .def("__call__", &Launcher::operator())
+      .def_property_readonly("num_blocks", &Launcher::num_blocks,
+                             "CTAs per launch: the planned count, clamped to the clusters that "
+                             "fit on the device at once.");
+}
+
+}  // namespace moegemm
