@@ -217,7 +217,7 @@ def run_contiguous(case: Case, timer: Timer, loop_max_groups: int) -> dict:
             if r
         ]
 
-        def loop(b):
+        def loop(b: torch.Tensor) -> None:
             for grp, ag, dg in pieces:
                 torch.mm(ag, b[grp].t(), out=dg)
 
@@ -270,7 +270,7 @@ def run_masked(case: Case, timer: Timer, loop_max_groups: int) -> dict:
     if g <= loop_max_groups:
         pieces = [(grp, a[grp, :r], d[grp, :r]) for grp, r in enumerate(rows) if r]
 
-        def loop(b):
+        def loop(b: torch.Tensor) -> None:
             for grp, ag, dg in pieces:
                 torch.mm(ag, b[grp].t(), out=dg)
 

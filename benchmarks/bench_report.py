@@ -15,7 +15,7 @@ class Ceilings:
 
     COPY_BYTES, MM_SIZE = 1 << 30, 8192  # copy: 1 GiB read + 1 GiB written
 
-    def __init__(self, timer: Timer):
+    def __init__(self, timer: Timer) -> None:
         self.timer = timer
         self.samples: dict[str, list[float]] = {"copy_gbps": [], "cublas_tflops": []}
         self.src = torch.empty(self.COPY_BYTES, dtype=torch.uint8, device="cuda").random_(0, 255)
@@ -122,7 +122,7 @@ RATIO_COLUMNS = (
 )
 
 
-def fmt(x, spec: str, width: int) -> str:
+def fmt(x: object, spec: str, width: int) -> str:
     return format(x, spec).rjust(width) if isinstance(x, (int, float)) else "-".rjust(width)
 
 
