@@ -3,7 +3,15 @@
 Layout under the root (`$MOEGEMM_CACHE_DIR` or `~/.cache/moegemm`):
   kernels/<name>.<key[:32]>/{kernel.cu, kernel.cubin, manifest.json}
   locks/<key>.lock      per-key flock so concurrent processes compile a kernel once
-  tmp/                  build folders, renamed into kernels/ when complete"""
+  tmp/                  build folders, renamed into kernels/ when complete
+
+A lookup needs no compiler: the key is what the cubin is made of (source, the moegemm headers'
+contents, the CUTLASS version, the cubin-deciding flags, the arch), and the compiler that built
+it is recorded in the manifest instead. So a runtime image without nvcc uses a cache prebuilt
+elsewhere, and a different nvcc on the machine does not rebuild what is cached (the cubin is a
+finished sm_90a binary; the warmup reports entries built by another nvcc version, and deleting
+the cache folder rebuilds them). A miss that cannot be built here (no nvcc, or a read-only
+cache) raises KernelNotCachedError, one line naming the kernel and how to prebuild it."""
 
 from __future__ import annotations
 
@@ -16,8 +24,10 @@ import secrets
 import shutil
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
 from . import compiler
 from .compiler import CompileError, debug_log, env_flag
@@ -27,7 +37,27 @@ from .spec import KernelSpec
 
 REQUIRED_FILES = ("kernel.cu", "kernel.cubin", "manifest.json")
 TMP_MAX_AGE_S = 3600.0
-_KEY_VERSION = "moegemm-jit-1"  # bump to orphan every existing entry after a layout change
+# Bump to orphan every existing entry after a layout change; 2: compiler and include paths
+# left the key (the manifest records the compiler).
+_KEY_VERSION = "moegemm-jit-2"
+PREBUILD_COMMAND = "python -m moegemm.jit --warmup --model NAME (or --shapes FILE)"
+
+# What build() found: a valid entry on the first look ("cached"), one another process
+# published while this one waited for the key's lock ("built_elsewhere"), or a fresh compile.
+Outcome = Literal["cached", "built_elsewhere", "compiled"]
+
+
+class KernelNotCachedError(RuntimeError):
+    """A kernel is not in the cache (or its entry is unusable) and this process cannot build
+    it: no nvcc, or the cache is not writable. The message is one line naming the kernel, the
+    cache and the command that prebuilds it."""
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    path: Path  # the published kernel.cubin
+    data: bytes
+    outcome: Outcome
 
 
 def cache_root() -> Path:
@@ -36,19 +66,29 @@ def cache_root() -> Path:
 
 
 def key_for(spec: KernelSpec) -> str:
-    """sha256 over everything the cubin depends on; diagnostics-only switches stay out."""
-    flags = compiler.nvcc_flags(spec.arch, spec.extra_flags)
-    fields = {
+    """sha256 over everything the cubin is made of; diagnostics-only switches stay out, and so
+    do the compiler and the include paths (module docstring), so no lookup looks for nvcc."""
+    return hashlib.sha256(json.dumps(_key_fields(spec), sort_keys=True).encode()).hexdigest()
+
+
+def _key_fields(spec: KernelSpec) -> dict[str, Any]:
+    return {
         "version": _KEY_VERSION,
         "name": spec.name,
         "source": spec.source,
         "include_tree": include_tree_digest(spec.source, [library_include_dir()]),
         "cutlass": compiler.cutlass_version(),
-        "compiler": compiler.compiler_signature(),
-        "flags": flags,
+        "flags": compiler.cubin_flags(spec.arch, spec.extra_flags),
         "arch": spec.arch,
     }
-    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+
+
+def _not_cached(spec: KernelSpec, root: Path, why: str) -> KernelNotCachedError:
+    return KernelNotCachedError(
+        f"kernel {spec.name} ({spec.arch}) is not in the moegemm cache {root} and cannot be "
+        f"built here: {why}; prebuild it where nvcc is available with `{PREBUILD_COMMAND}` "
+        f"and MOEGEMM_CACHE_DIR (or --cache-dir) pointing at this cache"
+    )
 
 
 def kernel_folder(spec: KernelSpec, key: str | None = None, root: Path | None = None) -> Path:
@@ -112,10 +152,16 @@ def _discard(folder: Path, root: Path, reason: str) -> None:
 
 
 @contextlib.contextmanager
-def _key_lock(root: Path, key: str) -> Iterator[None]:
+def _key_lock(root: Path, key: str, on_error: Callable[[OSError], Exception]) -> Iterator[None]:
+    """The key's exclusive flock. A cache we cannot write (read-only image, someone else's
+    folder) fails here, before anything is compiled: on_error turns that into the caller's
+    exception."""
     locks = root / "locks"
-    locks.mkdir(parents=True, exist_ok=True)
-    fd = os.open(locks / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        locks.mkdir(parents=True, exist_ok=True)
+        fd = os.open(locks / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise on_error(exc) from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # released by the kernel if this process dies
         yield
@@ -152,8 +198,9 @@ def _compile_and_publish(spec: KernelSpec, key: str, folder: Path, root: Path) -
         source = build / "kernel.cu"
         source.write_text(spec.source)
         cubin = build / "kernel.cubin"
-        flags = compiler.nvcc_flags(spec.arch, spec.extra_flags)
-        result = compiler.compile_cubin(source, cubin, flags)
+        result = compiler.compile_cubin(
+            source, cubin, compiler.nvcc_flags(spec.arch, spec.extra_flags)
+        )
         data = cubin.read_bytes()
         count = count_cubin_kernels(data)
         if count != 1:
@@ -161,12 +208,15 @@ def _compile_and_publish(spec: KernelSpec, key: str, folder: Path, root: Path) -
                 f"kernel {spec.name!r} compiled to {count} entry points; a spec must hold "
                 f"exactly one __global__\ncommand: {' '.join(result.command)}"
             )
+        fields = _key_fields(spec)
         manifest = {
             "key": key,
             "name": spec.name,
             "arch": spec.arch,
-            "flags": flags,
-            "cutlass_version": compiler.cutlass_version(),
+            "flags": fields["flags"],
+            "cutlass_version": fields["cutlass"],
+            "include_tree": fields["include_tree"],
+            "compiler": compiler.compiler_identity(),
             "cubin_sha256": hashlib.sha256(data).hexdigest(),
             "cubin_size": len(data),
             "nvcc_command": result.command,
@@ -200,42 +250,80 @@ def _compile_and_publish(spec: KernelSpec, key: str, folder: Path, root: Path) -
             shutil.rmtree(build, ignore_errors=True)
 
 
-def load_or_build(spec: KernelSpec) -> tuple[Path, bytes]:
-    """The published cubin path and its bytes, compiling and publishing it if needed."""
+def _unwritable(spec: KernelSpec, root: Path, what: str) -> Callable[[OSError], Exception]:
+    def make(exc: OSError) -> Exception:
+        unwritable = f"the cache is not writable ({exc.strerror or type(exc).__name__})"
+        return _not_cached(spec, root, f"{what} {unwritable}" if what else unwritable)
+
+    return make
+
+
+def build(spec: KernelSpec) -> CacheEntry:
+    """The published cubin for spec, compiling and publishing it if needed; the outcome says
+    which (the warmup's report). KernelNotCachedError when it is missing and cannot be built."""
     root = cache_root()
     key = key_for(spec)
     folder = kernel_folder(spec, key, root)
-    data, _ = _validate(folder, key)  # fast path: no lock on a hit
-    if data is None:
-        with _key_lock(root, key):
-            # Re-check under the lock: another process may have published meanwhile, and a bad
-            # folder is only removed by the lock holder so a fresh one is never thrown away.
-            data, reason = _validate(folder, key)
-            if data is None:
-                if reason is not None:
-                    _discard(folder, root, reason)
-                debug_log(f"miss {folder.name}")
-                clean_stale_tmp(root)
-                data = _compile_and_publish(spec, key, folder, root)
-            else:
-                debug_log(f"hit {folder.name} (published by another process)")
-    else:
+    data, _ = _validate(folder, key)  # fast path: no lock, no compiler on a hit
+    if data is not None:
         debug_log(f"hit {folder.name}")
         if env_flag("MOEGEMM_JIT_DUMP_SASS") and not (folder / "kernel.sass").exists():
-            compiler.dump_sass(folder / "kernel.cubin", folder / "kernel.sass")
-    return folder / "kernel.cubin", data
+            _dump_sass_quietly(folder)
+        return CacheEntry(folder / "kernel.cubin", data, "cached")
+    with _key_lock(root, key, _unwritable(spec, root, "")):
+        # Re-check under the lock: another process may have published meanwhile, and a bad
+        # folder is only removed by the lock holder so a fresh one is never thrown away.
+        data, reason = _validate(folder, key)
+        if data is not None:
+            debug_log(f"hit {folder.name} (published by another process)")
+            return CacheEntry(folder / "kernel.cubin", data, "built_elsewhere")
+        try:
+            compiler.find_nvcc()
+        except FileNotFoundError as exc:
+            why = f"its entry is unusable ({reason}) and {exc}" if reason else str(exc)
+            raise _not_cached(spec, root, why) from None
+        if reason is not None:
+            _discard(folder, root, reason)
+        debug_log(f"miss {folder.name}")
+        clean_stale_tmp(root)
+        data = _compile_and_publish(spec, key, folder, root)
+        return CacheEntry(folder / "kernel.cubin", data, "compiled")
+
+
+def _dump_sass_quietly(folder: Path) -> None:
+    try:
+        compiler.dump_sass(folder / "kernel.cubin", folder / "kernel.sass")
+    except OSError as exc:  # a read-only cache: the SASS is a diagnostic, the kernel is fine
+        debug_log(f"MOEGEMM_JIT_DUMP_SASS: cannot write beside {folder}: {exc}")
+
+
+def load_or_build(spec: KernelSpec) -> tuple[Path, bytes]:
+    """The published cubin path and its bytes, compiling and publishing it if needed."""
+    entry = build(spec)
+    return entry.path, entry.data
 
 
 def build_or_load(spec: KernelSpec) -> Path:
     """Path of the published cubin for spec, compiling it first if it is not cached."""
-    return load_or_build(spec)[0]
+    return build(spec).path
 
 
 def lookup(spec: KernelSpec) -> Path | None:
-    """Path of the published cubin if it is cached and valid; never compiles or removes."""
+    """Path of the published cubin if it is cached and valid; never compiles, removes or
+    looks for a compiler."""
     key = key_for(spec)
     folder = kernel_folder(spec, key)
     return folder / "kernel.cubin" if _validate(folder, key)[0] is not None else None
+
+
+def read_manifest(spec: KernelSpec) -> dict[str, Any] | None:
+    """The manifest of spec's valid cache entry (what built it and how), else None."""
+    key = key_for(spec)
+    folder = kernel_folder(spec, key)
+    if _validate(folder, key)[0] is None:
+        return None
+    manifest: dict[str, Any] = json.loads((folder / "manifest.json").read_text())
+    return manifest
 
 
 def invalidate(spec: KernelSpec, reason: str) -> None:
@@ -243,6 +331,7 @@ def invalidate(spec: KernelSpec, reason: str) -> None:
     root = cache_root()
     key = key_for(spec)
     folder = kernel_folder(spec, key, root)
-    with _key_lock(root, key):
+    what = f"its cached cubin is unusable ({reason}) and"
+    with _key_lock(root, key, _unwritable(spec, root, what)):
         if folder.exists():
             _discard(folder, root, reason)

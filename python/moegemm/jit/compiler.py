@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib.util
 import os
 import re
@@ -69,32 +68,25 @@ def _find_nvcc(override: str | None, cuda_home: str | None) -> Path:
     raise FileNotFoundError("nvcc not found: set MOEGEMM_NVCC or CUDA_HOME, or put nvcc on PATH")
 
 
-def compiler_signature() -> str:
-    """Identifies the compiler cheaply (no `nvcc --version`: the warm path must stay fast):
-    the nvcc path and stat, ptxas's stat beside it, and the toolkit's `version.json`."""
-    return _compiler_signature(find_nvcc(), os.environ.get("CUDA_HOME"))
+def compiler_identity() -> dict[str, str]:
+    """Which nvcc builds kernels, for the manifest: its path and its `--version` release line.
+    Only asked when a kernel is compiled (the answer is kept), never on a cache lookup."""
+    return dict(_compiler_identity(find_nvcc()))
 
 
 @functools.cache
-def _compiler_signature(nvcc: Path, cuda_home: str | None) -> str:
-    h = hashlib.sha256()
-    real = nvcc.resolve()
-    parts: list[Path] = [nvcc, real, real.parent / "ptxas"]
-    for path in parts:
-        try:
-            st = path.stat()
-            h.update(f"{path}:{st.st_mtime_ns}:{st.st_size}\n".encode())
-        except OSError:
-            h.update(f"{path}:missing\n".encode())
-    version_files = [real.parent.parent / "version.json"]
-    if cuda_home:
-        version_files.insert(0, Path(cuda_home) / "version.json")
-    for vf in version_files:
-        try:
-            h.update(vf.read_bytes())
-        except OSError:
-            pass
-    return h.hexdigest()
+def _compiler_identity(nvcc: Path) -> tuple[tuple[str, str], ...]:
+    proc = subprocess.run(
+        [str(nvcc), "--version"],
+        check=False,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        errors="replace",
+    )
+    release = [line.strip() for line in proc.stdout.splitlines() if "release" in line]
+    version = release[-1] if release else f"unknown (nvcc --version exit {proc.returncode})"
+    return (("nvcc", str(nvcc)), ("version", version))
 
 
 def find_cutlass_include() -> Path | None:
@@ -134,8 +126,11 @@ def _cutlass_version(include: Path) -> str:
 
 
 def find_cuobjdump() -> Path | None:
-    beside = find_nvcc().resolve().parent / "cuobjdump"
-    if os.access(beside, os.X_OK):
+    try:  # a prebuilt cache may be read where no nvcc is installed
+        beside: Path | None = find_nvcc().resolve().parent / "cuobjdump"
+    except FileNotFoundError:
+        beside = None
+    if beside is not None and os.access(beside, os.X_OK):
         return beside
     on_path = shutil.which("cuobjdump")
     if on_path:
@@ -149,16 +144,15 @@ def find_cuobjdump() -> Path | None:
     return None
 
 
-def nvcc_flags(arch: str, extra_flags: Sequence[str] = ()) -> list[str]:
-    """Every nvcc flag except the input and output; all of them enter the cache key. The ptxas
-    report switches are in here too, so turning one on recompiles and the report is seen."""
+def cubin_flags(arch: str, extra_flags: Sequence[str] = ()) -> list[str]:
+    """The nvcc flags that decide the cubin, without the include paths: all of them enter the
+    cache key. Include *paths* stay out of the key (the headers' contents are in it as the
+    include-tree digest and the CUTLASS version), so a cache built in one image is valid in
+    another that installs moegemm elsewhere. The ptxas report switches are in here too, so
+    turning one on recompiles and the report is seen."""
     if arch not in _GENCODE:
         raise ValueError(f"unsupported arch {arch!r}; expected one of {sorted(_GENCODE)}")
     flags = ["-std=c++17", "-O3", "--expt-relaxed-constexpr", "-cubin", _GENCODE[arch]]
-    flags.append(f"-I{library_include_dir()}")
-    cutlass = find_cutlass_include()
-    if cutlass is not None:
-        flags.append(f"-I{cutlass}")
     flags += [_DIAG_SUPPRESS, "-Xptxas=--warn-on-spills"]
     if env_flag("MOEGEMM_JIT_LINEINFO"):
         flags.append("-lineinfo")
@@ -166,8 +160,22 @@ def nvcc_flags(arch: str, extra_flags: Sequence[str] = ()) -> list[str]:
         flags.append("-Xptxas=-v,--warn-on-local-memory-usage")
     elif env_flag("MOEGEMM_JIT_PTXAS_VERBOSE"):
         flags.append("-Xptxas=-v")
-    flags += list(extra_flags)
+    return flags + list(extra_flags)
+
+
+def include_flags() -> list[str]:
+    """`-I` for our headers and CUTLASS's (found without nvcc)."""
+    flags = [f"-I{library_include_dir()}"]
+    cutlass = find_cutlass_include()
+    if cutlass is not None:
+        flags.append(f"-I{cutlass}")
     return flags
+
+
+def nvcc_flags(arch: str, extra_flags: Sequence[str] = ()) -> list[str]:
+    """Every nvcc flag except the input and output (our include paths before the extra flags',
+    so a spec cannot shadow our headers by accident)."""
+    return cubin_flags(arch) + include_flags() + list(extra_flags)
 
 
 @dataclass(frozen=True)
