@@ -121,3 +121,26 @@ def test_grouped_argument_checks_on_cpu_tensors() -> None:
         moegemm.k_grouped_bf16_gemm_tn_contiguous(ka, kb, kd, offs, torch.empty(4, 64, 16))
     with pytest.raises(ValueError, match="must be on a CUDA device"):
         moegemm.k_grouped_bf16_gemm_tn_contiguous(ka, kb, kd, offs)
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
+def test_non_strided_operands_are_refused_by_name() -> None:
+    a, b, d = operands()
+    nested = torch.nested.nested_tensor([torch.zeros(8, 256), torch.zeros(8, 256)]).to(BF16)
+    with pytest.raises(TypeError, match="a must be a dense \\(strided\\) tensor, got a nested"):
+        moegemm.bf16_gemm_nt(nested, b, d)
+    with pytest.raises(TypeError, match="b must be a dense \\(strided\\) tensor, got a torch"):
+        moegemm.bf16_gemm_nt(a, b.to_sparse(), d)
+
+
+def test_cpu_index_vectors_are_named_as_passed() -> None:
+    """Today's operands on the CPU: the first CPU operand is named (a), and an index vector
+    that alone is wrong is named as the caller passed it, never by an internal name."""
+    a, b = torch.randn(256, 64).to(BF16), torch.randn(4, 128, 64).to(BF16)
+    d = torch.empty(256, 128, dtype=BF16)
+    with pytest.raises(ValueError, match="^a must be on a CUDA device"):
+        moegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, offs=torch.zeros(4, dtype=torch.int32))
+    with pytest.raises(ValueError, match="^offs must have shape \\(4,\\)"):
+        moegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, offs=torch.zeros(5, dtype=torch.int32))
+    with pytest.raises(ValueError, match="^m_indices must have shape \\(256,\\)"):
+        moegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, torch.zeros(4, dtype=torch.int32))
