@@ -9,7 +9,8 @@ import random
 
 import pytest
 
-from moegemm.heuristics import SM90, GemmDesc, select_config, sm90
+from moegemm.heuristics import SM90, GemmDesc, ragged, select_config, waves
+from moegemm.heuristics import sm90_bf16 as sm90
 
 
 def _moments_by_summation(mean: float, sigma: float, block_m: int, cap: int | None):
@@ -32,8 +33,8 @@ def _moments_by_summation(mean: float, sigma: float, block_m: int, cap: int | No
 @pytest.mark.parametrize("block_m", [8, 16, 64, 128])
 def test_m_block_moments_match_a_direct_sum(expected_m: int, block_m: int) -> None:
     desc = GemmDesc("m_grouped_offsets", expected_m * 16, 4096, 2048, 16, expected_m=expected_m)
-    mean, var = sm90.group_m_blocks(desc, block_m)
-    sigma = math.sqrt(expected_m + (sm90.ROUTING_SPREAD * expected_m) ** 2)
+    mean, var = ragged.group_m_blocks(desc, block_m)
+    sigma = math.sqrt(expected_m + (ragged.ROUTING_SPREAD * expected_m) ** 2)
     want_mean, want_var = _moments_by_summation(expected_m, sigma, block_m, None)
     assert mean == pytest.approx(want_mean, rel=1e-3, abs=1e-3)
     assert var == pytest.approx(want_var, rel=1e-2, abs=1e-3)
@@ -45,8 +46,8 @@ def test_m_block_moments_match_a_direct_sum(expected_m: int, block_m: int) -> No
 @pytest.mark.parametrize("cap,expected_m,block_m", [(64, 64, 64), (100, 90, 64), (200, 150, 128)])
 def test_masked_groups_never_exceed_their_capacity(cap: int, expected_m: int, block_m: int):
     desc = GemmDesc("m_grouped_masked", cap, 4096, 2048, 8, expected_m=expected_m)
-    mean, var = sm90.group_m_blocks(desc, block_m)
-    sigma = math.sqrt(expected_m + (sm90.ROUTING_SPREAD * expected_m) ** 2)
+    mean, var = ragged.group_m_blocks(desc, block_m)
+    sigma = math.sqrt(expected_m + (ragged.ROUTING_SPREAD * expected_m) ** 2)
     want_mean, want_var = _moments_by_summation(expected_m, sigma, block_m, cap)
     assert mean == pytest.approx(want_mean, abs=1e-6)
     assert var == pytest.approx(want_var, abs=1e-6)
@@ -57,17 +58,17 @@ def test_balanced_layouts_keep_exact_wave_counts() -> None:
     for m, block_m, block_n in ((4096, 128, 256), (1000, 64, 128), (35044, 128, 240)):
         desc = GemmDesc("m_grouped_contiguous", m, 4096, 2048, 8)
         tiles = math.ceil(m / block_m) * math.ceil(4096 / block_n)
-        assert sm90.expected_waves(desc, block_m, block_n, 132) == math.ceil(tiles / 132)
+        assert waves.expected_waves(desc, block_m, block_n, 132) == math.ceil(tiles / 132)
 
 
 def test_expected_waves_grow_with_the_tiles() -> None:
     desc = GemmDesc("m_grouped_offsets", 512, 4096, 14336, 8, expected_m=64)
-    waves = [sm90.expected_waves(desc, bm, 256, 132) for bm in (128, 64, 16)]
-    assert waves == sorted(waves)
+    counts = [waves.expected_waves(desc, bm, 256, 132) for bm in (128, 64, 16)]
+    assert counts == sorted(counts)
     # 8 groups of ~64 rows: 128-row tiles always fit one wave of 8 x 16 tiles; 64-row tiles
     # need a second block for about half of the groups, hence a second wave.
-    assert waves[0] == pytest.approx(1.0, abs=1e-3)
-    assert 1.5 < waves[1] < 2.01
+    assert counts[0] == pytest.approx(1.0, abs=1e-3)
+    assert 1.5 < counts[1] < 2.01
 
 
 def test_ragged_decode_picks_the_tile_that_fits_one_wave() -> None:
@@ -117,9 +118,9 @@ def test_masked_waves_match_an_exact_count(expected_m, groups, n, block_m, tol) 
     cap = 4 * expected_m
     desc = GemmDesc("m_grouped_masked", cap, n, 7168, groups, expected_m=expected_m)
     exact = _exact_waves(
-        expected_m, sm90.rows_sigma(expected_m), groups, block_m, math.ceil(n / block_n), sms
+        expected_m, ragged.rows_sigma(expected_m), groups, block_m, math.ceil(n / block_n), sms
     )
-    got = sm90.expected_waves(desc, block_m, block_n, sms)
+    got = waves.expected_waves(desc, block_m, block_n, sms)
     assert got == pytest.approx(exact, abs=tol, rel=0.01)
 
 
@@ -132,7 +133,7 @@ def test_offsets_waves_by_simulation(expected_m: int, groups: int) -> None:
     m = expected_m * groups
     desc = GemmDesc("m_grouped_offsets", m, n, 7168, groups, expected_m=expected_m)
     n_blocks = math.ceil(n / block_n)
-    sigma = sm90.rows_sigma(expected_m)
+    sigma = ragged.rows_sigma(expected_m)
     samples = []
     for _ in range(400):
         weights = [max(0.0, rng.gauss(expected_m, sigma)) for _ in range(groups)]
@@ -141,7 +142,7 @@ def test_offsets_waves_by_simulation(expected_m: int, groups: int) -> None:
         blocks = sum(math.ceil(r / block_m) for r in rows)
         samples.append(math.ceil(blocks * n_blocks / sms))
     simulated = sum(samples) / len(samples)
-    got = sm90.expected_waves(desc, block_m, block_n, sms)
+    got = waves.expected_waves(desc, block_m, block_n, sms)
     assert got == pytest.approx(simulated, abs=0.15, rel=0.02)
 
 
@@ -163,7 +164,7 @@ def _config(desc: GemmDesc, block_m: int, block_n: int, tma_store: bool):
     for config in sm90.enumerate_configs(desc, SM90):
         tile = (config.layout.block_m, config.layout.block_n)
         single = not config.layout.swap_ab and config.layout.cluster_size == 1
-        if tile == (block_m, block_n) and single and bool(sm90.store_cols(config)) == tma_store:
+        if tile == (block_m, block_n) and single and bool(config.store_cols) == tma_store:
             return config
     raise AssertionError(f"no m{block_m}n{block_n} config (TMA store {tma_store})")
 
@@ -177,13 +178,13 @@ def _epilogue_by_summation(desc: GemmDesc, config) -> float:
     lay = config.layout
     num_wg = config.launch.num_math_warpgroups
     wg_rows = lay.block_m // num_wg
-    tma = bool(sm90.store_cols(config))
+    tma = bool(config.store_cols)
     stage_row = lay.block_n * 2 / sm90.STMATRIX_BYTES_PER_CLK
     direct_row = lay.block_n * 2 / sm90.DIRECT_STORE_BYTES_PER_CLK
     sync = sm90.TMA_STORE_SYNC_CYCLES
     full_tile = lay.block_m * (stage_row if tma else direct_row) + (sync if tma else 0.0)
     mean = desc.expected_m
-    sigma = sm90.rows_sigma(mean)
+    sigma = ragged.rows_sigma(mean)
     tiles = cycles = 0.0
     for rows in range(1, int(mean + 10 * sigma) + 2):
         p = cdf((rows + 0.5 - mean) / sigma) - cdf((rows - 0.5 - mean) / sigma)
@@ -236,4 +237,4 @@ def test_masked_rows_around_64_pick_the_tma_store_tile() -> None:
     staged = _config(desc, 128, 256, tma_store=True)
     registers = _config(desc, 128, 256, tma_store=False)
     assert sm90.epilogue_cycles(staged, desc) < sm90.epilogue_cycles(registers, desc)
-    assert sm90.store_cols(select_config(desc, SM90)) > 0
+    assert select_config(desc, SM90).store_cols > 0

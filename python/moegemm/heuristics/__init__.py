@@ -1,21 +1,31 @@
-"""Config selection: `select_config(desc, arch)` with a per-signature cache."""
+"""Config selection: `select_config(desc, arch)` with a per-signature cache.
+
+Modules: config.py (problem and config types), arch.py (per-arch facts), ragged.py (ragged
+group statistics), waves.py (the wave model), search.py (ranking), and one module per arch x
+operand types with its configs and cycle model: sm90_bf16.py; sm100.py refuses until SM100
+kernels exist.
+"""
 
 from __future__ import annotations
 
 import functools
 import os
 import sys
+from collections.abc import Iterator
 
-from . import sm90, sm100
+from . import sm90_bf16, sm100
 from .arch import ARCHS, SM90, SM100, ArchSpec, arch_for, arch_for_compute_capability
-from .sm90 import CONTIGUOUS_ALIGNMENT
 from .config import GemmConfig, GemmDesc, LaunchConfig, Layout, PipelineConfig, StorageConfig
+from .sm90_bf16 import CONTIGUOUS_ALIGNMENT, SWAP_AB_KINDS, WALK_STRIPE_M, WGMMA_BASE_N
 
 __all__ = [
     "ARCHS",
     "CONTIGUOUS_ALIGNMENT",
     "SM90",
     "SM100",
+    "SWAP_AB_KINDS",
+    "WALK_STRIPE_M",
+    "WGMMA_BASE_N",
     "ArchSpec",
     "GemmConfig",
     "GemmDesc",
@@ -25,17 +35,50 @@ __all__ = [
     "StorageConfig",
     "arch_for",
     "arch_for_compute_capability",
+    "enumerate_configs",
+    "estimate_cycles",
+    "is_legal",
     "select_config",
+    "selection_key",
 ]
+
+
+def _family(arch: ArchSpec):  # -> the family module
+    if arch.name == "sm_90a":
+        return sm90_bf16
+    raise ValueError(f"moegemm has no kernels for {arch.name} yet; SM90 (Hopper) is supported")
 
 
 @functools.cache
 def select_config(desc: GemmDesc, arch: ArchSpec) -> GemmConfig:
     """The config the heuristics pick; computed once per (problem, arch) signature."""
     if arch.name == "sm_90a":
-        config = sm90.select(desc, arch)
+        config = sm90_bf16.select(desc, arch)
     else:
         config = sm100.select_config(desc, arch)
     if os.environ.get("MOEGEMM_PRINT_CONFIGS"):
         print(f"moegemm: {desc} -> {config.short_name()} on {arch.name}", file=sys.stderr)
     return config
+
+
+def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> Iterator[GemmConfig]:
+    """The configs the heuristics rank for `desc` (single-CTA tiles; clusters and the other
+    walk are legal but not enumerated)."""
+    return _family(arch).enumerate_configs(desc, arch)
+
+
+def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
+    """Whether `config` computes `desc` on `arch` (what `config=` accepts)."""
+    return _family(arch).is_legal(config, desc, arch)
+
+
+def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> float:
+    """The cycle model's estimate for `config` on `desc` (lower is better)."""
+    return _family(arch).estimate_cycles(config, desc, arch)
+
+
+def selection_key(desc: GemmDesc, arch: ArchSpec) -> tuple:
+    """Descs with equal keys get the same select_config on `arch`: the desc's fields with the
+    rows replaced by exactly what the heuristics read of them (see sm90_bf16.selection_key).
+    Lets callers that plan many row counts (the warmup) select once per key."""
+    return (arch, _family(arch).selection_key(desc))

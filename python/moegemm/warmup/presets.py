@@ -20,7 +20,8 @@ def normalize_name(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", name.strip().lower()).strip("_")
 
 
-def model_names() -> list[str]:
+def known_models() -> list[str]:
+    """The canonical keys of the model presets, sorted."""
     return sorted(_data()["models"])
 
 
@@ -37,7 +38,12 @@ def resolve_model(name: str) -> str:
     for key, entry in models.items():
         if any(normalize_name(alias) == wanted for alias in entry.get("aliases", ())):
             return key
-    raise ValueError(f"unknown model {name!r}; available models: {', '.join(model_names())}")
+    raise ValueError(f"unknown model {name!r}; available models: {', '.join(known_models())}")
+
+
+def model_top_k(name: str) -> int:
+    """Experts each token is routed to: routed rows = tokens x top_k."""
+    return int(_data()["models"][resolve_model(name)]["top_k"])
 
 
 def model_shapes(name: str) -> list[dict[str, Any]]:
