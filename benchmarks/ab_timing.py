@@ -75,7 +75,7 @@ def summarize(rows: Sequence[dict]) -> dict:
             "min": min(ratios) if ratios else None,
             "max": max(ratios) if ratios else None,
             "moved": sum(1 for r in mine if r.get("ratio") and not r["within_noise"]),
-            "pick_mismatch": sum(1 for r in mine if not r.get("same_pick")),
+            "pick_mismatch": sum(1 for r in mine if r.get("same_pick") is False),
             "check_failed": sum(1 for r in mine if r.get("errors")),
             "pass": geo is not None and abs(geo - 1.0) <= TARGET and len(ratios) == len(mine),
         }

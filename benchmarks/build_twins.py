@@ -57,6 +57,7 @@ from ab_timing import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
+DEVICE = "cuda"  # the CPU test runs the whole flow on "cpu" with fake packages
 DEFAULT_REV = "3f8aa66"  # the pre-refactor baseline of issue 16
 TOL = 1e-5  # calc_diff against FP32 (BENCHMARKS.md protocol)
 L2_BYTES = 60 * 2**20
@@ -213,13 +214,18 @@ class Runner:
     compared: Callable[[torch.Tensor], torch.Tensor] = lambda out: out  # rows that must agree
 
 
+def sync() -> None:
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
 def randn_bf16(*shape: int, scale: float = 1.0) -> torch.Tensor:
-    t = torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
+    t = torch.randn(*shape, device=DEVICE, dtype=torch.bfloat16)
     return t.mul_(scale) if scale != 1.0 else t
 
 
 def nan_tensor(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-    return torch.full(shape, float("nan"), device="cuda", dtype=dtype)
+    return torch.full(shape, float("nan"), device=DEVICE, dtype=dtype)
 
 
 def rotation_count(set_bytes: int) -> int:
@@ -270,9 +276,9 @@ def runners_for(case) -> dict[str, Runner]:
         }
     if case.layout == "k_grouped":
         a, b = randn_bf16(total, n), randn_bf16(total, k)
-        lay = group_layouts(rows, device="cuda")
+        lay = group_layouts(rows, device=DEVICE)
         offs, starts = lay["offs"], lay["starts"]
-        c = torch.randn(g, n, k, device="cuda")
+        c = torch.randn(g, n, k, device=DEVICE)
 
         def kg_diffs(outs):
             worst = [0.0] * len(outs)
@@ -301,7 +307,7 @@ def runners_for(case) -> dict[str, Runner]:
     if case.layout == "masked":
         max_m, expected = case.max_m, case.expected_m
         a = randn_bf16(g, max_m, k)
-        masked_m = torch.tensor(rows, device="cuda", dtype=torch.int32)
+        masked_m = torch.tensor(rows, device=DEVICE, dtype=torch.int32)
 
         def masked_diffs(outs):
             worst = [0.0] * len(outs)
@@ -322,7 +328,7 @@ def runners_for(case) -> dict[str, Runner]:
                 diffs=masked_diffs,
             )
         }
-    lay = group_layouts(rows, ALIGN, device="cuda")
+    lay = group_layouts(rows, ALIGN, device=DEVICE)
     a = randn_bf16(total, k)
     a_pad = randn_bf16(lay["padded_total"], k)  # padding rows stay random (never zeros)
     a_pad[lay["real_rows"]] = a
@@ -378,7 +384,7 @@ def run_problem(
         outs = {side.label: runner.new_out() for side in (new, old)}
         for side in (new, old):
             runner.run_once(side.module, outs[side.label])
-        torch.cuda.synchronize()
+        sync()
         diff_new, diff_old = runner.diffs([outs["new"], outs["old"]])
         row["calc_diff_new"], row["calc_diff_old"] = diff_new, diff_old
         if not (diff_new < TOL and diff_old < TOL):
@@ -397,8 +403,36 @@ def run_problem(
     except Exception as exc:  # noqa: BLE001 - one failing problem must not end the table
         row["errors"]["exception"] = f"{type(exc).__name__}: {exc}"[:500]
         with contextlib.suppress(Exception):
-            torch.cuda.synchronize()
+            sync()
     return row
+
+
+def _echo(line: str) -> None:
+    print(line, flush=True)
+
+
+def run_all(problems, new, old, timer, rounds: int, num_sms: int, echo=_echo) -> list[dict]:
+    """run_problem for every (case, problem), a case's inputs made once for all its layouts and
+    freed after them; one line per problem goes to echo as it finishes."""
+    rows: list[dict] = []
+    for _, group in itertools.groupby(problems, key=lambda cp: id(cp[0])):
+        group = list(group)
+        try:
+            runners, err = runners_for(group[0][0]), ""
+        except Exception as exc:  # noqa: BLE001 - e.g. out of memory: the case fails alone
+            runners, err = {}, f"inputs: {type(exc).__name__}: {exc}"[:300]
+        for _, p in group:
+            if p.layout in runners:
+                row = run_problem(p, runners[p.layout], new, old, timer, rounds, num_sms)
+            else:
+                row = {"problem": p.label, "case": p.case, "layout": p.layout,
+                       "errors": {"exception": err or "no runner"}}  # fmt: skip
+            rows.append(row)
+            echo(format_row(row))
+        del runners
+        if DEVICE == "cuda":
+            torch.cuda.empty_cache()
+    return rows
 
 
 # ----------------------------------------------------------------------------------------------
@@ -478,6 +512,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="CPU only: stage the baseline (no _C), print both sides' picks at --num-sms, exit",
     )
     parser.add_argument("--num-sms", type=int, default=132, help="SMs for --picks")
+    parser.add_argument(
+        "--new-label", help="the current tree's name in the report (default: git HEAD, if any)"
+    )
     parser.add_argument("--allow-env", action="store_true", help="run with MOEGEMM_* switches set")
     args = parser.parse_args(argv)
     args.layouts = tuple(x for x in args.layouts.split(",") if x)
@@ -537,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
     notes = precompile((new, old), [p for _, p in problems], num_sms, args.jobs)
     for note in notes:
         print(f"# {note}"[:400])
-    new_label = _git_head()
+    new_label = args.new_label or _git_head()
     print(
         f"# {torch.cuda.get_device_name()}, torch {torch.__version__}; new {new_label} "
         f"({Path(moegemm.__file__).parent}) vs old {old_label} ({pkg.package_dir}); "
@@ -545,27 +582,7 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     print(ROW_HEADER, flush=True)
-    timer = QueuedTimer(budget_ms=args.budget_ms)
-    rows: list[dict] = []
-    by_case = itertools.groupby(problems, key=lambda cp: id(cp[0]))
-    for _, group in by_case:
-        group = list(group)
-        case, err = group[0][0], ""
-        try:
-            runners = runners_for(case)
-        except Exception as exc:  # noqa: BLE001 - e.g. out of memory: the case fails alone
-            runners = {}
-            err = f"inputs: {type(exc).__name__}: {exc}"[:300]
-        for _, p in group:
-            if p.layout in runners:
-                row = run_problem(p, runners[p.layout], new, old, timer, args.rounds, num_sms)
-            else:
-                row = {"problem": p.label, "case": p.case, "layout": p.layout,
-                       "errors": {"exception": err}}  # fmt: skip
-            rows.append(row)
-            print(format_row(row), flush=True)
-        del runners
-        torch.cuda.empty_cache()
+    rows = run_all(problems, new, old, QueuedTimer(budget_ms=args.budget_ms), args.rounds, num_sms)
     summary = summarize(rows)
     elapsed = time.perf_counter() - t_start
     print(f"\n# {len(rows)} problems in {elapsed:.0f} s; new {new_label} vs old {old_label}")

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -157,6 +158,7 @@ def test_baseline_source_default_and_dir(tmp_path: Path) -> None:
 IMPORT_CHECK = """
 import json, sys
 from pathlib import Path
+from types import SimpleNamespace
 sys.path.insert(0, {bench!r})
 import baseline_build as bb
 pkg = bb.stage(Path({work!r}), rev={rev!r}, repo=Path({repo!r}))
@@ -358,3 +360,136 @@ def test_summarize_geomean_per_layout_and_target() -> None:
     assert table.splitlines()[1].startswith("dense") and "MISS" in table and "PASS" in table
     line = ab_timing.format_row(_row("offs", 1.05, same=False, within=False) | {"new_pick": "a"})
     assert "1.0500" in line and "a / ?" in line and "*" in line
+
+
+# ----------------------------------------------------------------------------------------------
+# The whole per-problem flow (inputs, checks, bitwise comparison, interleaved timing) on the CPU,
+# with two fake packages computing in FP32
+
+
+def _fake_package(name: str, state: dict, skew: float = 0.0) -> SimpleNamespace:
+    """moegemm's five public GEMMs in FP32 on the CPU; skew > 0 perturbs the m-grouped outputs
+    (a kernel that is off by rounding: the bitwise check must see it, calc_diff must not)."""
+    import torch
+
+    def mm(a, b):
+        state["last"] = name
+        return a.float() @ b.float().t()
+
+    def dense(a, b, d):
+        d.copy_(mm(a, b))
+
+    def contiguous(a, b, d, m_indices=None, *, offs=None):
+        for g in range(b.shape[0]):
+            if offs is not None:
+                rows = torch.arange(int(offs[g - 1]) if g else 0, int(offs[g]))
+            else:
+                rows = (m_indices == g).nonzero().flatten()
+            d[rows] = (mm(a[rows], b[g]) * (1 + skew)).to(d.dtype)
+
+    def masked(a, b, d, masked_m, expected_m):
+        for g, r in enumerate(masked_m.tolist()):
+            d[g, :r] = mm(a[g, :r], b[g])
+
+    def k_grouped(a, b, d, offs, c=None):
+        state["last"] = name
+        start = 0
+        for g, end in enumerate(offs.tolist()):
+            acc = a[start:end].float().t() @ b[start:end].float()
+            d[g] = acc + (c[g] if c is not None else 0)
+            start = end
+
+    return SimpleNamespace(
+        __name__=name,
+        bf16_gemm_nt=dense,
+        m_grouped_bf16_gemm_nt_contiguous=contiguous,
+        m_grouped_bf16_gemm_nt_masked=masked,
+        k_grouped_bf16_gemm_tn_contiguous=k_grouped,
+    )
+
+
+class FakeSide:
+    def __init__(self, label: str, module, pick: str) -> None:
+        self.label, self.module, self.name = label, module, pick
+
+    def pick(self, problem, num_sms):
+        return SimpleNamespace(short_name=lambda: self.name)
+
+
+FLOW_CASES = [
+    Case("dense", 0, "dense:x", "dense", 1, 40, 64, [33]),
+    Case("prefill", 0, "c", "contiguous", 3, 64, 64, [5, 0, 130]),
+    Case("masked", 0, "m", "masked", 2, 32, 64, [3, 16], max_m=16, expected_m=10),
+    Case("k_grouped", 0, "k", "k_grouped", 2, 32, 48, [7, 9]),
+]
+
+
+@pytest.mark.parametrize("skew", [0.0, 0.01])
+def test_run_problem_checks_and_times_both_sides(monkeypatch: pytest.MonkeyPatch, skew) -> None:
+    import torch
+
+    monkeypatch.setattr(bt, "DEVICE", "cpu")
+    torch.manual_seed(0)
+    state: dict = {}
+    new = FakeSide("new", _fake_package("new", state), "cfgA")
+    old = FakeSide("old", _fake_package("old", state, skew), "cfgA")
+    other = FakeSide("old", _fake_package("old", state, skew), "cfgB")
+
+    def timer(fn) -> float:
+        fn()
+        return {"new": 10.0, "old": 12.5}[state["last"]]
+
+    rows = []
+    for case in FLOW_CASES:
+        runners = bt.runners_for(case)
+        for p in bt.problems_for(case):
+            rows.append(bt.run_problem(p, runners[p.layout], new, old, timer, 2, 132))
+            if p.layout == "offs":
+                rows.append(bt.run_problem(p, runners[p.layout], new, other, timer, 2, 132))
+    layouts = [r["layout"] for r in rows]
+    assert layouts == ["dense", "offs", "offs", "m_indices", "masked", "k_grouped"]
+    for r in rows:
+        assert r["ratio"] == pytest.approx(0.8) and r["noise"] == 0.0, r
+        assert r["calc_diff_new"] < 1e-5
+    skewed = {"offs", "m_indices"} if skew else set()
+    for r in rows:
+        if not r["same_pick"]:  # different configs: no bitwise check, FP32 reference only
+            assert "bitwise" not in r and r["old_pick"] == "cfgB"
+            continue
+        assert r["bitwise"] == (r["layout"] not in skewed), r
+        assert ("bitwise" in r["errors"]) == (r["layout"] in skewed)
+        # A 1% skew is far beyond rounding: calc_diff (~1e-4) flags the old side too.
+        assert ("check" in r["errors"]) == (r["layout"] in skewed)
+
+
+def test_run_all_makes_inputs_once_per_case_and_survives_a_failing_case(monkeypatch) -> None:
+    monkeypatch.setattr(bt, "DEVICE", "cpu")
+    state: dict = {}
+    new = FakeSide("new", _fake_package("new", state), "cfg")
+    old = FakeSide("old", _fake_package("old", state), "cfg")
+    made = []
+    real = bt.runners_for
+
+    def runners_for(case):
+        made.append(case.name)
+        if case.layout == "masked":
+            raise MemoryError("out of memory")
+        return real(case)
+
+    monkeypatch.setattr(bt, "runners_for", runners_for)
+
+    def timer(fn) -> float:
+        fn()
+        return {"new": 9.95, "old": 10.0}[state["last"]]
+
+    problems = [(c, p) for c in FLOW_CASES for p in bt.problems_for(c)]
+    lines: list[str] = []
+    rows = bt.run_all(problems, new, old, timer, 3, 132, echo=lines.append)
+    assert made == ["dense:x", "c", "m", "k"]  # the contiguous case's two layouts share inputs
+    assert len(rows) == len(lines) == 5
+    (masked,) = [r for r in rows if r["layout"] == "masked"]
+    assert masked["errors"] == {"exception": "inputs: MemoryError: out of memory"}
+    summary = ab_timing.summarize(rows)
+    assert summary["masked"]["timed"] == 0 and not summary["masked"]["pass"]
+    assert summary["offs"]["geomean"] == pytest.approx(0.995) and summary["offs"]["pass"]
+    assert summary["all"]["check_failed"] == 1 and summary["all"]["pick_mismatch"] == 0
