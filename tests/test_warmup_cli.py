@@ -1,26 +1,47 @@
-"""`python -m moegemm.jit --warmup`: presets, ninja-driven prebuilds, dry runs, errors."""
+"""`python -m moegemm.jit --warmup` as a new user meets it: ninja-driven prebuilds, dry runs, one
+line and exit 2 for every bad input, racing warmups that report honestly, Ctrl-C, warm caches
+without nvcc or on a read-only mount, and the report of what is built where."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from child_env import no_nvcc_env, read_only_env
 
-from moegemm.jit import KernelSpec, presets
+from moegemm.jit import KernelSpec
+from moegemm.warmup import cli
 
 HOOK = "test_warmup_cli:fake_warmup_specs"
+KERNELS_ENV = "MOEGEMM_TEST_WARM_KERNELS"  # how many kernels the fake enumeration returns
+HOOK_LOG_ENV = "MOEGEMM_TEST_HOOK_LOG"  # where it records the arguments it was given
 
 
 def fake_warmup_specs(
-    shapes: list[dict[str, Any]], tokens: list[int], arch: str, num_sms: int
+    shapes: list[dict[str, Any]], token_counts: Sequence[int], top_k: int, arch: str, num_sms: int
 ) -> list[KernelSpec]:
-    """Stands in for moegemm.api.warmup_specs: 2 distinct tiny kernels (plus a duplicate, which
-    the CLI must drop) whatever the shapes; needs the `tiny_include` headers."""
-    assert shapes and tokens and num_sms > 0
+    """Stands in for moegemm.warmup.warmup_specs: $MOEGEMM_TEST_WARM_KERNELS (default 2) tiny
+    kernels, plus a duplicate the CLI must drop, whatever the shapes; needs `tiny_include`."""
+    log = os.environ.get(HOOK_LOG_ENV)
+    if log:
+        record = {
+            "shapes": shapes,
+            "tokens": [token_counts[0], token_counts[-1], len(token_counts)],
+            "top_k": top_k,
+            "arch": arch,
+            "num_sms": num_sms,
+        }
+        with open(log, "a") as f:
+            f.write(json.dumps(record) + "\n")
     specs = [
         KernelSpec(
             f"warm{i}",
@@ -28,16 +49,21 @@ def fake_warmup_specs(
             f"__global__ void k(int* p) {{ p[0] = top_value() + {i}; }}\n",
             arch=arch,
         )
-        for i in range(2)
+        for i in range(int(os.environ.get(KERNELS_ENV, "2")))
     ]
     return specs + specs[:1]
 
 
 @pytest.fixture
 def cli_env(
-    jit_cache_dir: Path, tiny_include: Path, subprocess_env: dict[str, str]
+    jit_cache_dir: Path,
+    tiny_include: Path,
+    subprocess_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> dict[str, str]:
-    subprocess_env["MOEGEMM_WARMUP_SPECS_FN"] = HOOK
+    monkeypatch.setenv(cli.SPECS_FN_ENV, HOOK)  # for main() called in this process
+    subprocess_env[cli.SPECS_FN_ENV] = HOOK
+    subprocess_env["MOEGEMM_LIGHT_IMPORT"] = "1"  # the CLI needs no torch at import
     return subprocess_env
 
 
@@ -47,49 +73,104 @@ def shapes_file(tmp_path: Path) -> Path:
     path.write_text(
         json.dumps(
             [
-                {"n": 4096, "k": 7168, "op": "linear1", "num_groups": 32},
-                {"n": 7168, "k": 2048, "tokens": [1, 2]},
+                {"n": 4096, "k": 7168, "op": "linear1", "num_groups": 32, "top_k": 4},
+                {"n": 7168, "k": 2048},
             ]
         )
     )
     return path
 
 
-def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    env: dict[str, str], *args: str, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "moegemm.jit", *args],
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
         check=False,
     )
 
 
 def summary(proc: subprocess.CompletedProcess[str]) -> str:
-    return proc.stdout.strip().splitlines()[-1]
+    return next(line for line in proc.stdout.splitlines() if line.startswith("warmup"))
+
+
+def counts(proc: subprocess.CompletedProcess[str]) -> dict[str, int]:
+    line = summary(proc)
+    fields = ("compiled", "built elsewhere", "already cached", "failed")
+    return {f: int(re.search(rf"{f} (\d+)", line).group(1)) for f in fields}  # type: ignore[union-attr]
+
+
+def assert_one_line_error(rc: int, stdout: str, stderr: str, fragment: str) -> None:
+    lines = stderr.strip().splitlines()
+    assert rc == 2, (rc, stdout, stderr)
+    assert "Traceback" not in stdout + stderr
+    assert len(lines) == 1 and fragment in lines[0], stderr
 
 
 @pytest.mark.nvcc
 def test_second_warmup_compiles_nothing(
     cli_env: dict[str, str], shapes_file: Path, jit_cache_dir: Path
 ) -> None:
-    args = ("--warmup", "--shapes", str(shapes_file), "--jobs", "2", "--tokens", "1,16")
+    args = ("--warmup", "--shapes", str(shapes_file), "--jobs", "2", "--num-sms", "132")
     first = run_cli(cli_env, *args)
     assert first.returncode == 0, first.stdout + first.stderr
-    assert summary(first).startswith("warmup: 2 kernels, compiled 2, already cached 0, failed 0")
-    assert "[2/2]" in first.stdout  # ninja's progress display
+    assert counts(first) == {
+        "compiled": 2,
+        "built elsewhere": 0,
+        "already cached": 0,
+        "failed": 0,
+    }
+    assert re.search(r"^\[2/2 [\d.]+s\] build warm\d$", first.stdout, re.MULTILINE)  # progress
     assert len(list((jit_cache_dir / "kernels").iterdir())) == 2
     second = run_cli(cli_env, *args)
     assert second.returncode == 0, second.stdout + second.stderr
-    assert summary(second).startswith("warmup: 2 kernels, compiled 0, already cached 2, failed 0")
+    assert counts(second)["compiled"] == 0 and counts(second)["already cached"] == 2
     assert list((jit_cache_dir / "tmp").iterdir()) == []
 
 
-def test_dry_run_compiles_nothing(
-    cli_env: dict[str, str], shapes_file: Path, jit_cache_dir: Path
+def test_report_names_model_arch_tokens_count_and_cache(
+    cli_env: dict[str, str], jit_cache_dir: Path, tmp_path: Path
 ) -> None:
-    proc = run_cli(cli_env, "--warmup", "--model", "deepseek-v3", "--dry-run")
+    """--model reaches the enumeration with the preset's top_k and every token count 1..16384,
+    and the first lines say so, with the kernel count and where the kernels go."""
+    log = tmp_path / "hook.jsonl"
+    env = dict(cli_env, **{HOOK_LOG_ENV: str(log)})
+    proc = run_cli(env, "--warmup", "--model", "DeepSeek-V3", "--dry-run", "--num-sms", "132")
+    assert proc.returncode == 0, proc.stderr
+    header, plan = proc.stdout.splitlines()[:2]
+    assert header.startswith("moegemm warmup: model deepseek_v3 (4 shapes, top_k 8)")
+    assert "sm_90a with 132 SMs" in header and header.endswith("tokens 1..16384")
+    assert plan == f"2 kernels into {jit_cache_dir / 'kernels'}: 2 to compile, 0 already cached"
+    (record,) = [json.loads(line) for line in log.read_text().splitlines()]
+    assert record["top_k"] == 8 and record["tokens"] == [1, 16384, 16384]
+    assert {s["num_groups"] for s in record["shapes"]} == {256, 1}
+    assert not (jit_cache_dir / "kernels").exists()
+
+
+def test_shapes_file_top_k_and_token_list(
+    cli_env: dict[str, str], shapes_file: Path, tmp_path: Path
+) -> None:
+    """A shape's own top_k wins, --top-k covers the others; --tokens is an explicit list."""
+    log = tmp_path / "hook.jsonl"
+    env = dict(cli_env, **{HOOK_LOG_ENV: str(log)})
+    args = ("--shapes", str(shapes_file), "--tokens", "64,1,8", "--top-k", "2", "--num-sms", "78")
+    proc = run_cli(env, "--warmup", *args, "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert "top_k 4/2" in proc.stdout and "tokens 1,8,64" in proc.stdout
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(r["top_k"], [s["n"] for s in r["shapes"]]) for r in records] == [
+        (4, [4096]),
+        (2, [7168]),
+    ]
+    assert all(r["tokens"] == [1, 64, 3] and r["num_sms"] == 78 for r in records)
+
+
+def test_dry_run_compiles_nothing(cli_env: dict[str, str], jit_cache_dir: Path) -> None:
+    proc = run_cli(cli_env, "--warmup", "--model", "qwen3-30b-a3b", "--dry-run", "--num-sms", "132")
     assert proc.returncode == 0, proc.stderr
     assert "would compile warm0" in proc.stdout and "would compile warm1" in proc.stdout
     assert "2 kernels, would compile 2, already cached 0" in summary(proc)
@@ -101,9 +182,12 @@ def test_cache_dir_option(
     cli_env: dict[str, str], shapes_file: Path, tmp_path: Path, jit_cache_dir: Path
 ) -> None:
     other = tmp_path / "other-cache"
-    proc = run_cli(cli_env, "--warmup", "--shapes", str(shapes_file), "--cache-dir", str(other))
+    args = ("--warmup", "--shapes", str(shapes_file), "--cache-dir", str(other), "--no-check")
+    proc = run_cli(cli_env, *args)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert len(list((other / "kernels").iterdir())) == 2
+    assert f"into {other / 'kernels'}" in proc.stdout
+    assert "check: skipped (--no-check)" in proc.stdout
     assert not jit_cache_dir.exists()
 
 
@@ -114,63 +198,252 @@ def test_failed_kernel_makes_exit_nonzero(
     (tiny_include / "moegemm/tiny/leaf.h").write_text("#pragma once\nthis does not compile\n")
     proc = run_cli(cli_env, "--warmup", "--shapes", str(shapes_file), "--jobs", "2")
     assert proc.returncode == 1
-    assert "compiled 0, already cached 0, failed 2" in summary(proc)
+    assert "compiled 0, built elsewhere 0, already cached 0, failed 2" in summary(proc)
+    assert "this does not compile" in proc.stdout  # nvcc's message, relayed by ninja
+
+
+BAD_SHAPES = [
+    ([{"n": 100, "k": 7168}], "entry 0: n must be a positive multiple of 8"),
+    ([{"n": 4096, "k": 100}], "entry 0: k must be a positive multiple of 8"),
+    ([{"n": 0, "k": 7168}], "n must be a positive multiple of 8 (BF16 rows of 16 bytes"),
+    ([{"n": 4096, "k": 64}, {"n": 4096, "k": -8}], "entry 1: k must be a positive multiple"),
+    ([{"n": 4096, "k": 7168, "num_groups": 0}], "num_groups must be a positive integer, got 0"),
+    ([{"n": 4096, "k": 7168, "num_groups": -2}], "num_groups must be a positive integer"),
+    ([{"n": 4096, "k": 7168, "num_groups": 2.5}], "num_groups must be a positive integer"),
+    (
+        [{"n": 4096.5, "k": 7168}],
+        "n must be a positive multiple of 8 (BF16 rows of 16 bytes, for TMA), got 4096.5",
+    ),
+    ([{"n": "4096", "k": 7168}], "got '4096'"),
+    ([{"n": True, "k": 7168}], "for TMA), got True"),
+    ([{"n": 4096, "k": 7168, "top_k": 0}], "top_k must be a positive integer"),
+    ([{"n": 4096, "k": 7168, "num_experts": 8}], "unknown key 'num_experts' (allowed: n, k"),
+    ([{"n": 4096}], "entry 0: missing 'k'"),
+    ([4096], "entry 0: expected an object"),
+    ([], "expected a non-empty JSON list"),
+    ({"n": 4096, "k": 7168}, "expected a non-empty JSON list"),
+]
+
+
+@pytest.mark.parametrize(("shapes", "fragment"), BAD_SHAPES)
+def test_bad_shapes_are_one_line(
+    cli_env: dict[str, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    shapes: Any,
+    fragment: str,
+) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(shapes))
+    rc = cli.main(["--warmup", "--shapes", str(path), "--dry-run", "--num-sms", "132"])
+    out, err = capsys.readouterr()
+    assert_one_line_error(rc, out, err, fragment)
+    assert err.startswith(f"{cli.PROG}: error: {path}: ")
+
+
+BAD_ARGS = [
+    (["--num-sms", "-5"], "argument --num-sms: must be a positive integer, got '-5'"),
+    (["--num-sms", "many"], "argument --num-sms: must be a positive integer"),
+    (["--jobs", "-1"], "argument --jobs/-j: must be a positive integer, got '-1'"),
+    (["-j", "0"], "argument --jobs/-j: must be a positive integer, got '0'"),
+    (["--max-tokens", "0"], "argument --max-tokens: must be a positive integer"),
+    (["--max-tokens", "1e4"], "argument --max-tokens: must be a positive integer"),
+    (["--tokens", "1,x"], "argument --tokens: must be comma-separated positive integers"),
+    (["--tokens", "0,4"], "argument --tokens: must be comma-separated positive integers"),
+    (["--tokens", "4", "--max-tokens", "8"], "not allowed with argument --tokens"),
+    (["--top-k", "0"], "argument --top-k: must be a positive integer"),
+    (["--arch", "sm_80"], "argument --arch: invalid choice: 'sm_80'"),
+    (["--arch", "sm_100a"], "no sm_100a kernels exist yet"),
+    (["--model", "no-such-model"], "unknown model 'no-such-model'"),
+]
+
+
+@pytest.mark.parametrize(("args", "fragment"), BAD_ARGS)
+def test_bad_arguments_are_one_line(
+    cli_env: dict[str, str],
+    shapes_file: Path,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    fragment: str,
+) -> None:
+    source = [] if "--model" in args else ["--shapes", str(shapes_file)]
+    try:
+        rc = cli.main(["--warmup", *source, *args, "--dry-run"])
+    except SystemExit as exc:  # argparse's errors leave through sys.exit
+        rc = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    assert_one_line_error(rc, out, err, fragment)
 
 
 def test_unknown_model_lists_models(cli_env: dict[str, str]) -> None:
     proc = run_cli(cli_env, "--warmup", "--model", "no-such-model")
-    assert proc.returncode == 2
-    assert "unknown model 'no-such-model'" in proc.stderr
+    assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "unknown model")
     assert "deepseek_v3" in proc.stderr and "qwen3_30b_a3b" in proc.stderr
 
 
-def test_bad_shapes_file(cli_env: dict[str, str], tmp_path: Path) -> None:
-    bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps([{"n": 1}]))
-    proc = run_cli(cli_env, "--warmup", "--shapes", str(bad))
-    assert proc.returncode == 2 and "'n' and 'k'" in proc.stderr
+def test_sm100_says_no_kernels_exist(cli_env: dict[str, str], shapes_file: Path) -> None:
+    proc = run_cli(cli_env, "--warmup", "--shapes", str(shapes_file), "--arch", "sm_100a")
+    assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "no sm_100a kernels exist")
+    assert "kernels, compiled" not in proc.stdout
 
 
-def test_presets_names_and_shapes() -> None:
-    assert presets.resolve_model("deepseek-v3") == "deepseek_v3"
-    assert presets.resolve_model("DeepSeek-R1") == "deepseek_v3"  # an alias
-    shapes = presets.model_shapes("deepseek_v3")
-    assert [(s["op"], s["n"], s["k"], s["num_groups"]) for s in shapes] == [
-        ("linear1", 4096, 7168, 256),
-        ("linear2", 7168, 2048, 256),
-        ("shared_linear1", 4096, 7168, 1),
-        ("shared_linear2", 7168, 2048, 1),
-    ]
-    assert [s["op"] for s in presets.model_shapes("qwen3-30b-a3b")] == ["linear1", "linear2"]
-    with pytest.raises(ValueError, match="available models: .*mixtral_8x7b"):
-        presets.resolve_model("gpt-5")
-    decode = presets.suite_shapes("decode", model="deepseek-v3")
-    assert {s["op"] for s in decode} == {"linear1", "linear2"}
-    assert all(s["tokens"] for s in decode)
+def test_uncreatable_cache_dir(cli_env: dict[str, str], shapes_file: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    args = ("--warmup", "--shapes", str(shapes_file), "--cache-dir", str(blocker / "cache"))
+    proc = run_cli(cli_env, *args)
+    assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "cannot create the cache dir")
 
 
 def test_hook_must_name_a_function(cli_env: dict[str, str], shapes_file: Path) -> None:
     env = dict(cli_env, MOEGEMM_WARMUP_SPECS_FN="no_colon_here")
     proc = run_cli(env, "--warmup", "--shapes", str(shapes_file), "--dry-run")
-    assert proc.returncode == 2 and "module:function" in proc.stderr
+    assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "module:function")
 
 
 @pytest.mark.nvcc
-def test_real_preset_warmup_twice(
+def test_warm_cache_without_nvcc(
+    cli_env: dict[str, str], shapes_file: Path, tmp_path: Path, jit_cache_dir: Path
+) -> None:
+    """An image without nvcc: a warm cache passes; one missing kernel is one line, exit 2."""
+    args = ("--warmup", "--shapes", str(shapes_file), "--num-sms", "132")
+    assert run_cli(cli_env, *args).returncode == 0
+    env = no_nvcc_env(cli_env, tmp_path)
+    warm = run_cli(env, *args)
+    assert warm.returncode == 0, warm.stdout + warm.stderr
+    assert counts(warm)["already cached"] == 2 and counts(warm)["compiled"] == 0
+    env[KERNELS_ENV] = "3"
+    miss = run_cli(env, *args)
+    assert_one_line_error(
+        miss.returncode, miss.stdout, miss.stderr, "cannot compile 1 missing kernel: nvcc not found"
+    )
+    assert len(list((jit_cache_dir / "kernels").iterdir())) == 2
+
+
+@pytest.mark.nvcc
+def test_read_only_cache(
+    cli_env: dict[str, str], shapes_file: Path, tmp_path: Path, jit_cache_dir: Path
+) -> None:
+    """A read-only mount (EROFS, simulated: see child_env): complete passes, a miss is an error."""
+    args = ("--warmup", "--shapes", str(shapes_file), "--num-sms", "132")
+    assert run_cli(cli_env, *args).returncode == 0
+    env = read_only_env(cli_env, tmp_path, jit_cache_dir)
+    complete = run_cli(env, *args)
+    assert complete.returncode == 0, complete.stdout + complete.stderr
+    assert counts(complete)["already cached"] == 2
+    env[KERNELS_ENV] = "3"
+    miss = run_cli(env, *args)
+    fragment = f"the cache dir {jit_cache_dir} is not writable (Read-only file system)"
+    assert_one_line_error(miss.returncode, miss.stdout, miss.stderr, fragment)
+
+
+def _slow_nvcc(tmp_path: Path, real_nvcc: str, body: str) -> Path:
+    wrapper = tmp_path / "slow-nvcc.sh"
+    wrapper.write_text(
+        f'#!/bin/sh\ncase " $* " in *" -cubin "*)\n{body}\n;; esac\nexec "{real_nvcc}" "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+@pytest.mark.nvcc
+def test_racing_warmups_report_honestly(
+    cli_env: dict[str, str], shapes_file: Path, tmp_path: Path, real_nvcc: str
+) -> None:
+    """Four warmups at once: each kernel is compiled once, by one of them; the others count it
+    as built elsewhere (or already cached), never as compiled."""
+    calls = tmp_path / "calls.txt"
+    env = dict(
+        cli_env, MOEGEMM_NVCC=str(_slow_nvcc(tmp_path, real_nvcc, f'echo x >> "{calls}"; sleep 2'))
+    )
+    args = ("-m", "moegemm.jit", "--warmup", "--shapes", str(shapes_file), "--num-sms", "132")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, *args, "-j", "2"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        results.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
+    assert all(r.returncode == 0 for r in results), [r.stdout + r.stderr for r in results]
+    reports = [counts(r) for r in results]
+    assert sum(r["compiled"] for r in reports) == 2, reports
+    assert all(r["compiled"] + r["built elsewhere"] + r["already cached"] == 2 for r in reports)
+    assert all(r["failed"] == 0 for r in reports)
+    assert calls.read_text().count("x") == 2
+
+
+@pytest.mark.nvcc
+def test_ctrl_c_is_one_line_and_exit_130(
+    cli_env: dict[str, str],
+    shapes_file: Path,
+    tmp_path: Path,
+    real_nvcc: str,
+    jit_cache_dir: Path,
+) -> None:
+    started = tmp_path / "started"
+    body = f'echo $$ >> "{started}"; sleep 60'
+    env = dict(cli_env, MOEGEMM_NVCC=str(_slow_nvcc(tmp_path, real_nvcc, body)))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moegemm.jit", "--warmup", "--shapes", str(shapes_file), "-j", "2"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own group, which a terminal's Ctrl-C signals
+    )
+    deadline = time.monotonic() + 120
+    while not (started.exists() and len(started.read_text().split()) == 2):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
+    assert "Traceback" not in out + err
+    assert err.strip().splitlines() == [
+        f"{cli.PROG}: interrupted; kernels built so far stay cached"
+    ]
+    for pid in map(int, started.read_text().split()):  # the compiles were stopped too
+        for _ in range(100):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail(f"nvcc wrapper {pid} still runs after the interrupt")
+    assert not (jit_cache_dir / "kernels").exists()
+    assert list((jit_cache_dir / "tmp").iterdir()) == []  # the builds cleaned up after themselves
+
+
+@pytest.mark.nvcc
+def test_real_warmup_twice(
     jit_cache_dir: Path, subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:
-    """The real enumeration (moegemm.api.warmup_specs) on a one-shape slice of a model preset:
-    real kernels are built, and a second run finds them all cached."""
-    shape = presets.model_shapes("qwen3-30b-a3b")[1]  # linear2: n=2048, k=768
+    """The real enumeration on one dense shape at one token count: real kernels are built, a
+    second run finds them cached, and without a GPU the check says it was skipped and why."""
     path = tmp_path / "one_shape.json"
-    path.write_text(json.dumps([shape]))
-    args = ("--warmup", "--shapes", str(path), "--tokens", "1,4096", "--no-check")
-    first = run_cli(subprocess_env, *args)
+    path.write_text(json.dumps([{"n": 2048, "k": 768}]))
+    args = ("--warmup", "--shapes", str(path), "--tokens", "1", "--num-sms", "132")
+    first = run_cli(subprocess_env, *args, "--no-check", timeout=600)
     assert first.returncode == 0, first.stdout + first.stderr
-    compiled = int(summary(first).split("compiled ")[1].split(",")[0])
-    assert compiled >= 1 and "failed 0" in summary(first)
+    compiled = counts(first)["compiled"]
+    assert compiled >= 1 and counts(first)["failed"] == 0
     names = sorted(p.name for p in (jit_cache_dir / "kernels").iterdir())
     assert len(names) == compiled and all(n.startswith("sm90_bf16_") for n in names)
     second = run_cli(subprocess_env, *args)
     assert second.returncode == 0, second.stdout + second.stderr
-    assert f"compiled 0, already cached {compiled}, failed 0" in summary(second)
+    assert counts(second)["compiled"] == 0 and counts(second)["already cached"] == compiled
+    import torch
+
+    if torch.cuda.is_available():  # the check ran, or said why not (another SM count or arch)
+        assert re.search(r"^check: ", second.stdout, re.MULTILINE), second.stdout
+    else:
+        skipped = r"^check: skipped, no CUDA GPU visible \(torch .*\)"
+        assert re.search(skipped, second.stdout, re.MULTILINE), second.stdout

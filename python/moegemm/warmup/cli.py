@@ -1,0 +1,427 @@
+"""`python -m moegemm.jit --warmup --model NAME`: prebuild every kernel a model can need.
+
+The enumeration is moegemm.warmup.warmup_specs (every config the heuristics pick for token
+counts 1..--max-tokens with the model's top_k). Missing kernels are compiled by ninja (parallel,
+`[i/n]` progress), one `moegemm.jit._build_one` process per kernel, so locking and publishing
+are exactly those of a JIT miss. Needs nvcc only for what is missing, never a GPU; on an SM90
+GPU the warmed grouped kernels are then checked and timed (moegemm.warmup.run_check).
+
+Exit status: 0 done, 1 a kernel failed to build or the check failed, 2 bad input or an
+environment that cannot do the job (one line on stderr, never a traceback), 130 interrupted."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any, NoReturn
+
+from ..jit import cache, compiler
+from ..jit.spec import SUPPORTED_ARCHS, KernelSpec
+from . import presets
+from .ninja_build import BuildReport, WarmupError, run_ninja
+from .specs import DEFAULT_MAX_TOKENS
+
+PROG = "python -m moegemm.jit --warmup"
+DEFAULT_NUM_SMS = 132  # H100 / H200 SXM
+SPECS_FN_ENV = "MOEGEMM_WARMUP_SPECS_FN"  # tests: replace the enumeration (module:function)
+SHAPE_KEYS = ("n", "k", "num_groups", "top_k", "op", "model")
+# Rows of 16 bytes: TMA needs 16-byte strides, and BF16 rows of n or k elements.
+SHAPE_ALIGN = 8
+
+SpecsFn = Callable[[list[dict[str, Any]], Sequence[int], int, str, int], list[KernelSpec]]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # argparse prints the usage block too: a bad argument is one line here.
+        print(f"{PROG}: error: {message} (see --help)", file=sys.stderr)
+        sys.exit(2)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def _token_list(text: str) -> list[int]:
+    try:
+        tokens = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        tokens = []
+    if not tokens or min(tokens) <= 0:
+        raise argparse.ArgumentTypeError(f"must be comma-separated positive integers, got {text!r}")
+    return sorted(set(tokens))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="python -m moegemm.jit",
+        description="Prebuild moegemm kernels into the JIT cache (needs nvcc, not a GPU).",
+    )
+    p.add_argument("--warmup", action="store_true", help="prebuild kernels into the cache")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--model", help="a model preset, e.g. deepseek-v3")
+    src.add_argument("--shapes", help="JSON list of {n, k[, num_groups, top_k, op, model]}")
+    src.add_argument("--suite", help="every model of a benchmark suite of moe_shapes.json")
+    p.add_argument("--arch", default="sm_90a", choices=SUPPORTED_ARCHS)
+    tokens = p.add_mutually_exclusive_group()
+    tokens.add_argument(
+        "--max-tokens",
+        type=_positive_int,
+        default=DEFAULT_MAX_TOKENS,
+        help=f"cover every token count 1..N (default {DEFAULT_MAX_TOKENS})",
+    )
+    tokens.add_argument(
+        "--tokens", type=_token_list, help="only these token counts (comma-separated)"
+    )
+    p.add_argument(
+        "--top-k",
+        type=_positive_int,
+        help="experts per token for shapes without top_k (default: the preset's, else 1)",
+    )
+    p.add_argument(
+        "--num-sms",
+        type=_positive_int,
+        help=f"SMs of the target GPU (default: the SM90 GPU's, else {DEFAULT_NUM_SMS})",
+    )
+    p.add_argument("--jobs", "-j", type=_positive_int, help="parallel builds (default: CPUs)")
+    p.add_argument("--cache-dir", help="cache root (default $MOEGEMM_CACHE_DIR, ~/.cache/moegemm)")
+    p.add_argument("--dry-run", action="store_true", help="list what would be compiled")
+    p.add_argument("--no-check", action="store_true", help="skip the GPU check after the build")
+    return p
+
+
+def _shape_error(where: str, index: int, message: str) -> WarmupError:
+    return WarmupError(f"{where}: entry {index}: {message}")
+
+
+def _check_int(shape: dict[str, Any], key: str, where: str, index: int, align: int) -> None:
+    value = shape[key]
+    # bool is an int in Python; 4096.0 and "4096" are not integers in a shapes file.
+    ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+    if not ok or value % align:
+        what = f"a positive multiple of {align}" if align > 1 else "a positive integer"
+        why = " (BF16 rows of 16 bytes, for TMA)" if align > 1 else ""
+        raise _shape_error(where, index, f"{key} must be {what}{why}, got {value!r}")
+
+
+def validate_shapes(shapes: Any, where: str) -> list[dict[str, Any]]:
+    """The shapes as warmup_specs takes them; WarmupError naming the entry and the key."""
+    if not isinstance(shapes, list) or not shapes:
+        raise WarmupError(f"{where}: expected a non-empty JSON list of shapes")
+    for i, shape in enumerate(shapes):
+        if not isinstance(shape, dict):
+            raise _shape_error(
+                where, i, f'expected an object like {{"n": 4096, "k": 7168}}, got {shape!r}'
+            )
+        unknown = sorted(set(shape) - set(SHAPE_KEYS))
+        if unknown:
+            raise _shape_error(
+                where,
+                i,
+                f"unknown key {', '.join(map(repr, unknown))} (allowed: {', '.join(SHAPE_KEYS)})",
+            )
+        for key in ("n", "k"):
+            if key not in shape:
+                raise _shape_error(where, i, f"missing {key!r}")
+            _check_int(shape, key, where, i, SHAPE_ALIGN)
+        for key in ("num_groups", "top_k"):
+            if key in shape:
+                _check_int(shape, key, where, i, 1)
+        for key in ("op", "model"):
+            if key in shape and not isinstance(shape[key], str):
+                raise _shape_error(where, i, f"{key} must be a string, got {shape[key]!r}")
+    return shapes
+
+
+def load_shapes_file(path: str) -> list[dict[str, Any]]:
+    try:
+        shapes = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise WarmupError(f"cannot read shapes file {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise WarmupError(f"{path} is not valid JSON: {exc}") from None
+    return validate_shapes(shapes, path)
+
+
+@dataclass
+class Workload:
+    """What to warm up: a label for the report and the shapes grouped by top_k."""
+
+    label: str
+    by_top_k: dict[int, list[dict[str, Any]]]
+
+    @property
+    def shapes(self) -> list[dict[str, Any]]:
+        return [s for group in self.by_top_k.values() for s in group]
+
+
+def collect_workload(args: argparse.Namespace) -> Workload:
+    try:
+        if args.model:
+            key = presets.resolve_model(args.model)
+            top_k = args.top_k or presets.model_top_k(key)
+            return Workload(f"model {key}", {top_k: presets.model_shapes(key)})
+        if args.suite:
+            by_top_k: dict[int, list[dict[str, Any]]] = {}
+            seen: set[tuple[Any, ...]] = set()
+            for s in presets.suite_shapes(args.suite):
+                # A suite lists a shape once per layout; the enumeration covers every layout.
+                shape = {k: s[k] for k in SHAPE_KEYS if k in s}
+                ident = tuple(sorted(shape.items()))
+                if ident not in seen:
+                    seen.add(ident)
+                    top_k = args.top_k or presets.model_top_k(s["model"])
+                    by_top_k.setdefault(top_k, []).append(shape)
+            return Workload(f"suite {args.suite}", by_top_k)
+    except ValueError as exc:
+        raise WarmupError(str(exc)) from None
+    by_top_k = {}
+    for shape in load_shapes_file(args.shapes):
+        top_k = shape.pop("top_k", None) or args.top_k or 1
+        by_top_k.setdefault(top_k, []).append(shape)
+    return Workload(f"shapes file {args.shapes}", by_top_k)
+
+
+def specs_function() -> tuple[SpecsFn, bool]:
+    """`$MOEGEMM_WARMUP_SPECS_FN` (tests) if set, else moegemm.warmup.warmup_specs; and
+    whether the hook replaced it (then the GPU check, which runs moegemm's kernels, is moot)."""
+    hook = os.environ.get(SPECS_FN_ENV)
+    if hook:
+        module_name, _, attr = hook.partition(":")
+        if not attr:
+            raise WarmupError(f"{SPECS_FN_ENV} must be module:function, got {hook!r}")
+        return getattr(importlib.import_module(module_name), attr), True
+    from .specs import warmup_specs
+
+    return warmup_specs, False
+
+
+@dataclass(frozen=True)
+class GpuProbe:
+    num_sms: int | None  # None: no SM90 GPU here
+    why_not: str = ""
+
+
+def probe_gpu() -> GpuProbe:
+    """Whether an SM90 GPU is visible (imports torch; asked only when its answer is used)."""
+    try:
+        import torch
+    except ImportError:
+        return GpuProbe(None, "torch is not installed")
+    if not torch.cuda.is_available():
+        build = "a CPU build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}"
+        return GpuProbe(None, f"no CUDA GPU visible (torch {torch.__version__}, {build})")
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    if (props.major, props.minor) != (9, 0):
+        return GpuProbe(None, f"{props.name} is sm_{props.major}{props.minor}, not SM90")
+    return GpuProbe(props.multi_processor_count)
+
+
+def create_cache_dir(root: Path) -> None:
+    """Fails early (before the enumeration) on a cache that cannot exist."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise WarmupError(f"cannot create the cache dir {root}: {exc.strerror or exc}") from None
+    if not root.is_dir():
+        raise WarmupError(f"the cache dir {root} is not a directory")
+
+
+def check_writable(root: Path) -> None:
+    """Only asked when something is missing: a shipped read-only cache that holds every kernel
+    passes (that is how it is verified)."""
+    probe = root / f".write-test.{os.getpid()}"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        probe.unlink()
+    except OSError as exc:
+        raise WarmupError(
+            f"the cache dir {root} is not writable ({exc.strerror or exc}): "
+            "point --cache-dir at a writable folder"
+        ) from None
+
+
+def _token_range(args: argparse.Namespace) -> tuple[Sequence[int], str]:
+    if args.tokens:
+        return args.tokens, "tokens " + ",".join(map(str, args.tokens))
+    return range(1, args.max_tokens + 1), f"tokens 1..{args.max_tokens}"
+
+
+def _other_compiler_note(cached: Sequence[KernelSpec]) -> str | None:
+    """A line when cached kernels were built by another nvcc version than the one here (they
+    are used as they are: the compiler is not part of the key; see jit/cache.py)."""
+    try:
+        here = compiler.compiler_identity()["version"]
+    except FileNotFoundError:
+        return None
+    others: dict[str, int] = {}
+    for spec in cached:
+        version = ((cache.read_manifest(spec) or {}).get("compiler") or {}).get("version")
+        if version and version != here:
+            others[version] = others.get(version, 0) + 1
+    if not others:
+        return None
+    which = "; ".join(f"{n} by {v}" for v, n in others.items())
+    return (
+        f"note: cached kernels built by another nvcc ({which}; this one: {here}) are used as "
+        f"they are; delete {cache.cache_root() / 'kernels'} to rebuild them"
+    )
+
+
+def run_warmup(args: argparse.Namespace) -> int:
+    start = time.perf_counter()
+    if args.arch != "sm_90a":
+        raise WarmupError(
+            f"no {args.arch} kernels exist yet: moegemm builds sm_90a only (--arch sm_90a)"
+        )
+    if args.cache_dir:
+        os.environ["MOEGEMM_CACHE_DIR"] = str(Path(args.cache_dir).expanduser().resolve())
+    workload = collect_workload(args)
+    root = cache.cache_root()
+    if not args.dry_run:
+        create_cache_dir(root)
+    specs_fn, hooked = specs_function()
+    token_counts, token_label = _token_range(args)
+    gpu: GpuProbe | None = None
+    num_sms = args.num_sms
+    sms_label = f"{num_sms} SMs"
+    if num_sms is None:
+        gpu = probe_gpu()
+        num_sms = gpu.num_sms or DEFAULT_NUM_SMS
+        sms_label = f"{num_sms} SMs" + (
+            " of this GPU" if gpu.num_sms else " (H100/H200 SXM; --num-sms for another GPU)"
+        )
+    top_ks = "/".join(map(str, workload.by_top_k))
+    count = len(workload.shapes)
+    print(
+        f"moegemm warmup: {workload.label} ({count} shape{'s' if count > 1 else ''}, top_k "
+        f"{top_ks}), {args.arch} with {sms_label}, {token_label}",
+        flush=True,
+    )
+    routed_top_1 = [s for s in workload.by_top_k.get(1, []) if s.get("num_groups", 1) > 1]
+    if routed_top_1 and not (args.model or args.suite or args.top_k):
+        print(
+            f"note: {len(routed_top_1)} grouped shape(s) without top_k are built for one routed "
+            "row per token; give --top-k or a top_k field for the model's experts per token"
+        )
+    specs: dict[KernelSpec, None] = {}
+    try:
+        for top_k, shapes in workload.by_top_k.items():
+            for spec in specs_fn(shapes, token_counts, top_k, args.arch, num_sms):
+                specs[spec] = None
+    except ValueError as exc:  # warmup_specs's own argument checks
+        raise WarmupError(str(exc)) from None
+    if not specs:
+        raise WarmupError(f"no kernels to build for {workload.label} on {args.arch}")
+    missing = [s for s in specs if cache.lookup(s) is None]
+    cached = [s for s in specs if s not in set(missing)]
+    print(
+        f"{len(specs)} kernels into {root / 'kernels'}: {len(missing)} to compile, "
+        f"{len(cached)} already cached",
+        flush=True,
+    )
+    if args.dry_run:
+        for spec in missing:
+            print(f"would compile {spec.name} ({spec.arch})")
+        print(
+            f"warmup (dry run): {len(specs)} kernels, would compile {len(missing)}, "
+            f"already cached {len(cached)}, {time.perf_counter() - start:.1f} s"
+        )
+        return 0
+    report = BuildReport()
+    if missing:
+        check_writable(root)
+        try:
+            compiler.find_nvcc()
+        except FileNotFoundError as exc:
+            plural = "s" if len(missing) > 1 else ""
+            raise WarmupError(
+                f"cannot compile {len(missing)} missing kernel{plural}: {exc}"
+            ) from None
+        report = run_ninja(missing, args.jobs or os.cpu_count() or 1)
+    note = _other_compiler_note(cached)
+    if note:
+        print(note)
+    print(
+        f"warmup: {len(specs)} kernels, compiled {report.compiled}, built elsewhere "
+        f"{report.built_elsewhere}, already cached {len(cached)}, failed {report.failed}, "
+        f"{time.perf_counter() - start:.1f} s",
+        flush=True,
+    )
+    if report.failed:
+        return 1
+    return _check(args, workload, hooked, gpu, num_sms)
+
+
+def _check(
+    args: argparse.Namespace,
+    workload: Workload,
+    hooked: bool,
+    gpu: GpuProbe | None,
+    num_sms: int,
+) -> int:
+    if args.no_check:
+        print("check: skipped (--no-check)")
+        return 0
+    if hooked:
+        print(f"check: skipped ({SPECS_FN_ENV} replaced moegemm's kernels)")
+        return 0
+    gpu = gpu or probe_gpu()
+    if gpu.num_sms is None:
+        print(f"check: skipped, {gpu.why_not}; the kernels are built and cached")
+        return 0
+    if gpu.num_sms != num_sms:
+        print(f"check: skipped, built for {num_sms} SMs and this GPU has {gpu.num_sms}")
+        return 0
+    from .check import run_check
+
+    print("check: the warmed grouped kernels against FP32, timed against torch", flush=True)
+    ok = True
+    for top_k, shapes in workload.by_top_k.items():
+        if args.tokens:
+            ok &= run_check(shapes, top_k, max(args.tokens), token_counts=args.tokens)
+        else:
+            ok &= run_check(shapes, top_k, args.max_tokens)
+    return 0 if ok else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.warmup:
+        parser.print_help()
+        return 2
+    if not (args.model or args.shapes or args.suite):
+        parser.error("--warmup needs --model, --shapes or --suite")
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        return run_warmup(args)
+    except WarmupError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        # run_ninja has stopped its builds; what finished is published and stays cached.
+        print(f"{PROG}: interrupted; kernels built so far stay cached", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    # As for Ctrl-C, leave through an exception so run_ninja stops its builds first.
+    raise SystemExit(128 + signum)
