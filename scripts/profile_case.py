@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from heuristic_quality import QCase, all_qcases, desc_for, sm90_arch
 
-from moegemm.heuristics import GemmConfig, sm90
+from moegemm.heuristics import GemmConfig, enumerate_configs, is_legal
 
 
 def find_case(case_id: str) -> QCase:
@@ -37,11 +37,7 @@ def configs_by_name(q: QCase) -> dict[str, GemmConfig]:
     """The case's legal configs (what the heuristics choose among) by short name."""
     desc = desc_for(q)
     arch = sm90_arch()
-    return {
-        c.short_name(): c
-        for c in sm90.enumerate_configs(desc, arch)
-        if sm90.is_legal(c, desc, arch)
-    }
+    return {c.short_name(): c for c in enumerate_configs(desc, arch) if is_legal(c, desc, arch)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -155,14 +155,14 @@ def test_quality_sample_holds_both_decode_kernels() -> None:
     config (a 6-config run once scored a pick 100% that every config put at 88.7%)."""
     from heuristic_quality import all_qcases, choose_candidates, desc_for, sm90_arch
 
-    from moegemm.heuristics import sm90
+    from moegemm.heuristics.sm90_bf16 import swap_ab_possible
 
     arch = sm90_arch()
     decode = [q for q in all_qcases() if q.layout in ("offs", "masked")]
     checked = 0
     for q in decode:
         desc = desc_for(q)
-        if not sm90.swap_ab_possible(desc):
+        if not swap_ab_possible(desc):
             continue
         chosen, pick = choose_candidates(desc, arch, 6)
         assert chosen[0] == pick and len(chosen) == 6 and len(set(chosen)) == 6

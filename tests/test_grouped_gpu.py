@@ -202,8 +202,7 @@ def skewed_sizes(num_groups: int, seed: int) -> list[int]:
 @pytest.mark.parametrize("tile", [None, (128, 256), (64, 128)])
 @pytest.mark.parametrize("num_groups", [1, 48, 128, 130])
 def test_k_grouped_tile_order_covers_every_tile_once(num_groups: int, tile) -> None:
-    from moegemm.heuristics import SM90, GemmDesc
-    from moegemm.heuristics.sm90 import enumerate_configs
+    from moegemm.heuristics import SM90, GemmDesc, enumerate_configs
 
     sizes = skewed_sizes(num_groups, seed=num_groups)
     m, n = 384, 256
@@ -361,8 +360,7 @@ def test_argument_errors() -> None:
 
 def epilogue_pairs(desc, block_ms=(64, 128, 256)):
     """(register-store config, TMA-store config) of the same tile, for each block_m."""
-    from moegemm.heuristics import SM90
-    from moegemm.heuristics.sm90 import enumerate_configs
+    from moegemm.heuristics import SM90, enumerate_configs
 
     by_tile: dict[tuple[int, int], dict[bool, object]] = {}
     for config in enumerate_configs(desc, SM90):
@@ -412,8 +410,7 @@ def test_walk_stripes_match_whole_group_walk() -> None:
     are long) writes the same bits as the whole-group walk, only inside each group: groups of 0,
     1 and thousands of rows (5 to 24 m-blocks: stripes of 4 to 8), several tiles per CTA,
     packed offsets and masked, one CTA per tile and a 2-CTA cluster sharing B."""
-    from moegemm.heuristics import SM90, GemmDesc
-    from moegemm.heuristics.sm90 import enumerate_configs
+    from moegemm.heuristics import SM90, GemmDesc, enumerate_configs, is_legal
 
     sizes = [0, 3000, 1, 1500, 2100, 640, 1030]
     num_groups, n, k = len(sizes), 2880, 4096
@@ -430,7 +427,9 @@ def test_walk_stripes_match_whole_group_walk() -> None:
     # Both walks forced, on one CTA per tile and on a 2x1 cluster (whose walk counts cluster
     # m-blocks: stripes of 8 cover 16 CTA m-blocks).
     for pick in (single, with_cluster(single, 2, 1)):
-        assert_offs_twins_agree(a, b, sizes, with_walk(pick, 0), with_walk(pick, 8))
+        whole, striped = with_walk(pick, 0), with_walk(pick, 8)
+        assert is_legal(whole, desc, SM90) and is_legal(striped, desc, SM90), pick.short_name()
+        assert_offs_twins_agree(a, b, sizes, whole, striped)
 
     masked, max_m = [2048, 0, 1500, 100], 2048
     ma, mb = bf16(len(masked), max_m, k), bf16(len(masked), n, k, scale=0.02)
@@ -485,8 +484,7 @@ def test_register_stores_stay_inside_rows_and_columns(block_m: int, block_n: int
     """Register stores (16 bytes per lane over groups of four 8-column slices, pairs for the
     rest of a tile's width) into a D whose rows are longer than N: the valid rows of each group
     are right and nothing else is written, neither padding columns nor rows past masked_m."""
-    from moegemm.heuristics import SM90, GemmDesc
-    from moegemm.heuristics.sm90 import enumerate_configs
+    from moegemm.heuristics import SM90, GemmDesc, enumerate_configs
 
     num_groups, max_m, n, k, pad = 4, 200, 1000, 768, 24  # 1000 = 3 * 256 + 232: N tails
     masked = [200, 37, 0, 129]
@@ -514,8 +512,7 @@ def test_register_stores_stay_inside_rows_and_columns(block_m: int, block_n: int
 @pytest.mark.parametrize("m", [200, 256])  # 200: the second warpgroup's rows run past M
 @pytest.mark.parametrize("with_c", [False, True])
 def test_k_grouped_tma_store_matches_register_stores(m: int, with_c: bool) -> None:
-    from moegemm.heuristics import SM90, GemmDesc
-    from moegemm.heuristics.sm90 import enumerate_configs
+    from moegemm.heuristics import SM90, GemmDesc, enumerate_configs
 
     sizes, n = [300, 0, 129, 64], 320  # 320 = 256 + 64: an N tail for 256-wide tiles
     total = sum(sizes)
@@ -577,8 +574,7 @@ CLUSTER_SHAPES = {
 def cluster_twins(desc):
     """(single-CTA config, 2-CTA cluster config) pairs of the same tile and epilogue, for both
     cluster shapes (2x1 shares B, 1x2 shares A) where the layout has them."""
-    from moegemm.heuristics import SM90
-    from moegemm.heuristics.sm90 import enumerate_configs
+    from moegemm.heuristics import SM90, enumerate_configs, is_legal
 
     by_key: dict = {}
     for config in enumerate_configs(desc, SM90):
@@ -601,6 +597,8 @@ def cluster_twins(desc):
         if key in by_key
         for shape in CLUSTER_SHAPES[desc.kind]
     ]
+    for _, clustered in pairs:  # what config= accepts, though never enumerated
+        assert is_legal(clustered, desc, SM90), clustered.short_name()
     assert len(pairs) >= 2 * len(CLUSTER_SHAPES[desc.kind]), [p[1].short_name() for p in pairs]
     return pairs
 
@@ -718,8 +716,7 @@ def test_cluster_multicast_matches_single_cta(pdl: bool) -> None:
 def test_k_grouped_in_place_reduce_add_matches_separate_c(m: int) -> None:
     """C = D in place goes out as TMA reduce-adds (C never read); the result must equal, bit for
     bit, a separate C (read and added in registers) and the register-store epilogue."""
-    from moegemm.heuristics import SM90, GemmDesc
-    from moegemm.heuristics.sm90 import enumerate_configs
+    from moegemm.heuristics import SM90, GemmDesc, enumerate_configs
 
     sizes, n = [300, 0, 129, 64, 1000], 320
     total = sum(sizes)

@@ -8,8 +8,7 @@ import pytest
 import torch
 
 import moegemm
-from moegemm.heuristics import SM90, GemmDesc
-from moegemm.heuristics.sm90 import enumerate_configs
+from moegemm.heuristics import SM90, GemmDesc, enumerate_configs
 from moegemm.testing import calc_diff
 
 pytestmark = pytest.mark.gpu
