@@ -1,139 +1,185 @@
 #!/usr/bin/env bash
-# Build, test and benchmark moegemm on an H200 that has no package registry.
+# Build, test and measure moegemm on an H200 that has no package registry, in stages that fit
+# the device tool's limits (10 minutes a command, 30 minutes of device time a session).
 #
-#   scripts/gpu_run.sh LOG_DIR [pytest args...]     (default args: tests)
-#   MOEGEMM_GPU_TESTS=0 skips the tests; MOEGEMM_GPU_BENCH picks benchmark stages (below; "none"
-#   for none).
+#   scripts/gpu_run.sh LOG_DIR STAGES [-- PYTEST_ARGS...]
 #
-# Needs the nvidia-cutlass wheel carried in .whl/ (pip download --no-deps nvidia-cutlass==4.2.0.0
-# -d .whl). Builds _C with the system gcc/g++ (a g++ from elsewhere was seen to crash inside
-# libstdc++ when loaded into that Python), runs every test (GPU ones included), then the
-# benchmark. Logs and JSON go to LOG_DIR; a short table is printed last.
+# STAGES, comma-separated, run in this order whatever order they are given in:
+#   tests      the GPU test suite (default args: -m gpu tests; ~6-7 min)
+#   ab         benchmarks/build_twins.py: every benchmark case, this tree against the baseline
+#              (.baseline/, see below) built beside it, interleaved; geomean new/old per layout
+#              (~3-4 min with both builds' kernels compiled cold)
+#   host       benchmarks/host_path_profile.py: per-call host time of every public function
+#              against torch.mm (~1 min)
+#   warmup     `python -m moegemm.jit --warmup --model $GPU_RUN_WARMUP_MODEL` into a fresh cache,
+#              with the CLI's GPU check (default model qwen3-30b-a3b; ~1 min)
+#   bench      benchmarks/bench_bf16.py, the grouped family against its peers (~2 min)
+#   dense      benchmarks/bench_bf16_gemm.py, dense against cuBLAS (~1 min)
+#   quality    benchmarks/heuristic_quality.py --all (~2 min)
+#   resources  scripts/resource_report.py against .baseline/ (no GPU needed; 16 cores here)
+#   ncu        Nsight Compute on $GPU_RUN_NCU_CASE through scripts/profile_case.py
+# `all` is tests,ab,host,warmup (more than one command's 10 minutes: split it across calls).
+#
+# Before the call, on the machine that calls the tool (the device copies the working tree and the
+# ignored paths named in `carry`, nothing else):
+#   mkdir -p .git/info && grep -qsx '/.baseline/' .git/info/exclude || echo /.baseline/ >> .git/info/exclude
+#   rm -rf .baseline && mkdir .baseline && git archive 3f8aa66 python csrc include CMakeLists.txt \
+#     | tar -x -C .baseline && echo 3f8aa66 > .baseline/REVISION       # the baseline (~0.5 MB)
+#   python3 -m pip download --no-deps nvidia-cutlass==4.2.0.0 -d .whl   # CUTLASS headers
+# and name both in carry: ["`.whl`", "`.baseline`"]. TREE_COMMIT=<hash> names the tree in the
+# reports (the device copy has no .git). /work/notes/gpu_plan.md has the calls, in order.
+#
+# Builds _C with the system gcc/g++ (a g++ from elsewhere was seen to crash inside libstdc++ when
+# loaded into that Python). Every stage is bounded so that the script ends, summary printed,
+# before GPU_RUN_DEADLINE_S (default 570 s) from its start. Logs go to LOG_DIR: the JSON files
+# and summary.txt as they are, every log packed into logs.tar.gz at the end (the tool brings back
+# at most 8 files). Knobs are GPU_RUN_* variables: a MOEGEMM_* one would reach the packages.
 set -uo pipefail
-log_dir=${1:?usage: scripts/gpu_run.sh LOG_DIR [pytest args...]}
-shift
+log_dir=${1:?usage: scripts/gpu_run.sh LOG_DIR STAGES [-- PYTEST_ARGS...]}
+stages_arg=${2:?usage: scripts/gpu_run.sh LOG_DIR STAGES [-- PYTEST_ARGS...]}
+shift 2
+[ "${1:-}" = "--" ] && shift
+pytest_args=("$@")
+[ ${#pytest_args[@]} -gt 0 ] || pytest_args=(-m gpu tests)
+
+known=(tests ab host warmup bench dense quality resources ncu)
+stages=",${stages_arg//all/tests,ab,host,warmup},"
+for s in ${stages_arg//,/ }; do
+  [[ $s == all || " ${known[*]} " == *" $s "* ]] || { echo "unknown stage '$s' (known: ${known[*]} all)"; exit 2; }
+done
+
 mkdir -p "$log_dir"
-cd "$(dirname "$0")/.."
-export PYTHONUNBUFFERED=1
+log_dir=$(cd "$log_dir" && pwd)
+cd "$(dirname "$0")/.." || exit 1
+export PYTHONUNBUFFERED=1 CC=/usr/bin/gcc CXX=/usr/bin/g++
+start_s=$SECONDS
+deadline_s=${GPU_RUN_DEADLINE_S:-570}
+commit=${TREE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+summary=()
+
+# Seconds a stage may take: its own limit, but never past the deadline (15 s kept for the end).
+budget() {
+  local left=$((deadline_s - (SECONDS - start_s) - 15))
+  ((left < $1)) && echo $((left > 0 ? left : 1)) || echo "$1"
+}
+# run_stage NAME LIMIT_S LOG CMD...: runs CMD under its budget, output to LOG_DIR/LOG and the
+# console; records rc and seconds for the summary.
+run_stage() {
+  local name=$1 limit log=$log_dir/$3 t0=$SECONDS rc
+  limit=$(budget "$2")
+  shift 3
+  echo "== $name (limit ${limit} s): $*"
+  timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  ((rc == 124 || rc == 137)) && echo "!! $name stopped at its limit (${limit} s)" | tee -a "$log"
+  summary+=("$(printf '%-10s rc %-3s %5d s' "$name" "$rc" $((SECONDS - t0)))")
+  return 0
+}
 
 site=/tmp/moegemm_site
 rm -rf "$site" && mkdir -p "$site"
-wheel=$(ls .whl/nvidia_cutlass-*.whl 2>/dev/null | head -1)
-[ -n "$wheel" ] || { echo "no nvidia-cutlass wheel in .whl/"; exit 1; }
-python3 -m zipfile -e "$wheel" "$site"  # no unzip on that machine
+wheels=(.whl/nvidia_cutlass-*.whl)
+wheel=${wheels[0]}
+[ -f "$wheel" ] || { echo "no nvidia-cutlass wheel in .whl/ (carry .whl)"; exit 1; }
+python3 -m zipfile -e "$wheel" "$site" # no unzip on that machine
 export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 export MOEGEMM_CUTLASS_INCLUDE="$site/cutlass_library/source/include"
 export MOEGEMM_CACHE_DIR=${MOEGEMM_CACHE_DIR:-/tmp/moegemm_cache}
 
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$log_dir/gpu.txt"
-echo "== build"
-CC=/usr/bin/gcc CXX=/usr/bin/g++ python3 -m pip install --no-build-isolation --no-deps -e . \
-  >"$log_dir/build.log" 2>&1 || { tail -40 "$log_dir/build.log"; exit 1; }
-
-test_rc=0
-if [ "${MOEGEMM_GPU_TESTS:-1}" != 0 ]; then
-  echo "== tests"
-  python3 -m pytest -q -rs "${@:-tests}" 2>&1 | tee "$log_dir/pytest.log" | tail -25
-  test_rc=${PIPESTATUS[0]}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw --format=csv \
+  | tee "$log_dir/gpu.txt"
+echo "tree $commit, stages $stages_arg" | tee -a "$log_dir/gpu.txt"
+t0=$SECONDS
+if [ "${GPU_RUN_BUILD:-1}" != 0 ]; then # 0: the package is built already (a warm machine)
+  echo "== build"
+  if ! python3 -m pip install --no-build-isolation --no-deps -e . >"$log_dir/build.log" 2>&1; then
+    tail -40 "$log_dir/build.log"
+    exit 1
+  fi
+  summary+=("$(printf '%-10s rc %-3s %5d s' build 0 $((SECONDS - t0)))")
 fi
 
-# Which benchmark stages run: any of warmup, dense, host, grouped, quality, breakdown, clusters,
-# ncu, split, ceiling (comma-separated; host, breakdown, clusters, ncu, split and ceiling are
-# opt-in; dense includes host).
-stages=",${MOEGEMM_GPU_BENCH:-warmup,dense,grouped,quality},"
-bench_rc=0
-
-if [[ $stages == *,warmup,* ]]; then
-  echo "== warmup (fresh cache, 16 cores) + the CLI's GPU check"
-  warm_cache=$(mktemp -d)
-  python3 -m moegemm.jit --warmup --model deepseek-v3 --cache-dir "$warm_cache" 2>&1 \
-    | tee "$log_dir/warmup.log" | grep -vE '^\[[0-9]+/[0-9]+\]' | tail -14
-  rm -rf "$warm_cache"
+if [[ $stages == *,tests,* ]]; then
+  run_stage tests "${GPU_RUN_TESTS_TIMEOUT:-480}" pytest.log \
+    python3 -m pytest -q -rs --durations=15 "${pytest_args[@]}"
 fi
-if [[ $stages == *,dense,* ]]; then
-  echo "== dense benchmark and host path"
-  python3 benchmarks/bench_bf16_gemm.py --json "$log_dir/bench_bf16_gemm.json" 2>&1 \
-    | tee "$log_dir/bench.log" || bench_rc=1
-  python3 benchmarks/host_path_profile.py 2>&1 | tee "$log_dir/host_path.log"
+if [[ $stages == *,ab,* ]]; then
+  if [ ! -d .baseline ] && [ ! -d .git ]; then
+    echo "!! ab: no .baseline/ (make it from git archive and carry it: see the header)"
+    summary+=("$(printf '%-10s rc %-3s %5d s' ab missing 0)")
+  else
+    # GPU_RUN_AB_ARGS: extra arguments (e.g. "--quick", "--cases anchor", "--rounds 6").
+    # shellcheck disable=SC2086
+    run_stage ab "${GPU_RUN_AB_TIMEOUT:-420}" build_twins.log \
+      python3 benchmarks/build_twins.py --json "$log_dir/build_twins.json" \
+      --new-label "$commit" ${GPU_RUN_AB_ARGS:-}
+  fi
 fi
 if [[ $stages == *,host,* ]]; then
-  echo "== host path (dense and grouped functions vs torch)"
-  python3 benchmarks/host_path_profile.py 2>&1 | tee "$log_dir/host_path.log" | tail -25
+  host_args=()
+  python3 benchmarks/host_path_profile.py --help 2>/dev/null | grep -q -- --json \
+    && host_args=(--json "$log_dir/host_path.json")
+  run_stage host "${GPU_RUN_HOST_TIMEOUT:-180}" host_path.log \
+    python3 benchmarks/host_path_profile.py "${host_args[@]}"
 fi
-if [[ $stages == *,grouped,* ]]; then
-  echo "== grouped benchmark"
-  # MOEGEMM_GROUPED_ARGS: extra arguments (e.g. "--order reverse").
+if [[ $stages == *,warmup,* ]]; then
+  warm_cache=$(mktemp -d)
+  run_stage warmup "${GPU_RUN_WARMUP_TIMEOUT:-240}" warmup.log \
+    python3 -m moegemm.jit --warmup --model "${GPU_RUN_WARMUP_MODEL:-qwen3-30b-a3b}" \
+    --cache-dir "$warm_cache"
+  rm -rf "$warm_cache"
+fi
+if [[ $stages == *,bench,* ]]; then
   # shellcheck disable=SC2086
-  timeout "${MOEGEMM_GROUPED_TIMEOUT:-300}" python3 benchmarks/bench_bf16.py \
-    ${MOEGEMM_GROUPED_ARGS:-} --json "$log_dir/bench_bf16.json" 2>&1 \
-    | tee "$log_dir/bench_bf16.log" | tail -70 || bench_rc=1
+  run_stage bench "${GPU_RUN_BENCH_TIMEOUT:-300}" bench_bf16.log \
+    python3 benchmarks/bench_bf16.py --json "$log_dir/bench_bf16.json" ${GPU_RUN_BENCH_ARGS:-}
+fi
+if [[ $stages == *,dense,* ]]; then
+  run_stage dense "${GPU_RUN_DENSE_TIMEOUT:-180}" bench_bf16_gemm.log \
+    python3 benchmarks/bench_bf16_gemm.py --json "$log_dir/bench_bf16_gemm.json"
 fi
 if [[ $stages == *,quality,* ]]; then
-  # Every case of the suites by default (112 cases, ~90 s on the H200): the target is per case.
-  # MOEGEMM_QUALITY_ARGS= (set, empty) runs the harness's own 14-case default instead.
-  echo "== heuristic quality"
-  timeout "${MOEGEMM_QUALITY_TIMEOUT:-240}" python3 benchmarks/heuristic_quality.py \
-    ${MOEGEMM_QUALITY_ARGS---all --max-configs 6} --json "$log_dir/heuristic_quality.json" 2>&1 \
-    | tee "$log_dir/heuristic_quality.log" | tail -30 || bench_rc=1
+  # shellcheck disable=SC2086
+  run_stage quality "${GPU_RUN_QUALITY_TIMEOUT:-240}" heuristic_quality.log \
+    python3 benchmarks/heuristic_quality.py ${GPU_RUN_QUALITY_ARGS---all --max-configs 6} \
+    --json "$log_dir/heuristic_quality.json"
 fi
-
-if [[ $stages == *,clusters,* ]]; then
-  echo "== clusters: co-resident CTAs per cluster config, then cluster twins of the prefill picks"
-  python3 scripts/cluster_fit.py 2>&1 | tee "$log_dir/cluster_fit.log" || bench_rc=1
-  MOEGEMM_EXPERIMENTAL_CLUSTERS=1 timeout 200 python3 benchmarks/heuristic_quality.py \
-    --cluster-twins --max-configs 4 --cases 'prefill/.*/offs|masked/6/' \
-    --json "$log_dir/cluster_twins.json" 2>&1 | tee "$log_dir/cluster_twins.log" | tail -14 \
-    || bench_rc=1
+if [[ $stages == *,resources,* ]]; then
+  run_stage resources "${GPU_RUN_RESOURCES_TIMEOUT:-300}" resources.log \
+    python3 scripts/resource_report.py --baseline .baseline --out "$log_dir/resource_report.txt" \
+    --jobs "$(nproc)"
 fi
 if [[ $stages == *,ncu,* ]]; then
-  # Nsight Compute on one case, one launch per config (after its check and a warm-up launch).
-  ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-  # MOEGEMM_NCU_VARIANT: a stage variant to profile instead (3: loads only); the shared-memory
-  # tables show whether the port is the limit of the full kernel and of its loads alone.
-  ncu_case=${MOEGEMM_NCU_CASE:-decode/13/offs}
-  ncu_variant=${MOEGEMM_NCU_VARIANT:-0}
-  echo "== ncu ($ncu_bin) on $ncu_case, stage variant $ncu_variant"
-  for cfg in ${MOEGEMM_NCU_CONFIGS:-m64n256k64s4w1c1x1e64 m128n256k64s3w2c1x1e64}; do
-    timeout 300 "$ncu_bin" --clock-control none -k regex:sm90_bf16 --launch-skip 2 \
-      --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
-      --section MemoryWorkloadAnalysis_Tables --section ComputeWorkloadAnalysis \
-      --section WarpStateStats --section SchedulerStats --section LaunchStats \
-      python3 scripts/profile_case.py "$ncu_case" "$cfg" --stage-variant "$ncu_variant" \
-      >"$log_dir/ncu_${cfg}_v$ncu_variant.txt" 2>&1 || bench_rc=1
-    echo "-- $cfg"
-    grep -E "Duration|DRAM Throughput|L2 Hit Rate|L1/TEX Hit|Memory Throughput|Registers Per|Stall|Issued Warp|Shared" \
-      "$log_dir/ncu_${cfg}_v$ncu_variant.txt" | head -30
-  done
-fi
-if [[ $stages == *,split,* ]]; then
-  # Split tails (experimental) against the default build of the same config, interleaved in one
-  # process: the gpt-oss mid-size shape (ragged and equal rows) and a dsv3 L1 prefill shape.
-  echo "== split tails: twins of the default build"
-  for spec in "--rows 256 --ragged 0.3 --configs m128n240k64s3w2c1x1e16 m128n256k64s3w2c1x1e64" \
-              "--rows 192 --configs m128n240k64s3w2c1x1e16" \
-              "--groups 32 --n 4096 --k 7168 --rows 1024 --ragged 0.3 --configs m128n256k64s3w2c1x1e64"; do
-    # shellcheck disable=SC2086
-    timeout 200 python3 scripts/tail_cost.py $spec --twins 2>&1 | tee -a "$log_dir/split_twins.log" \
-      || bench_rc=1
-  done
-fi
-if [[ $stages == *,ceiling,* ]]; then
-  # Read-only streams against the copy ceiling, then sustained cuBLAS with the clock, power and
-  # clock-event (throttle) reasons sampled every 100 ms.
-  echo "== read ceiling and clock-event reasons"
-  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active,clocks_event_reasons.sw_power_cap,clocks_event_reasons.hw_slowdown,clocks_event_reasons.sw_thermal_slowdown,clocks_event_reasons.hw_thermal_slowdown \
-    --format=csv -lms 100 >"$log_dir/smi_samples.csv" 2>&1 &
-  smi_pid=$!
-  python3 scripts/read_ceiling.py --sustain-s "${MOEGEMM_SUSTAIN_S:-4}" 2>&1 \
-    | tee "$log_dir/read_ceiling.log" || bench_rc=1
-  kill "$smi_pid" 2>/dev/null
-  tail -3 "$log_dir/smi_samples.csv"
-fi
-if [[ $stages == *,breakdown,* ]]; then
-  echo "== stage breakdown (variants that leave the wgmma or the stores out)"
-  python3 benchmarks/stage_breakdown.py 2>&1 | tee "$log_dir/stage_breakdown.log" || bench_rc=1
+  ncu_found=(/opt/nvidia/nsight-compute/*/ncu)
+  ncu_bin=$(command -v ncu || echo "${ncu_found[0]}")
+  # shellcheck disable=SC2086
+  run_stage ncu "${GPU_RUN_NCU_TIMEOUT:-300}" ncu.log \
+    "$ncu_bin" --clock-control none -k regex:sm90_bf16 --launch-skip 2 --launch-count 1 \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+    --section LaunchStats python3 scripts/profile_case.py "${GPU_RUN_NCU_CASE:-decode/13/offs}" \
+    ${GPU_RUN_NCU_CONFIGS:-}
 fi
 
-echo "== summary"
-[ -f "$log_dir/pytest.log" ] && grep -E "passed|failed|error" "$log_dir/pytest.log" | tail -1
-exit $(( test_rc != 0 || bench_rc != 0 ))
+# The summary: one line per stage, then each stage's own verdict lines.
+{
+  echo "== summary: tree $commit, $(head -2 "$log_dir/gpu.txt" | tail -1)"
+  printf '%s\n' "${summary[@]}"
+  [ -f "$log_dir/pytest.log" ] && grep -E "passed|failed|error" "$log_dir/pytest.log" | tail -1
+  if [ -f "$log_dir/build_twins.log" ]; then
+    echo "-- build twins (new / old, geomean per layout):"
+    sed -n '/^layout /,$p' "$log_dir/build_twins.log"
+  fi
+  [ -f "$log_dir/host_path.log" ] && { echo "-- host path:"; tail -12 "$log_dir/host_path.log"; }
+  [ -f "$log_dir/warmup.log" ] && { echo "-- warmup:"; grep -vE '^\[[0-9]+/[0-9]+\]' "$log_dir/warmup.log" | tail -8; }
+  [ -f "$log_dir/bench_bf16.log" ] && { echo "-- bench_bf16:"; grep -A12 '^geometric means' "$log_dir/bench_bf16.log"; }
+} | tee "$log_dir/summary.txt"
+
+# At most 8 files come back: JSON and the summary as they are, every log in one archive.
+(
+  cd "$log_dir" || exit
+  logs=()
+  for f in *.log *.txt; do [ -f "$f" ] && [ "$f" != summary.txt ] && logs+=("$f"); done
+  [ ${#logs[@]} -eq 0 ] || { python3 -m tarfile -c logs.tar.gz "${logs[@]}" && rm -f "${logs[@]}"; }
+)
+failed=$(printf '%s\n' "${summary[@]}" | awk '$3 != "0"' | wc -l)
+exit $((failed > 0))
