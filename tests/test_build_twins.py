@@ -493,3 +493,31 @@ def test_run_all_makes_inputs_once_per_case_and_survives_a_failing_case(monkeypa
     assert summary["masked"]["timed"] == 0 and not summary["masked"]["pass"]
     assert summary["offs"]["geomean"] == pytest.approx(0.995) and summary["offs"]["pass"]
     assert summary["all"]["check_failed"] == 1 and summary["all"]["pick_mismatch"] == 0
+
+
+@pytest.mark.gpu
+def test_gpu_flow_with_the_current_package_as_both_sides() -> None:
+    """The real GPU path (inputs, checks, QueuedTimer) with moegemm on both sides: the same
+    picks, bitwise equal outputs, FP32-correct, and a ratio near 1."""
+    import torch
+
+    import moegemm
+
+    side = bt.Side("new", moegemm)
+    twin = bt.Side("old", moegemm)
+    num_sms = torch.cuda.get_device_properties(0).multi_processor_count
+    cases = [
+        Case("dense", 0, "dense:small", "dense", 1, 256, 512, [200]),
+        Case("prefill", 0, "contig", "contiguous", 4, 256, 512, [70, 0, 300, 129]),
+        Case("masked", 0, "masked", "masked", 3, 256, 512, [5, 64, 0], max_m=64, expected_m=23),
+        Case("k_grouped", 0, "kgrp", "k_grouped", 3, 256, 512, [128, 0, 384]),
+    ]
+    problems = [(c, p) for c in cases for p in bt.problems_for(c)]
+    rows = bt.run_all(problems, side, twin, ab_timing.QueuedTimer(budget_ms=5.0), 2, num_sms,
+                      echo=lambda line: None)  # fmt: skip
+    assert [r["layout"] for r in rows] == ["dense", "offs", "m_indices", "masked", "k_grouped"]
+    for r in rows:
+        assert r["errors"] == {}, r
+        assert r["same_pick"] and r["bitwise"]
+        assert r["calc_diff_new"] < 1e-5
+        assert 0.5 < r["ratio"] < 2.0
