@@ -32,15 +32,19 @@ TOL = 1e-5
 
 
 def run_info() -> dict[str, str]:
-    """What a result file needs to be placed in a table: GPU, torch, commit and UTC time."""
-    repo = Path(__file__).resolve().parents[1]
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(repo), "describe", "--always", "--dirty"],
-            capture_output=True, text=True, timeout=10, check=True,
-        ).stdout.strip()  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        commit = "unknown"
+    """What a result file needs to be placed in a table: GPU, torch, commit and UTC time. The
+    commit is $TREE_COMMIT where set (scripts/gpu_run.sh sets it: a copied tree may have no
+    .git), else `git describe` of this checkout."""
+    commit = os.environ.get("TREE_COMMIT", "")
+    if not commit:
+        repo = Path(__file__).resolve().parents[1]
+        try:
+            commit = subprocess.run(
+                ["git", "-C", str(repo), "describe", "--always", "--dirty"],
+                capture_output=True, text=True, timeout=10, check=True,
+            ).stdout.strip()  # fmt: skip
+        except (OSError, subprocess.SubprocessError):
+            commit = "unknown"
     return {
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "none",
         "torch": torch.__version__,

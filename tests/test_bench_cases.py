@@ -65,17 +65,21 @@ def test_precompiled_descriptions_follow_the_layouts() -> None:
         assert len(set(specs)) == len(specs), case.name
 
 
-def test_bench_parser_and_run_info() -> None:
+def test_bench_parser_and_run_info(monkeypatch) -> None:
     """--json takes the output path (nothing else is written); run_info names what a table of
-    the results needs (GPU, torch, commit, date)."""
+    the results needs (GPU, torch, commit, date), the commit from $TREE_COMMIT where set (a
+    copied tree may have no .git)."""
     import bench_bf16
     import bench_common
 
     args = bench_bf16.build_parser().parse_args(["--json", "out.json", "--quick"])
     assert args.json == "out.json" and args.quick
     assert bench_bf16.build_parser().parse_args([]).json is None
+    monkeypatch.delenv("TREE_COMMIT", raising=False)
     info = bench_common.run_info()
     assert set(info) == {"gpu", "torch", "commit", "date_utc"} and all(info.values())
+    monkeypatch.setenv("TREE_COMMIT", "abc1234")
+    assert bench_common.run_info()["commit"] == "abc1234"
 
 
 def test_case_orders() -> None:
