@@ -99,7 +99,7 @@ class TmaList {
   }
 
   void encode() const {
-    for (int i = 0; i < count_; ++i) *fields_[i] = make_tma_desc(views_[i]);
+    for (int i = 0; i < count_; ++i) encode_tma_view(views_[i], *fields_[i]);
   }
 
  private:

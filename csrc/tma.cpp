@@ -92,13 +92,13 @@ CUtensorMap encode_tma_desc(void* ptr, CUtensorMapDataType dtype, int rank, cons
   return desc;
 }
 
-}  // namespace
-
-CUtensorMap make_tma_desc(void* ptr, CUtensorMapDataType dtype, int rank, const uint64_t* dims,
-                          const uint64_t* strides_bytes, const uint32_t* box,
-                          CUtensorMapSwizzle swizzle) {
-  if (rank < 1 || rank > 5) {
-    return encode_tma_desc(ptr, dtype, rank, dims, strides_bytes, box, swizzle);  // it throws
+// The memo's entry for these arguments, encoded on a miss. The reference stays valid until the
+// next encode on this thread: callers copy it out at once.
+const CUtensorMap& memoised_tma_desc(void* ptr, CUtensorMapDataType dtype, int rank,
+                                     const uint64_t* dims, const uint64_t* strides_bytes,
+                                     const uint32_t* box, CUtensorMapSwizzle swizzle) {
+  if (rank < 1 || rank > 5) {  // before the key, which holds at most 5 dims
+    throw std::invalid_argument("moegemm: TMA rank must be 1..5, got " + std::to_string(rank));
   }
   TmaKey key;
   std::memset(&key, 0, sizeof(key));  // padding and unused dims take part in the comparison
@@ -117,7 +117,21 @@ CUtensorMap make_tma_desc(void* ptr, CUtensorMapDataType dtype, int rank, const 
   entry.key = key;
   entry.desc = desc;
   entry.valid = true;
-  return desc;
+  return entry.desc;
+}
+
+}  // namespace
+
+CUtensorMap make_tma_desc(void* ptr, CUtensorMapDataType dtype, int rank, const uint64_t* dims,
+                          const uint64_t* strides_bytes, const uint32_t* box,
+                          CUtensorMapSwizzle swizzle) {
+  return memoised_tma_desc(ptr, dtype, rank, dims, strides_bytes, box, swizzle);
+}
+
+void encode_tma_view(const TmaView& view, CUtensorMap& out) {
+  // Straight from the memo into the params field: a 128-byte copy fewer than by value.
+  out = memoised_tma_desc(view.ptr, view.dtype, view.rank, view.dims, view.strides_bytes,
+                          view.box, view.swizzle);
 }
 
 CUtensorMapSwizzle swizzle_from_bytes(int bytes) {

@@ -27,10 +27,8 @@ CUtensorMap make_tma_desc(void* ptr, CUtensorMapDataType dtype, int rank, const 
                           const uint64_t* strides_bytes, const uint32_t* box,
                           CUtensorMapSwizzle swizzle);
 
-inline CUtensorMap make_tma_desc(const TmaView& view) {
-  return make_tma_desc(view.ptr, view.dtype, view.rank, view.dims, view.strides_bytes, view.box,
-                       view.swizzle);
-}
+// The same for a view, written into `out` (a params field) straight from the memo.
+void encode_tma_view(const TmaView& view, CUtensorMap& out);
 
 // The common case of every GEMM operand: a row-major [rows, cols] matrix whose rows are `ld`
 // elements apart, tiled in boxes of [box_rows, box_cols] (cols are the contiguous dimension).
