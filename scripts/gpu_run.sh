@@ -26,8 +26,8 @@
 #   rm -rf .baseline && mkdir .baseline && git archive 3f8aa66 python csrc include CMakeLists.txt \
 #     | tar -x -C .baseline && echo 3f8aa66 > .baseline/REVISION       # the baseline (~0.5 MB)
 #   python3 -m pip download --no-deps nvidia-cutlass==4.2.0.0 -d .whl   # CUTLASS headers
-# and name both in carry: ["`.whl`", "`.baseline`"]. TREE_COMMIT=<hash> names the tree in the
-# reports (the device copy has no .git). /work/notes/gpu_plan.md has the calls, in order.
+# and name both in carry: [".whl", ".baseline"]. TREE_COMMIT=<hash> names the tree in the
+# reports (the device's copy of the tree has no git history).
 #
 # Builds _C with the system gcc/g++ (a g++ from elsewhere was seen to crash inside libstdc++ when
 # loaded into that Python). Every stage is bounded so that the script ends, summary printed,
