@@ -33,6 +33,7 @@ class DenseProblem(NamedTuple):
     ldb: int
     ldd: int
     ldc: int
+    device: int  # the CUDA device index (-1 unplaced)
 
 
 def check_dense(a, b, d, c, *, placed: bool = True) -> DenseProblem:
@@ -54,9 +55,8 @@ def check_dense(a, b, d, c, *, placed: bool = True) -> DenseProblem:
         raise ValueError(f"K (a.shape[1]) must be a multiple of 8, got {k}")
     lda, ldb, ldd = row_stride("a", a), row_stride("b", b), row_stride("d", d)
     ldc = row_stride("c", c) if c is not None else 0
-    if placed:
-        require_placement({"a": a, "b": b, "d": d, "c": c}, {})
-    return DenseProblem(m, n, k, lda, ldb, ldd, ldc)
+    device = require_placement({"a": a, "b": b, "d": d, "c": c}, {}) if placed else -1
+    return DenseProblem(m, n, k, lda, ldb, ldd, ldc, device)
 
 
 def bf16_gemm_nt(
@@ -107,7 +107,7 @@ def _checked_call(key, a, b, d, c, config: GemmConfig | None) -> torch.Tensor:
     if p.k == 0:  # an empty sum: D = C or 0, no kernel needed (and TMA cannot map a 0-wide tensor)
         d.copy_(c) if c is not None else d.zero_()
         return d
-    device = a.device.index
+    device = p.device
     d_dtype = "fp32" if d.dtype == torch.float32 else "bf16"
     desc = GemmDesc("bf16_gemm_nt", m=p.m, n=p.n, k=p.k, d_dtype=d_dtype, with_c=c is not None)
     args = (p.m, p.m, p.n, p.k, 1, p.lda, p.ldb, p.n * p.ldb, p.ldd, p.ldc)

@@ -34,6 +34,11 @@ class KGroupedProblem(NamedTuple):
     num_groups: int
     lda: int
     ldb: int
+    device: int  # the CUDA device index (-1 unplaced)
+
+    def launch_args(self) -> tuple[int, ...]:
+        """The launcher's arguments between the pointers and the stream."""
+        return tuple(self[:6])
 
 
 def check_k_grouped(a, b, d, offs, c, *, placed: bool = True) -> KGroupedProblem:
@@ -58,9 +63,8 @@ def check_k_grouped(a, b, d, offs, c, *, placed: bool = True) -> KGroupedProblem
         raise ValueError(f"N (b.shape[1]) must be a multiple of 8, got {n}")
     lda, ldb = row_stride("a", a), row_stride("b", b)
     require_contiguous("d", d)
-    if placed:
-        require_placement({"a": a, "b": b, "d": d, "c": c}, {"offs": offs})
-    return KGroupedProblem(m, n, num_tokens, num_groups, lda, ldb)
+    device = require_placement({"a": a, "b": b, "d": d, "c": c}, {"offs": offs}) if placed else -1
+    return KGroupedProblem(m, n, num_tokens, num_groups, lda, ldb, device)
 
 
 def k_grouped_bf16_gemm_tn_contiguous(
@@ -115,15 +119,15 @@ def _checked_call(key, a, b, d, offs, c, config: GemmConfig | None) -> torch.Ten
     if p.num_tokens == 0:  # every group is empty: no rows to map, the result is c or zeros
         d.copy_(c) if c is not None else d.zero_()
         return d
-    device = a.device.index
+    device, args = p.device, p.launch_args()
     with_c = c is not None
     expected = math.ceil(p.num_tokens / p.num_groups)
     desc = GemmDesc("k_grouped", p.m, p.n, expected, p.num_groups, d_dtype="fp32", with_c=with_c)
-    plan = make_plan(device, desc, tuple(p), config)
+    plan = make_plan(device, desc, args, config)
     if config is None and key is not None:
         _plans[key] = plan
     c_ptr = c.data_ptr() if with_c else 0
     plan.launch(
-        a.data_ptr(), b.data_ptr(), d.data_ptr(), c_ptr, offs.data_ptr(), *p, raw_stream(device)
+        a.data_ptr(), b.data_ptr(), d.data_ptr(), c_ptr, offs.data_ptr(), *args, raw_stream(device)
     )
     return d

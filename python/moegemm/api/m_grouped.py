@@ -64,6 +64,7 @@ class GroupedProblem(NamedTuple):
     ldb: int
     ldb_group: int
     ldd: int
+    device: int  # the CUDA device index (-1 unplaced)
 
     @property
     def empty(self) -> bool:
@@ -100,9 +101,8 @@ def check_contiguous(a, b, d, m_indices, offs, *, placed: bool = True) -> Groupe
     lda = row_stride("a", a)
     ldb, ldb_group = batched_row_stride("b", b, collapsible=False)
     ldd = row_stride("d", d)
-    if placed:
-        require_placement({"a": a, "b": b, "d": d}, info)
-    return GroupedProblem(rows, rows, n, k, num_groups, lda, ldb, ldb_group, ldd)
+    device = require_placement({"a": a, "b": b, "d": d}, info) if placed else -1
+    return GroupedProblem(rows, rows, n, k, num_groups, lda, ldb, ldb_group, ldd, device)
 
 
 def m_grouped_bf16_gemm_nt_contiguous(
@@ -164,7 +164,7 @@ def _checked_contiguous(key, a, b, d, m_indices, offs, config) -> torch.Tensor:
         expected = math.ceil(p.rows / p.num_groups)
     d_dtype = "fp32" if d.dtype == torch.float32 else "bf16"
     desc = GemmDesc(kind, p.rows, p.n, p.k, p.num_groups, d_dtype=d_dtype, expected_m=expected)
-    return _launch(key, cache, desc, p.launch_args(), config, a, b, d, info)
+    return _launch(key, cache, p.device, desc, p.launch_args(), config, a, b, d, info)
 
 
 def check_masked(a, b, d, masked_m, expected_m, *, placed: bool = True) -> GroupedProblem:
@@ -185,9 +185,10 @@ def check_masked(a, b, d, masked_m, expected_m, *, placed: bool = True) -> Group
     lda, _ = batched_row_stride("a", a, collapsible=True)
     ldb, ldb_group = batched_row_stride("b", b, collapsible=False)
     ldd, _ = batched_row_stride("d", d, collapsible=True)
-    if placed:
-        require_placement({"a": a, "b": b, "d": d}, {"masked_m": masked_m})
-    return GroupedProblem(num_groups * max_m, max_m, n, k, num_groups, lda, ldb, ldb_group, ldd)
+    device = require_placement({"a": a, "b": b, "d": d}, {"masked_m": masked_m}) if placed else -1
+    return GroupedProblem(
+        num_groups * max_m, max_m, n, k, num_groups, lda, ldb, ldb_group, ldd, device
+    )
 
 
 def m_grouped_bf16_gemm_nt_masked(
@@ -240,11 +241,12 @@ def _checked_masked(key, a, b, d, masked_m, expected_m, config) -> torch.Tensor:
     desc = GemmDesc(
         "m_grouped_masked", p.m, p.n, p.k, p.num_groups, d_dtype=d_dtype, expected_m=expected
     )
-    return _launch(key, _masked_plans, desc, p.launch_args(), config, a, b, d, masked_m)
+    return _launch(key, _masked_plans, p.device, desc, p.launch_args(), config, a, b, d, masked_m)
 
 
-def _launch(key, cache: dict, desc: GemmDesc, args: tuple, config, a, b, d, info) -> torch.Tensor:
-    device = a.device.index
+def _launch(
+    key, cache: dict, device: int, desc: GemmDesc, args: tuple, config, a, b, d, info
+) -> torch.Tensor:
     plan = make_plan(device, desc, args, config)
     if config is None and key is not None:
         cache[key] = plan
