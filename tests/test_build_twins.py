@@ -148,6 +148,10 @@ def test_stage_from_a_directory(tmp_path: Path) -> None:
 def test_baseline_source_default_and_dir(tmp_path: Path) -> None:
     assert bt.baseline_source(str(tmp_path)) == {"source_dir": tmp_path}
     assert bt.baseline_source("abc123") == {"rev": "abc123", "repo": bt.REPO}
+    pkg = bb.BaselinePackage(root=tmp_path / "staged", cache_dir=tmp_path, label="git:abc123")
+    assert bt.baseline_label({"rev": "abc123"}, pkg) == "git:abc123"
+    (tmp_path / "REVISION").write_text("3f8aa66\n")  # written beside a `git archive` copy
+    assert bt.baseline_label({"source_dir": tmp_path}, pkg) == "3f8aa66"
     default = bt.baseline_source(None)
     if (REPO / ".baseline").is_dir():
         assert default == {"source_dir": REPO / ".baseline"}
@@ -208,6 +212,7 @@ def test_baseline_imports_alone_and_picks(tmp_path: Path) -> None:
 def test_picks_cli_runs_on_the_cpu(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "build_twins.py"), "--picks", "--quick",
+         "--baseline", BASELINE_REV,
          "--work-dir", str(tmp_path), "--json", str(tmp_path / "picks.json")],
         check=False, capture_output=True, text=True, env=_clean_env(), timeout=300,
     )  # fmt: skip
