@@ -55,6 +55,7 @@ export PYTHONUNBUFFERED=1 CC=/usr/bin/gcc CXX=/usr/bin/g++
 start_s=$SECONDS
 deadline_s=${GPU_RUN_DEADLINE_S:-570}
 commit=${TREE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+export TREE_COMMIT=$commit # the benchmarks' JSON name the tree by it (run_info)
 summary=()
 
 # Seconds a stage may take: its own limit, but never past the deadline (15 s kept for the end).
