@@ -421,6 +421,17 @@ def epilogue_cycles(config: GemmConfig, desc: GemmDesc) -> float:
     return lay.block_m * lay.block_n * 2 / STMATRIX_BYTES_PER_CLK + TMA_STORE_SYNC_CYCLES
 
 
+@functools.lru_cache(maxsize=1 << 14)
+def _last_blocks(block_m: int, mean: int) -> tuple[tuple[int, int], ...]:
+    """(m-blocks, rows in the last block) of the non-empty sample groups of quantile_rows."""
+    out = []
+    for rows in quantile_rows(mean):
+        if rows >= 1:
+            m_blocks = math.ceil(rows / block_m)
+            out.append((m_blocks, rows - (m_blocks - 1) * block_m))
+    return tuple(out)
+
+
 @functools.lru_cache(maxsize=1 << 16)  # the same tiles and rows recur across layouts and shapes
 def _grouped_epilogue(
     block_m: int, block_n: int, num_wg: int, tma: bool, out_bytes: float, mean: int
@@ -437,11 +448,7 @@ def _grouped_epilogue(
     staged_wg = wg_rows * block_n * 2 / STMATRIX_BYTES_PER_CLK
     full_tile = num_wg * staged_wg + TMA_STORE_SYNC_CYCLES if tma else block_m * direct_row
     tiles = cycles = 0.0
-    for rows in quantile_rows(mean):
-        if rows < 1:
-            continue
-        m_blocks = math.ceil(rows / block_m)
-        left = rows - (m_blocks - 1) * block_m
+    for m_blocks, left in _last_blocks(block_m, mean):
         if tma:
             full_wgs = left // wg_rows
             last = full_wgs * staged_wg + (left % wg_rows) * direct_row
@@ -492,10 +499,6 @@ def select(desc: GemmDesc, arch: ArchSpec) -> GemmConfig:
     )
 
 
-# Block sizes along M any enumerated config tiles the rows with.
-ALL_BLOCK_M = tuple(sorted({64, 128, 256, *SWAP_AB_BLOCK_M}))
-
-
 def selection_key(desc: GemmDesc) -> tuple:
     """A key such that descs with equal keys get the same `select` on one arch: the fields of
     `desc` with m and expected_m replaced by exactly what the model reads of them.
@@ -503,8 +506,9 @@ def selection_key(desc: GemmDesc) -> tuple:
     - dense, m_indices: ceil(m / block_m) for block_m 64/128/256 (tiles, busy warpgroups) and
       min(block_m, m) (epilogue rows): m itself below 256, else ceil(m / 64) determines both.
     - k-grouped: m, n are the output's; of the rows per group (k) only ceil(k / BLOCK_K) is read.
-    - offsets, masked: the rows per group, the walk's rows (walk_rows) and, per block_m, the
-      waves.RaggedBlocks (capacity cut, wave bound).
+    - offsets, masked: the rows per group, the walk's rows (walk_rows) and, per block_m of the
+      enumerated configs, the waves.RaggedBlocks (capacity cut, wave bound).
+    tests/test_warmup_coverage.py checks that no other read of m or expected_m exists.
     """
     base = (desc.kind, desc.n, desc.num_groups, desc.ab_dtype, desc.d_dtype, desc.with_c)
     if desc.kind in ("bf16_gemm_nt", "m_grouped_contiguous"):
@@ -512,5 +516,8 @@ def selection_key(desc: GemmDesc) -> tuple:
         return (*base, desc.k, rows)
     if desc.kind == "k_grouped":
         return (*base, desc.m, math.ceil(desc.k / BLOCK_K))
-    blocks = tuple(RaggedBlocks.of(desc, bm) for bm in ALL_BLOCK_M)
+    block_ms = block_m_choices(desc)
+    if swap_ab_possible(desc):
+        block_ms += SWAP_AB_BLOCK_M
+    blocks = tuple(RaggedBlocks.of(desc, bm) for bm in block_ms)
     return (*base, desc.k, expected_rows_per_group(desc), walk_rows(desc), blocks)

@@ -53,6 +53,11 @@ class RaggedBlocks(NamedTuple):
         return RaggedBlocks(mean, cap_blocks, max_blocks)
 
 
+@functools.lru_cache(maxsize=4096)  # count_tiles and expected_waves both ask, per config
+def ragged_blocks(desc: GemmDesc, block_m: int) -> RaggedBlocks:
+    return RaggedBlocks.of(desc, block_m)
+
+
 def _total_blocks(
     kind: str, num_groups: int, mean: int, block_m: int, cap_blocks: int | None
 ) -> tuple[float, float]:
@@ -71,7 +76,7 @@ def count_tiles(desc: GemmDesc, block_m: int, block_n: int) -> float:
         return math.ceil(desc.m / block_m) * n_blocks
     if desc.kind == "k_grouped":
         return desc.num_groups * math.ceil(desc.m / block_m) * n_blocks
-    blocks = RaggedBlocks.of(desc, block_m)
+    blocks = ragged_blocks(desc, block_m)
     mean_blocks, _ = m_block_moments(blocks.mean_rows, block_m, blocks.cap_blocks)
     return desc.num_groups * mean_blocks * n_blocks
 
@@ -80,7 +85,7 @@ def expected_waves(desc: GemmDesc, block_m: int, block_n: int, num_sms: int) -> 
     """E[ceil(tiles / num_sms)]: exact for balanced layouts; for ragged ones see ragged_waves."""
     if desc.kind not in ("m_grouped_offsets", "m_grouped_masked"):
         return math.ceil(count_tiles(desc, block_m, block_n) / num_sms)
-    blocks = RaggedBlocks.of(desc, block_m)
+    blocks = ragged_blocks(desc, block_m)
     return ragged_waves(
         desc.kind, desc.num_groups, blocks, block_m, math.ceil(desc.n / block_n), num_sms
     )

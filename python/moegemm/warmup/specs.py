@@ -1,0 +1,181 @@
+"""What the warmup builds: every kernel the heuristics can pick for a model's MoE GEMMs, for
+every token count up to a maximum and every layout, so that serving compiles nothing.
+
+For a shape with several groups (routed experts) and `tokens` tokens, the layer sees
+rows = tokens x top_k routed rows, described as the API describes them:
+
+- packed offsets (`offs`): m = rows, expected_m = ceil(rows / G);
+- `m_indices`: M is the padded total of the groups' segments, each aligned to
+  CONTIGUOUS_ALIGNMENT (128) rows. It depends on the routing, not only on the rows: anything
+  from 128 up to round_up(rows + G * 127, 128) (vLLM's `compute_aligned_M` bound, which engines
+  also allocate and pass whole). Every multiple of 128 up to that bound at the largest token
+  count is covered (MINDICES_M below);
+- masked: a [G, max_m, K] buffer with expected_m = min(ceil(rows / G), max_m). The warmup covers
+  the buffers DeepGEMM-style engines allocate (masked_max_ms below), assumed to hold any
+  routing: max_m = tokens (a buffer sized for the step: no expert receives a token twice) and
+  max_m = max_tokens (one buffer allocated for the largest step and reused, as DeepEP's
+  low-latency dispatch allocates room for every token of the ranks per expert). The heuristics
+  read max_m only where a group's spread of rows reaches it, so any other buffer that large
+  picks the same kernels except near that edge; a buffer sized to the mean load (e.g.
+  round_up(max_tokens x top_k / G, 128)) is not covered;
+- the k-grouped weight gradient (M = n, N = k, rows per group ceil(rows / G)), with and without
+  the FP32 accumulator C.
+
+A shape with one group (shared experts, dense layers) is `bf16_gemm_nt` with M = tokens (every
+token goes through it). All BF16 out.
+
+The enumeration is exact: it selects once per heuristics.selection_key (descs with equal keys get
+the same config), which makes 16384 token counts cost a few thousand selections per shape.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+
+from ..heuristics import (
+    CONTIGUOUS_ALIGNMENT,
+    ArchSpec,
+    GemmConfig,
+    GemmDesc,
+    arch_for,
+    select_config,
+    selection_key,
+)
+from ..jit.codegen import sm90_bf16_gemm_spec, sm90_bf16_k_grouped_spec
+from ..jit.spec import KernelSpec
+
+DEFAULT_MAX_TOKENS = 16384
+
+
+def round_up(x: int, align: int) -> int:
+    return -(-x // align) * align
+
+
+def check_shape(shape: dict) -> tuple[int, int, int]:
+    """(n, k, num_groups) of a shape dict: TypeError for a non-dict or a non-integer field,
+    ValueError for a missing or non-positive one or an n or k that is not a multiple of 8."""
+    if not isinstance(shape, dict):
+        raise TypeError(f"a shape must be a dict with n, k and optional num_groups, got {shape!r}")
+    values = []
+    for field, default in (("n", None), ("k", None), ("num_groups", 1)):
+        value = shape.get(field, default)
+        if value is None:
+            raise ValueError(f"shape {shape!r} has no {field!r}")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"shape {shape!r}: {field} must be an integer, got {value!r}")
+        if value <= 0:
+            raise ValueError(f"shape {shape!r}: {field} must be positive, got {value}")
+        values.append(value)
+    n, k, groups = values
+    for field, value in (("n", n), ("k", k)):
+        if value % 8:
+            raise ValueError(
+                f"shape {shape!r}: {field} must be a multiple of 8 (16-byte rows), got {value}"
+            )
+    return n, k, groups
+
+
+def masked_max_ms(tokens: int, max_tokens: int) -> tuple[int, ...]:
+    """The masked buffers' max_m the warmup covers at `tokens` tokens (see the module doc)."""
+    return (tokens, max_tokens) if tokens != max_tokens else (tokens,)
+
+
+def mindices_max_m(max_rows: int, num_groups: int) -> int:
+    """The largest m_indices M a step of at most max_rows routed rows passes."""
+    return round_up(max_rows + num_groups * (CONTIGUOUS_ALIGNMENT - 1), CONTIGUOUS_ALIGNMENT)
+
+
+def layer_descs(
+    n: int, k: int, num_groups: int, token_counts: Sequence[int], top_k: int
+) -> Iterator[GemmDesc]:
+    """Every desc the warmup covers for one shape (the module doc lists them)."""
+    max_tokens = max(token_counts)
+    if num_groups == 1:
+        for tokens in token_counts:
+            yield GemmDesc("bf16_gemm_nt", tokens, n, k)
+        return
+    g = num_groups
+    for tokens in token_counts:
+        rows = tokens * top_k
+        per_group = math.ceil(rows / g)
+        yield GemmDesc("m_grouped_offsets", rows, n, k, g, expected_m=per_group)
+        for max_m in masked_max_ms(tokens, max_tokens):
+            yield GemmDesc("m_grouped_masked", max_m, n, k, g, expected_m=min(per_group, max_m))
+        for with_c in (False, True):
+            yield GemmDesc("k_grouped", n, k, per_group, g, d_dtype="fp32", with_c=with_c)
+    top = mindices_max_m(max_tokens * top_k, g)
+    for m in range(CONTIGUOUS_ALIGNMENT, top + 1, CONTIGUOUS_ALIGNMENT):
+        yield GemmDesc("m_grouped_contiguous", m, n, k, g)
+
+
+class Picker:
+    """select_config, once per heuristics.selection_key: exact, and cheap over many rows."""
+
+    def __init__(self, arch: ArchSpec) -> None:
+        self.arch = arch
+        self._picks: dict[tuple, GemmConfig] = {}
+
+    def __call__(self, desc: GemmDesc) -> GemmConfig:
+        key = selection_key(desc, self.arch)
+        config = self._picks.get(key)
+        if config is None:
+            config = select_config(desc, self.arch)
+            self._picks[key] = config
+        return config
+
+
+def kernel_spec(desc: GemmDesc, config: GemmConfig) -> KernelSpec:
+    """The kernel a call of `desc` compiles for `config`."""
+    if desc.kind == "k_grouped":
+        return sm90_bf16_k_grouped_spec(config, desc.with_c)
+    return sm90_bf16_gemm_spec(config, desc.d_dtype, desc.with_c, desc.kind)
+
+
+def check_arguments(token_counts: Sequence[int], top_k: int, num_sms: int) -> None:
+    """TypeError for non-integers, ValueError for empty or non-positive values."""
+    if len(token_counts) == 0:
+        raise ValueError("token counts must not be empty")
+    for name, values in (
+        ("token counts", token_counts),
+        ("top_k", [top_k]),
+        ("num_sms", [num_sms]),
+    ):
+        for value in values:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be integers, got {value!r}")
+            if value <= 0:
+                raise ValueError(f"{name} must be positive, got {value}")
+
+
+def warmup_specs(
+    shapes: list[dict],
+    token_counts: Sequence[int],
+    top_k: int,
+    arch: str,
+    num_sms: int,
+    *,
+    picker: Picker | None = None,
+) -> list[KernelSpec]:
+    """The kernels the heuristics pick for `shapes` (dicts with n, k, optional num_groups;
+    num_groups 1 = a dense / shared-expert GEMM) at every count of `token_counts` (the CLI
+    passes range(1, max_tokens + 1)) with `top_k` experts per token, in every layout of the
+    module doc. Deduplicated, in first-pick order; [] for an arch without kernels (sm_100a).
+    TypeError / ValueError on a bad argument (check_shape, check_arguments).
+    `picker` (tests) shares the selections with the caller."""
+    check_arguments(token_counts, top_k, num_sms)
+    checked = [check_shape(shape) for shape in shapes]
+    spec_arch = arch_for(arch, num_sms)
+    if spec_arch.name != "sm_90a":
+        return []
+    pick = picker if picker is not None and picker.arch == spec_arch else Picker(spec_arch)
+    specs: dict[KernelSpec, None] = {}
+    seen: dict[tuple, None] = {}
+    for n, k, groups in dict.fromkeys(checked):
+        for desc in layer_descs(n, k, groups, token_counts, top_k):
+            config = pick(desc)
+            ident = (desc.kind, desc.d_dtype, desc.with_c, config)
+            if ident not in seen:  # building the spec renders source: once per kernel
+                seen[ident] = None
+                specs[kernel_spec(desc, config)] = None
+    return list(specs)
