@@ -26,6 +26,7 @@ import torch
 from ..heuristics import GemmConfig, GemmDesc, select_config
 from ..jit.codegen import sm90_bf16_gemm_spec, sm90_bf16_k_grouped_spec
 from ..jit.runtime import load_kernel
+from ..jit.spec import KernelSpec
 from .device import arch_for_device, register_plan_cache
 
 TMA_ALIGN_MASK = 15  # TMA bases are 16-byte aligned: ptr & 15 == 0
@@ -75,6 +76,13 @@ def max_ctas(desc: GemmDesc, config: GemmConfig) -> int:
     return desc.num_groups * math.ceil(desc.m / rows) * n_blocks  # masked, k_grouped
 
 
+def kernel_spec(desc: GemmDesc, config: GemmConfig) -> KernelSpec:
+    """The kernel a call of `desc` compiles for `config` (the warmup builds the same)."""
+    if desc.kind == "k_grouped":
+        return sm90_bf16_k_grouped_spec(config, desc.with_c)
+    return sm90_bf16_gemm_spec(config, desc.d_dtype, desc.with_c, desc.kind)
+
+
 def build_launcher(device: int, desc: GemmDesc, config: GemmConfig | None = None) -> tuple:
     """(config, launcher): the heuristics' config for `desc` (or the given one), compiled,
     loaded and bound to its launch shape."""
@@ -84,11 +92,10 @@ def build_launcher(device: int, desc: GemmDesc, config: GemmConfig | None = None
     if config is None:
         config = select_config(desc, arch)
     lay = config.layout
+    kernel = load_kernel(kernel_spec(desc, config))
     if desc.kind == "k_grouped":
-        kernel = load_kernel(sm90_bf16_k_grouped_spec(config, desc.with_c))
         launcher_type = _C.Sm90Bf16KGroupedLauncher
     else:
-        kernel = load_kernel(sm90_bf16_gemm_spec(config, desc.d_dtype, desc.with_c, desc.kind))
         launcher_type = _C.Sm90Bf16GemmLauncher
     # Persistent CTAs, whole clusters of them (a cluster's CTAs share an operand of each tile).
     cluster = lay.cluster_m * lay.cluster_n
@@ -115,3 +122,9 @@ def make_plan(
     """The plan of one signature (a forced `config` bypasses the heuristics)."""
     config, launcher = build_launcher(device, desc, config)
     return Plan(device, launcher, args, config)
+
+
+def build_plan(device: int, desc: GemmDesc, config: GemmConfig | None = None) -> Plan:
+    """A plan without bound arguments, for tools that inspect a launcher (`plan.launch
+    .num_blocks`) or call it with arguments of their own."""
+    return make_plan(device, desc, (), config)
