@@ -4,6 +4,10 @@ Importing moegemm needs neither a GPU nor a compiler; kernels are compiled on fi
 ahead of time with `python -m moegemm.jit --warmup`). The JIT's own build subprocesses set
 `MOEGEMM_LIGHT_IMPORT=1`, which defers the public API (and so torch) until first touched; every
 other import loads it here, so a first GEMM call pays for no imports.
+
+Every public GEMM is also the custom op `torch.ops.moegemm.<name>` (it mutates `d`), which
+the functions call while torch.compile traces them: `torch.compile(fullgraph=True)` of a
+model calling them captures one graph, which a CUDA graph can then record.
 """
 
 from __future__ import annotations
