@@ -421,3 +421,45 @@ def test_errors_name_the_index_argument(rig: Rig, call: Callable, name: str) -> 
         call(lambda n: dense(n + 1, dtype=I32))
     with pytest.raises(ValueError, match=rf"^{name} must be contiguous"):
         call(lambda n: gpu(torch.zeros(2 * n, dtype=I32)[::2]))
+
+
+@pytest.mark.parametrize(
+    "desc",
+    [
+        ("bf16_gemm_nt", 4096, 7168, 2048, 1, 0, False),
+        ("m_grouped_offsets", 4096, 4096, 7168, 8, 512, False),
+        ("m_grouped_masked", 64, 4096, 7168, 32, 8, False),
+        ("k_grouped", 2048, 7168, 512, 8, 0, True),
+    ],
+    ids=lambda d: d[0],
+)
+def test_a_plan_binds_the_heuristics_pick(monkeypatch: pytest.MonkeyPatch, desc: tuple) -> None:
+    """build_launcher hands the launcher the chosen config's kernel, tile and launch shape."""
+    import moegemm._C as C
+    from moegemm.heuristics import GemmDesc, arch_for, select_config
+
+    seen: dict = {}
+
+    class Launcher:
+        def __init__(self, kernel, *shape: int, store_cols: int) -> None:
+            seen.update(kernel=kernel, shape=shape, store_cols=store_cols)
+
+    arch = arch_for("sm_90a", 132)
+    monkeypatch.setattr(C, "Sm90Bf16GemmLauncher", Launcher)
+    monkeypatch.setattr(C, "Sm90Bf16KGroupedLauncher", Launcher)
+    monkeypatch.setattr(plans_mod, "load_kernel", lambda spec: spec)
+    monkeypatch.setattr(plans_mod, "arch_for_device", lambda device: arch)
+    kind, m, n, k, groups, expected, with_c = desc
+    d_dtype = "fp32" if kind == "k_grouped" else "bf16"
+    gemm = GemmDesc(kind, m, n, k, groups, d_dtype=d_dtype, with_c=with_c, expected_m=expected)
+    plan = plans_mod.make_plan(0, gemm, (1, 2, 3))
+    config = select_config(gemm, arch)
+    assert plan.config == config and plan.args == (1, 2, 3) and plan.device == 0
+    assert seen["kernel"] == plans_mod.kernel_spec(gemm, config)
+    lay = config.layout
+    block_m, block_n, block_k, num_blocks, threads, smem, cluster_m, cluster_n = seen["shape"]
+    assert (block_m, block_n, block_k) == (lay.block_m, lay.block_n, lay.block_k)
+    assert (cluster_m, cluster_n) == (lay.cluster_m, lay.cluster_n)
+    assert (threads, smem) == (config.launch.num_threads, config.pipeline.smem_bytes)
+    assert 0 < num_blocks <= arch.num_sms and num_blocks % lay.cluster_size == 0
+    assert seen["store_cols"] == config.store_cols
