@@ -27,24 +27,35 @@
 //   void register_my_family(pybind11::module_& m) { register_launcher<MyFamily>(m); }
 //
 // plus one line in module.cpp calling register_my_family. For example the FP8 x FP4 family
-// (activations E4M3 with FP32 per-128 scales, weights packed E2M1 with UE8M0 per-32 scales) is
-// a file csrc/sm90_fp8_fp4_gemm.cpp of parameter filling only, along these lines:
+// (activations E4M3 with FP32 scales per 128 of K, weights packed E2M1 with UE8M0 scales per 32
+// of K) is a file csrc/sm90_fp8_fp4_gemm.cpp of parameter filling only, along these lines:
 //
 //   struct Sm90Fp8Fp4Gemm {
-//     using Params = Sm90Fp8Fp4GemmParams;  // tma_a, tma_b, tma_sfa, tma_sfb, tma_d, d, ...
+//     using Params = Sm90Fp8Fp4GemmParams;  // tma_a, tma_b, tma_sfa, tma_sfb, tma_d, d, m, ...
 //     static constexpr const char* kName = "Sm90Fp8Fp4GemmLauncher";
 //     static constexpr const char* kDoc = "... Call with (a_ptr, sfa_ptr, b_ptr, sfb_ptr, ...)";
-//     static void check_shape(const LaunchShape& shape) { /* its cluster shapes */ }
+//     static void check_shape(const LaunchShape& shape);  // the cluster shapes it was built for
 //     static bool fill(const LaunchShape& shape, Params& params, TmaList& tma, uint64_t a_ptr,
-//                      uint64_t sfa_ptr, uint64_t b_ptr, uint64_t sfb_ptr, ..., int64_t k) {
-//       params.k = checked_u32(k, "k");  // ... the other scalars
-//       tma.add(params.tma_a, tma_view_2d(as_ptr(a_ptr), U8, 1, rows, k, lda, box_m, box_k, 128B));
-//       tma.add(params.tma_b, tma_view_3d(as_ptr(b_ptr), U8, 1, groups, n, k / 2, ...));
-//       tma.add(params.tma_sfa, tma_view_2d(as_ptr(sfa_ptr), FLOAT32, 4, ...));  // the scales:
-//       tma.add(params.tma_sfb, tma_view_3d(as_ptr(sfb_ptr), UINT8, 1, ...));    // two more
+//                      uint64_t sfa_ptr, uint64_t b_ptr, uint64_t sfb_ptr, uint64_t d_ptr,
+//                      int64_t rows, int64_t n, int64_t k, int64_t num_groups, ...) {
+//       params.k = checked_u32(k, "k");  // ... and the other scalars
+//       if (params.rows == 0 || params.n == 0) return false;
+//       const uint32_t block_k = checked_u32(shape.block_k, "block_k");
+//       tma.add(params.tma_a, tma_view_2d(as_ptr(a_ptr), CU_TENSOR_MAP_DATA_TYPE_UINT8, 1,
+//                                         params.rows, params.k, lda, box_m, block_k, k128B));
+//       tma.add(params.tma_b, tma_view_3d(as_ptr(b_ptr), CU_TENSOR_MAP_DATA_TYPE_UINT8, 1,
+//                                         params.num_groups, params.n, params.k / 2, ...));
+//       // The two scale descriptors are two more entries; nothing else changes.
+//       tma.add(params.tma_sfa, tma_view_2d(as_ptr(sfa_ptr), CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4,
+//                                           ceil_div(params.k, 128), params.rows, ...));
+//       tma.add(params.tma_sfb, tma_view_3d(as_ptr(sfb_ptr), CU_TENSOR_MAP_DATA_TYPE_UINT8, 1,
+//                                           params.num_groups, params.n, params.k / 32, ...));
 //       return true;
 //     }
 //   };
+//   void register_sm90_fp8_fp4_gemm(pybind11::module_& m) {
+//     register_launcher<Sm90Fp8Fp4Gemm>(m);
+//   }
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -59,6 +70,11 @@
 #include "tma.h"
 
 namespace moegemm {
+
+// A device address passed from Python as an int (tensor.data_ptr()).
+inline void* as_ptr(uint64_t address) {
+  return reinterpret_cast<void*>(static_cast<uintptr_t>(address));
+}
 
 // The launch shape of one planned kernel, from its GemmConfig; bound once per plan so the
 // per-call binding converts only the per-call values (a measurable share of a launch-bound

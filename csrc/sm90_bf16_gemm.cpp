@@ -1,7 +1,7 @@
-// Parameter filling of the BF16 kernels: include/moegemm/impls/sm90_bf16_grouped_gemm.cuh (dense
-// and m-grouped layouts, Sm90Bf16GemmParams) and sm90_bf16_k_grouped_gemm.cuh (weight gradients,
-// Sm90Bf16KGroupedParams). Launch shape, cluster clamp, TMA encoding, launch and the bindings
-// are the generic launcher's (launcher.h).
+// Parameter filling of the BF16 kernels: include/moegemm/impls/sm90_bf16_grouped_gemm.cuh and
+// its swap-AB twin (dense and m-grouped layouts, Sm90Bf16GemmParams) and
+// sm90_bf16_k_grouped_gemm.cuh (weight gradients, Sm90Bf16KGroupedParams). Launch shape, cluster
+// clamp, TMA encoding, launch and the bindings are the generic launcher's (launcher.h).
 //
 // This is the hot path of every BF16 GEMM call: the Python side has already checked shapes,
 // picked the config and loaded the kernel; fill() only narrows the call's integers into the
@@ -23,18 +23,14 @@ constexpr uint32_t kBf16Bytes = 2;
 constexpr CUtensorMapDataType kBf16 = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
 constexpr CUtensorMapSwizzle kSwizzle128B = CU_TENSOR_MAP_SWIZZLE_128B;
 
-inline void* as_ptr(uint64_t address) {
-  return reinterpret_cast<void*>(static_cast<uintptr_t>(address));
-}
-
 struct Sm90Bf16Gemm {
   using Params = Sm90Bf16GemmParams;
   static constexpr const char* kName = "Sm90Bf16GemmLauncher";
   static constexpr const char* kDoc =
-      "Launches sm90_bf16_grouped_gemm (dense or m-grouped) with the kernel and its launch shape "
-      "bound. Call with (a_ptr, b_ptr, d_ptr, c_ptr, group_info_ptr, rows, m, n, k, num_groups, "
-      "lda, ldb, ldb_group, ldd, ldc, stream); strides in elements, pointers 0 for absent C / "
-      "group info. Never synchronizes.";
+      "Launches sm90_bf16_grouped_gemm or its swap-AB twin (dense or m-grouped) with the kernel "
+      "and its launch shape bound. Call with (a_ptr, b_ptr, d_ptr, c_ptr, group_info_ptr, rows, "
+      "m, n, k, num_groups, lda, ldb, ldb_group, ldd, ldc, stream); strides in elements, "
+      "pointers 0 for absent C / group info. Never synchronizes.";
 
   // The cluster shape must be the one the kernel was built for (Scheduler::kClusterM/N): the
   // A and B box heights, the full barrier's byte count and the multicast mask follow from it.

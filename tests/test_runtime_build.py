@@ -90,6 +90,9 @@ def test_exposes_runtime_api():
         assert callable(getattr(C, name)), name
     assert isinstance(C.Kernel.name, property) or hasattr(C.Kernel, "name")
     assert hasattr(C.Kernel, "num_regs")
+    # python/moegemm/api/plans.py and the benchmarks read the CTA count after the cluster clamp.
+    for launcher in (C.Sm90Bf16GemmLauncher, C.Sm90Bf16KGroupedLauncher):
+        assert isinstance(launcher.num_blocks, property), launcher
 
 
 def test_built_without_linking_the_driver():
