@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
+from torch import Tensor
 
 from ..heuristics import GemmConfig, GemmDesc
 from .checks import (
@@ -36,7 +37,9 @@ class DenseProblem(NamedTuple):
     device: int  # the CUDA device index (-1 unplaced)
 
 
-def check_dense(a, b, d, c, *, placed: bool = True) -> DenseProblem:
+def check_dense(
+    a: Tensor, b: Tensor, d: Tensor, c: Tensor | None, *, placed: bool = True
+) -> DenseProblem:
     """The full checks of `bf16_gemm_nt`; placed=False leaves out the placement (fake
     tensors)."""
     require_tensor("a", a, _BF16, 2)
@@ -92,13 +95,16 @@ def bf16_gemm_nt(
     if plan is not None:
         a_ptr, b_ptr, d_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr()
         c_ptr = 0 if c is None else c.data_ptr()
+        # What a signature cannot tell: 16-byte aligned bases (& 15), the current device.
         if not (a_ptr | b_ptr | d_ptr | c_ptr) & 15 and current_device() == plan.device:
             plan.launch(a_ptr, b_ptr, d_ptr, c_ptr, 0, *plan.args, raw_stream(plan.device))
             return d
     return _checked_call(key, a, b, d, c, config)
 
 
-def _checked_call(key, a, b, d, c, config: GemmConfig | None) -> torch.Tensor:
+def _checked_call(
+    key: tuple | None, a: Tensor, b: Tensor, d: Tensor, c: Tensor | None, config: GemmConfig | None
+) -> Tensor:
     """A plan miss: the full checks, then the plan of this signature is built (and stored when
     the heuristics chose it) and launched."""
     p = check_dense(a, b, d, c)

@@ -7,6 +7,7 @@ import math
 from typing import NamedTuple
 
 import torch
+from torch import Tensor
 
 from ..heuristics import GemmConfig, GemmDesc
 from .checks import (
@@ -41,7 +42,9 @@ class KGroupedProblem(NamedTuple):
         return tuple(self[:6])
 
 
-def check_k_grouped(a, b, d, offs, c, *, placed: bool = True) -> KGroupedProblem:
+def check_k_grouped(
+    a: Tensor, b: Tensor, d: Tensor, offs: Tensor, c: Tensor | None, *, placed: bool = True
+) -> KGroupedProblem:
     """The full checks of `k_grouped_bf16_gemm_tn_contiguous`; placed=False leaves out the
     placement (fake tensors)."""
     require_tensor("a", a, _BF16, 2)
@@ -103,6 +106,7 @@ def k_grouped_bf16_gemm_tn_contiguous(
     if plan is not None:
         a_ptr, b_ptr, d_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr()
         c_ptr = 0 if c is None else c.data_ptr()
+        # What a signature cannot tell: 16-byte aligned bases (& 15), the current device.
         if not (a_ptr | b_ptr | d_ptr | c_ptr) & 15 and current_device() == plan.device:
             plan.launch(
                 a_ptr, b_ptr, d_ptr, c_ptr, offs.data_ptr(), *plan.args, raw_stream(plan.device)
@@ -111,7 +115,15 @@ def k_grouped_bf16_gemm_tn_contiguous(
     return _checked_call(key, a, b, d, offs, c, config)
 
 
-def _checked_call(key, a, b, d, offs, c, config: GemmConfig | None) -> torch.Tensor:
+def _checked_call(
+    key: tuple | None,
+    a: Tensor,
+    b: Tensor,
+    d: Tensor,
+    offs: Tensor,
+    c: Tensor | None,
+    config: GemmConfig | None,
+) -> Tensor:
     """A plan miss: the full checks, then this signature's plan is built, stored and launched."""
     p = check_k_grouped(a, b, d, offs, c)
     if p.num_groups == 0 or p.m == 0 or p.n == 0:

@@ -13,6 +13,7 @@ import math
 from typing import NamedTuple
 
 import torch
+from torch import Tensor
 
 from ..heuristics import CONTIGUOUS_ALIGNMENT, GemmConfig, GemmDesc
 from .checks import (
@@ -75,7 +76,15 @@ class GroupedProblem(NamedTuple):
         return (*self[:5], self.lda, self.ldb, self.ldb_group, self.ldd, 0)
 
 
-def check_contiguous(a, b, d, m_indices, offs, *, placed: bool = True) -> GroupedProblem:
+def check_contiguous(
+    a: Tensor,
+    b: Tensor,
+    d: Tensor,
+    m_indices: Tensor | None,
+    offs: Tensor | None,
+    *,
+    placed: bool = True,
+) -> GroupedProblem:
     """The full checks of the contiguous layouts; placed=False leaves out the placement."""
     require_tensor("a", a, _BF16, 2)
     require_tensor("b", b, _BF16, 3)
@@ -144,6 +153,7 @@ def m_grouped_bf16_gemm_nt_contiguous(
         key = plan = None
     if plan is not None:
         a_ptr, b_ptr, d_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr()
+        # What a signature cannot tell: 16-byte aligned bases (& 15), the current device.
         if not (a_ptr | b_ptr | d_ptr) & 15 and current_device() == plan.device:
             plan.launch(
                 a_ptr, b_ptr, d_ptr, 0, info.data_ptr(), *plan.args, raw_stream(plan.device)
@@ -152,7 +162,15 @@ def m_grouped_bf16_gemm_nt_contiguous(
     return _checked_contiguous(key, a, b, d, m_indices, offs, config)
 
 
-def _checked_contiguous(key, a, b, d, m_indices, offs, config) -> torch.Tensor:
+def _checked_contiguous(
+    key: tuple | None,
+    a: Tensor,
+    b: Tensor,
+    d: Tensor,
+    m_indices: Tensor | None,
+    offs: Tensor | None,
+    config: GemmConfig | None,
+) -> Tensor:
     """A plan miss: the full checks, then this signature's plan is built, stored and launched."""
     p = check_contiguous(a, b, d, m_indices, offs)
     if p.empty:
@@ -167,7 +185,9 @@ def _checked_contiguous(key, a, b, d, m_indices, offs, config) -> torch.Tensor:
     return _launch(key, cache, p.device, desc, p.launch_args(), config, a, b, d, info)
 
 
-def check_masked(a, b, d, masked_m, expected_m, *, placed: bool = True) -> GroupedProblem:
+def check_masked(
+    a: Tensor, b: Tensor, d: Tensor, masked_m: Tensor, expected_m: int, *, placed: bool = True
+) -> GroupedProblem:
     """The full checks of the masked layout; placed=False leaves out the placement."""
     require_tensor("a", a, _BF16, 3)
     require_tensor("b", b, _BF16, 3)
@@ -223,6 +243,7 @@ def m_grouped_bf16_gemm_nt_masked(
         key = plan = None
     if plan is not None:
         a_ptr, b_ptr, d_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr()
+        # What a signature cannot tell: 16-byte aligned bases (& 15), the current device.
         if not (a_ptr | b_ptr | d_ptr) & 15 and current_device() == plan.device:
             plan.launch(
                 a_ptr, b_ptr, d_ptr, 0, masked_m.data_ptr(), *plan.args, raw_stream(plan.device)
@@ -231,7 +252,15 @@ def m_grouped_bf16_gemm_nt_masked(
     return _checked_masked(key, a, b, d, masked_m, expected_m, config)
 
 
-def _checked_masked(key, a, b, d, masked_m, expected_m, config) -> torch.Tensor:
+def _checked_masked(
+    key: tuple | None,
+    a: Tensor,
+    b: Tensor,
+    d: Tensor,
+    masked_m: Tensor,
+    expected_m: int,
+    config: GemmConfig | None,
+) -> Tensor:
     """A plan miss: the full checks, then this signature's plan is built, stored and launched."""
     p = check_masked(a, b, d, masked_m, expected_m)
     if p.empty:
@@ -245,8 +274,18 @@ def _checked_masked(key, a, b, d, masked_m, expected_m, config) -> torch.Tensor:
 
 
 def _launch(
-    key, cache: dict, device: int, desc: GemmDesc, args: tuple, config, a, b, d, info
-) -> torch.Tensor:
+    key: tuple | None,
+    cache: dict,
+    device: int,
+    desc: GemmDesc,
+    args: tuple[int, ...],
+    config: GemmConfig | None,
+    a: Tensor,
+    b: Tensor,
+    d: Tensor,
+    info: Tensor,
+) -> Tensor:
+    """Builds the plan (stored unless the config was forced) and launches it."""
     plan = make_plan(device, desc, args, config)
     if config is None and key is not None:
         cache[key] = plan
