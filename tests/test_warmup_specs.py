@@ -1,56 +1,79 @@
-"""The warmup enumeration covers what the API picks at run time: for a model preset, the
-kernel every layout's call would compile at a warmed token count is among the warmed specs."""
+"""warmup_specs: every kernel family of a MoE model, routed rows = tokens x top_k, kernels of
+other token counts never make a count pass, and the GPU check of the built kernels (gpu)."""
 
 from __future__ import annotations
 
+import io
 import math
 import re
 
-from moegemm.api import warmup_specs
-from moegemm.heuristics import SM90, GemmDesc, select_config
-from moegemm.jit import presets
-from moegemm.jit.codegen import sm90_bf16_gemm_spec, sm90_bf16_k_grouped_spec
+import pytest
 
-TOKENS = [1, 64, 4096]
+from moegemm.heuristics import SM90, GemmDesc, select_config
+from moegemm.warmup import presets
+from moegemm.warmup.specs import kernel_spec, layer_descs, warmup_specs
+
+
+def _family(name: str) -> str:
+    return re.sub(r"_m\d+n\d+.*", "", name)
 
 
 def test_every_family_is_enumerated_for_a_moe_model() -> None:
-    specs = warmup_specs(presets.model_shapes("deepseek-v3"), TOKENS, "sm_90a", 132)
-    names = {re.sub(r"_m\d+n\d+.*", "", s.name) for s in specs}
+    shapes = presets.model_shapes("deepseek-v3")
+    specs = warmup_specs(shapes, [1, 64, 4096], presets.model_top_k("deepseek-v3"), "sm_90a", 132)
     assert {
         "sm90_bf16_dense",
         "sm90_bf16_contig",
         "sm90_bf16_offs",
         "sm90_bf16_masked",
         "sm90_bf16_kgrouped",
-    } <= names
+    } <= {_family(s.name) for s in specs}
     assert len(specs) == len(set(specs)), "deduplicated"
-    assert warmup_specs(presets.model_shapes("deepseek-v3"), TOKENS, "sm_100a", 148) == []
+    assert warmup_specs(shapes, [1, 64], 8, "sm_100a", 148) == []
 
 
-def test_runtime_picks_are_prewarmed() -> None:
-    """What m_grouped_*/k_grouped_* build at run time (see api/m_grouped.py, api/k_grouped.py)
-    for balanced routing at a warmed token count."""
-    shapes = [s for s in presets.model_shapes("qwen3-30b-a3b") if s["num_groups"] > 1]
-    shapes += [s for s in presets.model_shapes("deepseek-v3") if s["num_groups"] > 1]
-    # deepseek-v3 linear2 on 8-way expert parallelism: groups of ~64 and ~128 rows, where the
-    # masked choice depends on whether the buffer can hold a group's spread of rows.
-    shapes.append({"n": 7168, "k": 2048, "num_groups": 32})
-    for shape in shapes:
-        n, k, groups = shape["n"], shape["k"], shape["num_groups"]
-        for tokens in TOKENS + [2048]:
-            # Each shape and token count on its own: a kernel warmed for another one must not
-            # make this one pass.
-            warmed = set(warmup_specs([shape], [tokens], "sm_90a", 132))
-            per_group = math.ceil(tokens / groups)
-            offs = GemmDesc("m_grouped_offsets", tokens, n, k, groups, expected_m=per_group)
-            # Masked buffers that can hold every token of the step, or more.
-            masked = [
-                GemmDesc("m_grouped_masked", rows, n, k, groups, expected_m=per_group)
-                for rows in (tokens, 2 * tokens, 4096 + tokens)
-            ]
-            for desc in (offs, *masked):
-                spec = sm90_bf16_gemm_spec(select_config(desc, SM90), "bf16", False, desc.kind)
-                assert spec in warmed, (desc, spec.name)
-            wgrad = GemmDesc("k_grouped", n, k, per_group, groups, d_dtype="fp32")
-            assert sm90_bf16_k_grouped_spec(select_config(wgrad, SM90), False) in warmed
+def test_routed_rows_are_tokens_times_top_k() -> None:
+    """One token count on its own: the kernels for tokens x top_k rows are built, and not the
+    one for tokens rows (the old warmup's mistake) where the picks differ."""
+    shape = {"n": 7168, "k": 2048, "num_groups": 256}
+    for tokens, top_k in ((64, 8), (512, 8), (3000, 8)):
+        rows = tokens * top_k
+        warmed = set(warmup_specs([shape], [tokens], top_k, "sm_90a", 132))
+        offs = GemmDesc(
+            "m_grouped_offsets", rows, 7168, 2048, 256, expected_m=math.ceil(rows / 256)
+        )
+        assert kernel_spec(offs, select_config(offs, SM90)) in warmed
+        for max_m in (tokens,):
+            per_group = min(math.ceil(rows / 256), max_m)
+            masked = GemmDesc("m_grouped_masked", max_m, 7168, 2048, 256, expected_m=per_group)
+            assert kernel_spec(masked, select_config(masked, SM90)) in warmed
+    # 1024 tokens as 1024 rows (4 per group) pick a swapped m8 tile; as 8192 rows, not.
+    as_tokens = GemmDesc("m_grouped_offsets", 1024, 7168, 2048, 256, expected_m=4)
+    warmed = set(warmup_specs([shape], [1024], 8, "sm_90a", 132))
+    assert kernel_spec(as_tokens, select_config(as_tokens, SM90)) not in warmed
+
+
+def test_m_indices_covers_every_aligned_m_up_to_the_padded_bound() -> None:
+    descs = [
+        d for d in layer_descs(4096, 7168, 32, [1, 100], 8) if d.kind == "m_grouped_contiguous"
+    ]
+    top = -(-(100 * 8 + 32 * 127) // 128) * 128
+    assert [d.m for d in descs] == list(range(128, top + 1, 128))
+
+
+def test_one_group_shapes_are_dense_with_every_token() -> None:
+    descs = list(layer_descs(4096, 7168, 1, [1, 2, 300], 8))
+    assert [(d.kind, d.m) for d in descs] == [("bf16_gemm_nt", t) for t in (1, 2, 300)]
+
+
+@pytest.mark.gpu
+def test_run_check_passes_on_a_small_preset() -> None:
+    from moegemm.warmup.check import run_check
+
+    out = io.StringIO()
+    shapes = presets.model_shapes("qwen3-30b-a3b")
+    assert run_check(shapes, presets.model_top_k("qwen3-30b-a3b"), token_counts=[3, 200], out=out)
+    text = out.getvalue()
+    for layout in ("offs", "m_indices", "masked", "k-grouped"):
+        assert text.count(f"\n{layout} ") == 2 * len(shapes), (layout, text)
+    assert "all passed" in text and "FAILED" not in text

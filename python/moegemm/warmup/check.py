@@ -1,0 +1,230 @@
+"""The GPU check the warmup CLI runs after a build on an SM90 GPU: the model's kernels, called as
+serving calls them, checked against an FP32 reference and timed against torch in the same run.
+
+For each shape and a few token counts: routed shapes (num_groups > 1) run every m-grouped layout
+(packed `offs`, aligned `m_indices`, `masked` with max_m = tokens) on rows = tokens x top_k
+routed by a random top-k choice, and the k-grouped weight gradient on the same routing; one-group
+shapes run the dense GEMM. Operands are fresh random data, outputs are NaN-poisoned first, so a
+row the kernel fails to write fails the check. Peers: torch._grouped_mm (m-grouped, k-grouped;
+torch.mm for dense), timed with the same helper.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable, Sequence
+from typing import TextIO
+
+import torch
+
+from ..testing import bench_us, calc_diff
+from .specs import DEFAULT_MAX_TOKENS, check_arguments, check_shape
+
+TOLERANCE = 1e-5
+DEFAULT_CHECK_TOKENS = (1, 64, 1024, 4096)
+MAX_BUFFER_BYTES = 16 << 30  # calls with a tensor above this are skipped (a check, not a stress)
+ALIGN = 128  # get_mk_alignment_for_contiguous_layout()
+
+
+def _routing(tokens: int, top_k: int, groups: int, gen: torch.Generator) -> torch.Tensor:
+    """Rows per group of a random top-k routing (each token to top_k distinct experts)."""
+    scores = torch.rand(tokens, groups, generator=gen, device="cuda")
+    experts = scores.topk(min(top_k, groups), dim=1).indices.flatten()
+    return torch.bincount(experts, minlength=groups).to(torch.int64)
+
+
+def _poisoned(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    return torch.full(shape, float("nan"), device="cuda", dtype=dtype)
+
+
+def _randn(*shape: int, gen: torch.Generator, scale: float = 1.0) -> torch.Tensor:
+    return (torch.randn(*shape, generator=gen, device="cuda") * scale).bfloat16()
+
+
+def _weights(g: int, n: int, k: int, gen: torch.Generator) -> torch.Tensor:
+    """[G, N, K] BF16 weights, drawn one group at a time (no FP32 copy of them all)."""
+    b = torch.empty(g, n, k, device="cuda", dtype=torch.bfloat16)
+    for group in range(g):
+        b[group] = _randn(n, k, gen=gen, scale=0.02)
+    return b
+
+
+class _Diff:
+    """calc_diff(x, y) accumulated over pieces, so no full FP32 reference is held."""
+
+    def __init__(self) -> None:
+        self.xy = self.sq = 0.0
+
+    def add(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        x, y = x.double(), y.double()
+        self.xy += float((x * y).sum())
+        self.sq += float((x * x + y * y).sum())
+
+    def value(self) -> float:
+        return 0.0 if self.sq == 0 else 1 - 2 * self.xy / self.sq
+
+
+def _peer_us(fn: Callable[[], object]) -> float:
+    """torch's time for the same problem, NaN where this torch build refuses it."""
+    try:
+        fn()
+    except (RuntimeError, TypeError, ValueError):
+        return math.nan
+    return bench_us(fn)
+
+
+class _Report:
+    def __init__(self, out: TextIO) -> None:
+        self.out, self.ok, self.ratios = out, True, []
+        print(
+            f"{'layout':9s} {'shape':26s} {'tokens':>6s} {'rows':>7s} {'diff':>8s} "
+            f"{'us':>9s} {'torch us':>9s} {'x torch':>7s}",
+            file=out,
+        )
+
+    def row(self, layout: str, label: str, tokens: int, rows: int, diff: float, us: float,
+            peer: float) -> None:  # fmt: skip
+        passed = diff < TOLERANCE  # NaN (an unwritten row) fails too
+        self.ok &= passed
+        speed = peer / us  # NaN where torch refused the problem
+        if not math.isnan(speed):
+            self.ratios.append(speed)
+        print(
+            f"{layout:9s} {label:26s} {tokens:6d} {rows:7d} {diff:8.1e} {us:9.1f} {peer:9.1f} "
+            f"{speed:7.3f}" + ("" if passed else "  FAILED"),
+            file=self.out,
+        )
+
+
+def _check_dense(rep: _Report, label: str, n: int, k: int, tokens: int, gen) -> None:
+    import moegemm
+
+    a, b = _randn(tokens, k, gen=gen), _randn(n, k, gen=gen, scale=0.02)
+    d = _poisoned(tokens, n)
+    moegemm.bf16_gemm_nt(a, b, d)
+    diff = calc_diff(d, a.float() @ b.float().t())
+    us = bench_us(lambda: moegemm.bf16_gemm_nt(a, b, d))
+    rep.row("dense", label, tokens, tokens, diff, us, _peer_us(lambda: torch.mm(a, b.t(), out=d)))
+
+
+def _check_routed(rep: _Report, label: str, n: int, k: int, g: int, tokens: int, top_k: int,
+                  gen) -> None:  # fmt: skip
+    import moegemm
+
+    counts = _routing(tokens, top_k, g, gen)
+    rows = int(counts.sum())
+    b = _weights(g, n, k, gen)
+    bt = b.transpose(-2, -1)  # torch._grouped_mm takes [G, K, N]
+    a = _randn(rows, k, gen=gen)
+    ends = counts.cumsum(0)
+    offs = ends.to(torch.int32)
+    ref = torch.empty(rows, n, device="cuda")
+    starts = (ends - counts).tolist()
+    for group, (start, size) in enumerate(zip(starts, counts.tolist())):
+        ref[start : start + size] = a[start : start + size].float() @ b[group].float().t()
+    peer = _peer_us(lambda: torch._grouped_mm(a, bt, offs=offs))
+
+    d = _poisoned(rows, n)
+    moegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, offs=offs)
+    us = bench_us(lambda: moegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, offs=offs))
+    rep.row("offs", label, tokens, rows, calc_diff(d, ref), us, peer)
+
+    # m_indices: each group's rows copied to a segment aligned to ALIGN rows; padding rows -1.
+    padded = [math.ceil(size / ALIGN) * ALIGN for size in counts.tolist()]
+    pad_starts = [sum(padded[:i]) for i in range(g)]
+    total = max(ALIGN, sum(padded))
+    real = torch.cat(
+        [torch.arange(s, s + size, device="cuda") for s, size in zip(pad_starts, counts.tolist())]
+    )
+    m_indices = torch.full((total,), -1, device="cuda", dtype=torch.int32)
+    m_indices[real] = torch.repeat_interleave(torch.arange(g, device="cuda"), counts).int()
+    a_pad = torch.zeros(total, k, device="cuda", dtype=torch.bfloat16)
+    a_pad[real] = a
+    d = _poisoned(total, n)
+    moegemm.m_grouped_bf16_gemm_nt_contiguous(a_pad, b, d, m_indices)
+    us = bench_us(lambda: moegemm.m_grouped_bf16_gemm_nt_contiguous(a_pad, b, d, m_indices))
+    rep.row("m_indices", label, tokens, rows, calc_diff(d[real], ref), us, peer)
+
+    # masked: a [G, max_m, K] buffer with max_m = tokens (holds any routing).
+    max_m = tokens
+    if g * max_m * max(n, k) * 4 <= MAX_BUFFER_BYTES:
+        a_masked = torch.zeros(g, max_m, k, device="cuda", dtype=torch.bfloat16)
+        ref_masked = torch.zeros(g, max_m, n, device="cuda")
+        valid = torch.zeros(g, max_m, dtype=torch.bool, device="cuda")
+        for group, (start, size) in enumerate(zip(starts, counts.tolist())):
+            a_masked[group, :size] = a[start : start + size]
+            ref_masked[group, :size] = ref[start : start + size]
+            valid[group, :size] = True
+        masked_m = counts.to(torch.int32)
+        expected = min(max_m, math.ceil(tokens * top_k / g))
+        d = _poisoned(g, max_m, n)
+
+        def masked() -> None:
+            moegemm.m_grouped_bf16_gemm_nt_masked(a_masked, b, d, masked_m, expected)
+
+        masked()
+        us = bench_us(masked)
+        masked_peer = _peer_us(lambda: torch._grouped_mm(a_masked, bt))
+        rep.row("masked", label, tokens, rows, calc_diff(d[valid], ref_masked[valid]), us,
+                masked_peer)  # fmt: skip
+
+    # k-grouped weight gradient of this shape: d[g] = dy_g^T x_g, M = n, N = k, FP32 out.
+    dy, x = _randn(rows, n, gen=gen), _randn(rows, k, gen=gen)
+    d = _poisoned(g, n, k, dtype=torch.float32)
+    moegemm.k_grouped_bf16_gemm_tn_contiguous(dy, x, d, offs)
+    diff = _Diff()
+    for group, (start, size) in enumerate(zip(starts, counts.tolist())):
+        want = dy[start : start + size].float().t() @ x[start : start + size].float()
+        diff.add(d[group], want)
+    us = bench_us(lambda: moegemm.k_grouped_bf16_gemm_tn_contiguous(dy, x, d, offs))
+    dy_t, x_cm = dy.t().contiguous(), x.t().contiguous().t()  # torch: row-major A, col-major B
+    k_peer = _peer_us(lambda: torch._grouped_mm(dy_t, x_cm, offs=offs, out_dtype=torch.float32))
+    rep.row("k-grouped", label, tokens, rows, diff.value(), us, k_peer)
+
+
+def run_check(
+    shapes: list[dict],
+    top_k: int,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    *,
+    token_counts: Sequence[int] | None = None,
+    out: TextIO | None = None,
+    seed: int = 0,
+) -> bool:
+    """Check and time the kernels of `shapes` (the warmup's shape dicts) on the current SM90 GPU
+    at `token_counts` (default: those of DEFAULT_CHECK_TOKENS up to max_tokens, and max_tokens if
+    fewer remain), with `top_k` experts per token. Prints one line per call to `out` (default
+    stdout) and a summary; returns True when every output matched the FP32 reference
+    (calc_diff < TOLERANCE). Calls whose operands exceed MAX_BUFFER_BYTES are skipped."""
+    if token_counts is None:
+        token_counts = [t for t in DEFAULT_CHECK_TOKENS if t <= max_tokens] or [max_tokens]
+    check_arguments(list(token_counts), top_k, 1)
+    checked = [(shape, *check_shape(shape)) for shape in shapes]
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        raise RuntimeError("run_check needs an SM90 (Hopper) GPU")
+    out = out or sys.stdout
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(seed)
+    rep = _Report(out)
+    for shape, n, k, g in checked:
+        label = f"{shape.get('op', '')} n={n} k={k}" + (f" G={g}" if g > 1 else "")
+        for tokens in token_counts:
+            rows = tokens * (top_k if g > 1 else 1)
+            # The largest tensor of the call: activations, the k-grouped FP32 output.
+            largest = max(rows * max(n, k) * 4, g * n * k * 4)
+            if largest > MAX_BUFFER_BYTES:
+                print(f"{'skipped':9s} {label:26s} {tokens:6d} (a tensor > 16 GiB)", file=out)
+                continue
+            if g == 1:
+                _check_dense(rep, label, n, k, tokens, gen)
+            else:
+                _check_routed(rep, label, n, k, g, tokens, top_k, gen)
+        torch.cuda.empty_cache()
+    if rep.ratios:
+        geo = math.exp(sum(math.log(r) for r in rep.ratios) / len(rep.ratios))
+        print(f"check: {'all passed' if rep.ok else 'FAILED'}; {geo:.3f} x torch (geomean)",
+              file=out)  # fmt: skip
+    else:
+        print(f"check: {'all passed' if rep.ok else 'FAILED'}", file=out)
+    return rep.ok
