@@ -223,6 +223,8 @@ def probe_gpu() -> GpuProbe:
         import torch
     except ImportError:
         return GpuProbe(None, "torch is not installed")
+    except OSError as exc:  # a torch whose CUDA libraries do not load
+        return GpuProbe(None, f"torch does not load ({exc})")
     if not torch.cuda.is_available():
         build = "a CPU build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}"
         return GpuProbe(None, f"no CUDA GPU visible (torch {torch.__version__}, {build})")
@@ -283,6 +285,63 @@ def _other_compiler_note(cached: Sequence[KernelSpec]) -> str | None:
     )
 
 
+def _target_sms(args: argparse.Namespace) -> tuple[int, str, GpuProbe | None]:
+    """(num_sms, how the report names it, the GPU probe if one was made)."""
+    if args.num_sms is not None:
+        return args.num_sms, f"{args.num_sms} SMs", None
+    gpu = probe_gpu()
+    if gpu.num_sms is not None:
+        return gpu.num_sms, f"{gpu.num_sms} SMs of this GPU", gpu
+    return DEFAULT_NUM_SMS, f"{DEFAULT_NUM_SMS} SMs (H100/H200 SXM; --num-sms for another GPU)", gpu
+
+
+def _announce(args: argparse.Namespace, workload: Workload, sms_label: str, tokens: str) -> None:
+    count = len(workload.shapes)
+    top_ks = "/".join(map(str, workload.by_top_k))
+    print(
+        f"moegemm warmup: {workload.label} ({count} shape{'s' if count > 1 else ''}, top_k "
+        f"{top_ks}), {args.arch} with {sms_label}, {tokens}",
+        flush=True,
+    )
+    routed_top_1 = [s for s in workload.by_top_k.get(1, []) if s.get("num_groups", 1) > 1]
+    if routed_top_1 and not (args.model or args.suite or args.top_k):
+        print(
+            f"note: {len(routed_top_1)} grouped shape(s) without top_k are built for one routed "
+            "row per token; give --top-k or a top_k field for the model's experts per token"
+        )
+
+
+def _enumerate(
+    specs_fn: SpecsFn,
+    workload: Workload,
+    token_counts: Sequence[int],
+    arch: str,
+    num_sms: int,
+) -> list[KernelSpec]:
+    specs: dict[KernelSpec, None] = {}
+    try:
+        for top_k, shapes in workload.by_top_k.items():
+            for spec in specs_fn(shapes, token_counts, top_k, arch, num_sms):
+                specs[spec] = None
+    except ValueError as exc:  # warmup_specs's own argument checks
+        raise WarmupError(str(exc)) from None
+    if not specs:
+        raise WarmupError(f"no kernels to build for {workload.label} on {arch}")
+    return list(specs)
+
+
+def _build_missing(missing: Sequence[KernelSpec], root: Path, jobs: int | None) -> BuildReport:
+    if not missing:
+        return BuildReport()
+    check_writable(root)
+    try:
+        compiler.find_nvcc()
+    except FileNotFoundError as exc:
+        plural = "s" if len(missing) > 1 else ""
+        raise WarmupError(f"cannot compile {len(missing)} missing kernel{plural}: {exc}") from None
+    return run_ninja(missing, jobs or os.cpu_count() or 1)
+
+
 def run_warmup(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     if args.arch != "sm_90a":
@@ -297,39 +356,12 @@ def run_warmup(args: argparse.Namespace) -> int:
         create_cache_dir(root)
     specs_fn, hooked = specs_function()
     token_counts, token_label = _token_range(args)
-    gpu: GpuProbe | None = None
-    num_sms = args.num_sms
-    sms_label = f"{num_sms} SMs"
-    if num_sms is None:
-        gpu = probe_gpu()
-        num_sms = gpu.num_sms or DEFAULT_NUM_SMS
-        sms_label = f"{num_sms} SMs" + (
-            " of this GPU" if gpu.num_sms else " (H100/H200 SXM; --num-sms for another GPU)"
-        )
-    top_ks = "/".join(map(str, workload.by_top_k))
-    count = len(workload.shapes)
-    print(
-        f"moegemm warmup: {workload.label} ({count} shape{'s' if count > 1 else ''}, top_k "
-        f"{top_ks}), {args.arch} with {sms_label}, {token_label}",
-        flush=True,
-    )
-    routed_top_1 = [s for s in workload.by_top_k.get(1, []) if s.get("num_groups", 1) > 1]
-    if routed_top_1 and not (args.model or args.suite or args.top_k):
-        print(
-            f"note: {len(routed_top_1)} grouped shape(s) without top_k are built for one routed "
-            "row per token; give --top-k or a top_k field for the model's experts per token"
-        )
-    specs: dict[KernelSpec, None] = {}
-    try:
-        for top_k, shapes in workload.by_top_k.items():
-            for spec in specs_fn(shapes, token_counts, top_k, args.arch, num_sms):
-                specs[spec] = None
-    except ValueError as exc:  # warmup_specs's own argument checks
-        raise WarmupError(str(exc)) from None
-    if not specs:
-        raise WarmupError(f"no kernels to build for {workload.label} on {args.arch}")
-    missing = [s for s in specs if cache.lookup(s) is None]
-    cached = [s for s in specs if s not in set(missing)]
+    num_sms, sms_label, gpu = _target_sms(args)
+    _announce(args, workload, sms_label, token_label)
+    specs = _enumerate(specs_fn, workload, token_counts, args.arch, num_sms)
+    present = {s: cache.lookup(s) is not None for s in specs}
+    missing = [s for s in specs if not present[s]]
+    cached = [s for s in specs if present[s]]
     print(
         f"{len(specs)} kernels into {root / 'kernels'}: {len(missing)} to compile, "
         f"{len(cached)} already cached",
@@ -343,17 +375,7 @@ def run_warmup(args: argparse.Namespace) -> int:
             f"already cached {len(cached)}, {time.perf_counter() - start:.1f} s"
         )
         return 0
-    report = BuildReport()
-    if missing:
-        check_writable(root)
-        try:
-            compiler.find_nvcc()
-        except FileNotFoundError as exc:
-            plural = "s" if len(missing) > 1 else ""
-            raise WarmupError(
-                f"cannot compile {len(missing)} missing kernel{plural}: {exc}"
-            ) from None
-        report = run_ninja(missing, args.jobs or os.cpu_count() or 1)
+    report = _build_missing(missing, root, args.jobs)
     note = _other_compiler_note(cached)
     if note:
         print(note)

@@ -1,0 +1,78 @@
+"""Dependencies point one way (issue 16, section 2): the JIT sits below the API and the warmup.
+No jit module imports moegemm.api or moegemm.warmup (except `__main__`, the entry shim of
+`python -m moegemm.jit --warmup`) nor a heuristics submodule, and importing moegemm.jit loads
+neither torch nor the layers above it."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import PYTHON_DIR
+
+JIT_DIR = PYTHON_DIR / "moegemm" / "jit"
+ABOVE = ("moegemm.api", "moegemm.warmup")
+HEURISTICS_INTERFACE = ("config",)
+
+
+def _imports(path: Path) -> list[str]:
+    """Absolute names of the modules a file imports (relative imports resolved)."""
+    package = ["moegemm", "jit"]
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            names.append(module)
+            names += [f"{module}.{alias.name}" for alias in node.names]
+    return names
+
+
+@pytest.mark.parametrize("path", sorted(JIT_DIR.glob("*.py")), ids=lambda p: p.name)
+def test_jit_imports_nothing_above_it(path: Path) -> None:
+    imported = _imports(path)
+    above = [m for m in imported if m.startswith(ABOVE)]
+    if path.name == "__main__.py":
+        assert above and all(m.startswith("moegemm.warmup.cli") for m in above), above
+    else:
+        assert above == [], f"{path.name} imports {above}"
+    # `from ..heuristics import X` names X; only a real submodule file is an internal, and the
+    # types module (GemmConfig, GemmDesc: what codegen is given) is the interface, not one.
+    heuristics_dir = PYTHON_DIR / "moegemm" / "heuristics"
+    internals = [
+        m
+        for m in imported
+        if m.startswith("moegemm.heuristics.")
+        and m.split(".")[2] not in HEURISTICS_INTERFACE
+        and (heuristics_dir / f"{m.split('.')[2]}.py").exists()
+    ]
+    assert internals == [], f"{path.name} imports heuristics internals {internals}"
+
+
+def test_import_resolution_sees_relative_imports() -> None:
+    """The checker itself: relative imports of the cache resolve to moegemm.jit.*."""
+    names = _imports(JIT_DIR / "cache.py")
+    assert "moegemm.jit.compiler" in names and "moegemm.jit.spec.KernelSpec" in names
+
+
+def test_importing_the_jit_loads_nothing_above_it() -> None:
+    code = (
+        "import sys, moegemm.jit, moegemm.jit.cache, moegemm.jit.runtime\n"
+        "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith("
+        "('moegemm.api', 'moegemm.warmup'))))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env={"PYTHONPATH": str(PYTHON_DIR), "MOEGEMM_LIGHT_IMPORT": "1", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
