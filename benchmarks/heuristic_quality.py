@@ -42,7 +42,7 @@ from bench_bf16 import (
 
 import moegemm
 from moegemm.api.plans import build_plan
-from moegemm.heuristics import GemmDesc, sm90
+from moegemm.heuristics import GemmDesc, enumerate_configs, estimate_cycles, is_legal
 from moegemm.testing import calc_diff
 
 TARGET_GEOMEAN, TARGET_EVERY = 0.97, 0.90
@@ -108,21 +108,30 @@ def _n_bucket(block_n: int) -> int:
     return (block_n - 1) // 64  # 16-64, 80-128, 144-192, 208-256
 
 
-def with_cluster_twins(cands: list, legal: list) -> list:
-    """cands plus, for each, the legal configs that differ from it only in the cluster shape."""
+CLUSTER_SHAPES = ((2, 1), (1, 2))
+
+
+def with_cluster_twins(cands: list, desc: GemmDesc, arch) -> list:
+    """cands plus, for each, its legal twins of another cluster shape (the heuristics never
+    enumerate clusters; they stay legal through config=). A cluster CTA loads its share of the
+    operand it multicasts."""
     out = list(cands)
     for c in cands:
-        for other in legal:
-            same_tile = dataclasses.replace(other.layout, cluster_m=1, cluster_n=1) == (
-                dataclasses.replace(c.layout, cluster_m=1, cluster_n=1)
+        lay = c.layout
+        if lay.swap_ab or lay.cluster_size != 1:
+            continue
+        for cm, cn in CLUSTER_SHAPES:
+            twin = dataclasses.replace(
+                c,
+                layout=dataclasses.replace(lay, cluster_m=cm, cluster_n=cn),
+                storage=dataclasses.replace(
+                    c.storage,
+                    load_box_a=(lay.block_k, lay.block_m // cn),
+                    load_box_b=(lay.block_k, lay.block_n // cm),
+                ),
             )
-            # The load boxes follow the cluster shape; everything else must match.
-            rest_same = (
-                dataclasses.replace(other, layout=c.layout, storage=c.storage) == c
-                and other.storage.store_box_d == c.storage.store_box_d
-            )
-            if same_tile and rest_same and other not in out:
-                out.append(other)
+            if is_legal(twin, desc, arch) and twin not in out:
+                out.append(twin)
     return out
 
 
@@ -136,15 +145,15 @@ def choose_candidates(
     every legal config."""
     from moegemm.heuristics import select_config
 
-    legal = [c for c in sm90.enumerate_configs(desc, arch) if sm90.is_legal(c, desc, arch)]
+    legal = [c for c in enumerate_configs(desc, arch) if is_legal(c, desc, arch)]
     pick = select_config(desc, arch)
-    est = {c: sm90.estimate_cycles(c, desc, arch) for c in legal}
+    est = {c: estimate_cycles(c, desc, arch) for c in legal}
     ranked = sorted(legal, key=lambda c: (est[c], -c.layout.block_m * c.layout.block_n))
     if max_configs <= 0 or max_configs >= len(legal):
         return [pick] + [c for c in ranked if c != pick], pick
     if twins:
         chosen, _ = choose_candidates(desc, arch, max_configs)
-        return with_cluster_twins(chosen, legal), pick
+        return with_cluster_twins(chosen, desc, arch), pick
     chosen = [pick]
     top = max(0, (max_configs - 1 + 1) // 2)
     for c in ranked:
@@ -260,7 +269,7 @@ def measure_case(q: QCase, arch, args, failed_specs: dict) -> dict:
     desc = desc_for(q)
     cands, pick = choose_candidates(desc, arch, args.max_configs, args.cluster_twins)
     names = {c: c.short_name() for c in cands}
-    est = {c: sm90.estimate_cycles(c, desc, arch) for c in cands}
+    est = {c: estimate_cycles(c, desc, arch) for c in cands}
     row: dict = {
         "id": q.id,
         "case": q.label,
