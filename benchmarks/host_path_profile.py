@@ -163,7 +163,10 @@ def cpu_stub_profile(number: int = 1000, rounds: int = 100) -> dict:
         {"function": name, "us_per_call": us, "us_without_stub_launch": us - launch_us}
         for name, us in best.items()
     ]
-    return {"mode": "cpu-stub", "stub_launch_us": launch_us, "rows": rows}
+    from moegemm.api.device import _plan_caches
+
+    plans = sum(len(cache) for cache in _plan_caches)  # one per function: every call hit
+    return {"mode": "cpu-stub", "stub_launch_us": launch_us, "plans": plans, "rows": rows}
 
 
 def first_call() -> str:
@@ -179,9 +182,10 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--cpu-stub", action="store_true", help="no GPU: time the Python side")
     parser.add_argument("--first-call", action="store_true", help="also break down a first call")
+    parser.add_argument("--rounds", type=int, default=100, help="--cpu-stub: timing rounds")
     args = parser.parse_args()
     if args.cpu_stub:
-        result = cpu_stub_profile()
+        result = cpu_stub_profile(rounds=args.rounds)
     elif not torch.cuda.is_available():
         sys.exit("host_path_profile: no CUDA GPU (use --cpu-stub for the Python side alone)")
     else:
