@@ -43,6 +43,7 @@ from bench_bf16 import (
 import moegemm
 from moegemm.api.plans import build_plan
 from moegemm.heuristics import GemmDesc, enumerate_configs, estimate_cycles, is_legal
+from moegemm.heuristics.sm90_bf16 import walk_stripe_m
 from moegemm.testing import calc_diff
 
 TARGET_GEOMEAN, TARGET_EVERY = 0.97, 0.90
@@ -123,7 +124,10 @@ def with_cluster_twins(cands: list, desc: GemmDesc, arch) -> list:
         for cm, cn in CLUSTER_SHAPES:
             twin = dataclasses.replace(
                 c,
-                layout=dataclasses.replace(lay, cluster_m=cm, cluster_n=cn),
+                # The walk counts cluster m-blocks: the stripe rule as for a cluster pick.
+                layout=dataclasses.replace(
+                    lay, cluster_m=cm, cluster_n=cn, stripe_m=walk_stripe_m(desc, lay.block_m, cm)
+                ),
                 storage=dataclasses.replace(
                     c.storage,
                     load_box_a=(lay.block_k, lay.block_m // cn),
