@@ -35,6 +35,14 @@ class FakeCuda(torch.Tensor):
         return torch.device("cuda", self._fake_index)
 
 
+class FakeXpu(FakeCuda):
+    """Another accelerator numbering its devices like CUDA does: xpu:0."""
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("xpu", self._fake_index)
+
+
 def gpu(t: torch.Tensor, index: int = 0) -> torch.Tensor:
     t = t.as_subclass(FakeCuda)
     t._fake_index = index
@@ -231,6 +239,12 @@ def on_cuda1(t: torch.Tensor) -> torch.Tensor:
     return gpu(on_cpu(t), 1)
 
 
+def on_xpu0(t: torch.Tensor) -> torch.Tensor:
+    t = on_cpu(t).as_subclass(FakeXpu)
+    t._fake_index = 0
+    return t
+
+
 def variants() -> list[tuple[str, str, Callable[[], tuple]]]:
     """(base call, variant name, variant): each variant keeps the base's signature and changes
     what a signature does not capture, or changes one thing a signature does capture."""
@@ -259,6 +273,7 @@ def variants() -> list[tuple[str, str, Callable[[], tuple]]]:
             if isinstance(x, torch.Tensor):
                 out.append((base, f"cuda1-{position}", replaced(base, position, on_cuda1)))
                 out.append((base, f"cpu-{position}", replaced(base, position, on_cpu)))
+                out.append((base, f"xpu0-{position}", replaced(base, position, on_xpu0)))
     out.append(
         ("offs", "cpu-offs", variant("offs", lambda a, kw: (a, {"offs": on_cpu(kw["offs"])})))
     )
@@ -313,7 +328,7 @@ def test_a_warm_cache_decides_as_a_cold_one(rig: Rig, base: str, name: str, make
     if name.startswith("shifted"):  # misaligned views refused, aligned ones launched
         aligned = name.endswith("-32")
         assert (cold[0] is ValueError and "16-byte boundary" in cold[1]) != aligned, cold
-    if name.startswith(("cuda1", "cpu")):
+    if name.startswith(("cuda1", "cpu", "xpu0")):
         assert cold[0] is ValueError and "cuda" in cold[1].lower(), cold
 
 
