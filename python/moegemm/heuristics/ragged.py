@@ -30,10 +30,6 @@ def expected_rows_per_group(desc: GemmDesc) -> int:
     return max(1, math.ceil(desc.m / max(1, desc.num_groups)))
 
 
-def ragged_groups(desc: GemmDesc) -> bool:
-    return desc.kind in RAGGED_KINDS
-
-
 def masked_capacity(desc: GemmDesc) -> int | None:
     """The most rows one group can hold: the masked buffer's max_m; None where unbounded."""
     return desc.m if desc.kind == "m_grouped_masked" else None
