@@ -73,12 +73,11 @@ def descs_for(case: Case) -> list[GemmDesc]:
 
 
 def spec_for(desc: GemmDesc, config: GemmConfig) -> Hashable:
-    """The kernel spec (the JIT cache's build request) that `desc` builds with `config`."""
-    from moegemm.jit.codegen import sm90_bf16_gemm_spec, sm90_bf16_k_grouped_spec
+    """The kernel spec (the JIT cache's build request) a call of `desc` compiles for `config`:
+    the API's own, so the precompile builds exactly what the timed calls load."""
+    from moegemm.api.plans import kernel_spec
 
-    if desc.kind == "k_grouped":
-        return sm90_bf16_k_grouped_spec(config, desc.with_c)
-    return sm90_bf16_gemm_spec(config, desc.d_dtype, desc.with_c, desc.kind)
+    return kernel_spec(desc, config)
 
 
 def precompile(
