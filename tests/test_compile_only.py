@@ -1,6 +1,7 @@
-"""Compile-only builds of the SM90 BF16 kernel's distinct template instantiations through the real
-JIT path (codegen -> nvcc -> cache), checked in the cubin: one kernel, HGMMA present, no local
-memory. Needs nvcc, not a GPU."""
+"""Compile-only builds of the SM90 BF16 kernels (compositions of the persistent skeleton in
+include/moegemm/kernels/sm90_persistent_gemm.cuh) through the real JIT path (codegen -> nvcc ->
+cache), checked in the cubin: one kernel, HGMMA present and pipelined, no local memory. Also the
+skeleton's transform stage, with a trivial copy transform. Needs nvcc, not a GPU."""
 
 from __future__ import annotations
 
@@ -10,8 +11,14 @@ import subprocess
 
 import pytest
 
-from moegemm.heuristics import SM90, GemmDesc, select_config, sm90
-from moegemm.heuristics.sm90 import enumerate_bf16_configs, store_cols
+from moegemm.heuristics import SM90, GemmDesc, select_config
+from moegemm.heuristics.config import (
+    GemmConfig,
+    LaunchConfig,
+    Layout,
+    PipelineConfig,
+    StorageConfig,
+)
 from moegemm.jit import cache
 from moegemm.jit.codegen import sm90_bf16_gemm_spec, sm90_bf16_k_grouped_spec
 from moegemm.jit.compiler import find_cuobjdump
@@ -19,22 +26,53 @@ from moegemm.jit.cubin import count_cubin_kernels
 
 pytestmark = pytest.mark.nvcc  # conftest skips these where nvcc is missing
 
+BARRIER_BYTES = 16  # a full and an empty mbarrier per stage
 
-def config_with(
+
+def ring_bytes(kind: str, block_m: int, block_n: int, stages: int) -> int:
+    """One ring of 64-wide BF16 stages: A and B slabs (k-grouped: 64-wide MN chunks, the same
+    bytes), plus its barriers."""
+    del kind  # every family stages (block_m + block_n) rows of 128 bytes
+    return stages * ((block_m + block_n) * 128 + BARRIER_BYTES)
+
+
+def make_config(
+    kind: str,
     block_m: int,
     block_n: int,
-    kind: str = "bf16_gemm_nt",
-    tma_store: bool = False,
-    d_dtype: str = "bf16",
-    with_c: bool = False,
-):
-    desc = GemmDesc(kind, m=4096, n=4096, k=4096, num_groups=4, d_dtype=d_dtype, with_c=with_c)
-    for config in enumerate_bf16_configs(desc, SM90):
-        lay = config.layout
-        key = (lay.block_m, lay.block_n, bool(store_cols(config)), lay.cluster_m)
-        if key == (block_m, block_n, tma_store, 1):
-            return config
-    raise AssertionError(f"no legal config {block_m}x{block_n} (TMA store: {tma_store})")
+    stages: int,
+    *,
+    store_cols: int = 0,
+    cluster: tuple[int, int] = (1, 1),
+    swap_ab: bool = False,
+    stripe_m: int = 0,
+    extra_warpgroups: int = 0,
+    extra_smem: int = 0,
+) -> GemmConfig:
+    """A config built by hand (the kernels assert its shared memory and thread count), so the
+    test does not depend on which configs the heuristics enumerate."""
+    if kind == "k_grouped":
+        num_wg = block_m // 64
+        staging = num_wg * 2 * 64 * 32 * 4 if store_cols else 0
+    else:
+        num_wg = block_n // 64 if swap_ab else (1 if block_m == 64 else 2)
+        staging = block_m * block_n * 2 if store_cols else 0
+    cluster_m, cluster_n = cluster
+    return GemmConfig(
+        layout=Layout(block_m, block_n, 64, swap_ab, cluster_m, cluster_n, stripe_m),
+        storage=StorageConfig(
+            load_box_a=(64, block_m // cluster_n),
+            load_box_b=(64, block_n // cluster_m),
+            swizzle_a=128,
+            swizzle_b=128,
+            store_box_d=(store_cols, 64) if store_cols else None,
+            swizzle_d=store_cols * (4 if kind == "k_grouped" else 2),
+        ),
+        pipeline=PipelineConfig(
+            stages, ring_bytes(kind, block_m, block_n, stages) + staging + extra_smem
+        ),
+        launch=LaunchConfig(132, 128 * (num_wg + 1 + extra_warpgroups), num_wg),
+    )
 
 
 def dump_sass(cuobjdump, cubin_path) -> str:
@@ -59,61 +97,60 @@ def built_sass(spec) -> str:
     return dump_sass(cuobjdump, cubin_path)
 
 
-def sass_instructions(sass: str) -> list[str]:
-    """The instruction lines of a SASS dump without their addresses (names and headers out),
-    so two builds of one kernel compare by their machine code only."""
-    lines = [line for line in sass.splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", line)]
-    return [re.sub(r"/\*[0-9a-f]{4,}\*/", "", line).strip() for line in lines]
+def assert_pipelined_wgmma(sass: str) -> None:
+    """wgmma present, no local memory, and batched: a batch of wgmma carries one scoreboard
+    (gsb0) at its end; ptxas serializes them (each with its own gsb0 and a wait) when it cannot
+    prove the accumulators untouched."""
+    assert "LDL" not in sass and "STL" not in sass, "no local-memory traffic"
+    hgmma = [line for line in sass.splitlines() if "HGMMA." in line and "RZ" not in line]
+    assert hgmma, "the math must run on wgmma"
+    assert 2 * sum("gsb0" in line for line in hgmma) <= len(hgmma), "wgmma serialized"
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("MOEGEMM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("MOEGEMM_JIT_PTXAS_CHECK", "1")  # fails the build on local memory
 
 
 # One warpgroup / two warpgroups / two m64 atoms per warpgroup / an extended-N atom, across the
 # epilogues (registers with BF16 out, FP32 out with C; TMA stores of 64-, 32- and 16-column
 # boxes) and every tile scheduler (layout).
 VARIANTS = [
-    ("bf16_gemm_nt", 64, 64, "bf16", False, False),
-    ("bf16_gemm_nt", 128, 256, "fp32", True, False),
-    ("bf16_gemm_nt", 256, 128, "bf16", False, False),
-    ("bf16_gemm_nt", 128, 48, "bf16", True, False),
-    ("bf16_gemm_nt", 128, 224, "bf16", False, True),
-    ("m_grouped_contiguous", 128, 128, "bf16", False, False),
-    ("m_grouped_contiguous", 128, 256, "bf16", False, True),
-    ("m_grouped_offsets", 64, 256, "bf16", False, False),
-    ("m_grouped_offsets", 128, 240, "bf16", False, True),
-    ("m_grouped_masked", 256, 112, "bf16", False, False),
-    ("m_grouped_masked", 256, 96, "bf16", False, True),
-    ("k_grouped", 128, 256, "fp32", True, False),
-    ("k_grouped", 64, 128, "fp32", False, False),
-    ("k_grouped", 128, 256, "fp32", True, True),
-    ("k_grouped", 128, 192, "fp32", False, True),
+    ("bf16_gemm_nt", 64, 64, 8, "bf16", False, 0),
+    ("bf16_gemm_nt", 128, 256, 4, "fp32", True, 0),
+    ("bf16_gemm_nt", 256, 128, 4, "bf16", False, 0),
+    ("bf16_gemm_nt", 128, 48, 8, "bf16", True, 0),
+    ("bf16_gemm_nt", 128, 224, 3, "bf16", False, 32),
+    ("m_grouped_contiguous", 128, 128, 6, "bf16", False, 0),
+    ("m_grouped_contiguous", 128, 256, 3, "bf16", False, 64),
+    ("m_grouped_offsets", 64, 256, 5, "bf16", False, 0),
+    ("m_grouped_offsets", 128, 240, 3, "bf16", False, 16),
+    ("m_grouped_masked", 256, 112, 4, "bf16", False, 0),
+    ("m_grouped_masked", 256, 96, 3, "bf16", False, 32),
+    ("k_grouped", 128, 256, 4, "fp32", True, 0),
+    ("k_grouped", 64, 128, 6, "fp32", False, 0),
+    ("k_grouped", 128, 256, 4, "fp32", True, 32),
+    ("k_grouped", 128, 192, 4, "fp32", False, 32),
 ]
 
 
-@pytest.mark.parametrize("kind,block_m,block_n,d_dtype,with_c,tma_store", VARIANTS)
+@pytest.mark.parametrize("kind,block_m,block_n,stages,d_dtype,with_c,store_cols", VARIANTS)
 def test_kernel_compiles_for_sm90a(
-    kind: str,
-    block_m: int,
-    block_n: int,
-    d_dtype: str,
-    with_c: bool,
-    tma_store: bool,
-    tmp_path,
-    monkeypatch,
+    kind: str, block_m: int, block_n: int, stages: int, d_dtype: str, with_c: bool, store_cols
 ) -> None:
-    monkeypatch.setenv("MOEGEMM_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("MOEGEMM_JIT_PTXAS_CHECK", "1")  # fails the build on local memory
-    config = config_with(block_m, block_n, kind, tma_store, d_dtype, with_c)
+    config = make_config(kind, block_m, block_n, stages, store_cols=store_cols)
     if kind == "k_grouped":
         spec = sm90_bf16_k_grouped_spec(config, with_c)
     else:
         spec = sm90_bf16_gemm_spec(config, d_dtype, with_c, kind)
+    # The kernel reads a named config, not positional template arguments.
+    assert "struct Config {" in spec.source and f"kBlockN = {block_n};" in spec.source
+    assert "MOEGEMM_STAGE_VARIANT" not in spec.source and "SPLIT_TAILS" not in spec.source
     sass = built_sass(spec)
-    assert "HGMMA" in sass, "the math must run on wgmma"
-    assert "LDL" not in sass and "STL" not in sass, "no local-memory traffic"
-    # A batch of wgmma carries one scoreboard (gsb0) at its end; ptxas serializes them (each
-    # with its own gsb0 and a wait) when it cannot prove the accumulators untouched.
-    hgmma = [line for line in sass.splitlines() if "HGMMA." in line and "RZ" not in line]
-    assert 2 * sum("gsb0" in line for line in hgmma) <= len(hgmma), "wgmma serialized"
-    if tma_store:
+    assert_pipelined_wgmma(sass)
+    assert "SR_GLOBALTIMER" not in sass and "CALL" not in sass, "no probe, no printf"
+    if store_cols:
         assert "UTMASTG" in sass, "stored by TMA"
         if d_dtype == "bf16":
             assert "STSM" in sass, "BF16 staged with stmatrix"
@@ -121,170 +158,55 @@ def test_kernel_compiles_for_sm90a(
             assert "UTMAREDG.2D.ADD" in sass
     else:
         assert "UTMASTG" not in sass
+        if d_dtype == "bf16" and not with_c:
+            assert "STG.E.128" in sass, "BF16 register stores go out 16 bytes per lane"
 
 
-def test_heuristic_picks_compile(tmp_path, monkeypatch) -> None:
+def test_heuristic_picks_compile() -> None:
     """The configs the heuristics choose for a decode and a prefill shape build too."""
-    monkeypatch.setenv("MOEGEMM_CACHE_DIR", str(tmp_path))
     for m in (1, 8192):
         config = select_config(GemmDesc("bf16_gemm_nt", m=m, n=4096, k=7168), SM90)
         spec = sm90_bf16_gemm_spec(config, "bf16", False)
         assert count_cubin_kernels(cache.build_or_load(spec).read_bytes()) == 1
 
 
-def test_walk_stripe_kernels_compile(tmp_path, monkeypatch) -> None:
-    """The grouped walk in stripes (the default where K >= 4096) builds for both grouped-walk
-    layouts, names its stripe and keeps wgmma without local memory; dense refuses a stripe."""
-    monkeypatch.setenv("MOEGEMM_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv(sm90.WALK_STRIPES_ENV, raising=False)
-    for kind in ("m_grouped_offsets", "m_grouped_masked"):
-        desc = GemmDesc(kind, m=4096, n=4096, k=4096, num_groups=8, expected_m=4096)
-        config = sm90.select(desc, SM90)
-        assert config.layout.stripe_m == sm90.WALK_STRIPE_M
-        spec = sm90_bf16_gemm_spec(config, "bf16", False, kind)
-        assert f", {sm90.WALK_STRIPE_M}>" in spec.source and "p8" in spec.name
-        sass = built_sass(spec)
-        assert "HGMMA" in sass and "LDL" not in sass and "STL" not in sass
-    dense = select_config(GemmDesc("bf16_gemm_nt", m=4096, n=4096, k=4096), SM90)
-    striped = dataclasses.replace(dense, layout=dataclasses.replace(dense.layout, stripe_m=8))
+@pytest.mark.parametrize("kind", ["m_grouped_offsets", "m_grouped_masked"])
+def test_walk_stripe_kernels_compile(kind: str) -> None:
+    """The grouped walk in stripes builds for both grouped-walk layouts, names its stripe and
+    keeps wgmma without local memory; dense refuses a stripe."""
+    config = make_config(kind, 128, 256, 3, store_cols=64, stripe_m=8)
+    spec = sm90_bf16_gemm_spec(config, "bf16", False, kind)
+    assert "kStripeM = 8;" in spec.source and ", 8>;" in spec.source and "p8" in spec.name
+    assert_pipelined_wgmma(built_sass(spec))
     with pytest.raises(ValueError, match="grouped-walk"):
-        sm90_bf16_gemm_spec(striped, "bf16", False, "bf16_gemm_nt")
+        sm90_bf16_gemm_spec(config, "bf16", False, "bf16_gemm_nt")
 
 
-def test_stage_breakdown_variants_compile(tmp_path, monkeypatch) -> None:
-    """The timing-only builds of benchmarks/stage_breakdown.py (wgmma and/or stores left out)."""
-    monkeypatch.setenv("MOEGEMM_CACHE_DIR", str(tmp_path))
-    config = config_with(128, 256, "m_grouped_offsets", tma_store=True)
-    names = set()
-    cuobjdump = find_cuobjdump()
-    for variant in (1, 2, 3, 4):  # 4: the grouped walk without its per-round rotation
-        spec = sm90_bf16_gemm_spec(config, "bf16", False, "m_grouped_offsets", variant)
-        assert f"#define MOEGEMM_STAGE_VARIANT {variant}" in spec.source
-        cubin_path = cache.build_or_load(spec)
-        assert count_cubin_kernels(cubin_path.read_bytes()) == 1
-        names.add(spec.name)
-        if variant == 2 and cuobjdump is not None:
-            # Without stores the accumulators must stay live, or ptxas drops the wgmma too and
-            # the "no epilogue" timing measures loads only.
-            sass = dump_sass(cuobjdump, cubin_path)
-            assert "HGMMA.64x256x16.F32.BF16" in sass
-    assert len(names) == 4
-    assert "MOEGEMM_STAGE_VARIANT" not in sm90_bf16_gemm_spec(config, "bf16", False).source
-    if cuobjdump is not None:
-        # The order twins compare against these builds: they must be other machine code.
-        kind = "m_grouped_offsets"
-        default = sass_instructions(built_sass(sm90_bf16_gemm_spec(config, "bf16", False, kind)))
-        unrotated = built_sass(sm90_bf16_gemm_spec(config, "bf16", False, kind, 4))
-        assert "HGMMA.64x256x16.F32.BF16" in unrotated
-        assert sass_instructions(unrotated) != default
-
-    k_config = config_with(128, 256, "k_grouped", tma_store=True, d_dtype="fp32")
-    assert "MOEGEMM_STAGE_VARIANT" not in sm90_bf16_k_grouped_spec(k_config, False).source
-    for variant in (1, 2, 3, 4, 8, 16):
-        spec = sm90_bf16_k_grouped_spec(k_config, False, variant)
-        assert f"#define MOEGEMM_STAGE_VARIANT {variant}" in spec.source
-        cubin_path = cache.build_or_load(spec)
-        assert count_cubin_kernels(cubin_path.read_bytes()) == 1
-        if variant in (2, 4, 8, 16) and cuobjdump is not None:
-            sass = dump_sass(cuobjdump, cubin_path)
-            assert "HGMMA.64x256x16.F32.BF16" in sass
-            if variant == 16:  # round-robin order: other code than the default build
-                default = built_sass(sm90_bf16_k_grouped_spec(k_config, False))
-                assert sass_instructions(sass) != sass_instructions(default)
-            if variant == 8:  # zeroing per warpgroup: 128-thread barriers, wgmma pipelined
-                assert "BAR.SYNC.DEFER_BLOCKING 0x1, 0x100" not in sass
-                hgmma = [line for line in sass.splitlines() if "HGMMA." in line]
-                assert 2 * sum("gsb0" in line for line in hgmma) <= len(hgmma)
+# (kind, cluster, block_m, TMA store): each layout with each cluster shape it takes, the two
+# tile shapes alternating so both epilogues meet both sharing directions.
+CLUSTER_CASES = [
+    ("bf16_gemm_nt", (2, 1), 128, True),
+    ("m_grouped_offsets", (2, 1), 64, False),
+    ("m_grouped_masked", (2, 1), 128, True),
+    ("bf16_gemm_nt", (1, 2), 64, False),
+    ("m_grouped_offsets", (1, 2), 128, True),
+    ("m_grouped_masked", (1, 2), 64, False),
+    ("m_grouped_contiguous", (1, 2), 128, True),
+]
 
 
-@pytest.mark.parametrize(
-    "kind,cluster",
-    [
-        ("bf16_gemm_nt", "2x1"),
-        ("m_grouped_offsets", "2x1"),
-        ("m_grouped_masked", "2x1"),
-        ("bf16_gemm_nt", "1x2"),
-        ("m_grouped_offsets", "1x2"),
-        ("m_grouped_masked", "1x2"),
-        ("m_grouped_contiguous", "1x2"),
-    ],
-)
-@pytest.mark.parametrize("block_m,tma_store", [(128, True), (64, False)])
-def test_cluster_multicast_kernels_compile(
-    kind, cluster, block_m, tma_store, tmp_path, monkeypatch
-) -> None:
-    """2-CTA clusters sharing B (2x1) or A (1x2) by multicast (experimental, enumerated only
-    on request)."""
-    cluster = tuple(int(x) for x in cluster.split("x"))
-    from moegemm.heuristics.sm90 import EXPERIMENTAL_CLUSTERS_ENV, enumerate_configs
-
-    monkeypatch.setenv("MOEGEMM_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("MOEGEMM_JIT_PTXAS_CHECK", "1")
-    monkeypatch.delenv(EXPERIMENTAL_CLUSTERS_ENV, raising=False)
-    desc = GemmDesc(kind, m=4096, n=4096, k=4096, num_groups=4, expected_m=1024)
-    assert all(c.layout.cluster_size == 1 for c in enumerate_configs(desc, SM90))
-    monkeypatch.setenv(EXPERIMENTAL_CLUSTERS_ENV, "1")
-    config = next(
-        c
-        for c in enumerate_configs(desc, SM90)
-        if (c.layout.cluster_m, c.layout.cluster_n) == cluster
-        and c.layout.block_m == block_m
-        and c.layout.block_n == 256
-        and bool(store_cols(c)) == tma_store
-    )
-    assert sm90.is_legal(config, desc, SM90)
-    # The shared operand's box is the CTA's share of the tile.
-    assert config.storage.load_box_a == (64, block_m // cluster[1])
-    assert config.storage.load_box_b == (64, 256 // cluster[0])
+@pytest.mark.parametrize("kind,cluster,block_m,tma_store", CLUSTER_CASES)
+def test_cluster_multicast_kernels_compile(kind, cluster, block_m, tma_store) -> None:
+    """2-CTA clusters sharing B (2x1) or A (1x2) by multicast (reachable through config=)."""
+    stages = 3 if tma_store else (4 if block_m == 128 else 5)
+    config = make_config(kind, block_m, 256, stages, store_cols=64 if tma_store else 0,
+                         cluster=cluster)  # fmt: skip
     sass = built_sass(sm90_bf16_gemm_spec(config, "bf16", False, kind))
     assert "MULTICAST" in sass, "the shared operand must be loaded with a multicast TMA"
-    assert "LDL" not in sass and "STL" not in sass
-    hgmma = [line for line in sass.splitlines() if "HGMMA." in line and "RZ" not in line]
-    assert hgmma and 2 * sum("gsb0" in line for line in hgmma) <= len(hgmma), "wgmma serialized"
+    assert_pipelined_wgmma(sass)
     # GPU-scope fences belong to the two cluster barriers (set-up, exit) only: a cluster-scope
     # release per stage compiles to one MEMBAR.ALL.GPU per k-block (measured 1.5-2x slower).
     assert sass.count("MEMBAR.ALL.GPU") <= 2, "GPU-scope fence inside the mainloop"
-
-
-@pytest.mark.parametrize(
-    "kind,block_n,tma_store,half_atom",
-    [
-        ("m_grouped_offsets", 256, True, "HGMMA.64x128x16"),  # TMA boxes tile the half
-        ("m_grouped_offsets", 240, True, "HGMMA.64x120x16"),  # half stored from registers
-        ("m_grouped_masked", 96, False, "HGMMA.64x48x16"),  # extended-N half of a base N
-        ("bf16_gemm_nt", 256, True, "HGMMA.64x128x16"),
-    ],
-)
-def test_split_tail_kernels_compile(kind, block_n, tma_store, half_atom, tmp_path, monkeypatch):
-    """Split tails (experimental, built on request): a second wgmma loop of half the width, no
-    local memory, wgmma not serialized; without the request the kernel has neither."""
-    from moegemm.jit.codegen import SPLIT_TAILS_ENV
-
-    monkeypatch.setenv("MOEGEMM_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("MOEGEMM_JIT_PTXAS_CHECK", "1")
-    config = config_with(128, block_n, kind, tma_store)
-    monkeypatch.delenv(SPLIT_TAILS_ENV, raising=False)
-    default = sm90_bf16_gemm_spec(config, "bf16", False, kind)
-    monkeypatch.setenv(SPLIT_TAILS_ENV, "1")
-    split = sm90_bf16_gemm_spec(config, "bf16", False, kind)
-    assert split.name == default.name + "_split" and "MOEGEMM_SPLIT_TAILS 1" in split.source
-    assert "MOEGEMM_SPLIT_TAILS" not in default.source
-    sass = built_sass(split)
-    assert half_atom in sass and f"HGMMA.64x{block_n}x16" in sass
-    assert "LDL" not in sass and "STL" not in sass
-    hgmma = [line for line in sass.splitlines() if "HGMMA." in line and "RZ" not in line]
-    assert 2 * sum("gsb0" in line for line in hgmma) <= len(hgmma), "wgmma serialized"
-
-
-def test_b_sharing_clusters_refused_for_m_indices() -> None:
-    from dataclasses import replace
-
-    config = config_with(128, 256, "m_grouped_contiguous")
-    clustered = replace(config, layout=replace(config.layout, cluster_m=2))
-    with pytest.raises(ValueError, match="clusters"):
-        sm90_bf16_gemm_spec(clustered, "bf16", False, "m_grouped_contiguous")
-    desc = GemmDesc("m_grouped_contiguous", m=4096, n=4096, k=4096, num_groups=4)
-    assert not sm90.is_legal(clustered, desc, SM90)
 
 
 @pytest.mark.parametrize(
@@ -296,80 +218,77 @@ def test_b_sharing_clusters_refused_for_m_indices() -> None:
         ("m_grouped_offsets", 128, 128),
     ],
 )
-def test_swap_ab_kernels_compile(kind, block_m, block_n, tmp_path, monkeypatch) -> None:
+def test_swap_ab_kernels_compile(kind, block_m, block_n) -> None:
     """The decode kernel with the weights on the wgmma's M side: wgmma m64 x tokens, pipelined,
     no local memory; 48 tokens needs CuTe's extended wgmma shapes."""
-    monkeypatch.setenv("MOEGEMM_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("MOEGEMM_JIT_PTXAS_CHECK", "1")
-    desc = GemmDesc(kind, m=1024, n=4096, k=4096, num_groups=16, expected_m=32)
-    config = next(
-        c
-        for c in sm90.enumerate_configs(desc, SM90)
-        if c.layout.swap_ab and (c.layout.block_m, c.layout.block_n) == (block_m, block_n)
-    )
-    assert sm90.is_legal(config, desc, SM90)
-    sass = built_sass(sm90_bf16_gemm_spec(config, "bf16", False, kind))
+    config = make_config(kind, block_m, block_n, 8 if block_m <= 32 else 5, swap_ab=True)
+    spec = sm90_bf16_gemm_spec(config, "bf16", False, kind)
+    assert ("MOEGEMM_WGMMA_EXTENDED_N" in spec.source) == (block_m == 48)
+    sass = built_sass(spec)
     assert f"HGMMA.64x{block_m}x16.F32.BF16" in sass, "tokens on the wgmma's N side"
-    assert "LDL" not in sass and "STL" not in sass
-    hgmma = [line for line in sass.splitlines() if "HGMMA." in line and "RZ" not in line]
-    assert 2 * sum("gsb0" in line for line in hgmma) <= len(hgmma), "wgmma serialized"
+    assert_pipelined_wgmma(sass)
 
 
-@pytest.mark.parametrize("swap_ab", [False, True])
-def test_timeline_variant_is_the_only_build_with_the_probe(swap_ab, tmp_path, monkeypatch) -> None:
-    """Stage variant bit 3 (scripts/timeline.py) reads the global timer and prints; the
-    production build of the same config does neither, and keeps its wgmma pipelined."""
-    from moegemm.jit.codegen import TIMELINE_VARIANT
-
-    monkeypatch.setenv("MOEGEMM_CACHE_DIR", str(tmp_path))
-    kind = "m_grouped_masked"
-    desc = GemmDesc(kind, m=512, n=2048, k=768, num_groups=16, expected_m=32)
-    config = next(
-        c
-        for c in sm90.enumerate_configs(desc, SM90)
-        if c.layout.swap_ab == swap_ab
-        and c.layout.block_n == 128
-        and c.layout.cluster_size == 1
-        and not store_cols(c)
-    )
-    timeline = built_sass(sm90_bf16_gemm_spec(config, "bf16", False, kind, TIMELINE_VARIANT))
-    assert "SR_GLOBALTIMER" in timeline and "CALL" in timeline, "stamps and printf"
-    production = built_sass(sm90_bf16_gemm_spec(config, "bf16", False, kind))
-    assert "SR_GLOBALTIMER" not in production and "CALL" not in production
-    assert "LDL" not in production and "STL" not in production
-    hgmma = [line for line in production.splitlines() if "HGMMA." in line and "RZ" not in line]
-    assert 2 * sum("gsb0" in line for line in hgmma) <= len(hgmma), "wgmma serialized"
-    if not swap_ab:
-        # BF16 out without C: the register stores go out 16 bytes per lane.
-        assert "STG.E.128" in production
-
-
-def test_swap_ab_kernels_refuse_other_stage_variants() -> None:
-    desc = GemmDesc("m_grouped_masked", m=512, n=2048, k=768, num_groups=16, expected_m=32)
-    config = next(c for c in sm90.enumerate_configs(desc, SM90) if c.layout.swap_ab)
-    with pytest.raises(ValueError, match="only the timeline"):
-        sm90_bf16_gemm_spec(config, "bf16", False, "m_grouped_masked", 2)
+@pytest.mark.parametrize("block_m,store_cols", [(128, 64), (64, 0)])
+def test_transform_stage_compiles(block_m: int, store_cols: int) -> None:
+    """The skeleton's transform stage with the trivial copy transform: one more warpgroup that
+    copies each landed stage (LDS/STS) into a two-stage ring of its own, which the wgmma then
+    reads; the config counts its warpgroup and ring, and the kernel asserts both."""
+    block_n, stages, out_stages = 128, 4, 2
+    transform = f"moegemm::CopyTransform<{out_stages}>"
+    config = make_config(
+        "m_grouped_offsets", block_m, block_n, stages, store_cols=store_cols,
+        extra_warpgroups=1, extra_smem=ring_bytes("", block_m, block_n, out_stages),
+    )  # fmt: skip
+    spec = sm90_bf16_gemm_spec(config, "bf16", False, "m_grouped_offsets", transform=transform)
+    assert f"using Transform = {transform};" in spec.source
+    plain = sm90_bf16_gemm_spec(config, "bf16", False, "m_grouped_offsets")
+    assert spec.name != plain.name and "Transform" not in plain.source
+    sass = built_sass(spec)
+    assert_pipelined_wgmma(sass)
+    ops = re.findall(r"\b(LDS|STS)\.128\b", sass)
+    assert "LDS" in ops and "STS" in ops, "the copy runs through registers, 16 bytes a thread"
+    # Without the transform's warpgroup or ring bytes the kernel refuses the config.
+    short = dataclasses.replace(
+        config, launch=dataclasses.replace(config.launch, num_threads=config.launch.num_threads - 128)
+    )  # fmt: skip
+    with pytest.raises(Exception, match="config.launch.num_threads"):
+        cache.build_or_load(sm90_bf16_gemm_spec(short, "bf16", False, "m_grouped_offsets",
+                                                transform=transform))  # fmt: skip
 
 
-def test_swap_ab_refused_outside_the_decode_layouts() -> None:
-    from dataclasses import replace
-
-    desc = GemmDesc("m_grouped_offsets", m=512, n=4096, k=4096, num_groups=16, expected_m=32)
-    config = next(c for c in sm90.enumerate_configs(desc, SM90) if c.layout.swap_ab)
+def test_bad_requests_are_refused() -> None:
+    grouped = make_config("m_grouped_contiguous", 128, 256, 4)
+    with pytest.raises(ValueError, match="clusters"):
+        sm90_bf16_gemm_spec(
+            dataclasses.replace(grouped, layout=dataclasses.replace(grouped.layout, cluster_m=2)),
+            "bf16", False, "m_grouped_contiguous",
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="kind"):
+        sm90_bf16_gemm_spec(grouped, "bf16", False, "k_grouped")
+    with pytest.raises(ValueError, match="d_dtype"):
+        sm90_bf16_gemm_spec(grouped, "fp16", False, "m_grouped_contiguous")
+    stored = make_config("bf16_gemm_nt", 128, 256, 3, store_cols=64)
+    with pytest.raises(ValueError, match="TMA-store"):
+        sm90_bf16_gemm_spec(stored, "bf16", True)
+    with pytest.raises(ValueError, match="transform"):
+        sm90_bf16_gemm_spec(grouped, "bf16", False, "m_grouped_contiguous", transform="int; x")
+    swapped = make_config("m_grouped_offsets", 32, 128, 8, swap_ab=True)
     for kind in ("bf16_gemm_nt", "m_grouped_contiguous"):
         with pytest.raises(ValueError, match="swap_ab"):
-            sm90_bf16_gemm_spec(config, "bf16", False, kind)
+            sm90_bf16_gemm_spec(swapped, "bf16", False, kind)
     with pytest.raises(ValueError, match="swap_ab"):
-        sm90_bf16_gemm_spec(config, "fp32", False, "m_grouped_offsets")
-    with pytest.raises(ValueError, match="swap_ab"):
-        sm90_bf16_gemm_spec(config, "bf16", False, "m_grouped_offsets", stage_variant=1)
-    # Illegal for prefill rows, for the other kinds, and with a cluster.
-    prefill = GemmDesc("m_grouped_offsets", m=32768, n=4096, k=4096, num_groups=16)
-    assert not any(c.layout.swap_ab for c in sm90.enumerate_configs(prefill, SM90))
-    assert not sm90.is_legal(config, prefill, SM90)
-    for kind in ("bf16_gemm_nt", "m_grouped_contiguous"):
-        other = GemmDesc(kind, m=512, n=4096, k=4096, num_groups=1 if kind == "bf16_gemm_nt" else 4)
-        assert not any(c.layout.swap_ab for c in sm90.enumerate_configs(other, SM90))
-        assert not sm90.is_legal(config, other, SM90)
-    clustered = replace(config, layout=replace(config.layout, cluster_m=2))
-    assert not sm90.is_legal(clustered, desc, SM90)
+        sm90_bf16_gemm_spec(swapped, "bf16", True, "m_grouped_offsets")
+    k_config = make_config("k_grouped", 128, 256, 4)
+    with pytest.raises(ValueError, match="k-grouped"):
+        sm90_bf16_k_grouped_spec(
+            dataclasses.replace(k_config, layout=dataclasses.replace(k_config.layout, cluster_n=2)),
+            False,
+        )  # fmt: skip
+    # Kernel names stay config-based.
+    assert (
+        sm90_bf16_k_grouped_spec(k_config, True).name == "sm90_bf16_kgrouped_m128n256k64s4w2c1x1_c"
+    )
+    assert sm90_bf16_gemm_spec(swapped, "bf16", False, "m_grouped_offsets").name == (
+        "sm90_bf16_offs_m32n128k64s8w2c1x1t_bf16"
+    )

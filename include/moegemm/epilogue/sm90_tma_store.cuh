@@ -14,13 +14,19 @@
 //   2. barrier; every thread writes its accumulators with stmatrix; async-proxy fence;
 //   3. barrier; thread 0 issues the stores and commits them as one bulk group.
 // The caller must call tma_store_drain() from thread 0 before the CTA exits.
+// Both paths apply an epilogue functor (epilogue/functors.cuh) to each pair before staging it.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <stdint.h>
 
-#include <moegemm/epilogue/sm90_direct_store.cuh>  // pack_bf16x2
-#include <moegemm/ptx/sm90.cuh>
+#include <type_traits>
+
+#include <moegemm/epilogue/functors.cuh>
+#include <moegemm/epilogue/sm90_register_store.cuh>  // pack_bf16x2
+#include <moegemm/ptx/barrier.cuh>
+#include <moegemm/ptx/smem.cuh>
+#include <moegemm/ptx/tma.cuh>
 
 namespace moegemm::sm90 {
 
@@ -44,12 +50,16 @@ struct TmaStoreLayout {
 };
 
 // Writes kAtomsM m64 x BLOCK_N accumulator blocks (rows row0 + 64 a) through `smem_buf`
-// (kAtomsM * kAtomBytes, 1024-aligned). All 128 threads of the warpgroup call it.
-template <uint32_t BLOCK_N, uint32_t kStoreCols, uint32_t kAtomsM>
+// (kAtomsM * kAtomBytes, 1024-aligned). All 128 threads of the warpgroup call it. The rows are
+// either all inside the output or the output's last (TMA clips them), so the functor must read
+// no memory (the kernels assert it).
+template <uint32_t BLOCK_N, uint32_t kStoreCols, uint32_t kAtomsM, typename Epilogue>
 __device__ __forceinline__ void store_accumulators_tma(const float (*acc)[BLOCK_N / 2],
                                                        uint8_t* smem_buf, const void* tma_d,
                                                        uint32_t row0, uint32_t col0,
-                                                       uint32_t barrier_id) {
+                                                       uint32_t barrier_id,
+                                                       const Epilogue& epilogue) {
+  static_assert(!Epilogue::kReadsMemory, "TMA-clipped rows may lie past the output");
   using L = TmaStoreLayout<BLOCK_N, kStoreCols>;
   const uint32_t t = threadIdx.x % 128;
   if (t == 0) tma_store_wait_read();
@@ -65,7 +75,14 @@ __device__ __forceinline__ void store_accumulators_tma(const float (*acc)[BLOCK_
   for (uint32_t a = 0; a < kAtomsM; ++a) {
 #pragma unroll
     for (uint32_t jj = 0; jj < BLOCK_N / 16; ++jj) {
-      const float* v = acc[a] + 8 * jj;
+      float v[8];
+#pragma unroll
+      for (uint32_t i = 0; i < 8; ++i) v[i] = acc[a][8 * jj + i];
+      // v[4 s + 2 h + 0..1]: slice 2 jj + s, row r + 8 h of the wgmma layout.
+      const uint32_t r = row0 + 64 * a + 16 * (t / 32) + lane / 4;
+#pragma unroll
+      for (uint32_t i = 0; i < 8; i += 2)
+        epilogue(v[i], v[i + 1], r + 8 * ((i / 2) % 2), col0 + 8 * (2 * jj + i / 4) + 2 * (lane % 4));
       stmatrix_x4(smem_base + a * L::kAtomBytes + L::offset(row, 16 * jj + col_in_16),
                   pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]), pack_bf16x2(v[4], v[5]),
                   pack_bf16x2(v[6], v[7]));
@@ -95,16 +112,17 @@ namespace moegemm::sm90 {
 // stores (two wavefronts per warp instruction, the minimum) and sent by one TMA store while the
 // warpgroup fills the other buffer. One named barrier per chunk: before it, thread 0 waits
 // until every earlier chunk's store has read its buffer, so after it the buffer the next chunk
-// writes is free. Optional FP32 C is read from global memory (rows must all be in bounds),
-// except when C is D itself (`add_in_place`): then the chunks go out as TMA reduce-adds
+// writes is free. The functor sees columns below n (rows must all be in bounds), except when
+// it adds C and C is D itself (`add_in_place`): then the chunks go out as TMA reduce-adds
 // (D += chunk, one add per element, so still deterministic) and C is never read.
-template <uint32_t BLOCK_N, bool kWithC>
+template <uint32_t BLOCK_N, typename Epilogue>
 __device__ __forceinline__ void store_accumulators_tma_f32(const float* acc, uint8_t* smem_buf,
-                                                           const void* tma_d, const float* c,
-                                                           uint32_t ldc, uint32_t n,
+                                                           const void* tma_d, uint32_t n,
                                                            uint32_t row0, uint32_t col0,
                                                            uint32_t barrier_id,
+                                                           const Epilogue& epilogue,
                                                            bool add_in_place) {
+  constexpr bool kAddsC = std::is_same_v<Epilogue, AddC>;
   constexpr uint32_t kChunkCols = 32, kChunkBytes = 64 * 128;
   constexpr uint32_t kNumChunks = BLOCK_N / kChunkCols;
   static_assert(BLOCK_N % kChunkCols == 0 && kNumChunks % 2 == 0,
@@ -123,14 +141,11 @@ __device__ __forceinline__ void store_accumulators_tma_f32(const float* acc, uin
       for (uint32_t half = 0; half < 2; ++half) {
         const uint32_t row = r + 8 * half;
         float x = acc[4 * j + 2 * half], y = acc[4 * j + 2 * half + 1];
-        if constexpr (kWithC) {
+        if constexpr (Epilogue::kReadsMemory) {
           const uint32_t col = col0 + 8 * j + 2 * q;
-          if (!add_in_place && col < n) {
-            const float2 cv =
-                *reinterpret_cast<const float2*>(c + static_cast<uint64_t>(row0 + row) * ldc + col);
-            x += cv.x;
-            y += cv.y;
-          }
+          if (!(kAddsC && add_in_place) && col < n) epilogue(x, y, row0 + row, col);
+        } else {
+          epilogue(x, y, row0 + row, col0 + 8 * j + 2 * q);
         }
         const uint32_t offset = row * 128 + (8 * jj + 2 * q) * 4;
         st_shared_v2_f32(buf + (offset ^ ((row % 8) << 4)), x, y);
@@ -142,7 +157,7 @@ __device__ __forceinline__ void store_accumulators_tma_f32(const float* acc, uin
     if (t == 0) {
       const void* chunk = smem_buf + (ch % 2) * kChunkBytes;
       const int32_t col = static_cast<int32_t>(col0 + ch * kChunkCols);
-      if (kWithC && add_in_place) {
+      if (kAddsC && add_in_place) {
         tma_reduce_add_2d(tma_d, chunk, col, static_cast<int32_t>(row0));
       } else {
         tma_store_2d(tma_d, chunk, col, static_cast<int32_t>(row0));

@@ -1,22 +1,25 @@
 // Epilogue that writes a warpgroup's wgmma accumulators straight from registers to global
-// memory, adding an optional FP32 C. Bounds-checked rows and columns make M and N tails free.
+// memory through an epilogue functor (epilogue/functors.cuh). Bounds-checked rows and columns
+// make M and N tails free.
 //
 // Accumulator layout of wgmma m64nN (per warpgroup, 128 threads): thread t owns, for each
 // 8-column slice j, rows r and r + 8 with r = 16 * (t / 32) + (t % 32) / 4, and the column pair
 // 8 * j + 2 * (t % 4) + {0, 1}; acc[4 j + 0..1] is row r, acc[4 j + 2..3] is row r + 8.
 //
-// BF16 out without C: the four lanes of a quad (same rows, t % 4 = 0..3) hold 4-byte pairs of
-// every slice. Over four slices they transpose those pairs (two shuffle rounds), so each lane
-// ends with one whole slice, 8 columns of one row, and stores it as 16 bytes: a quarter of the
-// store instructions, each row segment 64 contiguous bytes instead of 16. The timeline probe
-// measured the 4-byte form at ~3 bytes per clock per SM at the end of a decode kernel (a
-// one-tile-per-CTA masked kernel spent 2.7 us of 19 storing 16 KB).
+// BF16 out through a functor that reads no memory: the four lanes of a quad (same rows,
+// t % 4 = 0..3) hold 4-byte pairs of every slice. Over four slices they transpose those pairs
+// (two shuffle rounds), so each lane ends with one whole slice, 8 columns of one row, and
+// stores it as 16 bytes: a quarter of the store instructions, each row segment 64 contiguous
+// bytes instead of 16 (the 4-byte form measured ~3 bytes per clock per SM at the end of a
+// decode kernel).
 #pragma once
 
 #include <cuda_bf16.h>
 #include <stdint.h>
 
 #include <type_traits>
+
+#include <moegemm/epilogue/functors.cuh>
 
 namespace moegemm::sm90 {
 
@@ -57,16 +60,18 @@ __device__ __forceinline__ void store_pair<__nv_bfloat16>(__nv_bfloat16* ptr, fl
   *reinterpret_cast<__nv_bfloat162*>(ptr) = __floats2bfloat162_rn(x, y);
 }
 
-// Writes one m64 x N accumulator block whose first row is `row0` and first column `col0`.
-template <int N, bool kWithC, typename OutT>
-__device__ __forceinline__ void store_accumulators(const float* acc, OutT* d, const float* c,
-                                                   uint32_t ldd, uint32_t ldc, uint32_t m,
-                                                   uint32_t n, uint32_t row0, uint32_t col0) {
+// Writes one m64 x N accumulator block whose first row is `row0` and first column `col0`:
+// rows below m and columns below n, D with row stride ldd.
+template <int N, typename OutT, typename Epilogue>
+__device__ __forceinline__ void store_accumulators(const float* acc, OutT* d, uint32_t ldd,
+                                                   uint32_t m, uint32_t n, uint32_t row0,
+                                                   uint32_t col0, const Epilogue& epilogue) {
   const uint32_t t = threadIdx.x % 128;
   const uint32_t r = row0 + 16 * (t / 32) + (t % 32) / 4;
   const uint32_t col_in_slice = 2 * (t % 4);
   // Slices stored 16 bytes per lane (groups of four); the rest, if any, in pairs below.
-  constexpr int kWideSlices = !kWithC && std::is_same_v<OutT, __nv_bfloat16> ? N / 32 * 4 : 0;
+  constexpr int kWideSlices =
+      !Epilogue::kReadsMemory && std::is_same_v<OutT, __nv_bfloat16> ? N / 32 * 4 : 0;
 #pragma unroll
   for (int j0 = 0; j0 < kWideSlices; j0 += 4) {
     // The quad's slice: n % 8 == 0, so its 8 columns are all inside N or all past it. Rows
@@ -74,12 +79,16 @@ __device__ __forceinline__ void store_accumulators(const float* acc, OutT* d, co
     const uint32_t col = col0 + 8 * (j0 + t % 4);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
+      const uint32_t row = r + 8 * half;
       uint32_t x[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        x[i] = pack_bf16x2(acc[4 * (j0 + i) + 2 * half], acc[4 * (j0 + i) + 2 * half + 1]);
+      for (int i = 0; i < 4; ++i) {
+        float lo = acc[4 * (j0 + i) + 2 * half], hi = acc[4 * (j0 + i) + 2 * half + 1];
+        // The pair's own coordinates (before the transpose moves it to another lane).
+        epilogue(lo, hi, row, col0 + 8 * (j0 + i) + col_in_slice);
+        x[i] = pack_bf16x2(lo, hi);
+      }
       transpose_quad(x, t % 4);
-      const uint32_t row = r + 8 * half;
       if (row < m && col < n) {
         *reinterpret_cast<uint4*>(d + static_cast<uint64_t>(row) * ldd + col) =
             make_uint4(x[0], x[1], x[2], x[3]);
@@ -95,11 +104,7 @@ __device__ __forceinline__ void store_accumulators(const float* acc, OutT* d, co
       const uint32_t row = r + 8 * half;
       if (row >= m) continue;
       float x = acc[4 * j + 2 * half], y = acc[4 * j + 2 * half + 1];
-      if constexpr (kWithC) {
-        const float2 cv = *reinterpret_cast<const float2*>(c + static_cast<uint64_t>(row) * ldc + col);
-        x += cv.x;
-        y += cv.y;
-      }
+      epilogue(x, y, row, col);
       store_pair<OutT>(d + static_cast<uint64_t>(row) * ldd + col, x, y);
     }
   }

@@ -1,0 +1,23 @@
+// What a kernel reads from the named Config struct codegen emits beyond its required constants:
+// optional members with defaults.
+#pragma once
+
+#include <type_traits>
+
+#include <moegemm/pipeline/transform.cuh>
+
+namespace moegemm {
+
+// Config::Transform when the config names one, else NoTransform.
+template <typename Config, typename = void>
+struct transform_of {
+  using type = NoTransform;
+};
+template <typename Config>
+struct transform_of<Config, std::void_t<typename Config::Transform>> {
+  using type = typename Config::Transform;
+};
+template <typename Config>
+using transform_of_t = typename transform_of<Config>::type;
+
+}  // namespace moegemm

@@ -1,0 +1,288 @@
+// The persistent, warp-specialized SM90 GEMM skeleton every kernel of impls/ is a composition
+// of. It owns the roles, the rings and their protocol; the composition `Kernel` supplies the
+// policies:
+//   Kernel::Params                       the __grid_constant__ parameter struct,
+//   kNumStages, kNumMathWG, kClusterSize the TMA ring depth, math warpgroups, CTAs per cluster,
+//   Loader     (loader/tma_loaders.cuh)  the boxes of one k-block, the full barrier's bytes,
+//   Transform  (pipeline/transform.cuh)  NoTransform, or a warpgroup between ring and MMA,
+//   Mma        (mma/sm90_mma_policies.cuh) the wgmma of one k-block (operands, issue), the
+//                                        per-k-block hook,
+//   Scheduler, Work                      the tiles (scheduler/), make_scheduler(params): one
+//                                        per thread before the roles split, each role walks
+//                                        its copy,
+//   num_k_blocks(params, work)           k-blocks of a tile,
+//   math_idle(params, work, math_wg)     a warpgroup with nothing to compute on this tile
+//                                        (keeps the ring in step without wgmma),
+//   epilogue(params, acc, work, math_wg, smem_d)   the stores (epilogue/),
+//   kEpilogueSmemBytes, kTmaStore        the D staging carve-up, TMA stores to drain.
+//
+// Warp roles (128-thread warpgroups):
+//   warpgroup 0          producer. Warp 0 walks the schedule (warp-cooperative schedulers);
+//                        one elected lane acquires each stage, arms its full barrier with the
+//                        loader's bytes and issues the loader's boxes; setmaxnreg.dec 40.
+//   warpgroup 1          (with a transform only) the transform: TMA ring -> transform ring.
+//   the next kNumMathWG  math. Wait for a stage, wgmma, keep one batch in flight, release the
+//                        previous stage, then the epilogue; setmaxnreg.inc (232 without a
+//                        transform).
+// Pipelines (pipeline/ring.cuh): the TMA ring, kNumStages stages; full[s] arrive count 1 +
+//   the loader's bytes; empty[s] one arrive per math warp, or with a cluster one per math
+//   warpgroup of every CTA (the first warp of each signals, after a 128-thread barrier where the
+//   warpgroup idles), or with a transform one per transform warp. The transform ring: tfull[t]
+//   128 arrives (every transform thread), tempty[t] one per math warp. One wgmma batch stays in
+//   flight: stage s is released once the batch of stage s + 1 has been issued.
+// Shared memory: [TMA ring slabs | transform ring slabs | D staging | TMA ring barriers |
+//   transform ring barriers]; every slab on a 1024-byte boundary.
+// Clusters: barrier set-up is followed by a cluster barrier (the peer arrives on our empty
+//   barriers and multicasts into our stages) and so is the exit; the launch's cluster shape is
+//   checked against kClusterSize.
+#pragma once
+
+#include <cute/arch/cluster_sm90.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+
+#include <stdint.h>
+
+#include <moegemm/mma/sm90_wgmma.cuh>
+#include <moegemm/pipeline/ring.cuh>
+#include <moegemm/pipeline/stage_layout.cuh>
+#include <moegemm/pipeline/transform.cuh>
+#include <moegemm/ptx/barrier.cuh>
+#include <moegemm/ptx/pdl.cuh>
+#include <moegemm/ptx/tma.cuh>
+
+namespace moegemm::sm90 {
+
+template <typename Kernel>
+struct PersistentGemm {
+  using Loader = typename Kernel::Loader;
+  using Transform = typename Kernel::Transform;
+  using Mma = typename Kernel::Mma;
+  static constexpr uint32_t kNumStages = Kernel::kNumStages;
+  static constexpr uint32_t kNumMathWG = Kernel::kNumMathWG;
+  static constexpr uint32_t kClusterSize = Kernel::kClusterSize;
+  static constexpr bool kTransform = Transform::kEnabled;
+  static_assert(!kTransform || kClusterSize == 1, "a transform stage runs without clusters");
+  static_assert(!kTransform || !Loader::kNeedsFixup, "fixups repair the TMA ring's stages");
+
+  using Ring = PipelineRing<kNumStages, kClusterSize>;
+  using Stages = typename Loader::template Stages<kNumStages>;
+  // What the math warpgroups read: the TMA ring, or the transform's ring.
+  using MmaStages = typename Transform::template OutStages<Stages>;
+  using MmaRing =
+      PipelineRing<kTransform ? Transform::kNumStages : kNumStages, kTransform ? 1 : kClusterSize>;
+
+  static constexpr uint32_t kNumTransformWG = Transform::kNumWarpgroups;
+  static constexpr uint32_t kFirstMathWG = 1 + kNumTransformWG;
+  static constexpr uint32_t kNumThreads = 128 * (kFirstMathWG + kNumMathWG);
+  static constexpr uint32_t kNumMathWarps = 4 * kNumMathWG;
+  static constexpr uint32_t kProducerRegs = 40;
+  static constexpr uint32_t kTransformRegs = kTransform ? Transform::kNumRegs : 0;
+  // 64K registers per SM for one CTA: what the producer and transform give back goes to math.
+  static constexpr uint32_t kMathRegsFit =
+      (65536 / 128 - kProducerRegs - kTransformRegs * kNumTransformWG) / kNumMathWG / 8 * 8;
+  static constexpr uint32_t kMathRegs = kMathRegsFit < 232 ? kMathRegsFit : 232;
+
+  static constexpr uint32_t kRingBytes = Stages::kRingBytes;
+  static constexpr uint32_t kTransformBytes = kTransform ? MmaStages::kRingBytes : 0;
+  static constexpr uint32_t kBarrierBytes =
+      Ring::kBarrierBytes + (kTransform ? MmaRing::kBarrierBytes : 0);
+  static constexpr uint32_t kSmemBytes =
+      kRingBytes + kTransformBytes + Kernel::kEpilogueSmemBytes + kBarrierBytes;
+
+  using Params = typename Kernel::Params;
+
+  __device__ __forceinline__ static void run(const Params& params) {
+    extern __shared__ __align__(1024) uint8_t smem[];
+    uint8_t* smem_transform = smem + kRingBytes;
+    uint8_t* smem_d = smem_transform + kTransformBytes;
+    auto* barriers = reinterpret_cast<Barrier*>(smem_d + Kernel::kEpilogueSmemBytes);
+    const Ring ring(barriers);
+    const MmaRing transform_ring(barriers + 2 * kNumStages);
+
+    const uint32_t warp_idx = warp_idx_sync();
+    const uint32_t lane_idx = threadIdx.x % 32;
+    if (warp_idx == 0 && lane_idx == 0) {
+      Loader::prefetch(params);
+      if constexpr (kTransform) {
+        ring.init(4 * kNumTransformWG);
+        transform_ring.init(kNumMathWarps, 128 * kNumTransformWG);
+      } else {
+        // Every math warp releases each stage; with a cluster, every math warpgroup of every
+        // CTA (the shared operand lands in all of them; one warp per warpgroup signals).
+        ring.init(kClusterSize == 1 ? kNumMathWarps : kNumMathWG * kClusterSize);
+      }
+      cutlass::arch::fence_barrier_init();
+      if constexpr (Kernel::kTmaStore) prefetch_tma_desc(&params.tma_d);
+    }
+    // With a cluster, the peer's barriers must be initialised before anything reaches them.
+    if constexpr (kClusterSize == 1) {
+      __syncthreads();
+    } else {
+      cute::cluster_sync();
+    }
+    // Schedulers derive the rank from blockIdx.x: clusters run along x only (launch.cpp).
+    const uint32_t cta_rank = kClusterSize == 1 ? 0 : cute::block_rank_in_cluster();
+    // Only the size is checked: a 1x2 kernel launched as 2x1 (or back) is not caught here; the
+    // Python plan builds the kernel and its launch shape from one GemmConfig.
+    if constexpr (kClusterSize > 1) {
+      if (cute::cluster_shape().x != kClusterSize) __trap();  // launched with another shape
+    }
+
+    // Everything above overlaps the previous kernel under PDL; global memory is touched only
+    // below.
+    pdl_wait();
+    pdl_launch_dependents();
+
+    // Every role walks its own copy of the schedule (warp-cooperative schedulers: whole warps).
+    auto scheduler = Kernel::make_scheduler(params);
+    if (threadIdx.x < 128) {
+      cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
+      if (warp_idx == 0) produce(params, ring, smem, cta_rank, scheduler);
+      if constexpr (kClusterSize == 1) return;
+    } else if (kTransform && threadIdx.x < 128 * kFirstMathWG) {
+      if constexpr (kTransform) {
+        cutlass::arch::warpgroup_reg_dealloc<kTransformRegs>();
+        transform(params, ring, transform_ring, smem, smem_transform, lane_idx, scheduler);
+      }
+      return;  // no cluster with a transform
+    } else {
+      cutlass::arch::warpgroup_reg_alloc<kMathRegs>();
+      if constexpr (kTransform) {
+        consume<MmaStages>(params, transform_ring, smem_transform, smem_d, warp_idx, lane_idx);
+      } else {
+        consume<MmaStages>(params, ring, smem, smem_d, warp_idx, lane_idx, scheduler);
+      }
+    }
+    // No CTA may leave while its peer can still multicast into it or arrive on its barriers.
+    if constexpr (kClusterSize > 1) cute::cluster_sync();
+  }
+
+  // Producer warp. The whole warp walks the schedule (a warp-cooperative search); one lane
+  // issues. With a cluster, each CTA loads its share of the shared operand, multicast to every
+  // CTA, and all of the other; the full barrier expects both whole slabs.
+  template <typename Sched>
+  __device__ __forceinline__ static void produce(const Params& params, const Ring& ring,
+                                                 uint8_t* smem, uint32_t cta_rank,
+                                                 Sched scheduler) {
+    const bool leader = cute::elect_one_sync();
+    typename Ring::State state;
+    typename Kernel::Work work;
+    while (scheduler.next(work)) {
+      const uint32_t num_k_blocks = Kernel::num_k_blocks(params, work);
+      if (leader) {
+        auto load_k_block = [&](uint32_t kb) {
+          ring.producer_acquire(state);
+          ring.producer_commit_bytes(state, Loader::kExpectedBytes);
+          Loader::template load<Stages>(params, ring.full_barrier(state),
+                                        StageRef{smem, state.stage_idx}, work, kb, cta_rank);
+          state.advance();
+        };
+        if constexpr (Loader::kRolledLoop) {
+#pragma unroll 1
+          for (uint32_t kb = 0; kb < num_k_blocks; ++kb) load_k_block(kb);
+        } else {
+          for (uint32_t kb = 0; kb < num_k_blocks; ++kb) load_k_block(kb);
+        }
+      }
+      __syncwarp();
+    }
+  }
+
+  // Transform warpgroup: every landed TMA stage becomes one stage of the transform ring.
+  template <typename Sched>
+  __device__ __forceinline__ static void transform(const Params& params, const Ring& ring,
+                                                   const MmaRing& out_ring, uint8_t* smem,
+                                                   uint8_t* smem_out, uint32_t lane_idx,
+                                                   Sched scheduler) {
+    const uint32_t thread = threadIdx.x % 128;
+    typename Ring::State in;
+    typename MmaRing::State out;
+    typename Kernel::Work work;
+    while (scheduler.next(work)) {
+      const uint32_t num_k_blocks = Kernel::num_k_blocks(params, work);
+      for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
+        ring.consumer_wait(in);
+        out_ring.producer_acquire(out);
+        Transform::template apply<Stages>(StageRef{smem, in.stage_idx},
+                                          StageRef{smem_out, out.stage_idx}, thread);
+        // The MMA reads the result through the async proxy.
+        fence_proxy_async_shared();
+        out_ring.producer_arrive(out);
+        __syncwarp();  // the warp's reads of the TMA stage are done
+        ring.consumer_release(in.stage_idx, lane_idx, true);
+        in.advance();
+        out.advance();
+      }
+    }
+  }
+
+  // Math warpgroups over the ring they read (the TMA ring or the transform's).
+  template <typename ReadStages, typename ReadRing, typename Sched>
+  __device__ __forceinline__ static void consume(const Params& params, const ReadRing& ring,
+                                                 uint8_t* smem_read, uint8_t* smem_d,
+                                                 uint32_t warp_idx, uint32_t lane_idx,
+                                                 Sched scheduler) {
+    constexpr uint32_t kReleaseCluster = kTransform ? 1 : kClusterSize;
+    const uint32_t math_wg = threadIdx.x / 128 - kFirstMathWG;
+    const uint32_t math_tid = threadIdx.x - 128 * kFirstMathWG;
+    const bool signaling_warp = warp_idx % 4 == 0;  // the first warp of its warpgroup
+    typename ReadRing::State state;
+    typename Mma::Accum acc;
+    typename Kernel::Work work;
+    while (scheduler.next(work)) {
+      const uint32_t num_k_blocks = Kernel::num_k_blocks(params, work);
+      // A warpgroup with nothing to compute (no row below the tile's bound, or columns past
+      // N) runs a mainloop without wgmma (the tensor cores are shared, so the busy warpgroup
+      // runs faster) that keeps the ring's waits and arrives. The branch sits outside the
+      // wgmma loop: a wgmma under a condition makes ptxas serialize every one of them.
+      if (Kernel::math_idle(params, work, math_wg)) {
+        for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
+          ring.consumer_wait(state);
+          __syncwarp();  // reconverge after the spin-wait (bar.sync below is warp-aligned)
+          if constexpr (kReleaseCluster > 1) {
+            // One warp releases for the warpgroup: the others must have seen this phase first,
+            // or a lagging warp could later wait on a parity two phases old and never wake.
+            asm volatile("bar.sync %0, 128;" ::"r"(8 + math_wg) : "memory");
+          }
+          ring.consumer_release(state.stage_idx, lane_idx, signaling_warp);
+          state.advance();
+        }
+        continue;  // and no row to store
+      }
+
+      Mma::zero(acc);
+      uint32_t prev_stage = 0, kb_done = 0;
+      for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
+        ring.consumer_wait(state);
+        const StageRef stage{smem_read, state.stage_idx};
+        const auto operands = Mma::template operands<ReadStages>(stage, math_wg);
+        if constexpr (Loader::kNeedsFixup)
+          Loader::template fixup<ReadStages>(stage, work, kb, math_tid);
+        Mma::fence(acc);
+        warpgroup_arrive();
+        Mma::issue(acc, operands);
+        warpgroup_commit_batch();
+        // Keep this k-block's wgmma in flight while the next stage is awaited: only the
+        // previous one must have retired before its stage goes back to the producer.
+        warpgroup_wait<1>();
+        Mma::fence(acc);
+        Mma::after_k_block(acc, kb);
+        if (kb_done > 0) ring.consumer_release(prev_stage, lane_idx, signaling_warp);
+        prev_stage = state.stage_idx;
+        ++kb_done;
+        state.advance();
+      }
+      warpgroup_wait<0>();
+      Mma::fence(acc);
+      if (kb_done > 0) ring.consumer_release(prev_stage, lane_idx, signaling_warp);
+
+      Kernel::epilogue(params, acc, work, math_wg, smem_d);
+    }
+    // The CTA's shared memory must outlive the copy engine's reads of the staging buffers.
+    if constexpr (Kernel::kTmaStore)
+      if (threadIdx.x % 128 == 0) tma_store_drain();
+  }
+};
+
+}  // namespace moegemm::sm90

@@ -1,0 +1,149 @@
+// Loader policies of the producer warp: which TMA boxes one k-block of a tile loads into a
+// stage, and the bytes the stage's full barrier expects. A loader provides
+//   Stages<kNumStages>   the StageLayout of its ring (one slab per operand),
+//   kExpectedBytes       what lands in this CTA per stage (all of it, multicast shares included),
+//   prefetch(params)     its TMA descriptors (one thread, before the ring is used),
+//   load(params, bar, stage, tile, kb, cta_rank)   one elected thread issues the boxes,
+//   kNeedsFixup / fixup(...)  the math threads' repair of a landed stage (k-grouped tails),
+//   kRolledLoop          the producer's k-block loop stays rolled (else the compiler unrolls).
+// FP8 x FP4 will add loaders with scale slabs (any number of descriptors).
+#pragma once
+
+#include <stdint.h>
+
+#include <moegemm/pipeline/stage_layout.cuh>
+#include <moegemm/ptx/smem.cuh>
+#include <moegemm/ptx/tma.cuh>
+#include <moegemm/scheduler/k_grouped_scheduler.cuh>
+#include <moegemm/scheduler/tile.cuh>
+
+namespace moegemm {
+
+// K-major A [rows, K] (2D: {K, rows}) and B [G, N, K] (3D: {K, N, G}), both with BLOCK_K-wide
+// 128B-swizzled rows: per k-block a BLOCK_M x BLOCK_K box of A at the tile's rows and a
+// BLOCK_N x BLOCK_K box of B at its n-block and group. The dense, m-grouped and swap-AB
+// kernels load this way (swap-AB only reads the slabs the other way round).
+// Clusters of two CTAs share one operand by multicast:
+//   kClusterM = 2 (B shared): each CTA loads its own A and half of B's rows, multicast into both;
+//   kClusterN = 2 (A shared): each CTA loads half of A's rows, multicast into both, and its B.
+// The full barrier still expects both whole slabs: the peer's half lands here too.
+template <typename T, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t BLOCK_K, uint32_t kClusterM = 1,
+          uint32_t kClusterN = 1>
+struct KMajorLoader {
+  static constexpr uint32_t kClusterSize = kClusterM * kClusterN;
+  static_assert(kClusterSize <= 2, "an operand is shared by at most two CTAs, along M or N");
+  static_assert(BLOCK_K * sizeof(T) == 128, "one 128-byte swizzle atom per row");
+  static_assert(BLOCK_N % (8 * kClusterM) == 0, "each CTA's share of B is whole swizzle atoms");
+  static_assert(BLOCK_M % (8 * kClusterN) == 0, "each CTA's share of A is whole swizzle atoms");
+  static constexpr uint32_t kBytesA = BLOCK_M * BLOCK_K * sizeof(T);
+  static constexpr uint32_t kBytesB = BLOCK_N * BLOCK_K * sizeof(T);
+  static constexpr uint32_t kBytesAShare = kBytesA / kClusterN;  // what one CTA's TMA brings
+  static constexpr uint32_t kBytesBShare = kBytesB / kClusterM;
+  static constexpr uint32_t kExpectedBytes = kBytesA + kBytesB;
+  static constexpr uint16_t kClusterMask = (1u << kClusterSize) - 1;
+  static constexpr bool kNeedsFixup = false;
+  static constexpr bool kRolledLoop = false;
+  template <uint32_t kNumStages>
+  using Stages = StageLayout<kNumStages, kBytesA, kBytesB>;
+
+  template <typename Params>
+  __device__ __forceinline__ static void prefetch(const Params& params) {
+    prefetch_tma_desc(&params.tma_a);
+    prefetch_tma_desc(&params.tma_b);
+  }
+
+  template <typename Stages, typename Params>
+  __device__ __forceinline__ static void load(const Params& params, Barrier* bar,
+                                              const StageRef& stage, const Tile& tile,
+                                              uint32_t kb, uint32_t cta_rank) {
+    const int32_t k_crd = static_cast<int32_t>(kb * BLOCK_K);
+    uint8_t* stage_a = Stages::template slab<0>(stage);
+    if constexpr (kClusterN == 1) {
+      tma_load_2d(&params.tma_a, bar, stage_a, k_crd, static_cast<int32_t>(tile.row0));
+    } else {
+      tma_load_2d_multicast(&params.tma_a, bar, stage_a + cta_rank * kBytesAShare, k_crd,
+                            static_cast<int32_t>(tile.row0 + cta_rank * (BLOCK_M / kClusterN)),
+                            kClusterMask);
+    }
+    const uint32_t b_rank = kClusterM > 1 ? cta_rank : 0;  // this CTA's share of B
+    uint8_t* stage_b = Stages::template slab<1>(stage) + b_rank * kBytesBShare;
+    const int32_t n_crd =
+        static_cast<int32_t>(tile.n_block * BLOCK_N + b_rank * (BLOCK_N / kClusterM));
+    if constexpr (kClusterM == 1) {
+      tma_load_3d(&params.tma_b, bar, stage_b, k_crd, n_crd, static_cast<int32_t>(tile.group));
+    } else {
+      tma_load_3d_multicast(&params.tma_b, bar, stage_b, k_crd, n_crd,
+                            static_cast<int32_t>(tile.group), kClusterMask);
+    }
+  }
+};
+
+// MN-major A [T, M] and B [T, N] of the k-grouped GEMM, reduced down their rows: per k-block
+// BLOCK_M / 64 boxes of A and BLOCK_N / 64 boxes of B, each 64 columns (128 bytes) x BLOCK_K
+// rows, at rows tile.row_start + kb * BLOCK_K. A group's last k-block may cover rows of the
+// next group (TMA cannot clip them): fixup() has the math threads zero those rows of the stage
+// before the wgmma reads it.
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t BLOCK_K, uint32_t kNumMathThreads>
+struct MnMajorChunkLoader {
+  static_assert(BLOCK_M % 64 == 0 && BLOCK_N % 64 == 0, "A and B load in 64-wide chunks");
+  static_assert(BLOCK_K % 16 == 0 && BLOCK_K % 8 == 0, "whole k16 steps and 8-row atoms");
+  static constexpr uint32_t kChunkBytes = BLOCK_K * 128;  // one 64-wide column chunk, all k
+  static constexpr uint32_t kBytesA = BLOCK_M / 64 * kChunkBytes;
+  static constexpr uint32_t kBytesB = BLOCK_N / 64 * kChunkBytes;
+  static constexpr uint32_t kExpectedBytes = kBytesA + kBytesB;
+  static constexpr bool kNeedsFixup = true;
+  // A group's k-blocks vary from tile to tile and are few for small groups: unrolling only
+  // multiplies the producer's code (the loop was never unrolled before the skeleton).
+  static constexpr bool kRolledLoop = true;
+  template <uint32_t kNumStages>
+  using Stages = StageLayout<kNumStages, kBytesA, kBytesB>;
+
+  template <typename Params>
+  __device__ __forceinline__ static void prefetch(const Params& params) {
+    prefetch_tma_desc(&params.tma_a);
+    prefetch_tma_desc(&params.tma_b);
+  }
+
+  template <typename Stages, typename Params>
+  __device__ __forceinline__ static void load(const Params& params, Barrier* bar,
+                                              const StageRef& stage, const KGroupedTile& tile,
+                                              uint32_t kb, uint32_t /*cta_rank*/) {
+    const int32_t row = static_cast<int32_t>(tile.row_start + kb * BLOCK_K);
+    uint8_t* stage_a = Stages::template slab<0>(stage);
+    uint8_t* stage_b = Stages::template slab<1>(stage);
+#pragma unroll
+    for (uint32_t c = 0; c < BLOCK_M / 64; ++c)
+      tma_load_2d(&params.tma_a, bar, stage_a + c * kChunkBytes,
+                  static_cast<int32_t>(tile.m0 + c * 64), row);
+#pragma unroll
+    for (uint32_t c = 0; c < BLOCK_N / 64; ++c)
+      tma_load_2d(&params.tma_b, bar, stage_b + c * kChunkBytes,
+                  static_cast<int32_t>(tile.n0 + c * 64), row);
+  }
+
+  // Zero the k-rows past the group's end in every chunk of A and B, 16 bytes a thread (whole
+  // 128-byte rows, so the swizzle does not matter), then make the zeros visible to wgmma (async
+  // proxy) and meet the other math warpgroups (named barrier 1) before any of them issues it.
+  template <typename Stages>
+  __device__ __forceinline__ static void fixup(const StageRef& stage, const KGroupedTile& tile,
+                                               uint32_t kb, uint32_t math_tid) {
+    const uint32_t row = tile.row_start + kb * BLOCK_K;
+    const uint32_t valid = min(tile.row_end - row, BLOCK_K);
+    if (valid < BLOCK_K) {
+      uint8_t* stage_a = Stages::template slab<0>(stage);
+      uint8_t* stage_b = Stages::template slab<1>(stage);
+      constexpr uint32_t kChunks = (BLOCK_M + BLOCK_N) / 64;
+      const uint32_t vectors_per_chunk = (BLOCK_K - valid) * 8;
+      for (uint32_t v = math_tid; v < kChunks * vectors_per_chunk; v += kNumMathThreads) {
+        const uint32_t chunk = v / vectors_per_chunk, in_chunk = v % vectors_per_chunk;
+        uint8_t* base = chunk < BLOCK_M / 64 ? stage_a + chunk * kChunkBytes
+                                             : stage_b + (chunk - BLOCK_M / 64) * kChunkBytes;
+        *reinterpret_cast<uint4*>(base + valid * 128 + in_chunk * 16) = make_uint4(0, 0, 0, 0);
+      }
+      fence_proxy_async_shared();
+      asm volatile("bar.sync 1, %0;" ::"n"(kNumMathThreads) : "memory");
+    }
+  }
+};
+
+}  // namespace moegemm

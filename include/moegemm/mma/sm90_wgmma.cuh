@@ -1,0 +1,86 @@
+// The one place that picks a Hopper wgmma atom: by A and B operand type, N and the operands'
+// majors (both from shared memory, FP32 accumulators). A kernel names the atom it needs,
+// `Wgmma<AType, BType, N, kMajorA, kMajorB>`, and issues it on an accumulator array with
+// `::fma(desc_a, desc_b, acc)`; FP8 atoms (QGMMA) will be added here next to the BF16 ones.
+#pragma once
+
+// N outside {8, 16, 32, 64, 96, 128, 192, 256} needs CuTe's extended atoms, which cost ~0.6 s of
+// compile time: the generated source defines MOEGEMM_WGMMA_EXTENDED_N only when it uses one.
+#if defined(MOEGEMM_WGMMA_EXTENDED_N) && !defined(CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED)
+#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+#endif
+#include <cute/arch/mma_sm90_gmma.hpp>
+#include <cuda_bf16.h>
+
+#include <stdint.h>
+#include <utility>
+
+#include <moegemm/ptx/sm90_wgmma.cuh>
+
+namespace moegemm::sm90 {
+
+enum class Major { K, MN };
+
+namespace detail {
+
+constexpr cute::SM90::GMMA::Major gmma_major(Major major) {
+  return major == Major::K ? cute::SM90::GMMA::Major::K : cute::SM90::GMMA::Major::MN;
+}
+
+// CuTe's atom for m64 x N x 16 with BF16 operands: the class template of the N.
+template <int N, cute::SM90::GMMA::Major kA, cute::SM90::GMMA::Major kB>
+struct Bf16Atom;
+
+#define MOEGEMM_WGMMA_BF16_ATOM(N)                                         \
+  template <cute::SM90::GMMA::Major kA, cute::SM90::GMMA::Major kB>        \
+  struct Bf16Atom<N, kA, kB> {                                             \
+    using Type = cute::SM90::GMMA::MMA_64x##N##x16_F32BF16BF16_SS<kA, kB>; \
+  };
+MOEGEMM_WGMMA_BF16_ATOM(8) MOEGEMM_WGMMA_BF16_ATOM(16) MOEGEMM_WGMMA_BF16_ATOM(32)
+MOEGEMM_WGMMA_BF16_ATOM(64) MOEGEMM_WGMMA_BF16_ATOM(96) MOEGEMM_WGMMA_BF16_ATOM(128)
+MOEGEMM_WGMMA_BF16_ATOM(192) MOEGEMM_WGMMA_BF16_ATOM(256)
+#if defined(CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED)
+MOEGEMM_WGMMA_BF16_ATOM(24) MOEGEMM_WGMMA_BF16_ATOM(40) MOEGEMM_WGMMA_BF16_ATOM(48)
+MOEGEMM_WGMMA_BF16_ATOM(56) MOEGEMM_WGMMA_BF16_ATOM(72) MOEGEMM_WGMMA_BF16_ATOM(80)
+MOEGEMM_WGMMA_BF16_ATOM(88) MOEGEMM_WGMMA_BF16_ATOM(104) MOEGEMM_WGMMA_BF16_ATOM(112)
+MOEGEMM_WGMMA_BF16_ATOM(120) MOEGEMM_WGMMA_BF16_ATOM(136) MOEGEMM_WGMMA_BF16_ATOM(144)
+MOEGEMM_WGMMA_BF16_ATOM(152) MOEGEMM_WGMMA_BF16_ATOM(160) MOEGEMM_WGMMA_BF16_ATOM(168)
+MOEGEMM_WGMMA_BF16_ATOM(176) MOEGEMM_WGMMA_BF16_ATOM(184) MOEGEMM_WGMMA_BF16_ATOM(200)
+MOEGEMM_WGMMA_BF16_ATOM(208) MOEGEMM_WGMMA_BF16_ATOM(216) MOEGEMM_WGMMA_BF16_ATOM(224)
+MOEGEMM_WGMMA_BF16_ATOM(232) MOEGEMM_WGMMA_BF16_ATOM(240) MOEGEMM_WGMMA_BF16_ATOM(248)
+#endif
+#undef MOEGEMM_WGMMA_BF16_ATOM
+
+template <typename AType, typename BType, int N, Major kMajorA, Major kMajorB>
+struct AtomFor {
+  static_assert(sizeof(AType) == 0, "no wgmma atom for these operand types");
+};
+template <int N, Major kMajorA, Major kMajorB>
+struct AtomFor<__nv_bfloat16, __nv_bfloat16, N, kMajorA, kMajorB> {
+  using Type = typename Bf16Atom<N, gmma_major(kMajorA), gmma_major(kMajorB)>::Type;
+};
+
+}  // namespace detail
+
+// One wgmma m64 x N x 16 over a warpgroup's accumulators (N / 2 FP32 registers a thread),
+// adding to them (scale-out one).
+template <typename AType, typename BType, int N, Major kMajorA = Major::K,
+          Major kMajorB = Major::K>
+struct Wgmma {
+  using Atom = typename detail::AtomFor<AType, BType, N, kMajorA, kMajorB>::Type;
+  static constexpr uint32_t kNumAccum = N / 2;
+
+  __device__ __forceinline__ static void fma(uint64_t desc_a, uint64_t desc_b, float* acc) {
+    fma_impl(desc_a, desc_b, acc, std::make_index_sequence<kNumAccum>{});
+  }
+
+ private:
+  // The atom takes each accumulator register by reference.
+  template <size_t... I>
+  __device__ __forceinline__ static void fma_impl(uint64_t desc_a, uint64_t desc_b, float* acc,
+                                                  std::index_sequence<I...>) {
+    Atom::fma(desc_a, desc_b, acc[I]..., cute::SM90::GMMA::ScaleOut::One);
+  }
+};
+
+}  // namespace moegemm::sm90

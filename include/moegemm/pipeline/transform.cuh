@@ -1,0 +1,64 @@
+// The optional transform stage between the TMA ring and the MMA: a warpgroup of its own that
+// turns each landed stage into what the MMA reads (FP8 x FP4 will expand packed E2M1 weights to
+// E4M3 here) in a second ring with its own barrier pair.
+//
+//   TMA ring (full/empty)        transform ring (tfull/tempty)
+//   producer --> transform wg --> math warpgroups
+//
+// The transform warpgroup consumes the TMA ring like the math warpgroups would (waits full[s],
+// each of its warps releases empty[s] once its threads' reads are done: 4 arrives), and
+// produces the transform ring without transactions: every transform thread writes its share,
+// fences the generic -> async proxy (wgmma reads through the async proxy) and arrives on
+// tfull[t] (arrive count 128); the math warps release tempty[t] as they would release the TMA
+// ring (one arrive per math warp). Kernels without a transform name NoTransform: no warpgroup,
+// no ring, no shared memory, no barrier, and the math warpgroups read the TMA ring directly.
+//
+// A transform policy provides:
+//   kEnabled = true, kNumStages (its ring), kNumRegs (setmaxnreg of its warpgroup),
+//   template <typename InStages> using OutStages (its ring's StageLayout),
+//   apply(in, out, thread): one thread's share (of 128) of turning stage `in` into `out`.
+#pragma once
+
+#include <stdint.h>
+
+#include <moegemm/pipeline/stage_layout.cuh>
+#include <moegemm/ptx/smem.cuh>
+
+namespace moegemm {
+
+struct NoTransform {
+  static constexpr bool kEnabled = false;
+  static constexpr uint32_t kNumStages = 0;
+  static constexpr uint32_t kNumWarpgroups = 0;
+  static constexpr uint32_t kNumRegs = 0;
+  template <typename InStages>
+  using OutStages = InStages;  // the MMA reads the TMA ring
+};
+
+// The trivial transform: copies every slab of a stage unchanged (16 bytes a thread and step),
+// so the MMA reads the same bytes from the transform ring. Exists to compile and test the
+// transform role of the skeleton (tests/test_compile_only.py).
+template <uint32_t kNumStages_ = 2>
+struct CopyTransform {
+  static constexpr bool kEnabled = true;
+  static constexpr uint32_t kNumStages = kNumStages_;
+  static constexpr uint32_t kNumWarpgroups = 1;
+  static constexpr uint32_t kNumRegs = 96;
+  template <typename InStages>
+  using OutStages = typename InStages::template WithStages<kNumStages>;
+
+  template <typename InStages, uint32_t I = 0>
+  __device__ __forceinline__ static void apply(const StageRef& in, const StageRef& out,
+                                               uint32_t thread) {
+    using Out = OutStages<InStages>;
+    if constexpr (I < InStages::kNumSlabs) {
+      const uint4* src = reinterpret_cast<const uint4*>(InStages::template slab<I>(in));
+      uint4* dst = reinterpret_cast<uint4*>(Out::template slab<I>(out));
+#pragma unroll 4
+      for (uint32_t v = thread; v < InStages::template slab_bytes<I>() / 16; v += 128) dst[v] = src[v];
+      apply<InStages, I + 1>(in, out, thread);
+    }
+  }
+};
+
+}  // namespace moegemm
