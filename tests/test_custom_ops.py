@@ -228,3 +228,12 @@ def test_config_is_refused_under_compile() -> None:
 
     with pytest.raises(Exception, match="config= forces a kernel in eager calls only"):
         torch.compile(fn, fullgraph=True, backend=Recorder())(*args)
+
+
+@pytest.mark.parametrize("case", ["dense_c", "m_indices", "offs", "masked", "k_grouped_c_is_d"])
+def test_opcheck_on_meta_tensors(case: str) -> None:
+    """torch.library's checks (schema, autograd registration, fake tensor, AOT dispatch with
+    dynamic shapes); on meta tensors every call runs the fake implementation."""
+    _, args = calls()[case]
+    op = getattr(torch.ops.moegemm, OP_OF[case]).default
+    torch.library.opcheck(op, _op_args(case, args))
