@@ -100,10 +100,9 @@ def walk_stripe_m(desc: GemmDesc, block_m: int, cluster_m: int = 1) -> int:
     layouts."""
     if desc.kind not in WALK_KINDS:
         return 0
-    long_rows = desc.k * DTYPE_BYTES[desc.ab_dtype] >= WALK_STRIPE_MIN_ROW_BYTES
-    return (
-        WALK_STRIPE_M if long_rows and walk_rows(desc) > WALK_STRIPE_M * block_m * cluster_m else 0
-    )
+    if desc.k * DTYPE_BYTES[desc.ab_dtype] < WALK_STRIPE_MIN_ROW_BYTES:
+        return 0
+    return WALK_STRIPE_M if walk_rows(desc) > WALK_STRIPE_M * block_m * cluster_m else 0
 
 
 def walk_rows(desc: GemmDesc) -> int:
