@@ -189,7 +189,7 @@ def test_one_graph_for_a_layer_that_calls_every_gemm() -> None:
     assert len(op_calls(explained.graphs[0])) == len(fns)
 
 
-@pytest.mark.parametrize("case", ["offs", "masked", "k_grouped_c_is_d"])
+@pytest.mark.parametrize("case", ["dense_c", "m_indices", "offs", "masked", "k_grouped_c_is_d"])
 def test_functionalized_and_dynamic(case: str) -> None:
     """aot_eager functionalizes the mutation as inductor does; dynamic shapes reach the fake
     impls' checks as symbols (and a varying expected_m as a SymInt)."""
@@ -237,3 +237,21 @@ def test_opcheck_on_meta_tensors(case: str) -> None:
     _, args = calls()[case]
     op = getattr(torch.ops.moegemm, OP_OF[case]).default
     torch.library.opcheck(op, _op_args(case, args))
+
+
+def test_dynamic_rows_compile_once() -> None:
+    """The fake impls' checks guard on the symbols without specializing them: new row counts
+    reuse the graph (m_indices keeps its multiple-of-128 rule as a guard)."""
+    backend = Recorder()
+
+    def fn(a, b, d, info, offs):
+        moegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, info, offs=offs)
+        return d
+
+    compiled = torch.compile(fn, fullgraph=True, backend=backend, dynamic=True)
+    b = empty(G, N, K)
+    for rows in (200, 300, 17):
+        compiled(empty(rows, K), b, empty(rows, N), None, empty(G, dtype=I32))
+    for rows in (256, 384):
+        compiled(empty(rows, K), b, empty(rows, N), empty(rows, dtype=I32), None)
+    assert len(backend.graphs) == 2  # one per layout

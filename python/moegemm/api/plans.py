@@ -11,8 +11,8 @@ full argument checks look at except the data pointers and the current device. So
   operand's base on a 16-byte boundary and the current CUDA device being the operands' one.
   A hit therefore accepts exactly what the full checks would accept for that call.
 
-Calls that launch nothing (empty problems, K = 0) store no plan: they always take the full
-checks, which is cheap next to a launch they do not make. Plans depend on the SM count, so
+Calls that launch nothing (empty problems, K = 0) store no plan and always take the full
+checks: a few microseconds, and no launch follows. Plans depend on the SM count, so
 `set_num_sms` clears every cache made here; a forced `config=` neither reads nor fills them.
 """
 
