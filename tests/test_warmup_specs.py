@@ -79,3 +79,21 @@ def test_run_check_passes_on_a_small_preset() -> None:
     for layout in ("offs", "m_indices", "masked", "k-grouped"):
         assert text.count(f"\n{layout} ") == 2 * len(shapes), (layout, text)
     assert "all passed" in text and "FAILED" not in text
+
+
+def test_warmup_builds_the_spec_a_call_loads() -> None:
+    """warmup.specs.kernel_spec (torch-free) and the API's plans.kernel_spec agree."""
+    from moegemm.api.plans import kernel_spec as api_kernel_spec
+
+    descs = [
+        GemmDesc("bf16_gemm_nt", 100, 4096, 7168),
+        GemmDesc("bf16_gemm_nt", 100, 4096, 7168, d_dtype="fp32", with_c=True),
+        GemmDesc("m_grouped_contiguous", 4096, 4096, 7168, 32),
+        GemmDesc("m_grouped_offsets", 96, 4096, 7168, 32, expected_m=3),
+        GemmDesc("m_grouped_offsets", 32768, 4096, 7168, 32, expected_m=1024),
+        GemmDesc("m_grouped_masked", 256, 4096, 7168, 32, expected_m=8),
+        GemmDesc("k_grouped", 4096, 7168, 512, 32, d_dtype="fp32", with_c=True),
+    ]
+    for desc in descs:
+        config = select_config(desc, SM90)
+        assert kernel_spec(desc, config) == api_kernel_spec(desc, config), desc
