@@ -17,7 +17,9 @@ rows = tokens x top_k routed rows, described as the API describes them:
   low-latency dispatch allocates room for every token of the ranks per expert). The heuristics
   read max_m only where a group's spread of rows reaches it, so any other buffer that large
   picks the same kernels except near that edge; a buffer sized to the mean load (e.g.
-  round_up(max_tokens x top_k / G, 128)) is not covered;
+  round_up(max_tokens x top_k / G, 128)) is not covered. The expected_m hint is assumed to be
+  the mean, ceil(rows / G); with max_m = max_tokens every hint from 1 to
+  ceil(max_tokens x top_k / G) occurs, so any hint in that range is covered there;
 - the k-grouped weight gradient (M = n, N = k, rows per group ceil(rows / G)), with and without
   the FP32 accumulator C.
 
