@@ -447,3 +447,21 @@ def test_real_warmup_twice(
     else:
         skipped = r"^check: skipped, no CUDA GPU visible \(torch .*\)"
         assert re.search(skipped, second.stdout, re.MULTILINE), second.stdout
+
+
+@pytest.mark.nvcc
+def test_kernels_of_another_nvcc_are_used_and_noted(
+    cli_env: dict[str, str], shapes_file: Path, jit_cache_dir: Path
+) -> None:
+    args = ("--warmup", "--shapes", str(shapes_file), "--num-sms", "132")
+    assert run_cli(cli_env, *args).returncode == 0
+    old = "Cuda compilation tools, release 12.8, V12.8.93"
+    for manifest_path in (jit_cache_dir / "kernels").glob("*/manifest.json"):
+        manifest = json.loads(manifest_path.read_text())
+        manifest["compiler"]["version"] = old
+        manifest_path.write_text(json.dumps(manifest))
+    again = run_cli(cli_env, *args)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert counts(again)["already cached"] == 2 and counts(again)["compiled"] == 0
+    assert f"note: cached kernels built by another nvcc (2 by {old}; this one: " in again.stdout
+    assert f"delete {jit_cache_dir / 'kernels'} to rebuild them" in again.stdout

@@ -74,32 +74,53 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--warmup", action="store_true", help="prebuild kernels into the cache")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--model", help="a model preset, e.g. deepseek-v3")
-    src.add_argument("--shapes", help="JSON list of {n, k[, num_groups, top_k, op, model]}")
-    src.add_argument("--suite", help="every model of a benchmark suite of moe_shapes.json")
-    p.add_argument("--arch", default="sm_90a", choices=SUPPORTED_ARCHS)
+    src.add_argument("--model", metavar="NAME", help="a model preset, e.g. deepseek-v3")
+    src.add_argument(
+        "--shapes", metavar="FILE", help="JSON list of {n, k[, num_groups, top_k, op, model]}"
+    )
+    src.add_argument(
+        "--suite", metavar="NAME", help="every model of a benchmark suite of moe_shapes.json"
+    )
+    p.add_argument(
+        "--arch",
+        default="sm_90a",
+        choices=SUPPORTED_ARCHS,
+        help="target (default sm_90a; sm_100a has no kernels yet)",
+    )
     tokens = p.add_mutually_exclusive_group()
     tokens.add_argument(
         "--max-tokens",
+        metavar="N",
         type=_positive_int,
         default=DEFAULT_MAX_TOKENS,
         help=f"cover every token count 1..N (default {DEFAULT_MAX_TOKENS})",
     )
     tokens.add_argument(
-        "--tokens", type=_token_list, help="only these token counts (comma-separated)"
+        "--tokens",
+        metavar="LIST",
+        type=_token_list,
+        help="only these token counts (comma-separated)",
     )
     p.add_argument(
         "--top-k",
+        metavar="K",
         type=_positive_int,
         help="experts per token for shapes without top_k (default: the preset's, else 1)",
     )
     p.add_argument(
         "--num-sms",
+        metavar="N",
         type=_positive_int,
         help=f"SMs of the target GPU (default: the SM90 GPU's, else {DEFAULT_NUM_SMS})",
     )
-    p.add_argument("--jobs", "-j", type=_positive_int, help="parallel builds (default: CPUs)")
-    p.add_argument("--cache-dir", help="cache root (default $MOEGEMM_CACHE_DIR, ~/.cache/moegemm)")
+    p.add_argument(
+        "--jobs", "-j", metavar="N", type=_positive_int, help="parallel builds (default: CPUs)"
+    )
+    p.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="cache root (default $MOEGEMM_CACHE_DIR, ~/.cache/moegemm)",
+    )
     p.add_argument("--dry-run", action="store_true", help="list what would be compiled")
     p.add_argument("--no-check", action="store_true", help="skip the GPU check after the build")
     return p
