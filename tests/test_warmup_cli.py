@@ -82,7 +82,7 @@ def shapes_file(tmp_path: Path) -> Path:
 
 
 def run_cli(
-    env: dict[str, str], *args: str, timeout: float = 300
+    env: dict[str, str], *args: str, timeout: float = 300, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "moegemm.jit", *args],
@@ -91,6 +91,7 @@ def run_cli(
         text=True,
         timeout=timeout,
         check=False,
+        cwd=cwd,
     )
 
 
@@ -189,6 +190,17 @@ def test_cache_dir_option(
     assert f"into {other / 'kernels'}" in proc.stdout
     assert "check: skipped (--no-check)" in proc.stdout
     assert not jit_cache_dir.exists()
+
+
+@pytest.mark.nvcc
+def test_relative_cache_dir(cli_env: dict[str, str], shapes_file: Path, tmp_path: Path) -> None:
+    """A relative root means the caller's folder, also for the build processes (which ninja
+    runs in its own folder)."""
+    env = dict(cli_env, MOEGEMM_CACHE_DIR="rel-cache")
+    proc = run_cli(env, "--warmup", "--shapes", str(shapes_file), "--no-check", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert counts(proc)["compiled"] == 2
+    assert len(list((tmp_path / "rel-cache" / "kernels").iterdir())) == 2
 
 
 @pytest.mark.nvcc

@@ -372,7 +372,7 @@ def run_warmup(args: argparse.Namespace) -> int:
     if args.cache_dir:
         os.environ["MOEGEMM_CACHE_DIR"] = str(Path(args.cache_dir).expanduser().resolve())
     workload = collect_workload(args)
-    root = cache.cache_root()
+    root = cache.cache_root().absolute()
     if not args.dry_run:
         create_cache_dir(root)
     specs_fn, hooked = specs_function()

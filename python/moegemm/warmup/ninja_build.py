@@ -75,7 +75,8 @@ def _child_env() -> dict[str, str]:
     """Pin what the children must agree with us on: the cache root, our include dir and the
     import path of this very moegemm package."""
     env = dict(os.environ)
-    env["MOEGEMM_CACHE_DIR"] = str(cache.cache_root())
+    # Absolute: ninja runs its edges in its own folder (-C), where a relative root would differ.
+    env["MOEGEMM_CACHE_DIR"] = str(cache.cache_root().absolute())
     env["MOEGEMM_LIGHT_IMPORT"] = "1"  # a build child needs the JIT, not torch
     env["MOEGEMM_INCLUDE_DIR"] = str(library_include_dir())
     env.setdefault("NINJA_STATUS", "[%f/%t %es] ")  # elapsed seconds: builds take minutes
