@@ -263,6 +263,7 @@ BAD_ARGS = [
     (["--tokens", "1,x"], "argument --tokens: must be comma-separated positive integers"),
     (["--tokens", "0,4"], "argument --tokens: must be comma-separated positive integers"),
     (["--tokens", "4", "--max-tokens", "8"], "not allowed with argument --tokens"),
+    (["--max-tokens", "16384000"], "argument --max-tokens: must be at most 1048576"),
     (["--top-k", "0"], "argument --top-k: must be a positive integer"),
     (["--arch", "sm_80"], "argument --arch: invalid choice: 'sm_80'"),
     (["--arch", "sm_100a"], "no sm_100a kernels exist yet"),
@@ -285,6 +286,17 @@ def test_bad_arguments_are_one_line(
         rc = int(exc.code or 0)
     out, err = capsys.readouterr()
     assert_one_line_error(rc, out, err, fragment)
+
+
+def test_without_warmup(cli_env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main([]) == 2 and "--warmup" in capsys.readouterr().out  # the help
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--model", "deepseek-v3"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2
+    assert err.strip().splitlines() == [
+        f"{cli.PROG}: error: add --warmup (the only command) to prebuild kernels (see --help)"
+    ]
 
 
 def test_unknown_model_lists_models(cli_env: dict[str, str]) -> None:

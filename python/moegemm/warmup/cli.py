@@ -32,6 +32,9 @@ from .specs import DEFAULT_MAX_TOKENS
 
 PROG = "python -m moegemm.jit --warmup"
 DEFAULT_NUM_SMS = 132  # H100 / H200 SXM
+# The enumeration visits every token count: past this a typo (an extra zero or two) would look
+# like a hang rather than an error. Engines batch at most ~10^5 tokens per step.
+MAX_MAX_TOKENS = 1 << 20
 SPECS_FN_ENV = "MOEGEMM_WARMUP_SPECS_FN"  # tests: replace the enumeration (module:function)
 SHAPE_KEYS = ("n", "k", "num_groups", "top_k", "op", "model")
 # Rows of 16 bytes: TMA needs 16-byte strides, and BF16 rows of n or k elements.
@@ -54,6 +57,13 @@ def _positive_int(text: str) -> int:
         value = 0
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def _max_tokens(text: str) -> int:
+    value = _positive_int(text)
+    if value > MAX_MAX_TOKENS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_MAX_TOKENS}, got {value}")
     return value
 
 
@@ -91,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     tokens.add_argument(
         "--max-tokens",
         metavar="N",
-        type=_positive_int,
+        type=_max_tokens,
         default=DEFAULT_MAX_TOKENS,
         help=f"cover every token count 1..N (default {DEFAULT_MAX_TOKENS})",
     )
@@ -445,10 +455,13 @@ def _check(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    given = sys.argv[1:] if argv is None else list(argv)
+    args = parser.parse_args(given)
     if not args.warmup:
-        parser.print_help()
-        return 2
+        if not given:
+            parser.print_help()
+            return 2
+        parser.error("add --warmup (the only command) to prebuild kernels")
     if not (args.model or args.shapes or args.suite):
         parser.error("--warmup needs --model, --shapes or --suite")
     previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
