@@ -299,6 +299,22 @@ def test_without_warmup(cli_env: dict[str, str], capsys: pytest.CaptureFixture[s
     ]
 
 
+def test_closed_stdout_is_no_traceback(cli_env: dict[str, str], shapes_file: Path) -> None:
+    """`... --dry-run | head`: the reader goes away before the output ends."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moegemm.jit", "--warmup", "--shapes", str(shapes_file)]
+        + ["--dry-run", "--num-sms", "132"],
+        env=cli_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    proc.stdout.close()
+    err = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 128 + signal.SIGPIPE and "Traceback" not in err, err
+
+
 def test_unknown_model_lists_models(cli_env: dict[str, str]) -> None:
     proc = run_cli(cli_env, "--warmup", "--model", "no-such-model")
     assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "unknown model")

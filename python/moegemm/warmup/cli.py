@@ -474,6 +474,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # run_ninja has stopped its builds; what finished is published and stays cached.
         print(f"{PROG}: interrupted; kernels built so far stay cached", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # stdout closed early (`--dry-run | head`): stop quietly, as Unix tools do, and keep
+        # Python's exit-time flush from raising again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     finally:
         signal.signal(signal.SIGTERM, previous)
 
