@@ -7,7 +7,8 @@ are exactly those of a JIT miss. Needs nvcc only for what is missing, never a GP
 GPU the warmed grouped kernels are then checked and timed (moegemm.warmup.run_check).
 
 Exit status: 0 done, 1 a kernel failed to build or the check failed, 2 bad input or an
-environment that cannot do the job (one line on stderr, never a traceback), 130 interrupted."""
+environment that cannot do the job (one line on stderr, never a traceback), 130 interrupted
+(Ctrl-C; 143 for SIGTERM), 141 stdout closed early."""
 
 from __future__ import annotations
 
