@@ -11,6 +11,8 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include <moegemm/epilogue/functors.cuh>
 
 namespace moegemm::sm90 {
@@ -35,10 +37,16 @@ __device__ __forceinline__ void store_transposed(const float* acc, __nv_bfloat16
       const uint32_t token = row0 + 8 * j + 2 * (t % 4) + (even ? 0 : 1);
       const uint32_t col = weight_row + 8 * half - (even ? 0 : 1);
       if (token < row_end && col < n) {
-        float lo = even ? x : other, hi = even ? other : y;
-        epilogue(lo, hi, token, col);
-        *reinterpret_cast<__nv_bfloat162*>(d + static_cast<uint64_t>(token) * ldd + col) =
-            __floats2bfloat162_rn(lo, hi);
+        __nv_bfloat162* out =
+            reinterpret_cast<__nv_bfloat162*>(d + static_cast<uint64_t>(token) * ldd + col);
+        if constexpr (std::is_same_v<Epilogue, Identity>) {
+          // Two predicated packs, no select: one instruction a pair fewer.
+          *out = even ? __floats2bfloat162_rn(x, other) : __floats2bfloat162_rn(other, y);
+        } else {
+          float lo = even ? x : other, hi = even ? other : y;
+          epilogue(lo, hi, token, col);
+          *out = __floats2bfloat162_rn(lo, hi);
+        }
       }
     }
   }

@@ -99,8 +99,11 @@ struct Bf16GemmKernel {
   __device__ __forceinline__ static Scheduler make_scheduler(const Params& params) {
     return Scheduler(GroupingArgs{params.m, params.n, params.num_groups, params.group_info});
   }
-  __device__ __forceinline__ static uint32_t num_k_blocks(const Params& params, const Tile&) {
+  __device__ __forceinline__ static uint32_t k_blocks(const Params& params) {
     return (params.k + BLOCK_K - 1) / BLOCK_K;
+  }
+  __device__ __forceinline__ static uint32_t num_k_blocks(uint32_t k_blocks, const Tile&) {
+    return k_blocks;  // every tile runs over all of K
   }
   // A group's last m-block often holds rows for the first warpgroup only; with A shared along
   // N, a CTA whose n-block lies past N idles the same way.

@@ -78,7 +78,9 @@ struct Bf16KGroupedGemmKernel {
   __device__ __forceinline__ static Scheduler make_scheduler(const Params& params) {
     return Scheduler(params.offs, params.m, params.n, params.num_tokens, params.num_groups);
   }
-  __device__ __forceinline__ static uint32_t num_k_blocks(const Params&, const Work& tile) {
+  __device__ __forceinline__ static uint32_t k_blocks(const Params&) { return 0; }
+  // A tile's reduction runs over its group's rows.
+  __device__ __forceinline__ static uint32_t num_k_blocks(uint32_t, const Work& tile) {
     return (tile.row_end - tile.row_start + BLOCK_K - 1) / BLOCK_K;
   }
   __device__ __forceinline__ static bool math_idle(const Params&, const Work&, uint32_t) {

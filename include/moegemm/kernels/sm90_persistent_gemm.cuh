@@ -10,7 +10,10 @@
 //   Scheduler, Work                      the tiles (scheduler/), make_scheduler(params): one
 //                                        per thread before the roles split, each role walks
 //                                        its copy,
-//   num_k_blocks(params, work)           k-blocks of a tile,
+//   k_blocks(params), num_k_blocks(kb, work)  k-blocks of a tile: the first is read once before
+//                                        the roles split (params live in parameter space, and
+//                                        the mainloop's memory clobbers keep a per-tile read of
+//                                        them from being hoisted), the second per tile,
 //   math_idle(params, work, math_wg)     a warpgroup with nothing to compute on this tile
 //                                        (keeps the ring in step without wgmma),
 //   epilogue(params, acc, work, math_wg, smem_d)   the stores (epilogue/),
@@ -43,12 +46,13 @@
 
 #include <stdint.h>
 
-#include <moegemm/mma/sm90_wgmma.cuh>
 #include <moegemm/pipeline/ring.cuh>
 #include <moegemm/pipeline/stage_layout.cuh>
 #include <moegemm/pipeline/transform.cuh>
 #include <moegemm/ptx/barrier.cuh>
 #include <moegemm/ptx/pdl.cuh>
+#include <moegemm/ptx/sm90_wgmma.cuh>
+#include <moegemm/ptx/smem.cuh>
 #include <moegemm/ptx/tma.cuh>
 
 namespace moegemm::sm90 {
@@ -136,22 +140,26 @@ struct PersistentGemm {
 
     // Every role walks its own copy of the schedule (warp-cooperative schedulers: whole warps).
     auto scheduler = Kernel::make_scheduler(params);
+    const uint32_t k_blocks = Kernel::k_blocks(params);
     if (threadIdx.x < 128) {
       cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
-      if (warp_idx == 0) produce(params, ring, smem, cta_rank, scheduler);
+      if (warp_idx == 0) produce(params, ring, smem, cta_rank, scheduler, k_blocks);
       if constexpr (kClusterSize == 1) return;
     } else if (kTransform && threadIdx.x < 128 * kFirstMathWG) {
       if constexpr (kTransform) {
         cutlass::arch::warpgroup_reg_dealloc<kTransformRegs>();
-        transform(params, ring, transform_ring, smem, smem_transform, lane_idx, scheduler);
+        transform(params, ring, transform_ring, smem, smem_transform, lane_idx, scheduler,
+                  k_blocks);
       }
       return;  // no cluster with a transform
     } else {
       cutlass::arch::warpgroup_reg_alloc<kMathRegs>();
       if constexpr (kTransform) {
-        consume<MmaStages>(params, transform_ring, smem_transform, smem_d, warp_idx, lane_idx);
+        consume<MmaStages>(params, transform_ring, smem_transform, smem_d, warp_idx, lane_idx,
+                           scheduler, k_blocks);
       } else {
-        consume<MmaStages>(params, ring, smem, smem_d, warp_idx, lane_idx, scheduler);
+        consume<MmaStages>(params, ring, smem, smem_d, warp_idx, lane_idx, scheduler,
+                           k_blocks);
       }
     }
     // No CTA may leave while its peer can still multicast into it or arrive on its barriers.
@@ -164,12 +172,12 @@ struct PersistentGemm {
   template <typename Sched>
   __device__ __forceinline__ static void produce(const Params& params, const Ring& ring,
                                                  uint8_t* smem, uint32_t cta_rank,
-                                                 Sched scheduler) {
+                                                 Sched scheduler, uint32_t k_blocks) {
     const bool leader = cute::elect_one_sync();
     typename Ring::State state;
     typename Kernel::Work work;
     while (scheduler.next(work)) {
-      const uint32_t num_k_blocks = Kernel::num_k_blocks(params, work);
+      const uint32_t num_k_blocks = Kernel::num_k_blocks(k_blocks, work);
       if (leader) {
         auto load_k_block = [&](uint32_t kb) {
           ring.producer_acquire(state);
@@ -194,13 +202,13 @@ struct PersistentGemm {
   __device__ __forceinline__ static void transform(const Params& params, const Ring& ring,
                                                    const MmaRing& out_ring, uint8_t* smem,
                                                    uint8_t* smem_out, uint32_t lane_idx,
-                                                   Sched scheduler) {
+                                                   Sched scheduler, uint32_t k_blocks) {
     const uint32_t thread = threadIdx.x % 128;
     typename Ring::State in;
     typename MmaRing::State out;
     typename Kernel::Work work;
     while (scheduler.next(work)) {
-      const uint32_t num_k_blocks = Kernel::num_k_blocks(params, work);
+      const uint32_t num_k_blocks = Kernel::num_k_blocks(k_blocks, work);
       for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
         ring.consumer_wait(in);
         out_ring.producer_acquire(out);
@@ -222,7 +230,7 @@ struct PersistentGemm {
   __device__ __forceinline__ static void consume(const Params& params, const ReadRing& ring,
                                                  uint8_t* smem_read, uint8_t* smem_d,
                                                  uint32_t warp_idx, uint32_t lane_idx,
-                                                 Sched scheduler) {
+                                                 Sched scheduler, uint32_t k_blocks) {
     constexpr uint32_t kReleaseCluster = kTransform ? 1 : kClusterSize;
     const uint32_t math_wg = threadIdx.x / 128 - kFirstMathWG;
     const uint32_t math_tid = threadIdx.x - 128 * kFirstMathWG;
@@ -231,7 +239,7 @@ struct PersistentGemm {
     typename Mma::Accum acc;
     typename Kernel::Work work;
     while (scheduler.next(work)) {
-      const uint32_t num_k_blocks = Kernel::num_k_blocks(params, work);
+      const uint32_t num_k_blocks = Kernel::num_k_blocks(k_blocks, work);
       // A warpgroup with nothing to compute (no row below the tile's bound, or columns past
       // N) runs a mainloop without wgmma (the tensor cores are shared, so the busy warpgroup
       // runs faster) that keeps the ring's waits and arrives. The branch sits outside the

@@ -4,18 +4,13 @@
 // `::fma(desc_a, desc_b, acc)`; FP8 atoms (QGMMA) will be added here next to the BF16 ones.
 #pragma once
 
-// N outside {8, 16, 32, 64, 96, 128, 192, 256} needs CuTe's extended atoms, which cost ~0.6 s of
-// compile time: the generated source defines MOEGEMM_WGMMA_EXTENDED_N only when it uses one.
-#if defined(MOEGEMM_WGMMA_EXTENDED_N) && !defined(CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED)
-#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
-#endif
+#include <moegemm/ptx/sm90_wgmma.cuh>  // first: it enables CuTe's extended shapes on request
+
 #include <cute/arch/mma_sm90_gmma.hpp>
 #include <cuda_bf16.h>
 
 #include <stdint.h>
 #include <utility>
-
-#include <moegemm/ptx/sm90_wgmma.cuh>
 
 namespace moegemm::sm90 {
 

@@ -3,6 +3,12 @@
 // batch of wgmma. The atoms themselves are chosen in mma/sm90_wgmma.cuh.
 #pragma once
 
+// N outside {8, 16, 32, 64, 96, 128, 192, 256} needs CuTe's extended atoms, which cost ~0.6 s of
+// compile time: the generated source defines MOEGEMM_WGMMA_EXTENDED_N only when it uses one.
+// Here, before anything includes CuTe's wgmma header.
+#if defined(MOEGEMM_WGMMA_EXTENDED_N) && !defined(CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED)
+#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+#endif
 #include <cute/arch/mma_sm90_desc.hpp>
 #include <cute/arch/mma_sm90_gmma.hpp>
 
