@@ -475,6 +475,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # run_ninja has stopped its builds; what finished is published and stays cached.
         print(f"{PROG}: interrupted; kernels built so far stay cached", file=sys.stderr)
         return 130
+    except _Terminated:
+        print(f"{PROG}: terminated; kernels built so far stay cached", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except BrokenPipeError:
         # stdout closed early (`--dry-run | head`): stop quietly, as Unix tools do, and keep
         # Python's exit-time flush from raising again.
@@ -484,6 +487,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, previous)
 
 
+class _Terminated(BaseException):
+    """SIGTERM (a service manager stopping us): BaseException, like KeyboardInterrupt, so that
+    nothing on the way catches it and run_ninja stops its builds first."""
+
+
 def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    # As for Ctrl-C, leave through an exception so run_ninja stops its builds first.
-    raise SystemExit(128 + signum)
+    raise _Terminated

@@ -110,7 +110,8 @@ def _read_stamps(build_dir: Path, count: int) -> BuildReport:
 
 def run_ninja(specs: Sequence[KernelSpec], jobs: int) -> BuildReport:
     """Builds specs with `jobs` parallel edges, echoing ninja's progress and failures. On
-    KeyboardInterrupt (or SystemExit from a signal handler) the builds are stopped first."""
+    KeyboardInterrupt (or any BaseException: the CLI turns SIGTERM into one) the builds are
+    stopped first."""
     ninja = find_ninja()
     with tempfile.TemporaryDirectory(prefix="moegemm-warmup-") as tmp:
         build_dir = Path(tmp)
