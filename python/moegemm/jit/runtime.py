@@ -13,8 +13,9 @@ _LOCK = threading.Lock()
 
 
 def load_kernel(spec: KernelSpec) -> Any:
-    """A `moegemm._C.Kernel` for spec. A cubin the driver refuses is reported, removed from the
-    cache and rebuilt once."""
+    """A `moegemm._C.Kernel` for spec. A cached kernel loads without nvcc; a missing one is
+    compiled, or raises cache.KernelNotCachedError where it cannot be (no nvcc, read-only
+    cache). A cubin the driver refuses is reported, removed from the cache and rebuilt once."""
     kernel = _LOADED.get(spec)
     if kernel is not None:
         return kernel
