@@ -125,7 +125,7 @@ def test_second_warmup_compiles_nothing(
         "already cached": 0,
         "failed": 0,
     }
-    assert re.search(r"^\[2/2 [\d.]+s\] build warm\d$", first.stdout, re.MULTILINE)  # progress
+    assert re.search(r"^\[2/2\] build warm\d$", first.stdout, re.MULTILINE)  # ninja progress
     assert len(list((jit_cache_dir / "kernels").iterdir())) == 2
     second = run_cli(cli_env, *args)
     assert second.returncode == 0, second.stdout + second.stderr

@@ -79,7 +79,6 @@ def _child_env() -> dict[str, str]:
     env["MOEGEMM_CACHE_DIR"] = str(cache.cache_root().absolute())
     env["MOEGEMM_LIGHT_IMPORT"] = "1"  # a build child needs the JIT, not torch
     env["MOEGEMM_INCLUDE_DIR"] = str(library_include_dir())
-    env.setdefault("NINJA_STATUS", "[%f/%t %es] ")  # elapsed seconds: builds take minutes
     package_parent = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
     return env
