@@ -512,3 +512,55 @@ def test_kernels_of_another_nvcc_are_used_and_noted(
     assert counts(again)["already cached"] == 2 and counts(again)["compiled"] == 0
     assert f"note: cached kernels built by another nvcc (2 by {old}; this one: " in again.stdout
     assert f"delete {jit_cache_dir / 'kernels'} to rebuild them" in again.stdout
+
+
+def _checked(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str], gpu: cli.GpuProbe, result: bool = True
+) -> tuple[int, list[tuple[Any, ...]]]:
+    """cli._check with a stand-in GPU probe and run_check: the GPU path's plumbing on a CPU."""
+    from moegemm.warmup import check
+
+    calls: list[tuple[Any, ...]] = []
+
+    def fake_run_check(
+        shapes: list[dict[str, Any]],
+        top_k: int,
+        max_tokens: int = 16384,
+        *,
+        token_counts: Sequence[int] | None = None,
+    ) -> bool:
+        calls.append((len(shapes), top_k, max_tokens, token_counts))
+        return result
+
+    monkeypatch.setattr(check, "run_check", fake_run_check)
+    monkeypatch.setattr(cli, "probe_gpu", lambda: gpu)
+    args = cli.build_parser().parse_args(["--warmup", *argv])
+    workload = cli.collect_workload(args)
+    return cli._check(args, workload, False, None, args.num_sms or 132), calls
+
+
+def test_check_runs_the_model_on_an_sm90_gpu(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, calls = _checked(monkeypatch, ["--model", "deepseek-v3"], cli.GpuProbe(132))
+    assert rc == 0 and calls == [(4, 8, 16384, None)]
+    assert "check: the warmed grouped kernels against FP32" in capsys.readouterr().out
+    rc, calls = _checked(
+        monkeypatch, ["--model", "qwen3-30b-a3b", "--tokens", "64,1"], cli.GpuProbe(132)
+    )
+    assert rc == 0 and calls == [(2, 8, 64, [1, 64])]
+    rc, _ = _checked(monkeypatch, ["--model", "qwen3-30b-a3b"], cli.GpuProbe(132), result=False)
+    assert rc == 1
+
+
+def test_check_skips_and_says_why(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, calls = _checked(monkeypatch, ["--model", "deepseek-v3"], cli.GpuProbe(114))
+    assert rc == 0 and calls == []
+    assert "check: skipped, built for 132 SMs and this GPU has 114" in capsys.readouterr().out
+    rc, calls = _checked(monkeypatch, ["--model", "deepseek-v3"], cli.GpuProbe(None, "no GPU"))
+    assert rc == 0 and calls == []
+    assert "check: skipped, no GPU; the kernels are built and cached" in capsys.readouterr().out
+    rc, calls = _checked(monkeypatch, ["--model", "deepseek-v3", "--no-check"], cli.GpuProbe(132))
+    assert rc == 0 and calls == [] and "check: skipped (--no-check)" in capsys.readouterr().out
