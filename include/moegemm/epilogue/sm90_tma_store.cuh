@@ -82,7 +82,8 @@ __device__ __forceinline__ void store_accumulators_tma(const float (*acc)[BLOCK_
       const uint32_t r = row0 + 64 * a + 16 * (t / 32) + lane / 4;
 #pragma unroll
       for (uint32_t i = 0; i < 8; i += 2)
-        epilogue(v[i], v[i + 1], r + 8 * ((i / 2) % 2), col0 + 8 * (2 * jj + i / 4) + 2 * (lane % 4));
+        epilogue(v[i], v[i + 1], r + 8 * ((i / 2) % 2),
+                 col0 + 8 * (2 * jj + i / 4) + 2 * (lane % 4));
       stmatrix_x4(smem_base + a * L::kAtomBytes + L::offset(row, 16 * jj + col_in_16),
                   pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]), pack_bf16x2(v[4], v[5]),
                   pack_bf16x2(v[6], v[7]));

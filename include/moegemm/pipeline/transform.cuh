@@ -55,7 +55,8 @@ struct CopyTransform {
       const uint4* src = reinterpret_cast<const uint4*>(InStages::template slab<I>(in));
       uint4* dst = reinterpret_cast<uint4*>(Out::template slab<I>(out));
 #pragma unroll 4
-      for (uint32_t v = thread; v < InStages::template slab_bytes<I>() / 16; v += 128) dst[v] = src[v];
+      for (uint32_t v = thread; v < InStages::template slab_bytes<I>() / 16; v += 128)
+        dst[v] = src[v];
       apply<InStages, I + 1>(in, out, thread);
     }
   }
