@@ -162,6 +162,7 @@ def test_shapes_file_top_k_and_token_list(
     proc = run_cli(env, "--warmup", *args, "--dry-run")
     assert proc.returncode == 0, proc.stderr
     assert "top_k 4/2" in proc.stdout and "tokens 1,8,64" in proc.stdout
+    assert "note: 1 shape(s) without num_groups are built as one dense GEMM each" in proc.stdout
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert [(r["top_k"], [s["n"] for s in r["shapes"]]) for r in records] == [
         (4, [4096]),

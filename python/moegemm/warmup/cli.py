@@ -335,6 +335,13 @@ def _announce(args: argparse.Namespace, workload: Workload, sms_label: str, toke
         f"{top_ks}), {args.arch} with {sms_label}, {tokens}",
         flush=True,
     )
+    if args.shapes:
+        dense = [s for s in workload.shapes if "num_groups" not in s]
+        if dense:
+            print(
+                f"note: {len(dense)} shape(s) without num_groups are built as one dense GEMM "
+                "each; give num_groups (the expert count) for routed experts"
+            )
     routed_top_1 = [s for s in workload.by_top_k.get(1, []) if s.get("num_groups", 1) > 1]
     if routed_top_1 and not (args.model or args.suite or args.top_k):
         print(
