@@ -292,3 +292,49 @@ def test_bad_requests_are_refused() -> None:
     assert sm90_bf16_gemm_spec(swapped, "bf16", False, "m_grouped_offsets").name == (
         "sm90_bf16_offs_m32n128k64s8w2c1x1t_bf16"
     )
+
+
+@pytest.mark.gpu
+def test_transform_stage_runs_like_the_plain_kernel(monkeypatch) -> None:
+    """On the GPU: the copy-transform kernel (one more warpgroup, its own ring) writes exactly
+    the plain kernel's results, and both match an FP32 reference, over ragged offsets groups
+    (an empty group, a one-row group, rows crossing m-blocks)."""
+    import torch
+
+    import moegemm
+    from moegemm.api import plans
+    from moegemm.testing import calc_diff
+
+    kind, block_m, block_n, stages, out_stages = "m_grouped_offsets", 128, 128, 4, 2
+    plain = make_config(kind, block_m, block_n, stages, store_cols=64)
+    copied = make_config(
+        kind, block_m, block_n, stages, store_cols=64,
+        extra_warpgroups=1, extra_smem=ring_bytes(kind, block_m, block_n, out_stages),
+    )  # fmt: skip
+    real_spec = plans.kernel_spec
+
+    def spec_with_transform(desc, config):
+        if config == copied:
+            return sm90_bf16_gemm_spec(config, desc.d_dtype, desc.with_c, desc.kind,
+                                       transform=f"moegemm::CopyTransform<{out_stages}>")  # fmt: skip
+        return real_spec(desc, config)
+
+    monkeypatch.setattr(plans, "kernel_spec", spec_with_transform)
+    torch.manual_seed(0)
+    sizes, n, k = [0, 70, 256, 1, 130], 384, 1000  # K tail: 1000 = 15 k-blocks + 40
+    a = torch.randn(sum(sizes), k, device="cuda").to(torch.bfloat16)
+    b = torch.randn(len(sizes), n, k, device="cuda").to(torch.bfloat16)
+    offs = torch.tensor(sizes, device="cuda").cumsum(0).to(torch.int32)
+    outs = []
+    for config in (plain, copied):
+        d = torch.full((sum(sizes), n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        moegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, offs=offs, config=config)
+        outs.append(d)
+    torch.cuda.synchronize()
+    assert torch.equal(outs[0].view(torch.int16), outs[1].view(torch.int16)), "bitwise equal"
+    start = 0
+    for g, rows in enumerate(sizes):
+        if rows:
+            ref = a[start : start + rows].float() @ b[g].float().t()
+            assert calc_diff(outs[1][start : start + rows], ref) < 1e-5, f"group {g}"
+        start += rows
