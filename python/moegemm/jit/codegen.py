@@ -69,8 +69,10 @@ def config_struct(
     scheduler: str,
     extra: str = "",
 ) -> str:
-    """The `struct Config` body of `config` (C++), with the scheduler type and any extra
-    members (e.g. a transform policy) appended."""
+    """The `struct Config` of `config` (C++): uint32 kBlockM, kBlockN, kBlockK, kNumStages,
+    kNumMathWG, kClusterM, kClusterN, kStripeM, kStoreCols (0: register stores), kSmemBytes,
+    kNumThreads; bool kWithC, kSwapAB; types OutT and Scheduler; then any extra members (e.g.
+    `using Transform = ...;`). The kernels read these by name (include/moegemm/impls/)."""
     lay = config.layout
     constants = {
         "kBlockM": lay.block_m,
