@@ -9,11 +9,12 @@
 //   epilogue   Identity or AddC (Config::kWithC), TMA stores (Config::kStoreCols != 0) or
 //              register stores.
 //
-// Warp roles (kNumMathWG + 1 warpgroups of 128 threads):
+// Warp roles (kNumMathWG + 1 warpgroups of 128 threads, one more with a transform):
 //   warpgroup 0      producer. Warp 0 walks the tile schedule; one elected lane issues the TMA
 //                    loads of A and B; setmaxnreg.dec 40.
 //   warpgroups 1..W  math. wgmma m64 x BLOCK_N x 16 from shared memory, then the epilogue;
-//                    setmaxnreg.inc 232.
+//                    setmaxnreg.inc 232 (less with a transform: the skeleton splits what
+//                    the other roles give back).
 // Pipeline: a ring of kNumStages stages, each one BLOCK_M x 64 slab of A and one BLOCK_N x 64
 //   slab of B (128-byte rows, 128B swizzle).
 //   full[s]:  producer -> math. Arrive count 1 (the producer's arrive.expect_tx); completes when
@@ -34,7 +35,7 @@
 // Epilogue (kStoreCols): 0 stores from registers (epilogue/sm90_register_store.cuh). Otherwise a
 //   warpgroup whose rows all lie inside the tile's bound (or whose bound is the tensor's end,
 //   where TMA clips) stages BF16 results in its own D buffer and issues TMA stores
-//   (epilogue/sm90_tma_store.cuh, named barrier 1 + warpgroup), then starts the next tile while
+//   (epilogue/sm90_tma_store.cuh, NamedBarrier::kStoreBf16 + warpgroup), then starts the next tile while
 //   the copy engine writes; a warpgroup whose rows cross into another group stores from
 //   registers, so no row outside the tile's bound is ever written.
 // Tails: TMA zero-fills reads past the rows, N and K, so the mainloop needs no bounds checks;
@@ -122,7 +123,7 @@ struct Bf16GemmKernel {
       if (row0 + kWgRows <= tile.row_end || tile.row_end >= params.rows) {
         store_accumulators_tma<BLOCK_N, kStoreCols, kAtomsM>(
             acc.v, smem_d + math_wg * kBytesDPerWG, &params.tma_d, row0, tile.n_block * BLOCK_N,
-            1 + math_wg, Identity{});
+            NamedBarrier::kStoreBf16 + math_wg, Identity{});
         return;
       }
     }

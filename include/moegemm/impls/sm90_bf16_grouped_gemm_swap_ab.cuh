@@ -9,7 +9,7 @@
 //   MMA        SwapAbMma (weights as the wgmma's A operand, tokens as its B),
 //   epilogue   store_transposed (epilogue/sm90_swap_ab_store.cuh) with Identity.
 //
-// Warp roles (kNumMathWG + 1 warpgroups of 128 threads):
+// Warp roles (kNumMathWG + 1 warpgroups of 128 threads, one more with a transform):
 //   warpgroup 0      producer. Warp 0 walks the schedule; one elected lane issues the TMA loads
 //                    (A: BLOCK_M token rows, B: BLOCK_N weight rows, 64 k each, 128B swizzle).
 //   warpgroups 1..W  math. Warpgroup w owns weight rows [64 w, 64 w + 64) of the tile: wgmma

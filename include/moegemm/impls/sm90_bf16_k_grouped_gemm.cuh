@@ -8,13 +8,13 @@
 //   scheduler  KGroupedScheduler (largest groups first, rounds snaked over the CTAs),
 //   epilogue   Identity or AddC; TMA stores of 32 FP32 columns or register stores.
 //
-// Warp roles (kNumMathWG + 1 warpgroups of 128 threads):
+// Warp roles (kNumMathWG + 1 warpgroups of 128 threads, one more with a transform):
 //   warpgroup 0      producer. One elected thread issues the TMA loads: per k-block, BLOCK_M/64
 //                    boxes of A and BLOCK_N/64 boxes of B, each 64 columns x BLOCK_K rows.
 //   warpgroups 1..W  math. wgmma m64 x BLOCK_N x 16 with both operands MN-major; then the FP32
 //                    epilogue (+ C). With kStoreCols = 32 the results go through two 8 KB
 //                    shared-memory chunks per warpgroup and TMA stores
-//                    (epilogue/sm90_tma_store.cuh, named barrier 2 + warpgroup), so the writes
+//                    (epilogue/sm90_tma_store.cuh, NamedBarrier::kStoreF32 + warpgroup), so the writes
 //                    overlap the next tile (with C = D, as TMA reduce-adds that never read C);
 //                    kStoreCols = 0, or a warpgroup whose 64 rows run past its group's M,
 //                    stores from registers.
@@ -97,7 +97,7 @@ struct Bf16KGroupedGemmKernel {
     if constexpr (kTmaStore) {
       if (row0 + 64 <= row_end) {
         store_accumulators_tma_f32<BLOCK_N>(acc.v[0], smem_d + math_wg * kBytesDPerWG,
-                                            &params.tma_d, params.n, row0, tile.n0, 2 + math_wg,
+                                            &params.tma_d, params.n, row0, tile.n0, NamedBarrier::kStoreF32 + math_wg,
                                             functor, params.c == params.d);
         return;
       }

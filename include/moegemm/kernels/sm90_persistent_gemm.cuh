@@ -68,6 +68,9 @@ struct PersistentGemm {
   static constexpr bool kTransform = Transform::kEnabled;
   static_assert(!kTransform || kClusterSize == 1, "a transform stage runs without clusters");
   static_assert(!kTransform || !Loader::kNeedsFixup, "fixups repair the TMA ring's stages");
+  static_assert(kNumMathWG <= NamedBarrier::kMaxMathWarpgroups, "named barrier ranges");
+  // transform() splits a stage over the threads of one warpgroup.
+  static_assert(Transform::kNumWarpgroups <= 1, "a transform runs in one warpgroup");
 
   using Ring = PipelineRing<kNumStages, kClusterSize>;
   using Stages = typename Loader::template Stages<kNumStages>;
@@ -251,7 +254,7 @@ struct PersistentGemm {
           if constexpr (kReleaseCluster > 1) {
             // One warp releases for the warpgroup: the others must have seen this phase first,
             // or a lagging warp could later wait on a parity two phases old and never wake.
-            asm volatile("bar.sync %0, 128;" ::"r"(8 + math_wg) : "memory");
+            named_barrier_sync(NamedBarrier::kIdleRelease + math_wg, 128);
           }
           ring.consumer_release(state.stage_idx, lane_idx, signaling_warp);
           state.advance();

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include <moegemm/pipeline/stage_layout.cuh>
+#include <moegemm/ptx/barrier.cuh>
 #include <moegemm/ptx/smem.cuh>
 #include <moegemm/ptx/tma.cuh>
 #include <moegemm/scheduler/k_grouped_scheduler.cuh>
@@ -123,7 +124,7 @@ struct MnMajorChunkLoader {
 
   // Zero the k-rows past the group's end in every chunk of A and B, 16 bytes a thread (whole
   // 128-byte rows, so the swizzle does not matter), then make the zeros visible to wgmma (async
-  // proxy) and meet the other math warpgroups (named barrier 1) before any of them issues it.
+  // proxy) and meet the other math warpgroups (NamedBarrier::kFixup) before any of them issues it.
   template <typename Stages>
   __device__ __forceinline__ static void fixup(const StageRef& stage, const KGroupedTile& tile,
                                                uint32_t kb, uint32_t math_tid) {
@@ -141,7 +142,7 @@ struct MnMajorChunkLoader {
         *reinterpret_cast<uint4*>(base + valid * 128 + in_chunk * 16) = make_uint4(0, 0, 0, 0);
       }
       fence_proxy_async_shared();
-      asm volatile("bar.sync 1, %0;" ::"n"(kNumMathThreads) : "memory");
+      named_barrier_sync(NamedBarrier::kFixup, kNumMathThreads);
     }
   }
 };

@@ -25,6 +25,21 @@ __device__ __forceinline__ void arrive_remote(Barrier& bar, uint32_t cta) {
       : "memory");
 }
 
+// Named barrier ids (bar.sync; id 0 is __syncthreads), all in one table: a hardware barrier
+// used by two roles with different thread counts hangs, so compositions must not reuse an id.
+// A per-warpgroup range holds kMaxMathWarpgroups ids.
+struct NamedBarrier {
+  static constexpr uint32_t kMaxMathWarpgroups = 4;
+  static constexpr uint32_t kFixup = 1;        // all math threads: the loader's stage fixup
+  static constexpr uint32_t kStoreBf16 = 2;    // + warpgroup: BF16 TMA-store staging
+  static constexpr uint32_t kStoreF32 = 6;     // + warpgroup: FP32 TMA-store chunks
+  static constexpr uint32_t kIdleRelease = 10; // + warpgroup: an idle warpgroup in a cluster
+  static_assert(kStoreF32 - kStoreBf16 >= kMaxMathWarpgroups &&
+                    kIdleRelease - kStoreF32 >= kMaxMathWarpgroups &&
+                    kIdleRelease + kMaxMathWarpgroups <= 16,
+                "per-warpgroup ranges must not overlap and ids stop at 15");
+};
+
 __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t num_threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(num_threads) : "memory");
 }

@@ -150,6 +150,8 @@ def sm90_bf16_gemm_spec(
     _check_dtype(d_dtype)
     lay = config.layout
     if lay.swap_ab:
+        if transform is not None:
+            raise ValueError("swap_ab kernels take no transform stage")
         return _swap_ab_spec(config, d_dtype, with_c, kind)
     scheduler_template, tag = _SCHEDULERS[kind]
     cluster = (lay.cluster_m, lay.cluster_n)
