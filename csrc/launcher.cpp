@@ -1,10 +1,93 @@
 #include "launcher.h"
 
+#include <Python.h>
+
 #include <algorithm>
 #include <stdexcept>
 #include <string>
 
 namespace moegemm {
+namespace {
+
+constexpr const char* kBoundCapsule = "moegemm.BoundLaunch";
+constexpr size_t kMaxBoundValues = 16;
+
+// What the capsule behind a bound callable holds.
+struct BoundCallable {
+  std::unique_ptr<BoundLaunch> bound;
+  PyObject* owner;  // a strong reference: the launcher outlives `bound`
+};
+
+void destroy_bound_callable(PyObject* capsule) {
+  auto* callable = static_cast<BoundCallable*>(PyCapsule_GetPointer(capsule, kBoundCapsule));
+  if (callable == nullptr) return;
+  callable->bound.reset();
+  Py_XDECREF(callable->owner);
+  delete callable;
+}
+
+// The hot path's whole Python boundary: six ints in, None out, C++ errors as Python ones.
+PyObject* call_bound(PyObject* capsule, PyObject* const* args, Py_ssize_t nargs) {
+  auto* callable = static_cast<BoundCallable*>(PyCapsule_GetPointer(capsule, kBoundCapsule));
+  if (callable == nullptr) return nullptr;
+  BoundLaunch& bound = *callable->bound;
+  if (nargs < 0 || static_cast<size_t>(nargs) != bound.num_values()) {
+    PyErr_Format(PyExc_TypeError,
+                 "moegemm: a bound launch takes %zu arguments (the pointers, then the stream), "
+                 "got %zd", bound.num_values(), nargs);
+    return nullptr;
+  }
+  uint64_t values[kMaxBoundValues];
+  for (Py_ssize_t i = 0; i < nargs; ++i) {
+    // Exactly ints, as pybind11's uint64_t conversion without implicit conversion.
+    values[i] = PyLong_Check(args[i]) ? PyLong_AsUnsignedLongLong(args[i]) : 0;
+    if (!PyLong_Check(args[i]) || (values[i] == static_cast<uint64_t>(-1) && PyErr_Occurred())) {
+      PyErr_Clear();
+      PyErr_Format(PyExc_TypeError,
+                   "moegemm: bound launch argument %zd must be an int in [0, 2**64) (a device "
+                   "pointer or a stream), got %R", i, args[i]);
+      return nullptr;
+    }
+  }
+  try {
+    bound.launch(values);
+  } catch (pybind11::error_already_set& e) {
+    e.restore();
+    return nullptr;
+  } catch (const std::invalid_argument& e) {
+    PyErr_SetString(PyExc_ValueError, e.what());
+    return nullptr;
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+
+PyMethodDef g_bound_launch_def = {
+    "launch", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&call_bound)),
+    METH_FASTCALL,
+    "launch(*pointers, stream, /): the bound launcher's launch with these device pointers on "
+    "this CUstream; the integers were bound by launcher.bind. Never synchronizes."};
+
+}  // namespace
+
+pybind11::object make_bound_callable(std::unique_ptr<BoundLaunch> bound, pybind11::object owner) {
+  if (bound->num_values() > kMaxBoundValues) {
+    throw std::logic_error("moegemm: a bound launch takes at most 16 arguments");
+  }
+  auto* callable = new BoundCallable{std::move(bound), owner.release().ptr()};
+  PyObject* capsule = PyCapsule_New(callable, kBoundCapsule, &destroy_bound_callable);
+  if (capsule == nullptr) {
+    Py_DECREF(callable->owner);
+    delete callable;
+    throw pybind11::error_already_set();
+  }
+  PyObject* function = PyCFunction_NewEx(&g_bound_launch_def, capsule, nullptr);
+  Py_DECREF(capsule);  // the function holds it now (or it is freed with the callable)
+  if (function == nullptr) throw pybind11::error_already_set();
+  return pybind11::reinterpret_steal<pybind11::object>(function);
+}
 
 LaunchConfig plan_launch(Kernel& kernel, LaunchShape& shape, const char* launcher) {
   const std::string name(launcher);

@@ -6,10 +6,15 @@
 // the TMA descriptors as a list of views). Everything else is here, the same for all families:
 //   plan time (once per plan, python/moegemm/api/plans.py): the launch shape (grid, block,
 //     dynamic shared memory, cluster), its limits, and the cluster occupancy clamp;
+//   bind time (once per plan signature): launcher.bind(*integers) checks the integers (the same
+//     range and tile-count checks as a launch) and returns a bound launch, a plain Python callable
+//     taking only the pointers and the stream;
 //   call time (the hot path): fill, encode the listed descriptors (memoised, tma.cpp) into the
 //     params' fields, launch on the caller's stream with PDL when switched on (launch.cpp).
-// No allocation, no Python object, no synchronization per call; the binding converts only the
-// per-call integers.
+// No allocation, no Python object, no synchronization per call. A bound launch converts six
+// ints through CPython's vectorcall (no pybind11 dispatch) and keeps a descriptor memo keyed by
+// the pointer alone (its dims, strides and boxes are fixed by the bound integers); the unbound
+// call `launcher(*pointers, *integers, stream)` stays for tests and hand-made launches.
 //
 // The family interface (checked at compile time by FamilyLauncher's specialization):
 //
@@ -21,7 +26,9 @@
 //     static void check_shape(const LaunchShape& shape);
 //     // Call time: fill `params` and list its descriptors in `tma`; false = nothing to launch
 //     // (an empty output). The call's Python arguments are the trailing parameters, then a
-//     // stream the launcher adds itself.
+//     // stream the launcher adds itself: the pointers first (uint64_t), then the integers
+//     // (int64_t), which a bound launch fixes. fill must depend on nothing else, and list the
+//     // same descriptors with the same views whatever the pointers (the bound memo relies on it).
 //     static bool fill(const LaunchShape& shape, Params& params, TmaList& tma, <args>...);
 //   };
 //   void register_my_family(pybind11::module_& m) { register_launcher<MyFamily>(m); }
@@ -63,7 +70,13 @@
 #include <cuda.h>
 #include <stdint.h>
 
+#include <array>
+#include <cstddef>
+#include <memory>
 #include <stdexcept>
+#include <tuple>
+#include <type_traits>
+#include <utility>
 
 #include "kernel.h"
 #include "launch.h"
@@ -118,6 +131,26 @@ class TmaList {
     for (int i = 0; i < count_; ++i) encode_tma_view(views_[i], *fields_[i]);
   }
 
+  // The descriptors of one bound launch, keyed by their pointer alone: a bound launch lists the
+  // same views every call but for the pointers, so an equal pointer means an equal descriptor.
+  // Skips the shared memo's key building and hashing; a new pointer goes through it.
+  struct BoundMemo {
+    void* ptrs[kCapacity] = {};
+    CUtensorMap descs[kCapacity];
+    bool valid[kCapacity] = {};
+  };
+
+  void encode(BoundMemo& memo) const {
+    for (int i = 0; i < count_; ++i) {
+      if (!memo.valid[i] || memo.ptrs[i] != views_[i].ptr) {
+        encode_tma_view(views_[i], memo.descs[i]);  // throws before the entry changes
+        memo.ptrs[i] = views_[i].ptr;
+        memo.valid[i] = true;
+      }
+      *fields_[i] = memo.descs[i];
+    }
+  }
+
  private:
   CUtensorMap* fields_[kCapacity];
   TmaView views_[kCapacity];
@@ -129,42 +162,154 @@ class TmaList {
 template <typename Family, typename Fill = decltype(&Family::fill)>
 class FamilyLauncher;
 
+// How many of fill's call arguments are pointers: the leading uint64_t ones.
+template <typename... Args>
+constexpr size_t leading_pointers() {
+  constexpr bool is_pointer[] = {std::is_same_v<Args, uint64_t>..., false};
+  size_t count = 0;
+  while (count < sizeof...(Args) && is_pointer[count]) ++count;
+  return count;
+}
+
+// A launch with its integers bound: what a Python call of it reaches, through CPython's
+// vectorcall (launcher.cpp). `values` are the call's pointers, then the stream.
+class BoundLaunch {
+ public:
+  explicit BoundLaunch(size_t num_values) : num_values_(num_values) {}
+  virtual ~BoundLaunch() = default;
+  size_t num_values() const { return num_values_; }
+  virtual void launch(const uint64_t* values) = 0;
+
+ private:
+  size_t num_values_;
+};
+
+// Wraps a bound launch as a Python callable, a builtin function (METH_FASTCALL: the cheapest
+// call CPython has, no pybind11 dispatch). It owns `bound` and keeps `owner` (the launcher, and
+// so its kernel) alive. Bad arguments raise TypeError; the launch's errors, as pybind11 would
+// translate them (ValueError for std::invalid_argument, else RuntimeError).
+pybind11::object make_bound_callable(std::unique_ptr<BoundLaunch> bound, pybind11::object owner);
+
 template <typename Family, typename... Args>
 class FamilyLauncher<Family, bool (*)(const LaunchShape&, typename Family::Params&, TmaList&,
                                       Args...)> {
  public:
   using Params = typename Family::Params;
+  static constexpr size_t kNumPointers = leading_pointers<Args...>();
+  static constexpr size_t kNumIntegers = sizeof...(Args) - kNumPointers;
+  using Pointers = std::array<uint64_t, kNumPointers>;
+  using Integers = std::array<int64_t, kNumIntegers>;
+  using UnboundCall = void (FamilyLauncher::*)(Args..., uint64_t);
 
   FamilyLauncher(Kernel& kernel, const LaunchShape& shape) : kernel_(kernel), shape_(shape) {
+    static_assert(std::is_same_v<std::tuple<Args...>, decltype(std::tuple_cat(
+                      std::declval<Pointers>(), std::declval<Integers>()))>,
+                  "fill's call arguments: uint64_t pointers, then int64_t integers");
     Family::check_shape(shape_);
     config_ = plan_launch(kernel_, shape_, Family::kName);
   }
 
   int64_t num_blocks() const { return shape_.num_blocks; }
 
-  // The hot path. `params` is filled field by field: what the kernel does not read (tma_d when
-  // it stores from registers) stays unset, as it is never read.
+  // The unbound call. `params` is filled field by field: what the kernel does not read (tma_d
+  // when it stores from registers) stays unset, as it is never read.
   void operator()(Args... args, uint64_t stream) {
     Params params;
     TmaList tma;
     if (!Family::fill(shape_, params, tma, args...)) return;
     tma.encode();
+    launch(params, stream);
+  }
+
+  // The bound call (the hot path of every plan): the same fill and launch, the integers from the
+  // bind and the descriptors from `memo`.
+  void operator()(const Pointers& pointers, const Integers& integers, uint64_t stream,
+                  TmaList::BoundMemo& memo) {
+    Params params;
+    TmaList tma;
+    if (!fill(params, tma, pointers, integers)) return;
+    tma.encode(memo);
+    launch(params, stream);
+  }
+
+  // Bind time: fill with null pointers runs every check of the integers (a bad one raises here,
+  // when the plan is built, not at its first launch) and tells whether a launch writes anything.
+  bool check_integers(const Integers& integers) const {
+    Params params;
+    TmaList tma;
+    return fill(params, tma, Pointers{}, integers);
+  }
+
+ private:
+  bool fill(Params& params, TmaList& tma, const Pointers& pointers,
+            const Integers& integers) const {
+    return fill(params, tma, pointers, integers, std::make_index_sequence<kNumPointers>{},
+                std::make_index_sequence<kNumIntegers>{});
+  }
+
+  template <size_t... P, size_t... I>
+  bool fill(Params& params, TmaList& tma, const Pointers& pointers, const Integers& integers,
+            std::index_sequence<P...>, std::index_sequence<I...>) const {
+    return Family::fill(shape_, params, tma, pointers[P]..., integers[I]...);
+  }
+
+  void launch(const Params& params, uint64_t stream) {
     LaunchConfig config = config_;
     config.stream = reinterpret_cast<CUstream>(static_cast<uintptr_t>(stream));
     config.pdl = get_pdl();
     launch_with_params(kernel_, config, params);
   }
 
- private:
   Kernel& kernel_;  // kept alive by the binding (keep_alive)
   LaunchShape shape_;
   LaunchConfig config_;
 };
 
+// The bound launch of one FamilyLauncher: its integers and descriptor memo. Holds a reference
+// to the launcher's Python object, so the launcher (and its kernel) outlive it.
+template <typename Launcher>
+class FamilyBoundLaunch final : public BoundLaunch {
+ public:
+  FamilyBoundLaunch(Launcher& launcher, const typename Launcher::Integers& integers)
+      : BoundLaunch(Launcher::kNumPointers + 1),
+        launcher_(launcher),
+        integers_(integers),
+        launches_(launcher.check_integers(integers)) {}
+
+  void launch(const uint64_t* values) override {
+    if (!launches_) return;  // an empty output: as the unbound call, nothing is launched
+    typename Launcher::Pointers pointers;
+    for (size_t i = 0; i < Launcher::kNumPointers; ++i) pointers[i] = values[i];
+    launcher_(pointers, integers_, values[Launcher::kNumPointers], memo_);
+  }
+
+ private:
+  Launcher& launcher_;
+  typename Launcher::Integers integers_;
+  bool launches_;
+  TmaList::BoundMemo memo_;
+};
+
+template <size_t>
+using Int64 = int64_t;
+
+// launcher.bind(*integers): a method taking fill's integers one by one (unnamed, as the call's).
+template <typename Launcher, size_t... I>
+auto bind_method(std::index_sequence<I...>) {
+  return [](pybind11::object self, Int64<I>... integers) {
+    Launcher& launcher = self.cast<Launcher&>();
+    auto bound = std::make_unique<FamilyBoundLaunch<Launcher>>(
+        launcher, typename Launcher::Integers{integers...});
+    return make_bound_callable(std::move(bound), std::move(self));
+  };
+}
+
 // Binds FamilyLauncher<Family> as the Python class Family::kName:
 //   Family::kName(kernel, block_m, block_n, block_k, num_blocks, num_threads, smem_bytes,
 //                 cluster_m, cluster_n, store_cols=0)     plan time, keeps `kernel` alive
 //   launcher(*fill's trailing args, stream)                call time, positional only
+//   launcher.bind(*fill's integers) -> launch              plan time, positional only
+//   launch(*fill's pointers, stream)                       call time, a builtin function
 //   launcher.num_blocks                                    CTAs launched, after the clamp
 // python/moegemm/_C.pyi declares each class; tests/test_c_stub.py keeps the two in step.
 template <typename Family>
@@ -185,7 +330,10 @@ void register_launcher(pybind11::module_& m) {
            py::keep_alive<1, 2>())
       // Unnamed arguments, as before the generic launcher: the binding then does no per-argument
       // name bookkeeping on the hot path.
-      .def("__call__", &Launcher::operator())
+      .def("__call__", static_cast<typename Launcher::UnboundCall>(&Launcher::operator()))
+      .def("bind", bind_method<Launcher>(std::make_index_sequence<Launcher::kNumIntegers>{}),
+           "The call's integers (its arguments between the pointers and the stream), checked "
+           "once: returns launch(*pointers, stream), the same launch for those integers.")
       .def_property_readonly("num_blocks", &Launcher::num_blocks,
                              "CTAs per launch: the planned count, clamped to the clusters that "
                              "fit on the device at once.");

@@ -4,8 +4,9 @@
 // clamp, TMA encoding, launch and the bindings are the generic launcher's (launcher.h).
 //
 // This is the hot path of every BF16 GEMM call: the Python side has already checked shapes,
-// picked the config and loaded the kernel; fill() only narrows the call's integers into the
-// params and lists the descriptors.
+// picked the config, loaded the kernel and bound the call's integers (launcher.bind, checked by
+// a fill with null pointers); fill() only narrows the integers into the params, sets the
+// pointers and lists the descriptors.
 #include <pybind11/pybind11.h>
 
 #include <stdint.h>
@@ -30,7 +31,8 @@ struct Sm90Bf16Gemm {
       "Launches sm90_bf16_grouped_gemm or its swap-AB twin (dense or m-grouped) with the kernel "
       "and its launch shape bound. Call with (a_ptr, b_ptr, d_ptr, c_ptr, group_info_ptr, rows, "
       "m, n, k, num_groups, lda, ldb, ldb_group, ldd, ldc, stream); strides in elements, "
-      "pointers 0 for absent C / group info. Never synchronizes.";
+      "pointers 0 for absent C / group info; bind(rows, ..., ldc) fixes the integers once and "
+      "returns launch(a_ptr, b_ptr, d_ptr, c_ptr, group_info_ptr, stream). Never synchronizes.";
 
   // The cluster shape must be the one the kernel was built for (Scheduler::kClusterM/N): the
   // A and B box heights, the full barrier's byte count and the multicast mask follow from it.
@@ -102,7 +104,8 @@ struct Sm90Bf16KGrouped {
   static constexpr const char* kName = "Sm90Bf16KGroupedLauncher";
   static constexpr const char* kDoc =
       "Launches sm90_bf16_k_grouped_gemm with the kernel and its launch shape bound. Call with "
-      "(a_ptr, b_ptr, d_ptr, c_ptr, offs_ptr, m, n, num_tokens, num_groups, lda, ldb, stream). "
+      "(a_ptr, b_ptr, d_ptr, c_ptr, offs_ptr, m, n, num_tokens, num_groups, lda, ldb, stream), "
+      "or bind(m, ..., ldb) once and call launch(a_ptr, b_ptr, d_ptr, c_ptr, offs_ptr, stream). "
       "Never synchronizes.";
 
   static void check_shape(const LaunchShape& shape) {

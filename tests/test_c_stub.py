@@ -177,11 +177,12 @@ def test_stub_matches_the_extension():
 
 
 def test_stub_declares_the_launchers_plans_use():
-    # python/moegemm/api/plans.py builds these with keyword store_cols and reads num_blocks.
+    # python/moegemm/api/plans.py builds these with keyword store_cols, binds each plan's
+    # integers (bind) and reads num_blocks.
     declared = parse_stub(STUB.read_text())
     for name in ("Sm90Bf16GemmLauncher", "Sm90Bf16KGroupedLauncher"):
         members = stub_members(declared[name])
-        assert {"__init__", "__call__", "num_blocks"} <= members.keys()
+        assert {"__init__", "__call__", "bind", "num_blocks"} <= members.keys()
         assert ("store_cols", True, False) in stub_params(members["__init__"], method=True)
 
 
@@ -194,6 +195,8 @@ def test_stub_declares_the_launchers_plans_use():
         (lambda s: s.replace("def get_pdl() -> bool:", "def _gone() -> bool:"), "get_pdl: in _C"),
         # A renamed parameter.
         (lambda s: s.replace("swizzle_bytes: int,", "swizzle: int,"), "encode_tma_desc: param"),
+        # A bound integer too few (bind takes the call's ten integers).
+        (lambda s: s.replace("        ldc: int,\n        /,\n", "        /,\n", 1), "bind: param"),
         # A dropped default.
         (lambda s: s.replace("store_cols: int = 0", "store_cols: int", 1), "__init__: param"),
         # A call argument too many (the binding has 16 for the m-grouped launcher).

@@ -64,7 +64,11 @@ def shifted(shape: tuple[int, ...], dtype: torch.dtype, elements: int) -> torch.
 
 
 class Rig:
-    """Records plan builds and launches; `current` is what the current-device getter says."""
+    """Records plan builds and launches; `current` is what the current-device getter says.
+
+    A plan's launch is bound to the integers its build was given (as _C's launcher.bind) and
+    takes the pointers and the stream; a launch is recorded in the unbound launcher's order,
+    (*pointers, *integers, stream), so a record shows what the kernel would have received."""
 
     def __init__(self) -> None:
         self.builds: list = []
@@ -73,10 +77,12 @@ class Rig:
 
     def make_plan(self, device: int, desc, args: tuple, config=None) -> Plan:
         self.builds.append(desc)
-        return Plan(device, self.launch, args, config)
 
-    def launch(self, *args: int) -> None:
-        self.launches.append(args)
+        def launch(*call: int) -> None:
+            assert len(call) == 6, call  # five pointers and the stream, as the bound launches
+            self.launches.append((*call[:-1], *args, call[-1]))
+
+        return Plan(device, launch, args, config)
 
 
 @pytest.fixture
@@ -459,6 +465,10 @@ def test_a_plan_binds_the_heuristics_pick(monkeypatch: pytest.MonkeyPatch, desc:
         def __init__(self, kernel, *shape: int, store_cols: int) -> None:
             seen.update(kernel=kernel, shape=shape, store_cols=store_cols)
 
+        def bind(self, *integers: int) -> tuple:
+            seen.update(bound=integers)
+            return ("bound", self)
+
     arch = arch_for("sm_90a", 132)
     monkeypatch.setattr(C, "Sm90Bf16GemmLauncher", Launcher)
     monkeypatch.setattr(C, "Sm90Bf16KGroupedLauncher", Launcher)
@@ -470,6 +480,11 @@ def test_a_plan_binds_the_heuristics_pick(monkeypatch: pytest.MonkeyPatch, desc:
     plan = plans_mod.make_plan(0, gemm, (1, 2, 3))
     config = select_config(gemm, arch)
     assert plan.config == config and plan.args == (1, 2, 3) and plan.device == 0
+    # The plan's launch is its launcher bound to the call's integers.
+    assert seen["bound"] == (1, 2, 3) and plan.launch == ("bound", plan.launcher)
+    del seen["bound"]
+    unbound = plans_mod.build_plan(0, gemm)  # for tools: the launcher itself, nothing bound
+    assert unbound.launch is unbound.launcher and unbound.args == () and "bound" not in seen
     assert seen["kernel"] == plans_mod.kernel_spec(gemm, config)
     lay = config.layout
     block_m, block_n, block_k, num_blocks, threads, smem, cluster_m, cluster_n = seen["shape"]

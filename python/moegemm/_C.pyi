@@ -6,8 +6,16 @@ function synchronizes or takes ownership of the memory its pointers refer to. Po
 device addresses as ints (`tensor.data_ptr()`), strides are in elements, `stream` is a raw
 CUstream (`torch.cuda.current_stream().cuda_stream`).
 
+A launcher's hot path is its bound launch: `launcher.bind(*integers)` (everything between the
+pointers and the stream of the unbound call, fixed by a plan's signature) returns a builtin
+function taking only the pointers and the stream; it launches exactly what the unbound call
+with those integers launches, checks the integers once at bind time (ValueError), and raises
+TypeError for an argument that is not an int in [0, 2**64).
+
 tests/test_c_stub.py checks that this file declares exactly what _C exposes.
 """
+
+from collections.abc import Callable
 
 DRIVER_API_VERSION: int
 
@@ -91,6 +99,23 @@ class Sm90Bf16GemmLauncher:
         m: rows (masked: rows per group); c_ptr and group_info_ptr 0 when absent. An empty
         output (rows, n or num_groups 0) launches nothing. Asynchronous."""
 
+    def bind(
+        self,
+        rows: int,
+        m: int,
+        n: int,
+        k: int,
+        num_groups: int,
+        lda: int,
+        ldb: int,
+        ldb_group: int,
+        ldd: int,
+        ldc: int,
+        /,
+    ) -> Callable[[int, int, int, int, int, int], None]:
+        """launch(a_ptr, b_ptr, d_ptr, c_ptr, group_info_ptr, stream, /): the call with these
+        integers bound (checked here: out of range or too many tiles is a ValueError)."""
+
     @property
     def num_blocks(self) -> int:
         """CTAs per launch: the planned count, clamped to the clusters that fit at once."""
@@ -131,6 +156,19 @@ class Sm90Bf16KGroupedLauncher:
         """D[g] = A[rows of g]^T . B[rows of g] (+ C[g]), D and C FP32 [num_groups, m, n]; A
         [num_tokens, m] and B [num_tokens, n] with row strides lda, ldb; offs: cumulative end
         row of each group. An empty output launches nothing. Asynchronous."""
+
+    def bind(
+        self,
+        m: int,
+        n: int,
+        num_tokens: int,
+        num_groups: int,
+        lda: int,
+        ldb: int,
+        /,
+    ) -> Callable[[int, int, int, int, int, int], None]:
+        """launch(a_ptr, b_ptr, d_ptr, c_ptr, offs_ptr, stream, /): the call with these integers
+        bound (checked here)."""
 
     @property
     def num_blocks(self) -> int:

@@ -252,3 +252,154 @@ def test_k_grouped_launch_fills_every_field(kernel, num_tokens, store_cols):
 def test_k_grouped_takes_no_clusters(kernel):
     with pytest.raises(ValueError, match="Sm90Bf16KGroupedLauncher: the k-grouped kernel takes"):
         C.Sm90Bf16KGroupedLauncher(kernel, 128, 256, 64, 100, 256, 150_000, 2, 1)
+
+
+# ---- bound launches: launcher.bind(*integers)(*pointers, stream), the plans' hot path ----
+
+GEMM_POINTERS = 5  # a, b, d, c, group_info (k-grouped: a, b, d, c, offs)
+
+
+def bound_and_unbound(launcher, args, stream):
+    """The fake's records of the unbound call and of the bound launch of the same arguments."""
+    launcher(*args, stream)
+    unbound = FAKE.fake_last_launch().decode()
+    launches = FAKE.fake_launches()
+    launcher.bind(*args[GEMM_POINTERS:])(*args[:GEMM_POINTERS], stream)
+    assert FAKE.fake_launches() == launches + 1
+    return unbound, FAKE.fake_last_launch().decode()
+
+
+@pytest.mark.parametrize(
+    "cluster_m, cluster_n, store_cols", [(1, 1, 0), (2, 1, 64), (1, 2, 32), (1, 1, 16)]
+)
+@pytest.mark.parametrize("pdl", [False, True])
+def test_a_bound_launch_launches_what_the_unbound_call_does(
+    kernel, cluster_m, cluster_n, store_cols, pdl
+):
+    launcher = gemm_launcher(
+        kernel, block_m=256, cluster_m=cluster_m, cluster_n=cluster_n, store_cols=store_cols
+    )
+    C.set_pdl(pdl)
+    args = gemm_args(c=CPTR, info=INFO, rows=4000, groups=4, ldd=2056, ldc=2048)
+    unbound, bound = bound_and_unbound(launcher, args, 0xABC)
+    # Every launch field, scalar and descriptor the fake records: grid, cluster, PDL, params.
+    assert bound == unbound and "tma_a=ptr:" in bound and f"pdl={int(pdl)}" in bound
+
+
+@pytest.mark.parametrize("num_tokens, store_cols", [(1000, 0), (0, 32), (17, 32)])
+def test_a_bound_k_grouped_launch_launches_what_the_unbound_call_does(
+    kernel, num_tokens, store_cols
+):
+    FAKE.fake_set_params_kind(K_GROUPED)
+    launcher = C.Sm90Bf16KGroupedLauncher(kernel, 128, 256, 64, 100, 256, 150_000, 1, 1, store_cols)
+    args = (A, B, D, CPTR, INFO, 512, 768, num_tokens, 4, 520, 776)
+    unbound, bound = bound_and_unbound(launcher, args, 7)
+    assert bound == unbound and f"num_tokens={num_tokens}" in bound
+
+
+def test_a_bound_launch_reads_its_pointers_and_stream_at_every_call(kernel):
+    launcher = gemm_launcher(kernel, store_cols=64)
+    args = gemm_args()
+    launch = launcher.bind(*args[GEMM_POINTERS:])
+    for a, d, stream in ((A, D, 1), (A + 256, D, 2), (A, D + 512, 3), (A + 256, D + 512, 4)):
+        call = (a, B, d, *args[3:])
+        unbound, bound = bound_and_unbound(launcher, call, stream)
+        launch(*call[:GEMM_POINTERS], stream)
+        assert FAKE.fake_last_launch().decode() == bound == unbound
+        got = last_launch()
+        assert (got["tma_a"]["ptr"], got["tma_d"]["ptr"], got["d"], got["stream"]) == (
+            (a,), (d,), d, stream)  # fmt: skip
+
+
+def test_a_bound_launch_memoises_its_descriptors_by_pointer(kernel):
+    launcher = gemm_launcher(kernel, store_cols=64)
+    args = gemm_args(rows=1234, m=1234)  # views no other test encodes
+    launch = launcher.bind(*args[GEMM_POINTERS:])
+    encodes = FAKE.fake_encodes()
+    launch(*args[:GEMM_POINTERS], 0)
+    assert FAKE.fake_encodes() == encodes + 3  # a, b, d: new views
+    launch(*args[:GEMM_POINTERS], 0)
+    assert FAKE.fake_encodes() == encodes + 3  # the same pointers: from the bound memo
+    launch(A + 512, *args[1:GEMM_POINTERS], 0)
+    assert FAKE.fake_encodes() == encodes + 4  # only A moved
+    # Back to A: the bound memo holds A + 512 now, so A's view comes from the shared memo
+    # (tma.cpp), or is encoded again where A + 512's view took its slot there.
+    launch(*args[:GEMM_POINTERS], 0)
+    back = FAKE.fake_encodes()
+    assert encodes + 4 <= back <= encodes + 5
+    launch(*args[:GEMM_POINTERS], 0)
+    assert FAKE.fake_encodes() == back  # and the bound memo holds it again
+    assert last_launch()["tma_a"]["ptr"] == (A,)
+
+
+def test_bind_checks_the_integers_before_any_launch(kernel):
+    launcher = gemm_launcher(kernel)
+    before = (FAKE.fake_launches(), FAKE.fake_encodes())
+    with pytest.raises(ValueError, match="m out of range for a 32-bit kernel field: -1"):
+        launcher.bind(*gemm_args(m=-1)[GEMM_POINTERS:])
+    with pytest.raises(ValueError, match="2\\^31"):
+        launcher.bind(*gemm_args(rows=1 << 31, m=1 << 31, n=1 << 20)[GEMM_POINTERS:])
+    with pytest.raises(TypeError):  # one integer too few
+        launcher.bind(*gemm_args()[GEMM_POINTERS:-1])
+    assert (FAKE.fake_launches(), FAKE.fake_encodes()) == before
+
+
+@pytest.mark.parametrize(
+    "args", [{"rows": 0, "m": 0}, {"n": 0}, {"groups": 0}], ids=["rows", "n", "groups"]
+)
+def test_a_bound_empty_output_launches_nothing(kernel, args):
+    launch = gemm_launcher(kernel).bind(*gemm_args(**args)[GEMM_POINTERS:])
+    before = (FAKE.fake_launches(), FAKE.fake_encodes())
+    launch(A, B, D, 0, 0, 0)
+    assert (FAKE.fake_launches(), FAKE.fake_encodes()) == before
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        ((A, B, D, 0, 0), "takes 6 arguments .* got 5"),
+        ((A, B, D, 0, 0, 0, 0), "takes 6 arguments .* got 7"),
+        ((A, B, -1, 0, 0, 0), "argument 2 must be an int in \\[0, 2\\*\\*64\\).* got -1"),
+        ((A, B, D, 0, 0, 1 << 64), "argument 5 must be an int"),
+        ((float(A), B, D, 0, 0, 0), "argument 0 must be an int"),
+        ((A, B, D, None, 0, 0), "argument 3 must be an int.* got None"),
+    ],
+)
+def test_a_bound_launch_refuses_bad_arguments(kernel, call, match):
+    launch = gemm_launcher(kernel).bind(*gemm_args()[GEMM_POINTERS:])
+    before = FAKE.fake_launches()
+    with pytest.raises(TypeError, match=match):
+        launch(*call)
+    assert FAKE.fake_launches() == before
+    launch(A, B, D, 0, 0, 0)
+    assert FAKE.fake_launches() == before + 1
+
+
+def test_a_bound_launch_raises_the_launch_errors(kernel):
+    launch = gemm_launcher(kernel).bind(*gemm_args()[GEMM_POINTERS:])
+    with pytest.raises(RuntimeError, match=r"cuTensorMapEncodeTiled failed.*ptr=0x10001 .*box="):
+        launch(A + 1, B, D, 0, 0, 0)
+    with pytest.raises(RuntimeError, match="cuKernelSetAttribute failed"):
+        gemm_launcher(kernel, smem_bytes=300_000).bind(*gemm_args()[GEMM_POINTERS:])(
+            A, B, D, 0, 0, 0
+        )
+    FAKE.fake_set_context(0)
+    with pytest.raises(RuntimeError, match="no CUDA context is current"):
+        launch(A, B, D, 0, 0, 0)
+    FAKE.fake_set_context(1)
+    before = FAKE.fake_launches()
+    launch(A, B, D, 0, 0, 0)  # a failed call leaves the bound launch usable
+    assert FAKE.fake_launches() == before + 1
+    assert last_launch()["tma_a"]["ptr"] == (A,)
+
+
+def test_a_bound_launch_keeps_its_launcher_alive():
+    kernel = C.Kernel(ELF)
+    launcher = gemm_launcher(kernel)
+    refs = sys.getrefcount(launcher)
+    launch = launcher.bind(*gemm_args()[GEMM_POINTERS:])
+    assert sys.getrefcount(launcher) == refs + 1
+    del launcher, kernel
+    before = FAKE.fake_launches()
+    launch(A, B, D, 0, 0, 0)
+    assert FAKE.fake_launches() == before + 1

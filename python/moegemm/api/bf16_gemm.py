@@ -97,7 +97,7 @@ def bf16_gemm_nt(
         c_ptr = 0 if c is None else c.data_ptr()
         # What a signature cannot tell: 16-byte aligned bases (& 15), the current device.
         if not (a_ptr | b_ptr | d_ptr | c_ptr) & 15 and current_device() == plan.device:
-            plan.launch(a_ptr, b_ptr, d_ptr, c_ptr, 0, *plan.args, raw_stream(plan.device))
+            plan.launch(a_ptr, b_ptr, d_ptr, c_ptr, 0, raw_stream(plan.device))
             return d
     return _checked_call(key, a, b, d, c, config)
 
@@ -121,5 +121,5 @@ def _checked_call(
     if config is None and key is not None:
         _plans[key] = plan
     c_ptr = 0 if c is None else c.data_ptr()
-    plan.launch(a.data_ptr(), b.data_ptr(), d.data_ptr(), c_ptr, 0, *args, raw_stream(device))
+    plan.launch(a.data_ptr(), b.data_ptr(), d.data_ptr(), c_ptr, 0, raw_stream(device))
     return d

@@ -108,9 +108,7 @@ def k_grouped_bf16_gemm_tn_contiguous(
         c_ptr = 0 if c is None else c.data_ptr()
         # What a signature cannot tell: 16-byte aligned bases (& 15), the current device.
         if not (a_ptr | b_ptr | d_ptr | c_ptr) & 15 and current_device() == plan.device:
-            plan.launch(
-                a_ptr, b_ptr, d_ptr, c_ptr, offs.data_ptr(), *plan.args, raw_stream(plan.device)
-            )
+            plan.launch(a_ptr, b_ptr, d_ptr, c_ptr, offs.data_ptr(), raw_stream(plan.device))
             return d
     return _checked_call(key, a, b, d, offs, c, config)
 
@@ -140,6 +138,6 @@ def _checked_call(
         _plans[key] = plan
     c_ptr = c.data_ptr() if with_c else 0
     plan.launch(
-        a.data_ptr(), b.data_ptr(), d.data_ptr(), c_ptr, offs.data_ptr(), *args, raw_stream(device)
+        a.data_ptr(), b.data_ptr(), d.data_ptr(), c_ptr, offs.data_ptr(), raw_stream(device)
     )
     return d

@@ -155,9 +155,7 @@ def m_grouped_bf16_gemm_nt_contiguous(
         a_ptr, b_ptr, d_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr()
         # What a signature cannot tell: 16-byte aligned bases (& 15), the current device.
         if not (a_ptr | b_ptr | d_ptr) & 15 and current_device() == plan.device:
-            plan.launch(
-                a_ptr, b_ptr, d_ptr, 0, info.data_ptr(), *plan.args, raw_stream(plan.device)
-            )
+            plan.launch(a_ptr, b_ptr, d_ptr, 0, info.data_ptr(), raw_stream(plan.device))
             return d
     return _checked_contiguous(key, a, b, d, m_indices, offs, config)
 
@@ -245,9 +243,7 @@ def m_grouped_bf16_gemm_nt_masked(
         a_ptr, b_ptr, d_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr()
         # What a signature cannot tell: 16-byte aligned bases (& 15), the current device.
         if not (a_ptr | b_ptr | d_ptr) & 15 and current_device() == plan.device:
-            plan.launch(
-                a_ptr, b_ptr, d_ptr, 0, masked_m.data_ptr(), *plan.args, raw_stream(plan.device)
-            )
+            plan.launch(a_ptr, b_ptr, d_ptr, 0, masked_m.data_ptr(), raw_stream(plan.device))
             return d
     return _checked_masked(key, a, b, d, masked_m, expected_m, config)
 
@@ -289,7 +285,5 @@ def _launch(
     plan = make_plan(device, desc, args, config)
     if config is None and key is not None:
         cache[key] = plan
-    plan.launch(
-        a.data_ptr(), b.data_ptr(), d.data_ptr(), 0, info.data_ptr(), *args, raw_stream(device)
-    )
+    plan.launch(a.data_ptr(), b.data_ptr(), d.data_ptr(), 0, info.data_ptr(), raw_stream(device))
     return d

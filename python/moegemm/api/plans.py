@@ -40,19 +40,29 @@ raw_stream = getattr(
 
 
 class Plan:
-    """A bound launcher and the integer arguments that follow the pointers in its call.
+    """What a hit launches: a bound launch and what it was made from.
 
     device: the CUDA device index of the operands (a hit requires it to be current);
-    launch: a `_C` launcher (or a stand-in in tests); args: the arguments between the pointers
-    and the stream, fixed by the signature."""
+    launch: the per-call entry, `launch(*pointers, stream)`: a `_C` bound launch (its integers
+    bound at plan time, so a call converts only the pointers and the stream) or a stand-in in
+    tests; args: those bound integers (for tools and tests; the hot path never reads them);
+    launcher: the `_C` launcher the launch was bound from (`launcher.num_blocks`)."""
 
-    __slots__ = ("args", "config", "device", "launch")
+    __slots__ = ("args", "config", "device", "launch", "launcher")
 
-    def __init__(self, device: int, launch: Any, args: tuple[int, ...], config: GemmConfig | None):
+    def __init__(
+        self,
+        device: int,
+        launch: Any,
+        args: tuple[int, ...],
+        config: GemmConfig | None,
+        launcher: Any = None,
+    ):
         self.device = device
         self.launch = launch
         self.args = args
         self.config = config
+        self.launcher = launcher
 
     def __repr__(self) -> str:
         return f"Plan(device={self.device}, args={self.args}, config={self.config})"
@@ -119,12 +129,15 @@ def build_launcher(device: int, desc: GemmDesc, config: GemmConfig | None = None
 def make_plan(
     device: int, desc: GemmDesc, args: tuple[int, ...], config: GemmConfig | None = None
 ) -> Plan:
-    """The plan of one signature (a forced `config` bypasses the heuristics)."""
+    """The plan of one signature (a forced `config` bypasses the heuristics): its launcher with
+    `args`, the launch's integers, bound (checked here, so a bad one raises before any launch)."""
     config, launcher = build_launcher(device, desc, config)
-    return Plan(device, launcher, args, config)
+    return Plan(device, launcher.bind(*args), args, config, launcher)
 
 
 def build_plan(device: int, desc: GemmDesc, config: GemmConfig | None = None) -> Plan:
-    """A plan without bound arguments, for tools that inspect a launcher (`plan.launch
-    .num_blocks`) or call it with arguments of their own."""
-    return make_plan(device, desc, (), config)
+    """A plan without bound arguments, for tools that inspect a launcher (`plan.launcher
+    .num_blocks`) or call it with arguments of their own: `plan.launch` is the launcher itself,
+    called with the pointers, the integers and the stream."""
+    config, launcher = build_launcher(device, desc, config)
+    return Plan(device, launcher, (), config, launcher)
