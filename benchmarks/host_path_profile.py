@@ -7,17 +7,26 @@ GPU finishes each kernel long before the host issues the next, so the time is th
     python benchmarks/host_path_profile.py --json host.json            # on the GPU
     python benchmarks/host_path_profile.py --cpu-stub --json host.json  # no GPU: Python side
 
+    python benchmarks/host_path_profile.py --cpu-stub --fake-driver     # no GPU: and _C's side
+
 --cpu-stub times the Python side of a plan hit on CPU tensors, with the launcher, the current
-device and the stream getters stubbed (no ratio: torch.mm on the CPU computes); --first-call
-adds a breakdown of the first call in a new process with a warm disk cache (GPU)."""
+device and the stream getters stubbed (no ratio: torch.mm on the CPU computes); --fake-driver
+puts _C's real bound launches in instead of the stub launcher, launching into the fake CUDA
+driver of tests/fake_driver (built here with the C++ compiler; it records launches and does
+nothing), so the C++ side (argument conversion, fill, descriptor memo, launch) is timed too.
+--first-call adds a breakdown of the first call in a new process with a warm disk cache (GPU)."""
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
+import shutil
+import struct
 import subprocess
 import sys
+import tempfile
 import timeit
 from collections.abc import Callable
 from pathlib import Path
@@ -129,26 +138,81 @@ def gpu_profile() -> dict:
     }
 
 
-def cpu_stub_profile(number: int = 1000, rounds: int = 100) -> dict:
+REPO = Path(__file__).resolve().parents[1]
+# A well-formed 64-bit CUDA ELF header with no sections: the fake driver loads it as a kernel.
+FAKE_ELF = b"\x7fELF\x02\x01\x01" + bytes(9)
+FAKE_ELF += struct.pack("<HHIQQQIHHHHHH", 2, 190, 1, 0, 0, 0, 0, 64, 0, 0, 0, 0, 0)
+
+
+def load_fake_driver(build_dir: Path) -> ctypes.CDLL:
+    """Builds tests/fake_driver/libcuda_fake.cpp and loads it before _C first dlopens
+    libcuda.so.1, which then resolves to it (the dynamic loader matches the soname)."""
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    cuda = Path(os.environ.get("CUDA_HOME") or "/usr/local/cuda") / "include"
+    if cxx is None or not (cuda / "cuda.h").exists():
+        sys.exit("host_path_profile: --fake-driver needs a C++ compiler and cuda.h")
+    lib = build_dir / "libcuda.so.1"
+    cmd = [
+        cxx, "-std=c++17", "-O2", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1",
+        f"-I{REPO / 'include'}", "-isystem", str(cuda), "-o", str(lib),
+        str(REPO / "tests" / "fake_driver" / "libcuda_fake.cpp"),
+    ]  # fmt: skip
+    subprocess.run(cmd, check=True)
+    fake = ctypes.CDLL(str(lib), mode=ctypes.RTLD_GLOBAL)
+    fake.fake_set_context(1)
+    return fake
+
+
+def fake_launcher_plans() -> Callable:
+    """A make_plan that binds real _C launchers (of a stand-in kernel, typical launch shapes)."""
+    from moegemm import _C
+    from moegemm.api.plans import Plan
+
+    kernel = _C.Kernel(FAKE_ELF)
+
+    def make_plan(device: int, desc, args: tuple[int, ...], config=None) -> Plan:
+        if desc.kind == "k_grouped":
+            launcher = _C.Sm90Bf16KGroupedLauncher(
+                kernel, 128, 128, 64, 132, 256, 150_000, 1, 1, 32
+            )
+        else:
+            launcher = _C.Sm90Bf16GemmLauncher(kernel, 128, 128, 64, 132, 384, 200_000, 1, 1, 64)
+        return Plan(0, launcher.bind(*args), args, config, launcher)
+
+    return make_plan
+
+
+def cpu_stub_profile(
+    number: int = 1000, rounds: int = 100, fake: ctypes.CDLL | None = None
+) -> dict:
     """The Python side of a plan hit on CPU tensors: the full checks' placement step and the
     plan builder are stubbed on the miss (so CPU tensors get plans), then every timed call
     hits. The stubs are C builtins where the real getters are C functions (int() for the
-    current device, abs() for the stream); the launcher is a Python no-op, timed alone."""
+    current device, abs() for the stream); the launcher is a Python no-op, timed alone, or
+    with `fake` (the loaded fake driver) _C's bound launch of each plan."""
     from moegemm.api import bf16_gemm, k_grouped, m_grouped
     from moegemm.api.plans import Plan
+    from moegemm.heuristics import GemmDesc
 
     def launch(*args: int) -> None:
         return None
 
+    def stub_plan(device: int, desc, args: tuple[int, ...], config=None) -> Plan:
+        return Plan(0, launch, args, config)
+
+    make_plan = fake_launcher_plans() if fake is not None else stub_plan
     for mod in (bf16_gemm, m_grouped, k_grouped):
         mod.require_placement = lambda tma, others: 0
-        mod.make_plan = lambda device, desc, args, config=None: Plan(0, launch, args, config)
+        mod.make_plan = make_plan
         mod.current_device = int
         mod.raw_stream = abs
     table = cases("cpu")
 
     stub_args = tuple(range(6))  # a bound launch: five pointers and the stream
     timed = {name: fn for name, (fn, _) in table.items()}
+    if fake is not None:  # what a bound launch alone costs, in place of the stub's
+        bound = make_plan(0, GemmDesc("bf16_gemm_nt", 64, 128, 128), (64,) * 10)
+        launch, stub_args = bound.launch, (1 << 16, 1 << 17, 1 << 18, 0, 0, 0)
     for fn in timed.values():
         fn()  # the miss: full checks, plan stored
     timed["stub launch"] = lambda: launch(*stub_args)
@@ -166,7 +230,10 @@ def cpu_stub_profile(number: int = 1000, rounds: int = 100) -> dict:
     from moegemm.api.device import _plan_caches
 
     plans = sum(len(cache) for cache in _plan_caches)  # one per function: every call hit
-    return {"mode": "cpu-stub", "stub_launch_us": launch_us, "plans": plans, "rows": rows}
+    result = {"mode": "cpu-stub", "stub_launch_us": launch_us, "plans": plans, "rows": rows}
+    if fake is not None:  # every timed call launched into the fake driver
+        result.update(mode="cpu-stub+fake-driver", fake_launches=fake.fake_launches())
+    return result
 
 
 def first_call() -> str:
@@ -181,11 +248,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--cpu-stub", action="store_true", help="no GPU: time the Python side")
+    parser.add_argument(
+        "--fake-driver", action="store_true", help="--cpu-stub: time _C's bound launches too"
+    )
     parser.add_argument("--first-call", action="store_true", help="also break down a first call")
     parser.add_argument("--rounds", type=int, default=100, help="--cpu-stub: timing rounds")
     args = parser.parse_args()
+    if args.fake_driver and not args.cpu_stub:
+        parser.error("--fake-driver goes with --cpu-stub")
     if args.cpu_stub:
-        result = cpu_stub_profile(rounds=args.rounds)
+        with tempfile.TemporaryDirectory(prefix="moegemm-fake-driver-") as tmp:
+            fake = load_fake_driver(Path(tmp)) if args.fake_driver else None
+            result = cpu_stub_profile(rounds=args.rounds, fake=fake)
     elif not torch.cuda.is_available():
         sys.exit("host_path_profile: no CUDA GPU (use --cpu-stub for the Python side alone)")
     else:
