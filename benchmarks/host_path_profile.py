@@ -6,14 +6,14 @@ GPU finishes each kernel long before the host issues the next, so the time is th
 
     python benchmarks/host_path_profile.py --json host.json            # on the GPU
     python benchmarks/host_path_profile.py --cpu-stub --json host.json  # no GPU: Python side
-
     python benchmarks/host_path_profile.py --cpu-stub --fake-driver     # no GPU: and _C's side
 
---cpu-stub times the Python side of a plan hit on CPU tensors, with the launcher, the current
-device and the stream getters stubbed (no ratio: torch.mm on the CPU computes); --fake-driver
-puts _C's real bound launches in instead of the stub launcher, launching into the fake CUDA
-driver of tests/fake_driver (built here with the C++ compiler; it records launches and does
-nothing), so the C++ side (argument conversion, fill, descriptor memo, launch) is timed too.
+--cpu-stub times the Python side of a plan hit on CPU tensors, with the launcher (which checks
+the current device) and the stream getter stubbed (no ratio: torch.mm on the CPU computes);
+--fake-driver puts _C's real bound launches in instead of the stub launcher, launching into
+the fake CUDA driver of tests/fake_driver (built here with the C++ compiler; it records
+launches and does nothing), so the C++ side (argument conversion, fill, descriptor memo,
+launch) is timed too.
 --first-call adds a breakdown of the first call in a new process with a warm disk cache (GPU)."""
 
 from __future__ import annotations
@@ -177,7 +177,7 @@ def fake_launcher_plans() -> Callable:
             )
         else:
             launcher = _C.Sm90Bf16GemmLauncher(kernel, 128, 128, 64, 132, 384, 200_000, 1, 1, 64)
-        return Plan(0, launcher.bind(*args), args, config, launcher)
+        return Plan(0, launcher.bind(0, *args), args, config, launcher)
 
     return make_plan
 
@@ -187,31 +187,35 @@ def cpu_stub_profile(
 ) -> dict:
     """The Python side of a plan hit on CPU tensors: the full checks' placement step and the
     plan builder are stubbed on the miss (so CPU tensors get plans), then every timed call
-    hits. The stubs are C builtins where the real getters are C functions (int() for the
-    current device, abs() for the stream); the launcher is a Python no-op, timed alone, or
+    hits. The stream getter's stub is a C builtin as the real one is (abs()); the launcher is a Python no-op, timed alone, or
     with `fake` (the loaded fake driver) _C's bound launch of each plan."""
     from moegemm.api import bf16_gemm, k_grouped, m_grouped
     from moegemm.api.plans import Plan
     from moegemm.heuristics import GemmDesc
 
-    def launch(*args: int) -> None:
-        return None
+    def launch(*args: int) -> bool:
+        return True  # launched: a bound launch's answer where its checks pass
 
     def stub_plan(device: int, desc, args: tuple[int, ...], config=None) -> Plan:
         return Plan(0, launch, args, config)
 
-    make_plan = fake_launcher_plans() if fake is not None else stub_plan
+    builds = []
+    plan_of = fake_launcher_plans() if fake is not None else stub_plan
+
+    def make_plan(device: int, desc, args: tuple[int, ...], config=None) -> Plan:
+        builds.append(desc)
+        return plan_of(device, desc, args, config)
+
     for mod in (bf16_gemm, m_grouped, k_grouped):
         mod.require_placement = lambda tma, others: 0
         mod.make_plan = make_plan
-        mod.current_device = int
         mod.raw_stream = abs
     table = cases("cpu")
 
     stub_args = tuple(range(6))  # a bound launch: five pointers and the stream
     timed = {name: fn for name, (fn, _) in table.items()}
     if fake is not None:  # what a bound launch alone costs, in place of the stub's
-        bound = make_plan(0, GemmDesc("bf16_gemm_nt", 64, 128, 128), (64,) * 10)
+        bound = plan_of(0, GemmDesc("bf16_gemm_nt", 64, 128, 128), (64,) * 10)
         launch, stub_args = bound.launch, (1 << 16, 1 << 17, 1 << 18, 0, 0, 0)
     for fn in timed.values():
         fn()  # the miss: full checks, plan stored
@@ -231,6 +235,7 @@ def cpu_stub_profile(
 
     plans = sum(len(cache) for cache in _plan_caches)  # one per function: every call hit
     result = {"mode": "cpu-stub", "stub_launch_us": launch_us, "plans": plans, "rows": rows}
+    result["builds"] = len(builds)  # one per function: every timed call hit and launched
     if fake is not None:  # every timed call launched into the fake driver
         result.update(mode="cpu-stub+fake-driver", fake_launches=fake.fake_launches())
     return result

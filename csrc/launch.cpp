@@ -17,12 +17,15 @@ void set_pdl(bool enabled) { g_pdl.store(enabled, std::memory_order_relaxed); }
 bool get_pdl() { return g_pdl.load(std::memory_order_relaxed); }
 
 void launch_kernel(Kernel& kernel, const LaunchConfig& config, void** args) {
+  launch_kernel(kernel, config, args, current_device());
+}
+
+void launch_kernel(Kernel& kernel, const LaunchConfig& config, void** args, CUdevice device) {
   if (config.cluster_x == 0 || config.grid_x % config.cluster_x != 0) {
     throw std::invalid_argument("moegemm: grid_x " + std::to_string(config.grid_x) +
                                 " is not a multiple of the cluster size " +
                                 std::to_string(config.cluster_x));
   }
-  const CUdevice device = current_device();
   kernel.ensure_dynamic_smem(device, static_cast<int>(config.smem_bytes));
 
   CUlaunchAttribute attrs[2];

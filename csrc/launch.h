@@ -32,13 +32,16 @@ struct LaunchConfig {
 // Launches `kernel` on the current context's device with kernelParams = `args`. Never
 // synchronizes; driver errors (bad launch config, too much smem) become std::runtime_error.
 void launch_kernel(Kernel& kernel, const LaunchConfig& config, void** args);
+// The same where the caller has just read the current context's device (a bound launch does).
+void launch_kernel(Kernel& kernel, const LaunchConfig& config, void** args, CUdevice device);
 
 // For kernels taking exactly one `const __grid_constant__ Params` argument: the driver copies
 // `params` into the launch, so a stack struct is enough.
 template <typename Params>
-inline void launch_with_params(Kernel& kernel, const LaunchConfig& config, const Params& params) {
+inline void launch_with_params(Kernel& kernel, const LaunchConfig& config, const Params& params,
+                               CUdevice device) {
   void* args[] = {const_cast<Params*>(&params)};
-  launch_kernel(kernel, config, args);
+  launch_kernel(kernel, config, args, device);
 }
 
 // Range checks for Python ints narrowed into 32-bit kernel fields; cheap enough for the hot path.

@@ -26,7 +26,7 @@ void destroy_bound_callable(PyObject* capsule) {
   delete callable;
 }
 
-// The hot path's whole Python boundary: six ints in, None out, C++ errors as Python ones.
+// The hot path's whole Python boundary: six ints in, a bool out, C++ errors as Python ones.
 PyObject* call_bound(PyObject* capsule, PyObject* const* args, Py_ssize_t nargs) {
   auto* callable = static_cast<BoundCallable*>(PyCapsule_GetPointer(capsule, kBoundCapsule));
   if (callable == nullptr) return nullptr;
@@ -49,8 +49,9 @@ PyObject* call_bound(PyObject* capsule, PyObject* const* args, Py_ssize_t nargs)
       return nullptr;
     }
   }
+  bool launched = false;
   try {
-    bound.launch(values);
+    launched = bound.launch(values);
   } catch (pybind11::error_already_set& e) {
     e.restore();
     return nullptr;
@@ -61,14 +62,16 @@ PyObject* call_bound(PyObject* capsule, PyObject* const* args, Py_ssize_t nargs)
     PyErr_SetString(PyExc_RuntimeError, e.what());
     return nullptr;
   }
-  Py_RETURN_NONE;
+  return PyBool_FromLong(launched);
 }
 
 PyMethodDef g_bound_launch_def = {
     "launch", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&call_bound)),
     METH_FASTCALL,
-    "launch(*pointers, stream, /): the bound launcher's launch with these device pointers on "
-    "this CUstream; the integers were bound by launcher.bind. Never synchronizes."};
+    "launch(*pointers, stream, /) -> bool: the bound launcher's launch with these device "
+    "pointers on this CUstream, the integers bound by launcher.bind; False, having done nothing, "
+    "for an operand off a 16-byte boundary or a current context on another device. Never "
+    "synchronizes."};
 
 }  // namespace
 

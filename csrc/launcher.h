@@ -6,9 +6,10 @@
 // the TMA descriptors as a list of views). Everything else is here, the same for all families:
 //   plan time (once per plan, python/moegemm/api/plans.py): the launch shape (grid, block,
 //     dynamic shared memory, cluster), its limits, and the cluster occupancy clamp;
-//   bind time (once per plan signature): launcher.bind(*integers) checks the integers (the same
-//     range and tile-count checks as a launch) and returns a bound launch, a plain Python callable
-//     taking only the pointers and the stream;
+//   bind time (once per plan signature): launcher.bind(device, *integers) checks the integers
+//     (the same range and tile-count checks as a launch) and returns a bound launch, a plain
+//     Python callable taking only the pointers and the stream, which also checks what a plan's
+//     signature cannot tell (operand alignment, the current device) and returns whether it ran;
 //   call time (the hot path): fill, encode the listed descriptors (memoised, tma.cpp) into the
 //     params' fields, launch on the caller's stream with PDL when switched on (launch.cpp).
 // No allocation, no Python object, no synchronization per call. A bound launch converts six
@@ -22,6 +23,8 @@
 //     using Params = MyKernelParams;                       // include/moegemm/common/...
 //     static constexpr const char* kName = "MyLauncher";   // the Python class name
 //     static constexpr const char* kDoc = "...";           // its docstring: the call's arguments
+//     // The leading pointers a bound launch requires on 16-byte boundaries (0 = absent passes).
+//     static constexpr size_t kNumAlignedPointers = 4;
 //     // Plan time: refuse what the kernel was not built for (std::invalid_argument).
 //     static void check_shape(const LaunchShape& shape);
 //     // Call time: fill `params` and list its descriptors in `tma`; false = nothing to launch
@@ -78,6 +81,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "driver.h"
 #include "kernel.h"
 #include "launch.h"
 #include "tma.h"
@@ -172,13 +176,16 @@ constexpr size_t leading_pointers() {
 }
 
 // A launch with its integers bound: what a Python call of it reaches, through CPython's
-// vectorcall (launcher.cpp). `values` are the call's pointers, then the stream.
+// vectorcall (launcher.cpp). `values` are the call's pointers, then the stream. Returns false,
+// having done nothing, where the plan's own checks refuse the call (an operand base off a
+// 16-byte boundary, or the current context not on the bound device): the caller then takes its
+// full checks, which name the problem.
 class BoundLaunch {
  public:
   explicit BoundLaunch(size_t num_values) : num_values_(num_values) {}
   virtual ~BoundLaunch() = default;
   size_t num_values() const { return num_values_; }
-  virtual void launch(const uint64_t* values) = 0;
+  virtual bool launch(const uint64_t* values) = 0;
 
  private:
   size_t num_values_;
@@ -221,15 +228,15 @@ class FamilyLauncher<Family, bool (*)(const LaunchShape&, typename Family::Param
     launch(params, stream);
   }
 
-  // The bound call (the hot path of every plan): the same fill and launch, the integers from the
-  // bind and the descriptors from `memo`.
+  // The bound call (the hot path of every plan): the same fill and launch on `device` (the
+  // current context's), the integers from the bind and the descriptors from `memo`.
   void operator()(const Pointers& pointers, const Integers& integers, uint64_t stream,
-                  TmaList::BoundMemo& memo) {
+                  TmaList::BoundMemo& memo, CUdevice device) {
     Params params;
     TmaList tma;
     if (!fill(params, tma, pointers, integers)) return;
     tma.encode(memo);
-    launch(params, stream);
+    launch(params, stream, device);
   }
 
   // Bind time: fill with null pointers runs every check of the integers (a bad one raises here,
@@ -253,11 +260,11 @@ class FamilyLauncher<Family, bool (*)(const LaunchShape&, typename Family::Param
     return Family::fill(shape_, params, tma, pointers[P]..., integers[I]...);
   }
 
-  void launch(const Params& params, uint64_t stream) {
+  void launch(const Params& params, uint64_t stream, CUdevice device = current_device()) {
     LaunchConfig config = config_;
     config.stream = reinterpret_cast<CUstream>(static_cast<uintptr_t>(stream));
     config.pdl = get_pdl();
-    launch_with_params(kernel_, config, params);
+    launch_with_params(kernel_, config, params, device);
   }
 
   Kernel& kernel_;  // kept alive by the binding (keep_alive)
@@ -265,26 +272,44 @@ class FamilyLauncher<Family, bool (*)(const LaunchShape&, typename Family::Param
   LaunchConfig config_;
 };
 
-// The bound launch of one FamilyLauncher: its integers and descriptor memo. Holds a reference
-// to the launcher's Python object, so the launcher (and its kernel) outlive it.
-template <typename Launcher>
+// The bound launch of one FamilyLauncher: its device, integers and descriptor memo. The
+// launcher's Python object is kept alive by the callable (make_bound_callable), so the
+// launcher and its kernel outlive this.
+template <typename Family, typename Launcher>
 class FamilyBoundLaunch final : public BoundLaunch {
  public:
-  FamilyBoundLaunch(Launcher& launcher, const typename Launcher::Integers& integers)
+  FamilyBoundLaunch(Launcher& launcher, int device, const typename Launcher::Integers& integers)
       : BoundLaunch(Launcher::kNumPointers + 1),
         launcher_(launcher),
+        device_(device_handle(device)),
         integers_(integers),
         launches_(launcher.check_integers(integers)) {}
 
-  void launch(const uint64_t* values) override {
-    if (!launches_) return;  // an empty output: as the unbound call, nothing is launched
+  bool launch(const uint64_t* values) override {
+    // What a plan's signature cannot tell, checked as the Python hit path used to: the operand
+    // bases (the leading kNumAlignedPointers; 0 = absent passes) and the current device.
+    uint64_t bases = 0;
+    for (size_t i = 0; i < Family::kNumAlignedPointers; ++i) bases |= values[i];
+    if (bases & 15) return false;
+    const CUdevice device = current_device();  // throws where no context is current
+    if (device != device_) return false;
+    if (!launches_) return true;  // an empty output: as the unbound call, nothing is launched
     typename Launcher::Pointers pointers;
     for (size_t i = 0; i < Launcher::kNumPointers; ++i) pointers[i] = values[i];
-    launcher_(pointers, integers_, values[Launcher::kNumPointers], memo_);
+    launcher_(pointers, integers_, values[Launcher::kNumPointers], memo_, device);
+    return true;
   }
 
  private:
+  static CUdevice device_handle(int ordinal) {
+    CUdevice device = 0;
+    MOEGEMM_CU(cuDeviceGet, &device, ordinal);
+    return device;
+  }
+
+  static_assert(Family::kNumAlignedPointers <= Launcher::kNumPointers, "aligned pointers");
   Launcher& launcher_;
+  CUdevice device_;
   typename Launcher::Integers integers_;
   bool launches_;
   TmaList::BoundMemo memo_;
@@ -293,13 +318,14 @@ class FamilyBoundLaunch final : public BoundLaunch {
 template <size_t>
 using Int64 = int64_t;
 
-// launcher.bind(*integers): a method taking fill's integers one by one (unnamed, as the call's).
-template <typename Launcher, size_t... I>
+// launcher.bind(device, *integers): a method taking the device ordinal and fill's integers one by
+// one (unnamed, as the call's).
+template <typename Family, typename Launcher, size_t... I>
 auto bind_method(std::index_sequence<I...>) {
-  return [](pybind11::object self, Int64<I>... integers) {
+  return [](pybind11::object self, int device, Int64<I>... integers) {
     Launcher& launcher = self.cast<Launcher&>();
-    auto bound = std::make_unique<FamilyBoundLaunch<Launcher>>(
-        launcher, typename Launcher::Integers{integers...});
+    auto bound = std::make_unique<FamilyBoundLaunch<Family, Launcher>>(
+        launcher, device, typename Launcher::Integers{integers...});
     return make_bound_callable(std::move(bound), std::move(self));
   };
 }
@@ -308,8 +334,8 @@ auto bind_method(std::index_sequence<I...>) {
 //   Family::kName(kernel, block_m, block_n, block_k, num_blocks, num_threads, smem_bytes,
 //                 cluster_m, cluster_n, store_cols=0)     plan time, keeps `kernel` alive
 //   launcher(*fill's trailing args, stream)                call time, positional only
-//   launcher.bind(*fill's integers) -> launch              plan time, positional only
-//   launch(*fill's pointers, stream)                       call time, a builtin function
+//   launcher.bind(device, *fill's integers) -> launch      plan time, positional only
+//   launch(*fill's pointers, stream) -> bool               call time, a builtin function
 //   launcher.num_blocks                                    CTAs launched, after the clamp
 // python/moegemm/_C.pyi declares each class; tests/test_c_stub.py keeps the two in step.
 template <typename Family>
@@ -331,9 +357,12 @@ void register_launcher(pybind11::module_& m) {
       // Unnamed arguments, as before the generic launcher: the binding then does no per-argument
       // name bookkeeping on the hot path.
       .def("__call__", static_cast<typename Launcher::UnboundCall>(&Launcher::operator()))
-      .def("bind", bind_method<Launcher>(std::make_index_sequence<Launcher::kNumIntegers>{}),
-           "The call's integers (its arguments between the pointers and the stream), checked "
-           "once: returns launch(*pointers, stream), the same launch for those integers.")
+      .def("bind",
+           bind_method<Family, Launcher>(std::make_index_sequence<Launcher::kNumIntegers>{}),
+           "bind(device, *integers): the call's integers (its arguments between the pointers "
+           "and the stream), checked once, for the CUDA device `device`: returns "
+           "launch(*pointers, stream) -> bool, the same launch for those integers, or False "
+           "(nothing done) for an operand off a 16-byte boundary or another current device.")
       .def_property_readonly("num_blocks", &Launcher::num_blocks,
                              "CTAs per launch: the planned count, clamped to the clusters that "
                              "fit on the device at once.");

@@ -27,12 +27,13 @@ constexpr CUtensorMapSwizzle kSwizzle128B = CU_TENSOR_MAP_SWIZZLE_128B;
 struct Sm90Bf16Gemm {
   using Params = Sm90Bf16GemmParams;
   static constexpr const char* kName = "Sm90Bf16GemmLauncher";
+  static constexpr size_t kNumAlignedPointers = 4;  // a, b, d, c: what the Python checks align
   static constexpr const char* kDoc =
       "Launches sm90_bf16_grouped_gemm or its swap-AB twin (dense or m-grouped) with the kernel "
       "and its launch shape bound. Call with (a_ptr, b_ptr, d_ptr, c_ptr, group_info_ptr, rows, "
       "m, n, k, num_groups, lda, ldb, ldb_group, ldd, ldc, stream); strides in elements, "
-      "pointers 0 for absent C / group info; bind(rows, ..., ldc) fixes the integers once and "
-      "returns launch(a_ptr, b_ptr, d_ptr, c_ptr, group_info_ptr, stream). Never synchronizes.";
+      "pointers 0 for absent C / group info; bind(device, rows, ..., ldc) fixes the integers once "
+      "and returns launch(a_ptr, b_ptr, d_ptr, c_ptr, group_info_ptr, stream). Never synchronizes.";
 
   // The cluster shape must be the one the kernel was built for (Scheduler::kClusterM/N): the
   // A and B box heights, the full barrier's byte count and the multicast mask follow from it.
@@ -102,11 +103,12 @@ struct Sm90Bf16Gemm {
 struct Sm90Bf16KGrouped {
   using Params = Sm90Bf16KGroupedParams;
   static constexpr const char* kName = "Sm90Bf16KGroupedLauncher";
+  static constexpr size_t kNumAlignedPointers = 4;  // a, b, d, c: what the Python checks align
   static constexpr const char* kDoc =
       "Launches sm90_bf16_k_grouped_gemm with the kernel and its launch shape bound. Call with "
       "(a_ptr, b_ptr, d_ptr, c_ptr, offs_ptr, m, n, num_tokens, num_groups, lda, ldb, stream), "
-      "or bind(m, ..., ldb) once and call launch(a_ptr, b_ptr, d_ptr, c_ptr, offs_ptr, stream). "
-      "Never synchronizes.";
+      "or bind(device, m, ..., ldb) once and call launch(a_ptr, b_ptr, d_ptr, c_ptr, offs_ptr, "
+      "stream). Never synchronizes.";
 
   static void check_shape(const LaunchShape& shape) {
     if (shape.cluster_m != 1 || shape.cluster_n != 1) {

@@ -27,6 +27,7 @@ def test_cpu_stub_profile_times_every_public_function(tmp_path: Path, subprocess
     result = json.loads(out.read_text())
     assert result["mode"] == "cpu-stub"
     assert result["plans"] == 5  # each function stored its plan: the timed calls were hits
+    assert result["builds"] == 5  # and no timed call fell back to the full checks
     names = [row["function"] for row in result["rows"]]
     assert names == ["dense", "offs", "m_indices", "masked", "k_grouped"]
     assert all(row["us_per_call"] > 0 for row in result["rows"])
@@ -45,7 +46,7 @@ def test_fake_driver_mode_times_the_bound_launches(tmp_path: Path, subprocess_en
         [*cmd, "--json", str(out)], env=subprocess_env, check=True, capture_output=True, timeout=300
     )
     result = json.loads(out.read_text())
-    assert result["mode"] == "cpu-stub+fake-driver" and result["plans"] == 5
+    assert result["mode"] == "cpu-stub+fake-driver" and result["plans"] == result["builds"] == 5
     # Five functions, a miss and 2 x 1000 hits each, plus the bound launch timed alone: every
     # call reached the fake driver's cuLaunchKernelEx.
     assert result["fake_launches"] >= 6 * 2 * 1000

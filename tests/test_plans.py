@@ -66,9 +66,11 @@ def shifted(shape: tuple[int, ...], dtype: torch.dtype, elements: int) -> torch.
 class Rig:
     """Records plan builds and launches; `current` is what the current-device getter says.
 
-    A plan's launch is bound to the integers its build was given (as _C's launcher.bind) and
-    takes the pointers and the stream; a launch is recorded in the unbound launcher's order,
-    (*pointers, *integers, stream), so a record shows what the kernel would have received."""
+    A plan's launch is bound to the device and integers its build was given (as _C's
+    launcher.bind) and takes the pointers and the stream; as _C's bound launch it refuses (False,
+    nothing recorded) an operand base off a 16-byte boundary or another current device (the
+    C++ side of that is tests/fake_driver/cases.py's). A launch is recorded in the unbound
+    launcher's order, (*pointers, *integers, stream): what the kernel would have received."""
 
     def __init__(self) -> None:
         self.builds: list = []
@@ -78,9 +80,12 @@ class Rig:
     def make_plan(self, device: int, desc, args: tuple, config=None) -> Plan:
         self.builds.append(desc)
 
-        def launch(*call: int) -> None:
+        def launch(*call: int) -> bool:
             assert len(call) == 6, call  # five pointers and the stream, as the bound launches
+            if (call[0] | call[1] | call[2] | call[3]) & 15 or self.current != device:
+                return False
             self.launches.append((*call[:-1], *args, call[-1]))
+            return True
 
         return Plan(device, launch, args, config)
 
@@ -91,7 +96,6 @@ def rig(monkeypatch: pytest.MonkeyPatch):
     for mod in FAMILIES:
         monkeypatch.setattr(mod, "make_plan", rig.make_plan)
         monkeypatch.setattr(mod, "raw_stream", lambda index: 1000 + index)
-        monkeypatch.setattr(mod, "current_device", lambda: rig.current)
     monkeypatch.setattr(plans_mod, "current_device", lambda: rig.current)  # the full checks'
     clear_plans()
     yield rig
@@ -191,7 +195,6 @@ def test_launch_arguments() -> None:
         for mod in FAMILIES:
             m.setattr(mod, "make_plan", rig.make_plan)
             m.setattr(mod, "raw_stream", lambda index: 7)
-            m.setattr(mod, "current_device", lambda: 0)
         m.setattr(plans_mod, "current_device", lambda: 0)
         clear_plans()
         a = gpu(torch.zeros(M, K + 8, dtype=BF16)[:, :K])
@@ -465,8 +468,8 @@ def test_a_plan_binds_the_heuristics_pick(monkeypatch: pytest.MonkeyPatch, desc:
         def __init__(self, kernel, *shape: int, store_cols: int) -> None:
             seen.update(kernel=kernel, shape=shape, store_cols=store_cols)
 
-        def bind(self, *integers: int) -> tuple:
-            seen.update(bound=integers)
+        def bind(self, device: int, *integers: int) -> tuple:
+            seen.update(bound=(device, *integers))
             return ("bound", self)
 
     arch = arch_for("sm_90a", 132)
@@ -481,7 +484,7 @@ def test_a_plan_binds_the_heuristics_pick(monkeypatch: pytest.MonkeyPatch, desc:
     config = select_config(gemm, arch)
     assert plan.config == config and plan.args == (1, 2, 3) and plan.device == 0
     # The plan's launch is its launcher bound to the call's integers.
-    assert seen["bound"] == (1, 2, 3) and plan.launch == ("bound", plan.launcher)
+    assert seen["bound"] == (0, 1, 2, 3) and plan.launch == ("bound", plan.launcher)
     del seen["bound"]
     unbound = plans_mod.build_plan(0, gemm)  # for tools: the launcher itself, nothing bound
     assert unbound.launch is unbound.launcher and unbound.args == () and "bound" not in seen
@@ -493,3 +496,25 @@ def test_a_plan_binds_the_heuristics_pick(monkeypatch: pytest.MonkeyPatch, desc:
     assert (threads, smem) == (config.launch.num_threads, config.pipeline.smem_bytes)
     assert 0 < num_blocks <= arch.num_sms and num_blocks % lay.cluster_size == 0
     assert seen["store_cols"] == config.store_cols
+
+
+def test_a_launch_refused_after_the_full_checks_raises(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The full checks passed (torch's current device is the operands'), yet the bound launch
+    refuses: the CUDA context current on the thread is another device's. Never silent."""
+    make = rig.make_plan
+
+    def refusing(device: int, desc, args: tuple, config=None) -> Plan:
+        plan = make(device, desc, args, config)
+        plan.launch = lambda *call: False
+        return plan
+
+    for mod in FAMILIES:
+        monkeypatch.setattr(mod, "make_plan", refusing)
+    for make_call in CALLS.values():
+        fn, args, kwargs = make_call()
+        for _ in range(2):  # the miss, then the refused hit that falls back to the full checks
+            with pytest.raises(RuntimeError, match="not on cuda:0, torch's current device"):
+                fn(*args, **kwargs)
+    assert rig.launches == [] and len(rig.builds) == 2 * len(CALLS)

@@ -6,11 +6,14 @@ function synchronizes or takes ownership of the memory its pointers refer to. Po
 device addresses as ints (`tensor.data_ptr()`), strides are in elements, `stream` is a raw
 CUstream (`torch.cuda.current_stream().cuda_stream`).
 
-A launcher's hot path is its bound launch: `launcher.bind(*integers)` (everything between the
-pointers and the stream of the unbound call, fixed by a plan's signature) returns a builtin
-function taking only the pointers and the stream; it launches exactly what the unbound call
-with those integers launches, checks the integers once at bind time (ValueError), and raises
-TypeError for an argument that is not an int in [0, 2**64).
+A launcher's hot path is its bound launch: `launcher.bind(device, *integers)` (the integers are
+everything between the pointers and the stream of the unbound call, fixed by a plan's
+signature) returns a builtin function taking only the pointers and the stream; it launches
+exactly what the unbound call with those integers launches and returns True, or returns False
+having done nothing where an operand base (a, b, d, c) is off a 16-byte boundary or the current
+context is not on `device` (the caller's full checks then name the problem). The integers are
+checked once, at bind time (ValueError); a call argument that is not an int in [0, 2**64)
+raises TypeError.
 
 tests/test_c_stub.py checks that this file declares exactly what _C exposes.
 """
@@ -101,6 +104,7 @@ class Sm90Bf16GemmLauncher:
 
     def bind(
         self,
+        device: int,
         rows: int,
         m: int,
         n: int,
@@ -112,9 +116,10 @@ class Sm90Bf16GemmLauncher:
         ldd: int,
         ldc: int,
         /,
-    ) -> Callable[[int, int, int, int, int, int], None]:
-        """launch(a_ptr, b_ptr, d_ptr, c_ptr, group_info_ptr, stream, /): the call with these
-        integers bound (checked here: out of range or too many tiles is a ValueError)."""
+    ) -> Callable[[int, int, int, int, int, int], bool]:
+        """launch(a_ptr, b_ptr, d_ptr, c_ptr, group_info_ptr, stream, /) -> bool: the call with
+        these integers bound for CUDA device `device` (checked here: out of range or too many
+        tiles is a ValueError)."""
 
     @property
     def num_blocks(self) -> int:
@@ -159,6 +164,7 @@ class Sm90Bf16KGroupedLauncher:
 
     def bind(
         self,
+        device: int,
         m: int,
         n: int,
         num_tokens: int,
@@ -166,9 +172,9 @@ class Sm90Bf16KGroupedLauncher:
         lda: int,
         ldb: int,
         /,
-    ) -> Callable[[int, int, int, int, int, int], None]:
-        """launch(a_ptr, b_ptr, d_ptr, c_ptr, offs_ptr, stream, /): the call with these integers
-        bound (checked here)."""
+    ) -> Callable[[int, int, int, int, int, int], bool]:
+        """launch(a_ptr, b_ptr, d_ptr, c_ptr, offs_ptr, stream, /) -> bool: the call with these
+        integers bound for CUDA device `device` (checked here)."""
 
     @property
     def num_blocks(self) -> int:

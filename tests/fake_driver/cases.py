@@ -254,7 +254,7 @@ def test_k_grouped_takes_no_clusters(kernel):
         C.Sm90Bf16KGroupedLauncher(kernel, 128, 256, 64, 100, 256, 150_000, 2, 1)
 
 
-# ---- bound launches: launcher.bind(*integers)(*pointers, stream), the plans' hot path ----
+# ---- bound launches: launcher.bind(0, *integers)(*pointers, stream), the plans' hot path ----
 
 GEMM_POINTERS = 5  # a, b, d, c, group_info (k-grouped: a, b, d, c, offs)
 
@@ -264,7 +264,7 @@ def bound_and_unbound(launcher, args, stream):
     launcher(*args, stream)
     unbound = FAKE.fake_last_launch().decode()
     launches = FAKE.fake_launches()
-    launcher.bind(*args[GEMM_POINTERS:])(*args[:GEMM_POINTERS], stream)
+    launcher.bind(0, *args[GEMM_POINTERS:])(*args[:GEMM_POINTERS], stream)
     assert FAKE.fake_launches() == launches + 1
     return unbound, FAKE.fake_last_launch().decode()
 
@@ -300,7 +300,7 @@ def test_a_bound_k_grouped_launch_launches_what_the_unbound_call_does(
 def test_a_bound_launch_reads_its_pointers_and_stream_at_every_call(kernel):
     launcher = gemm_launcher(kernel, store_cols=64)
     args = gemm_args()
-    launch = launcher.bind(*args[GEMM_POINTERS:])
+    launch = launcher.bind(0, *args[GEMM_POINTERS:])
     for a, d, stream in ((A, D, 1), (A + 256, D, 2), (A, D + 512, 3), (A + 256, D + 512, 4)):
         call = (a, B, d, *args[3:])
         unbound, bound = bound_and_unbound(launcher, call, stream)
@@ -314,7 +314,7 @@ def test_a_bound_launch_reads_its_pointers_and_stream_at_every_call(kernel):
 def test_a_bound_launch_memoises_its_descriptors_by_pointer(kernel):
     launcher = gemm_launcher(kernel, store_cols=64)
     args = gemm_args(rows=1234, m=1234)  # views no other test encodes
-    launch = launcher.bind(*args[GEMM_POINTERS:])
+    launch = launcher.bind(0, *args[GEMM_POINTERS:])
     encodes = FAKE.fake_encodes()
     launch(*args[:GEMM_POINTERS], 0)
     assert FAKE.fake_encodes() == encodes + 3  # a, b, d: new views
@@ -336,11 +336,11 @@ def test_bind_checks_the_integers_before_any_launch(kernel):
     launcher = gemm_launcher(kernel)
     before = (FAKE.fake_launches(), FAKE.fake_encodes())
     with pytest.raises(ValueError, match="m out of range for a 32-bit kernel field: -1"):
-        launcher.bind(*gemm_args(m=-1)[GEMM_POINTERS:])
+        launcher.bind(0, *gemm_args(m=-1)[GEMM_POINTERS:])
     with pytest.raises(ValueError, match="2\\^31"):
-        launcher.bind(*gemm_args(rows=1 << 31, m=1 << 31, n=1 << 20)[GEMM_POINTERS:])
+        launcher.bind(0, *gemm_args(rows=1 << 31, m=1 << 31, n=1 << 20)[GEMM_POINTERS:])
     with pytest.raises(TypeError):  # one integer too few
-        launcher.bind(*gemm_args()[GEMM_POINTERS:-1])
+        launcher.bind(0, *gemm_args()[GEMM_POINTERS:-1])
     assert (FAKE.fake_launches(), FAKE.fake_encodes()) == before
 
 
@@ -348,7 +348,7 @@ def test_bind_checks_the_integers_before_any_launch(kernel):
     "args", [{"rows": 0, "m": 0}, {"n": 0}, {"groups": 0}], ids=["rows", "n", "groups"]
 )
 def test_a_bound_empty_output_launches_nothing(kernel, args):
-    launch = gemm_launcher(kernel).bind(*gemm_args(**args)[GEMM_POINTERS:])
+    launch = gemm_launcher(kernel).bind(0, *gemm_args(**args)[GEMM_POINTERS:])
     before = (FAKE.fake_launches(), FAKE.fake_encodes())
     launch(A, B, D, 0, 0, 0)
     assert (FAKE.fake_launches(), FAKE.fake_encodes()) == before
@@ -366,7 +366,7 @@ def test_a_bound_empty_output_launches_nothing(kernel, args):
     ],
 )
 def test_a_bound_launch_refuses_bad_arguments(kernel, call, match):
-    launch = gemm_launcher(kernel).bind(*gemm_args()[GEMM_POINTERS:])
+    launch = gemm_launcher(kernel).bind(0, *gemm_args()[GEMM_POINTERS:])
     before = FAKE.fake_launches()
     with pytest.raises(TypeError, match=match):
         launch(*call)
@@ -376,11 +376,13 @@ def test_a_bound_launch_refuses_bad_arguments(kernel, call, match):
 
 
 def test_a_bound_launch_raises_the_launch_errors(kernel):
-    launch = gemm_launcher(kernel).bind(*gemm_args()[GEMM_POINTERS:])
-    with pytest.raises(RuntimeError, match=r"cuTensorMapEncodeTiled failed.*ptr=0x10001 .*box="):
-        launch(A + 1, B, D, 0, 0, 0)
+    launch = gemm_launcher(kernel).bind(0, *gemm_args()[GEMM_POINTERS:])
+    # A row stride of 7164 elements is 14328 bytes, off the 16-byte rule: the driver refuses.
+    odd = gemm_launcher(kernel).bind(0, *gemm_args(lda=7164)[GEMM_POINTERS:])
+    with pytest.raises(RuntimeError, match=r"cuTensorMapEncodeTiled failed.*strides_bytes=\{14328"):
+        odd(A, B, D, 0, 0, 0)
     with pytest.raises(RuntimeError, match="cuKernelSetAttribute failed"):
-        gemm_launcher(kernel, smem_bytes=300_000).bind(*gemm_args()[GEMM_POINTERS:])(
+        gemm_launcher(kernel, smem_bytes=300_000).bind(0, *gemm_args()[GEMM_POINTERS:])(
             A, B, D, 0, 0, 0
         )
     FAKE.fake_set_context(0)
@@ -397,9 +399,39 @@ def test_a_bound_launch_keeps_its_launcher_alive():
     kernel = C.Kernel(ELF)
     launcher = gemm_launcher(kernel)
     refs = sys.getrefcount(launcher)
-    launch = launcher.bind(*gemm_args()[GEMM_POINTERS:])
+    launch = launcher.bind(0, *gemm_args()[GEMM_POINTERS:])
     assert sys.getrefcount(launcher) == refs + 1
     del launcher, kernel
     before = FAKE.fake_launches()
     launch(A, B, D, 0, 0, 0)
     assert FAKE.fake_launches() == before + 1
+
+
+def test_a_bound_launch_refuses_what_the_python_checks_refuse(kernel):
+    """False, having done nothing, for an operand base off a 16-byte boundary (a, b, d, c; the
+    index vector is int32 and needs none) or a current context of another device: the Python
+    hit path then takes its full checks, which raise the error."""
+    launcher = gemm_launcher(kernel, store_cols=64)
+    launch = launcher.bind(0, *gemm_args()[GEMM_POINTERS:])
+    assert launch(A, B, D, CPTR, INFO, 0) is True
+    before = (FAKE.fake_launches(), FAKE.fake_encodes())
+    for position in range(4):
+        for offset in (2, 4, 8):
+            call = [A, B, D, CPTR, INFO, 0]
+            call[position] += offset
+            assert launch(*call) is False, (position, offset)
+    FAKE.fake_set_context(2)  # a context of device 1
+    assert launch(A, B, D, CPTR, INFO, 0) is False
+    assert (FAKE.fake_launches(), FAKE.fake_encodes()) == before
+    on_one = launcher.bind(1, *gemm_args()[GEMM_POINTERS:])
+    assert on_one(A, B, D, CPTR, INFO, 0) is True
+    FAKE.fake_set_context(1)
+    assert on_one(A, B, D, CPTR, INFO, 0) is False
+    assert FAKE.fake_launches() == before[0] + 1
+    assert launch(A, B, D, 0, INFO + 4, 0) is True  # c absent, the index vector 4-byte aligned
+    assert last_launch()["group_info"] == INFO + 4
+    with pytest.raises(RuntimeError, match="cuDeviceGet failed"):
+        launcher.bind(8, *gemm_args()[GEMM_POINTERS:])
+    FAKE.fake_set_context(0)
+    with pytest.raises(RuntimeError, match="no CUDA context is current"):
+        launch(A, B, D, CPTR, INFO, 0)

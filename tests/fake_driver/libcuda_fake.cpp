@@ -30,12 +30,13 @@ struct FakeDesc {
 };
 static_assert(sizeof(FakeDesc) <= sizeof(CUtensorMap), "a fake descriptor fits in a real one");
 constexpr uint64_t kMagic = 0x4641'4B45'5444'4553ull;
+constexpr int kNumDevices = 8;
 
 struct State {
   int max_active_clusters = 8;
   int kernel_count = 1;
   int smem_limit = 232448;  // the H200's opt-in maximum per block
-  bool context = true;
+  int context = 1;  // 0: none current; n: a context of device n - 1 (fake_set_context)
   int params_kind = 0;  // 0: Sm90Bf16GemmParams, 1: Sm90Bf16KGroupedParams
   // Counters and the last launch.
   int launches = 0, encodes = 0, set_attributes = 0, occupancy_queries = 0;
@@ -67,8 +68,8 @@ CUresult fake_cuGetErrorString(CUresult error, const char** text) {
 }
 
 CUresult fake_cuDeviceGet(CUdevice* device, int ordinal) {
-  if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
-  *device = 0;
+  if (ordinal < 0 || ordinal >= kNumDevices) return CUDA_ERROR_INVALID_DEVICE;
+  *device = ordinal;
   return CUDA_SUCCESS;
 }
 
@@ -85,8 +86,8 @@ CUresult fake_cuDeviceGetAttribute(int* value, CUdevice_attribute attr, CUdevice
 }
 
 CUresult fake_cuCtxGetDevice(CUdevice* device) {
-  if (!g.context) return CUDA_ERROR_INVALID_CONTEXT;
-  *device = 0;
+  if (g.context == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  *device = g.context - 1;
   return CUDA_SUCCESS;
 }
 
@@ -252,7 +253,8 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char* symbol, void** pfn, int, cuuint
 }
 
 void fake_set_max_active_clusters(int clusters) { g.max_active_clusters = clusters; }
-void fake_set_context(int present) { g.context = present != 0; }
+// 0: no context is current; n > 0: a context of device n - 1 is.
+void fake_set_context(int device_plus_one) { g.context = device_plus_one; }
 void fake_set_params_kind(int kind) { g.params_kind = kind; }
 int fake_launches() { return g.launches; }
 int fake_encodes() { return g.encodes; }

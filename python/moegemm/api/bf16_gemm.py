@@ -15,7 +15,7 @@ from .checks import (
     require_tensor,
     row_stride,
 )
-from .plans import current_device, make_plan, new_plan_cache, raw_stream
+from .plans import make_plan, new_plan_cache, raw_stream, require_launched
 
 _BF16 = (torch.bfloat16,)
 _D_DTYPES = (torch.bfloat16, torch.float32)
@@ -93,11 +93,9 @@ def bf16_gemm_nt(
     except (AttributeError, TypeError, RuntimeError):  # not a tensor, nested, sparse, ...
         key = plan = None
     if plan is not None:
-        a_ptr, b_ptr, d_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr()
         c_ptr = 0 if c is None else c.data_ptr()
-        # What a signature cannot tell: 16-byte aligned bases (& 15), the current device.
-        if not (a_ptr | b_ptr | d_ptr | c_ptr) & 15 and current_device() == plan.device:
-            plan.launch(a_ptr, b_ptr, d_ptr, c_ptr, 0, raw_stream(plan.device))
+        # False: an operand base off a 16-byte boundary, or another current device (plans.py).
+        if plan.launch(a.data_ptr(), b.data_ptr(), d.data_ptr(), c_ptr, 0, raw_stream(plan.device)):
             return d
     return _checked_call(key, a, b, d, c, config)
 
@@ -121,5 +119,6 @@ def _checked_call(
     if config is None and key is not None:
         _plans[key] = plan
     c_ptr = 0 if c is None else c.data_ptr()
-    plan.launch(a.data_ptr(), b.data_ptr(), d.data_ptr(), c_ptr, 0, raw_stream(device))
+    launched = plan.launch(a.data_ptr(), b.data_ptr(), d.data_ptr(), c_ptr, 0, raw_stream(device))
+    require_launched(launched, device)
     return d

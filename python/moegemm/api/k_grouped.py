@@ -19,7 +19,7 @@ from .checks import (
     require_tensor,
     row_stride,
 )
-from .plans import current_device, make_plan, new_plan_cache, raw_stream
+from .plans import make_plan, new_plan_cache, raw_stream, require_launched
 
 _BF16 = (torch.bfloat16,)
 _FP32 = (torch.float32,)
@@ -104,11 +104,10 @@ def k_grouped_bf16_gemm_tn_contiguous(
     except (AttributeError, TypeError, RuntimeError):  # not a tensor, nested, sparse, ...
         key = plan = None
     if plan is not None:
-        a_ptr, b_ptr, d_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr()
+        a_ptr, b_ptr, d_ptr, offs_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr(), offs.data_ptr()
         c_ptr = 0 if c is None else c.data_ptr()
-        # What a signature cannot tell: 16-byte aligned bases (& 15), the current device.
-        if not (a_ptr | b_ptr | d_ptr | c_ptr) & 15 and current_device() == plan.device:
-            plan.launch(a_ptr, b_ptr, d_ptr, c_ptr, offs.data_ptr(), raw_stream(plan.device))
+        # False: an operand base off a 16-byte boundary, or another current device (plans.py).
+        if plan.launch(a_ptr, b_ptr, d_ptr, c_ptr, offs_ptr, raw_stream(plan.device)):
             return d
     return _checked_call(key, a, b, d, offs, c, config)
 
@@ -137,7 +136,6 @@ def _checked_call(
     if config is None and key is not None:
         _plans[key] = plan
     c_ptr = c.data_ptr() if with_c else 0
-    plan.launch(
-        a.data_ptr(), b.data_ptr(), d.data_ptr(), c_ptr, offs.data_ptr(), raw_stream(device)
-    )
+    a_ptr, b_ptr, d_ptr, offs_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr(), offs.data_ptr()
+    require_launched(plan.launch(a_ptr, b_ptr, d_ptr, c_ptr, offs_ptr, raw_stream(device)), device)
     return d

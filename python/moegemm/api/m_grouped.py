@@ -25,7 +25,7 @@ from .checks import (
     require_tensor,
     row_stride,
 )
-from .plans import current_device, make_plan, new_plan_cache, raw_stream
+from .plans import make_plan, new_plan_cache, raw_stream, require_launched
 
 _BF16 = (torch.bfloat16,)
 _D_DTYPES = (torch.bfloat16, torch.float32)
@@ -152,10 +152,9 @@ def m_grouped_bf16_gemm_nt_contiguous(
     except (AttributeError, TypeError, RuntimeError):  # not a tensor, nested, sparse, ...
         key = plan = None
     if plan is not None:
-        a_ptr, b_ptr, d_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr()
-        # What a signature cannot tell: 16-byte aligned bases (& 15), the current device.
-        if not (a_ptr | b_ptr | d_ptr) & 15 and current_device() == plan.device:
-            plan.launch(a_ptr, b_ptr, d_ptr, 0, info.data_ptr(), raw_stream(plan.device))
+        a_ptr, b_ptr, d_ptr, info_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr(), info.data_ptr()
+        # False: an operand base off a 16-byte boundary, or another current device (plans.py).
+        if plan.launch(a_ptr, b_ptr, d_ptr, 0, info_ptr, raw_stream(plan.device)):
             return d
     return _checked_contiguous(key, a, b, d, m_indices, offs, config)
 
@@ -240,10 +239,9 @@ def m_grouped_bf16_gemm_nt_masked(
     except (AttributeError, TypeError, RuntimeError):  # not a tensor, nested, sparse, ...
         key = plan = None
     if plan is not None:
-        a_ptr, b_ptr, d_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr()
-        # What a signature cannot tell: 16-byte aligned bases (& 15), the current device.
-        if not (a_ptr | b_ptr | d_ptr) & 15 and current_device() == plan.device:
-            plan.launch(a_ptr, b_ptr, d_ptr, 0, masked_m.data_ptr(), raw_stream(plan.device))
+        a_ptr, b_ptr, d_ptr, m_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr(), masked_m.data_ptr()
+        # False: an operand base off a 16-byte boundary, or another current device (plans.py).
+        if plan.launch(a_ptr, b_ptr, d_ptr, 0, m_ptr, raw_stream(plan.device)):
             return d
     return _checked_masked(key, a, b, d, masked_m, expected_m, config)
 
@@ -285,5 +283,6 @@ def _launch(
     plan = make_plan(device, desc, args, config)
     if config is None and key is not None:
         cache[key] = plan
-    plan.launch(a.data_ptr(), b.data_ptr(), d.data_ptr(), 0, info.data_ptr(), raw_stream(device))
+    a_ptr, b_ptr, d_ptr, info_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr(), info.data_ptr()
+    require_launched(plan.launch(a_ptr, b_ptr, d_ptr, 0, info_ptr, raw_stream(device)), device)
     return d

@@ -9,7 +9,9 @@ full argument checks look at except the data pointers and the current device. So
   and launches a kernel stores its plan under its signature;
 - on a hit, only what can differ between calls of one signature is checked: every TMA
   operand's base on a 16-byte boundary and the current CUDA device being the operands' one.
-  A hit therefore accepts exactly what the full checks would accept for that call.
+  The plan's bound launch (`_C`'s `launcher.bind`) checks both and returns False, having done
+  nothing, where they fail; the call then takes the full checks, which raise the error. A hit
+  therefore accepts exactly what the full checks would accept for that call.
 
 Calls that launch nothing (empty problems, K = 0) store no plan and always take the full
 checks: a few microseconds, and no launch follows. Plans depend on the SM count, so
@@ -43,10 +45,12 @@ class Plan:
     """What a hit launches: a bound launch and what it was made from.
 
     device: the CUDA device index of the operands (a hit requires it to be current);
-    launch: the per-call entry, `launch(*pointers, stream)`: a `_C` bound launch (its integers
-    bound at plan time, so a call converts only the pointers and the stream) or a stand-in in
-    tests; args: those bound integers (for tools and tests; the hot path never reads them);
-    launcher: the `_C` launcher the launch was bound from (`launcher.num_blocks`)."""
+    launch: the per-call entry, `launch(*pointers, stream) -> bool`: a `_C` bound launch (its
+    device and integers bound at plan time, so a call converts only the pointers and the
+    stream; False where an operand base is off a 16-byte boundary or another device is
+    current) or a stand-in in tests; args: those bound integers (for tools and tests; the hot
+    path never reads them); launcher: the `_C` launcher the launch was bound from
+    (`launcher.num_blocks`)."""
 
     __slots__ = ("args", "config", "device", "launch", "launcher")
 
@@ -132,7 +136,18 @@ def make_plan(
     """The plan of one signature (a forced `config` bypasses the heuristics): its launcher with
     `args`, the launch's integers, bound (checked here, so a bad one raises before any launch)."""
     config, launcher = build_launcher(device, desc, config)
-    return Plan(device, launcher.bind(*args), args, config, launcher)
+    return Plan(device, launcher.bind(device, *args), args, config, launcher)
+
+
+def require_launched(launched: bool, device: int) -> None:
+    """A launch after the full checks: they passed, so a bound launch refuses only where the CUDA
+    context current on this thread is on another device than torch's current one (a context
+    made current through the driver API behind torch's back)."""
+    if not launched:
+        raise RuntimeError(
+            f"moegemm: the CUDA context current on this thread is not on cuda:{device}, torch's "
+            "current device; make torch's device current (torch.cuda.set_device) before the call"
+        )
 
 
 def build_plan(device: int, desc: GemmDesc, config: GemmConfig | None = None) -> Plan:
