@@ -278,10 +278,17 @@ def test_launcher_passes_params_cluster_and_pdl(tmp_path):
     try:
         for pdl, smem, c_ptr in ((False, 100 * 1024, 0), (True, 200 * 1024, c.data_ptr())):
             C.set_pdl(pdl)
-            d.zero_()
-            launcher(smem_bytes=smem)(*{**call, "c_ptr": c_ptr}.values())
-            torch.cuda.synchronize()
             expected = [m, n, k, n + 8, n, 2, 128, 14 + (c_ptr != 0)]
+            values = list({**call, "c_ptr": c_ptr}.values())
+            d.zero_()
+            launcher(smem_bytes=smem)(*values)
+            torch.cuda.synchronize()
+            assert d.view(num_blocks, 8).tolist() == [expected] * num_blocks
+            # The bound launch (the plans' hot path) of the same integers writes the same.
+            d.zero_()
+            bound = launcher(smem_bytes=smem).bind(torch.cuda.current_device(), *values[5:-1])
+            assert bound(*values[:5], values[-1]) is True
+            torch.cuda.synchronize()
             assert d.view(num_blocks, 8).tolist() == [expected] * num_blocks
     finally:
         C.set_pdl(before)
