@@ -59,7 +59,8 @@ def get_pdl() -> bool:
 
 class Sm90Bf16GemmLauncher:
     """Launches sm90_bf16_grouped_gemm or its swap-AB twin (dense or m-grouped) with the kernel
-    and its launch shape bound; keeps `kernel` alive. The cluster shape must be the compiled one: 1x1, 2x1 or 1x2."""
+    and its launch shape bound; keeps `kernel` alive. The cluster shape must be the compiled
+    one: 1x1, 2x1 or 1x2."""
 
     def __init__(
         self,
