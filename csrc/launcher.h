@@ -137,7 +137,8 @@ class TmaList {
 
   // The descriptors of one bound launch, keyed by their pointer alone: a bound launch lists the
   // same views every call but for the pointers, so an equal pointer means an equal descriptor.
-  // Skips the shared memo's key building and hashing; a new pointer goes through it.
+  // Skips the shared memo's key building and hashing; a new pointer goes through it. Shared by
+  // the threads calling one plan, and safe because a bound call never releases the GIL.
   struct BoundMemo {
     void* ptrs[kCapacity] = {};
     CUtensorMap descs[kCapacity];
