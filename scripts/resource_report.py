@@ -8,7 +8,7 @@ first on PYTHONPATH) and headers. Both use their tree's JIT compiler flags, so t
 the ones production would load. Per config it reports registers, spills, stack, static and
 dynamic shared memory and a SASS instruction-class histogram, and marks every difference.
 
-    python scripts/resource_report.py --baseline /work/baseline --out report.txt [--jobs 2]
+    python scripts/resource_report.py --baseline BASELINE_TREE --out report.txt [--jobs 2]
 
 Needs nvcc and cuobjdump (`pip install nvidia-cuda-cuobjdump`), no GPU. Cubins are cached by
 source, headers and flags under --cache, so a rerun rebuilds only what changed.
