@@ -32,8 +32,8 @@ namespace moegemm {
 // Stripes (kStripeM > 0): a group's tiles are taken in stripes of at most kStripeM m-blocks,
 // balanced (scheduler/stripe_walk.h), n-blocks inside a stripe, as DenseScheduler does; 0 takes
 // all of a group's m-blocks per n-block. The heuristics choose stripes of 8 where A's rows are
-// long and groups hold more than 8 m-blocks (sm90.walk_stripe_m; measured in BENCHMARKS.md,
-// tenth and eleventh sessions).
+// long and groups hold more than 8 m-blocks (heuristics/sm90_bf16.py, walk_stripe_m; measured
+// in BENCHMARKS.md, "Walk stripes").
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, bool kOffsets, uint32_t kClusterM_ = 1,
           uint32_t kClusterN_ = 1, uint32_t kStripeM = 0>
 struct GroupWalkScheduler {

@@ -1,7 +1,7 @@
-"""JIT compilation of moegemm kernels and their on-disk cache (see DESIGN.md, "JIT and its
-cache"). Importing this package is cheap: no torch, no CUDA, no subprocess."""
+"""JIT compilation of moegemm kernels and their on-disk cache (README.md, "The JIT cache").
+Importing this package is cheap: no torch, no CUDA, no subprocess."""
 
-from .cache import build_or_load, cache_root, invalidate, key_for, lookup
+from .cache import KernelNotCachedError, build_or_load, cache_root, invalidate, key_for, lookup
 from .compiler import CompileError
 from .cubin import count_cubin_kernels
 from .include_tree import include_tree_digest, library_include_dir
@@ -10,6 +10,7 @@ from .spec import KernelSpec
 
 __all__ = [
     "CompileError",
+    "KernelNotCachedError",
     "KernelSpec",
     "build_or_load",
     "cache_root",
