@@ -29,6 +29,8 @@ _PUBLIC = {
     "set_num_sms": "moegemm.api",
     "set_pdl": "moegemm.api",
 }
+# Submodules reachable as attributes after a bare `import moegemm` (loaded on first touch).
+_SUBMODULES = ("quant",)
 
 __all__ = [
     "__version__",
@@ -39,12 +41,15 @@ __all__ = [
     "k_grouped_bf16_gemm_tn_contiguous",
     "m_grouped_bf16_gemm_nt_contiguous",
     "m_grouped_bf16_gemm_nt_masked",
+    "quant",
     "set_num_sms",
     "set_pdl",
 ]
 
 
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"moegemm.{name}")
     module = _PUBLIC.get(name)
     if module is None:
         raise AttributeError(f"module 'moegemm' has no attribute {name!r}")
@@ -54,7 +59,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_PUBLIC))
+    return sorted(set(globals()) | set(_PUBLIC) | set(_SUBMODULES))
 
 
 if not os.environ.get("MOEGEMM_LIGHT_IMPORT"):
