@@ -314,3 +314,30 @@ def test_runtime_memoises_and_rebuilds_unloadable_cubin(
     assert runtime.load_kernel(spec) is kernel and len(loads) == 2
     assert lookup(spec) is not None
     runtime.clear_loaded()
+
+
+def test_runtime_keeps_the_cache_on_a_failure_of_the_process(
+    jit_cache_dir: Path,
+    tiny_include: Path,
+    tiny_source: Callable[..., str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Out of memory (or a broken context) says nothing about the cubin: the error propagates
+    and the cached kernel stays for the next process."""
+    loads: list[bytes] = []
+
+    class FailingKernel:
+        def __init__(self, data: bytes) -> None:
+            loads.append(data)
+            raise RuntimeError("cuLibraryLoadData failed: CUDA_ERROR_OUT_OF_MEMORY (out of memory)")
+
+    monkeypatch.setitem(sys.modules, "moegemm._C", types.SimpleNamespace(Kernel=FailingKernel))
+    import moegemm
+
+    monkeypatch.setattr(moegemm, "_C", sys.modules["moegemm._C"], raising=False)
+    runtime.clear_loaded()
+    spec = KernelSpec("tiny", tiny_source())
+    with pytest.raises(RuntimeError, match="OUT_OF_MEMORY"):
+        runtime.load_kernel(spec)
+    assert len(loads) == 1 and lookup(spec) is not None
+    runtime.clear_loaded()

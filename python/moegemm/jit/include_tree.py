@@ -1,7 +1,8 @@
 """Recursive digest of the library headers a generated source includes.
 
-Only headers that resolve inside our own include dir(s) are hashed: CUTLASS and system headers
-are covered by the CUTLASS version and compiler signature in the cache key instead."""
+Only headers that resolve inside our own include dir(s) are hashed: CUTLASS headers are covered
+by the CUTLASS version in the cache key; the CUDA toolkit's own headers by nothing, since a cached
+kernel is kept whichever nvcc is installed (README, "The JIT cache")."""
 
 from __future__ import annotations
 
