@@ -144,3 +144,11 @@ def test_cpu_index_vectors_are_named_as_passed() -> None:
         moegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, offs=torch.zeros(5, dtype=torch.int32))
     with pytest.raises(ValueError, match="^m_indices must have shape \\(256,\\)"):
         moegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, torch.zeros(4, dtype=torch.int32))
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.0, True, "8"])
+def test_set_num_sms_refuses_what_is_not_a_positive_int(bad: object) -> None:
+    import moegemm
+
+    with pytest.raises(ValueError, match="num_sms"):
+        moegemm.set_num_sms(bad)  # type: ignore[arg-type]

@@ -36,7 +36,9 @@ def register_plan_cache(cache: dict) -> dict:
 def set_num_sms(num_sms: int | None) -> None:
     """Limit the SMs kernels occupy (e.g. to leave room for communication); None = all."""
     global _num_sms_override
-    if num_sms is not None and (not isinstance(num_sms, int) or num_sms <= 0):
+    if num_sms is not None and (
+        isinstance(num_sms, bool) or not isinstance(num_sms, int) or num_sms <= 0
+    ):
         raise ValueError(f"num_sms must be a positive int or None, got {num_sms!r}")
     _num_sms_override = num_sms
     for cache in _plan_caches:
