@@ -1,7 +1,10 @@
-"""Dependencies point one way (issue 16, section 2): the JIT sits below the API and the warmup.
-No jit module imports moegemm.api or moegemm.warmup (except `__main__`, the entry shim of
-`python -m moegemm.jit --warmup`) nor a heuristics submodule, and importing moegemm.jit loads
-neither torch nor the layers above it."""
+"""Dependencies point one way (issue 16, section 2): warmup -> api -> heuristics, jit -> runtime.
+
+The API uses the heuristics through the package alone (so their modules can be split) and the
+JIT; nothing in it imports the warmup, which sits above the API. No jit module imports
+moegemm.api or moegemm.warmup (except `__main__`, the entry shim of `python -m moegemm.jit
+--warmup`) nor a heuristics submodule, and importing moegemm.jit loads neither torch nor the
+layers above it."""
 
 from __future__ import annotations
 
@@ -13,29 +16,59 @@ from pathlib import Path
 import pytest
 from conftest import PYTHON_DIR
 
+API_DIR = PYTHON_DIR / "moegemm" / "api"
+API_PACKAGE = ("moegemm", "api")
 JIT_DIR = PYTHON_DIR / "moegemm" / "jit"
+JIT_PACKAGE = ("moegemm", "jit")
 ABOVE = ("moegemm.api", "moegemm.warmup")
 HEURISTICS_INTERFACE = ("config",)
 
 
-def _imports(path: Path) -> list[str]:
-    """Absolute names of the modules a file imports (relative imports resolved)."""
-    package = ["moegemm", "jit"]
+def _imports(path: Path, package: tuple[str, ...]) -> list[str]:
+    """Absolute names of the modules a file of `package` imports (relative imports resolved)."""
     names = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = package[: len(package) - node.level + 1] if node.level else []
+            base = list(package[: len(package) - node.level + 1]) if node.level else []
             module = ".".join([*base, *([node.module] if node.module else [])])
             names.append(module)
             names += [f"{module}.{alias.name}" for alias in node.names]
     return names
 
 
+@pytest.mark.parametrize("path", sorted(API_DIR.glob("*.py")), ids=lambda p: p.name)
+def test_api_imports_the_heuristics_package_and_never_the_warmup(path: Path) -> None:
+    imported = _imports(path, API_PACKAGE)
+    assert [m for m in imported if m.startswith("moegemm.warmup")] == []
+    heuristics_dir = PYTHON_DIR / "moegemm" / "heuristics"
+    internals = [
+        m
+        for m in imported
+        if m.startswith("moegemm.heuristics.")
+        and (heuristics_dir / f"{m.split('.')[2]}.py").exists()
+    ]
+    assert internals == [], f"{path.name} imports heuristics modules {internals}"
+
+
+def test_the_checker_sees_relative_imports() -> None:
+    names = _imports(API_DIR / "plans.py", API_PACKAGE)
+    assert "moegemm.heuristics.select_config" in names and "moegemm.jit.runtime" in names
+
+
+def test_importing_the_api_loads_no_warmup(subprocess_env: dict[str, str]) -> None:
+    code = (
+        "import sys, moegemm.api\n"
+        "loaded = [m for m in sys.modules if m.startswith('moegemm.warmup')]\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], env=subprocess_env, check=True, timeout=300)
+
+
 @pytest.mark.parametrize("path", sorted(JIT_DIR.glob("*.py")), ids=lambda p: p.name)
 def test_jit_imports_nothing_above_it(path: Path) -> None:
-    imported = _imports(path)
+    imported = _imports(path, JIT_PACKAGE)
     above = [m for m in imported if m.startswith(ABOVE)]
     if path.name == "__main__.py":
         assert above and all(m.startswith("moegemm.warmup.cli") for m in above), above
@@ -56,7 +89,7 @@ def test_jit_imports_nothing_above_it(path: Path) -> None:
 
 def test_import_resolution_sees_relative_imports() -> None:
     """The checker itself: relative imports of the cache resolve to moegemm.jit.*."""
-    names = _imports(JIT_DIR / "cache.py")
+    names = _imports(JIT_DIR / "cache.py", JIT_PACKAGE)
     assert "moegemm.jit.compiler" in names and "moegemm.jit.spec.KernelSpec" in names
 
 
