@@ -1,20 +1,18 @@
 """Interleaved A/B timing and its statistics for benchmarks/build_twins.py.
 
 The pure parts (interleave, compare, summarize, formatting) are tested on the CPU with a fake
-timer (tests/test_build_twins.py); QueuedTimer needs a GPU.
+timer (tests/test_build_twins.py); on the GPU build_twins.py times with bench_common.Timer
+(queued behind a GPU sleep, the method of bench_bf16.py).
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
 LAYOUTS = ("dense", "m_indices", "offs", "masked", "k_grouped")
 TARGET = 0.01  # |geomean(new / old) - 1| per layout
-SLEEP_CYCLES_PER_US = 1980  # torch.cuda._sleep counts clock cycles; H200 boost clock
 
 
 def interleave(
@@ -120,43 +118,3 @@ def format_summary(summary: dict) -> str:
             f"{s['pick_mismatch']:7d} {s['check_failed']:6d}  {'PASS' if s['pass'] else 'MISS'}"
         )
     return "\n".join(lines)
-
-
-@dataclass
-class QueuedTimer:
-    """Median µs per call (CUDA events per call), iterations sized to a GPU-time budget, the
-    timed launches queued behind a GPU sleep so no host gap is timed (bench_bf16.py's method)."""
-
-    budget_ms: float = 60.0
-    max_iters: int = 100
-    min_iters: int = 5
-
-    def __call__(self, fn: Callable[[], object]) -> float:
-        import torch
-
-        fn()
-        torch.cuda.synchronize()
-        probe = 3
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        t0 = time.perf_counter()
-        start.record()
-        for _ in range(probe):
-            fn()
-        end.record()
-        host_us = (time.perf_counter() - t0) / probe * 1e6
-        torch.cuda.synchronize()
-        est_us = max(1.0, start.elapsed_time(end) * 1e3 / probe)
-        iters = int(max(self.min_iters, min(self.max_iters, self.budget_ms * 1e3 / est_us)))
-        for _ in range(max(2, min(10, iters // 5))):
-            fn()
-        torch.cuda.synchronize()
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-        sleep_us = min(200_000.0, host_us * iters * 1.5 + 200.0)
-        torch.cuda._sleep(int(sleep_us * SLEEP_CYCLES_PER_US))
-        for s, e in zip(starts, ends):
-            s.record()
-            fn()
-            e.record()
-        torch.cuda.synchronize()
-        return statistics.median(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))

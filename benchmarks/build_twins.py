@@ -48,13 +48,13 @@ import torch
 from ab_timing import (
     LAYOUTS,
     ROW_HEADER,
-    QueuedTimer,
     compare,
     format_row,
     format_summary,
     interleave,
     summarize,
 )
+from bench_common import Timer
 
 REPO = Path(__file__).resolve().parents[1]
 DEVICE = "cuda"  # the CPU test runs the whole flow on "cpu" with fake packages
@@ -582,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     print(ROW_HEADER, flush=True)
-    rows = run_all(problems, new, old, QueuedTimer(budget_ms=args.budget_ms), args.rounds, num_sms)
+    rows = run_all(problems, new, old, Timer(budget_ms=args.budget_ms), args.rounds, num_sms)
     summary = summarize(rows)
     elapsed = time.perf_counter() - t_start
     print(f"\n# {len(rows)} problems in {elapsed:.0f} s; new {new_label} vs old {old_label}")

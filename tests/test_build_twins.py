@@ -502,8 +502,9 @@ def test_run_all_makes_inputs_once_per_case_and_survives_a_failing_case(monkeypa
 
 @pytest.mark.gpu
 def test_gpu_flow_with_the_current_package_as_both_sides() -> None:
-    """The real GPU path (inputs, checks, QueuedTimer) with moegemm on both sides: the same
+    """The real GPU path (inputs, checks, bench_common.Timer) with moegemm on both sides: the same
     picks, bitwise equal outputs, FP32-correct, and a ratio near 1."""
+    import bench_common
     import torch
 
     import moegemm
@@ -518,7 +519,7 @@ def test_gpu_flow_with_the_current_package_as_both_sides() -> None:
         Case("k_grouped", 0, "kgrp", "k_grouped", 3, 256, 512, [128, 0, 384]),
     ]
     problems = [(c, p) for c in cases for p in bt.problems_for(c)]
-    rows = bt.run_all(problems, side, twin, ab_timing.QueuedTimer(budget_ms=5.0), 2, num_sms,
+    rows = bt.run_all(problems, side, twin, bench_common.Timer(budget_ms=5.0), 2, num_sms,
                       echo=lambda line: None)  # fmt: skip
     assert [r["layout"] for r in rows] == ["dense", "offs", "m_indices", "masked", "k_grouped"]
     for r in rows:
