@@ -17,17 +17,10 @@ from collections.abc import Callable
 
 import torch
 from bench_common import run_info
+from bf16_cases import DENSE_CASES
 
 import moegemm
 from moegemm.testing import bench_us, calc_diff, host_us_per_call, reference_gemm_nt
-
-DENSE_CASES = [
-    ("square 4096", 4096, 4096, 4096),
-    ("square 8192", 8192, 8192, 8192),
-    ("dsv3 shared L1 M=4096", 4096, 4096, 7168),
-    ("gpt-oss K=2880 M=4096", 4096, 5760, 2880),
-    ("decode M=16 N=4096 K=7168", 16, 4096, 7168),
-]
 
 FIRST_CALL_SCRIPT = r"""
 import time, torch

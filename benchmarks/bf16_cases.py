@@ -17,6 +17,14 @@ import torch
 import moegemm
 
 ALIGN = 128  # moegemm.get_mk_alignment_for_contiguous_layout() (checked at run time)
+# The dense shapes of bench_bf16_gemm.py (and of build_twins.py): (name, m, n, k).
+DENSE_CASES = [
+    ("square 4096", 4096, 4096, 4096),
+    ("square 8192", 8192, 8192, 8192),
+    ("dsv3 shared L1 M=4096", 4096, 4096, 7168),
+    ("gpt-oss K=2880 M=4096", 4096, 5760, 2880),
+    ("decode M=16 N=4096 K=7168", 16, 4096, 7168),
+]
 SUITES = ("anchors", "decode", "prefill", "masked", "k_grouped")
 
 # --- Anchor 1: DeepGEMM vs torch (BF16 columns). rows = the table's total real rows; each group

@@ -61,14 +61,6 @@ DEVICE = "cuda"  # the CPU test runs the whole flow on "cpu" with fake packages
 DEFAULT_REV = "3f8aa66"  # the pre-refactor baseline of issue 16
 TOL = 1e-5  # calc_diff against FP32 (BENCHMARKS.md protocol)
 L2_BYTES = 60 * 2**20
-# bench_bf16_gemm.py's dense shapes (name, m, n, k); a copy, so this runs if that file moves.
-DENSE_CASES = [
-    ("square 4096", 4096, 4096, 4096),
-    ("square 8192", 8192, 8192, 8192),
-    ("dsv3 shared L1 M=4096", 4096, 4096, 7168),
-    ("gpt-oss K=2880 M=4096", 4096, 5760, 2880),
-    ("decode M=16 N=4096 K=7168", 16, 4096, 7168),
-]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -118,7 +110,7 @@ def problems_for(case) -> list[Problem]:
 
 
 def dense_cases() -> list:
-    from bf16_cases import Case
+    from bf16_cases import DENSE_CASES, Case
 
     return [Case("dense", i, f"dense:{name}", "dense", 1, n, k, [m]) for i, (name, m, n, k) in
             enumerate(DENSE_CASES)]  # fmt: skip
