@@ -26,9 +26,8 @@ from typing import Any
 import torch
 
 from ..heuristics import GemmConfig, GemmDesc, select_config
-from ..jit.codegen import sm90_bf16_gemm_spec, sm90_bf16_k_grouped_spec
+from ..jit.codegen import kernel_spec  # the kernel of a call; the warmup builds the same
 from ..jit.runtime import load_kernel
-from ..jit.spec import KernelSpec
 from .device import arch_for_device, register_plan_cache
 
 TMA_ALIGN_MASK = 15  # TMA bases are 16-byte aligned: ptr & 15 == 0
@@ -88,13 +87,6 @@ def max_ctas(desc: GemmDesc, config: GemmConfig) -> int:
     if desc.kind == "m_grouped_offsets":  # each group may end in a partial block
         return (math.ceil(desc.m / rows) + desc.num_groups) * n_blocks
     return desc.num_groups * math.ceil(desc.m / rows) * n_blocks  # masked, k_grouped
-
-
-def kernel_spec(desc: GemmDesc, config: GemmConfig) -> KernelSpec:
-    """The kernel a call of `desc` compiles for `config` (the warmup builds the same)."""
-    if desc.kind == "k_grouped":
-        return sm90_bf16_k_grouped_spec(config, desc.with_c)
-    return sm90_bf16_gemm_spec(config, desc.d_dtype, desc.with_c, desc.kind)
 
 
 def build_launcher(device: int, desc: GemmDesc, config: GemmConfig | None = None) -> tuple:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from ..heuristics.config import GemmConfig
+from ..heuristics.config import GemmConfig, GemmDesc
 from .spec import KernelSpec
 
 # wgmma N of the atoms CuTe declares without its extended shapes (which cost ~0.6 s of compile
@@ -214,3 +214,11 @@ def sm90_bf16_k_grouped_spec(config: GemmConfig, with_c: bool) -> KernelSpec:
     body = config_struct(config, out_type="float", with_c=with_c, scheduler=scheduler)
     source = _source(name, _wgmma_n_define(lay.block_n), _K_GROUPED, body)
     return KernelSpec(name=name, source=source, arch="sm_90a")
+
+
+def kernel_spec(desc: GemmDesc, config: GemmConfig) -> KernelSpec:
+    """The kernel a call of `desc` compiles for `config`: what the API loads and the warmup
+    builds."""
+    if desc.kind == "k_grouped":
+        return sm90_bf16_k_grouped_spec(config, desc.with_c)
+    return sm90_bf16_gemm_spec(config, desc.d_dtype, desc.with_c, desc.kind)

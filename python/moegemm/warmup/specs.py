@@ -44,7 +44,7 @@ from ..heuristics import (
     select_config,
     selection_key,
 )
-from ..jit.codegen import sm90_bf16_gemm_spec, sm90_bf16_k_grouped_spec
+from ..jit.codegen import kernel_spec
 from ..jit.spec import KernelSpec
 
 DEFAULT_MAX_TOKENS = 16384
@@ -125,13 +125,6 @@ class Picker:
             config = select_config(desc, self.arch)
             self._picks[key] = config
         return config
-
-
-def kernel_spec(desc: GemmDesc, config: GemmConfig) -> KernelSpec:
-    """The kernel a call of `desc` compiles for `config`."""
-    if desc.kind == "k_grouped":
-        return sm90_bf16_k_grouped_spec(config, desc.with_c)
-    return sm90_bf16_gemm_spec(config, desc.d_dtype, desc.with_c, desc.kind)
 
 
 def check_arguments(token_counts: Sequence[int], top_k: int, num_sms: int) -> None:
