@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from . import sm90_bf16, sm100
 from .arch import ARCHS, SM90, SM100, ArchSpec, arch_for, arch_for_compute_capability
 from .config import GemmConfig, GemmDesc, LaunchConfig, Layout, PipelineConfig, StorageConfig
-from .sm90_bf16 import CONTIGUOUS_ALIGNMENT, SWAP_AB_KINDS, WALK_STRIPE_M, WGMMA_BASE_N
+from .sm90_bf16 import CONTIGUOUS_ALIGNMENT, SWAP_AB_KINDS, WALK_STRIPE_M
 
 __all__ = [
     "ARCHS",
@@ -25,7 +25,6 @@ __all__ = [
     "SM100",
     "SWAP_AB_KINDS",
     "WALK_STRIPE_M",
-    "WGMMA_BASE_N",
     "ArchSpec",
     "GemmConfig",
     "GemmDesc",

@@ -37,7 +37,6 @@ from .ragged import RAGGED_KINDS, expected_rows_per_group, quantile_rows
 from .waves import RaggedBlocks, count_tiles, expected_waves
 
 BLOCK_K = 64  # one 128-byte swizzle row of BF16
-WGMMA_BASE_N = (8, 16, 32, 64, 96, 128, 192, 256)  # atoms that need no extended CuTe shapes
 BLOCK_N_CHOICES = tuple(range(16, 257, 16))
 K_GROUPED_BLOCK_N = (64, 128, 192, 256)  # B of the k-grouped kernel loads in 64-wide chunks
 CONTIGUOUS_ALIGNMENT = 128  # rows; each m_indices segment starts on a multiple of this

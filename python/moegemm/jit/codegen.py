@@ -19,8 +19,10 @@ from .spec import KernelSpec
 # wgmma N of the atoms CuTe declares without its extended shapes (which cost ~0.6 s of compile
 # time each build): a kernel issuing any other N defines MOEGEMM_WGMMA_EXTENDED_N.
 WGMMA_BASE_N = (8, 16, 32, 64, 96, 128, 192, 256)
-# The layouts the swap-AB kernel serves (its scheduler is the grouped walk).
-SWAP_AB_KINDS = ("m_grouped_offsets", "m_grouped_masked")
+# The layouts of the grouped walk (scheduler/group_walk_scheduler.cuh): the only ones with walk
+# stripes, and the ones the swap-AB kernel serves.
+GROUP_WALK_KINDS = ("m_grouped_offsets", "m_grouped_masked")
+SWAP_AB_KINDS = GROUP_WALK_KINDS
 CLUSTER_SHAPES = ((1, 1), (2, 1), (1, 2))
 
 _OUT_TYPES = {"bf16": "__nv_bfloat16", "fp32": "float"}
@@ -160,7 +162,7 @@ def sm90_bf16_gemm_spec(
             f"{kind}: clusters are 1x1, 2x1 (B shared) or 1x2 (A shared), and the m_indices "
             f"layout takes no 2x1; got {lay.cluster_m}x{lay.cluster_n}"
         )
-    if lay.stripe_m and kind not in SWAP_AB_KINDS:
+    if lay.stripe_m and kind not in GROUP_WALK_KINDS:
         raise ValueError(f"{kind}: stripe_m is a grouped-walk option (offsets, masked)")
     if config.store_cols and (with_c or d_dtype != "bf16"):
         raise ValueError(f"{kind}: the TMA-store epilogue writes BF16 without C")
