@@ -281,16 +281,16 @@ def test_per_token_cast_reconstructs(k: int, dtype: torch.dtype) -> None:
     assert a.dtype == torch.float8_e4m3fn and a.shape == x.shape
     assert sfa.dtype == torch.float32 and sfa.shape == (2, 7, nb)
     xf = x.float()
-    # Each scale is the DeepGEMM one, the last (partial) block's amax taken over its own columns.
+    # Each scale is the DeepGEMM one (amax times the FP32 1/448, as CUDA divides by a scalar), the last (partial) block's amax taken over its own columns.
     for j in range(nb):
         amax = xf[..., j * 128 : (j + 1) * 128].abs().amax(dim=-1)
-        assert torch.equal(sfa[..., j], amax.clamp(min=1e-4) / 448)
+        assert torch.equal(sfa[..., j], amax.clamp(min=1e-4) * (1.0 / 448))
     scale = sfa.repeat_interleave(128, dim=-1)[..., :k]
     err = (a.float() * scale - xf).abs()
     # E4M3: half an ulp is 2^-4 relative for normals, 2^-10 * scale below 2^-6 * scale.
     bound = xf.abs() * (2.0**-4 + 1e-6) + scale * 2.0**-10 * (1 + 1e-6)
     assert (err <= bound).all()
-    assert (a[0, 3].float() == 0).all() and torch.equal(sfa[0, 3], torch.full((nb,), 1e-4 / 448))
+    assert (a[0, 3].float() == 0).all() and torch.equal(sfa[0, 3], torch.full((nb,), 1e-4) * (1.0 / 448))
     # Every block whose amax is above the epsilon reaches the top of the E4M3 range.
     live = amax_blocks(xf, 128) >= 1e-4
     assert live.any()

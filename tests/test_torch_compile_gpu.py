@@ -253,14 +253,14 @@ def test_opcheck(name: str) -> None:
     """torch.library's own checks on the real kernels: the op mutates exactly what its schema
     says, its fake implementation and AOT dispatch (dynamic shapes) agree with the real one."""
     case = CASES[name]()
-    ops = {
-        "dense": (torch.ops.moegemm.bf16_gemm_nt, case.args),
-        "offs": (torch.ops.moegemm.m_grouped_bf16_gemm_nt_contiguous,
-                 (*case.args[:3], None, case.args[3])),
-        "masked": (torch.ops.moegemm.m_grouped_bf16_gemm_nt_masked, (*case.args, 32)),
-        "k_grouped_c": (torch.ops.moegemm.k_grouped_bf16_gemm_tn_contiguous, case.args),
+    ops = {  # built lazily: each case has only its own arguments
+        "dense": lambda: (torch.ops.moegemm.bf16_gemm_nt, case.args),
+        "offs": lambda: (torch.ops.moegemm.m_grouped_bf16_gemm_nt_contiguous,
+                         (*case.args[:3], None, case.args[3])),
+        "masked": lambda: (torch.ops.moegemm.m_grouped_bf16_gemm_nt_masked, (*case.args, 32)),
+        "k_grouped_c": lambda: (torch.ops.moegemm.k_grouped_bf16_gemm_tn_contiguous, case.args),
     }  # fmt: skip
-    op, args = ops[name]
+    op, args = ops[name]()
     torch.library.opcheck(op, args)
 
 

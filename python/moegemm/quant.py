@@ -63,7 +63,7 @@ def per_token_cast_to_fp8(x: torch.Tensor, gran_k: int = 128) -> tuple[torch.Ten
     """Cast x [..., M, K] to (a float8_e4m3fn [..., M, K], sfa float32 [..., M, ceil(K/gran_k)]).
 
     Each token's K is cut into blocks of gran_k (the last may be partial); a block's scale is
-    max(amax, 1e-4) / 448 and a = x / scale, so x ~= a * scale within E4M3 precision.
+    max(amax, 1e-4) * fp32(1/448) and a = x / scale, so x ~= a * scale within E4M3 precision.
     """
     _check_float(x, "x", 2)
     if isinstance(gran_k, bool) or not isinstance(gran_k, int):
@@ -77,7 +77,9 @@ def per_token_cast_to_fp8(x: torch.Tensor, gran_k: int = 128) -> tuple[torch.Ten
     # Zero padding changes no amax, and the padded columns are sliced off again.
     xf = F.pad(x.float(), (0, num_blocks * gran_k - k))
     xb = xf.unflatten(-1, (num_blocks, gran_k))
-    sfa = xb.abs().amax(dim=-1).clamp(min=FP8_AMAX_EPS) / FP8_E4M3_MAX
+    # A multiply by the FP32 reciprocal, not a division: CUDA's division by a scalar is itself
+    # a multiply by the reciprocal, so this form gives the same bits on the CPU and the GPU.
+    sfa = xb.abs().amax(dim=-1).clamp(min=FP8_AMAX_EPS) * (1.0 / FP8_E4M3_MAX)
     # x / scale can exceed 448 by an FP32 rounding step; the clamp keeps it off the NaN code.
     scaled = (xb / sfa.unsqueeze(-1)).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX)
     a = scaled.flatten(-2)[..., :k].to(torch.float8_e4m3fn)
