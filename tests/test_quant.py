@@ -290,7 +290,9 @@ def test_per_token_cast_reconstructs(k: int, dtype: torch.dtype) -> None:
     # E4M3: half an ulp is 2^-4 relative for normals, 2^-10 * scale below 2^-6 * scale.
     bound = xf.abs() * (2.0**-4 + 1e-6) + scale * 2.0**-10 * (1 + 1e-6)
     assert (err <= bound).all()
-    assert (a[0, 3].float() == 0).all() and torch.equal(sfa[0, 3], torch.full((nb,), 1e-4) * (1.0 / 448))
+    assert (a[0, 3].float() == 0).all() and torch.equal(
+        sfa[0, 3], torch.full((nb,), 1e-4) * (1.0 / 448)
+    )
     # Every block whose amax is above the epsilon reaches the top of the E4M3 range.
     live = amax_blocks(xf, 128) >= 1e-4
     assert live.any()
