@@ -67,13 +67,16 @@ class _Diff:
         return 0.0 if self.sq == 0 else 1 - 2 * self.xy / self.sq
 
 
-def _peer_us(fn: Callable[[], object]) -> float:
-    """torch's time for the same problem, NaN where this torch build refuses it."""
-    try:
-        fn()
-    except (RuntimeError, TypeError, ValueError):
-        return math.nan
-    return bench_us(fn)
+def _peer_us(*fns: Callable[[], object]) -> float:
+    """torch's time for the same problem by the first of fns this torch build accepts, NaN where
+    it refuses them all."""
+    for fn in fns:
+        try:
+            fn()
+        except (RuntimeError, TypeError, ValueError):
+            continue
+        return bench_us(fn)
+    return math.nan
 
 
 def _skipped(out: TextIO, layout: str, label: str, tokens: int) -> None:
@@ -189,8 +192,12 @@ def _check_routed(rep: _Report, label: str, b: torch.Tensor, tokens: int, top_k:
         want = dy[start : start + size].float().t() @ x[start : start + size].float()
         diff.add(d[group], want)
     us = bench_us(lambda: moegemm.k_grouped_bf16_gemm_tn_contiguous(dy, x, d, offs))
-    dy_t, x_cm = dy.t().contiguous(), x.t().contiguous().t()  # torch: row-major A, col-major B
-    k_peer = _peer_us(lambda: torch._grouped_mm(dy_t, x_cm, offs=offs, out_dtype=torch.float32))
+    # As bench_bf16.py calls it: FP32 out where this torch supports it, else BF16 out.
+    dy_t = dy.t()
+    k_peer = _peer_us(
+        lambda: torch._grouped_mm(dy_t, x, offs=offs, out_dtype=torch.float32),
+        lambda: torch._grouped_mm(dy_t, x, offs=offs),
+    )
     rep.row("k-grouped", label, tokens, rows, diff.value(), us, k_peer)
 
 
