@@ -31,10 +31,17 @@ class GemmDesc:
     d_dtype: str = "bf16"
     with_c: bool = False
     expected_m: int = 0
+    # FP8 x FP4 only: "raw" is the checkpoint's nibble order, "prepared" the layout that
+    # prepare_mxfp4_weights writes; the two need different conversion code, so different kernels.
+    weights: str = "raw"
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"unknown GEMM kind {self.kind!r}; known: {KINDS}")
+        if self.ab_dtype not in AB_DTYPES:
+            raise ValueError(f"unknown ab_dtype {self.ab_dtype!r}; known: {AB_DTYPES}")
+        if self.weights not in WEIGHTS:
+            raise ValueError(f"unknown weights layout {self.weights!r}; known: {WEIGHTS}")
 
 
 # Dense, the three m-grouped layouts (per-row indices, packed offsets, masked), k-grouped.
@@ -45,6 +52,10 @@ KINDS = (
     "m_grouped_masked",
     "k_grouped",
 )
+
+# Operand types: BF16 x BF16, and FP8 (E4M3) activations x MXFP4 (E2M1 + UE8M0) weights.
+AB_DTYPES = ("bf16", "fp8_fp4")
+WEIGHTS = ("raw", "prepared")
 
 
 @dataclass(frozen=True)
@@ -82,6 +93,8 @@ class StorageConfig:
 class PipelineConfig:
     num_stages: int
     smem_bytes: int
+    # FP8 x FP4: stages of the transform warpgroup's ring of converted (FP8) B tiles; 0 = none.
+    transform_stages: int = 0
 
 
 @dataclass(frozen=True)
@@ -112,4 +125,5 @@ class GemmConfig:
             + ("t" if lay.swap_ab else "")
             + (f"p{lay.stripe_m}" if lay.stripe_m else "")
             + (f"e{self.storage.store_box_d[0]}" if self.storage.store_box_d else "")
+            + (f"x{self.pipeline.transform_stages}" if self.pipeline.transform_stages else "")
         )
