@@ -3,7 +3,7 @@
 Modules: config.py (problem and config types), arch.py (per-arch facts), ragged.py (ragged
 group statistics), waves.py (the wave model), search.py (ranking), and one module per arch x
 operand types with its configs and cycle model: sm90_bf16.py; sm100.py refuses until SM100
-kernels exist.
+kernels exist. FP8 x FP4 descs (GemmDesc.ab_dtype "fp8_fp4") go to sm90_fp8_fp4.py.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Iterator
 
-from . import sm90_bf16, sm100
+from . import sm90_bf16, sm90_fp8_fp4, sm100
 from .arch import ARCHS, SM90, SM100, ArchSpec, arch_for, arch_for_compute_capability
 from .config import GemmConfig, GemmDesc, LaunchConfig, Layout, PipelineConfig, StorageConfig
 from .sm90_bf16 import CONTIGUOUS_ALIGNMENT, SWAP_AB_KINDS, WALK_STRIPE_M
@@ -42,9 +42,9 @@ __all__ = [
 ]
 
 
-def _family(arch: ArchSpec):  # -> the family module
+def _family(arch: ArchSpec, desc: GemmDesc):  # -> the family module
     if arch.name == "sm_90a":
-        return sm90_bf16
+        return sm90_fp8_fp4 if desc.ab_dtype == "fp8_fp4" else sm90_bf16
     raise ValueError(f"moegemm has no kernels for {arch.name} yet; SM90 (Hopper) is supported")
 
 
@@ -52,7 +52,7 @@ def _family(arch: ArchSpec):  # -> the family module
 def select_config(desc: GemmDesc, arch: ArchSpec) -> GemmConfig:
     """The config the heuristics pick; computed once per (problem, arch) signature."""
     if arch.name == "sm_90a":
-        config = sm90_bf16.select(desc, arch)
+        config = _family(arch, desc).select(desc, arch)
     else:
         config = sm100.select_config(desc, arch)
     if os.environ.get("MOEGEMM_PRINT_CONFIGS"):
@@ -63,21 +63,21 @@ def select_config(desc: GemmDesc, arch: ArchSpec) -> GemmConfig:
 def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> Iterator[GemmConfig]:
     """The configs the heuristics rank for `desc` (single-CTA tiles; clusters and the other
     walk are legal but not enumerated)."""
-    return _family(arch).enumerate_configs(desc, arch)
+    return _family(arch, desc).enumerate_configs(desc, arch)
 
 
 def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
     """Whether `config` computes `desc` on `arch` (what `config=` accepts)."""
-    return _family(arch).is_legal(config, desc, arch)
+    return _family(arch, desc).is_legal(config, desc, arch)
 
 
 def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> float:
     """The cycle model's estimate for `config` on `desc` (lower is better)."""
-    return _family(arch).estimate_cycles(config, desc, arch)
+    return _family(arch, desc).estimate_cycles(config, desc, arch)
 
 
 def selection_key(desc: GemmDesc, arch: ArchSpec) -> tuple:
     """Descs with equal keys get the same select_config on `arch`: the desc's fields with the
     rows replaced by exactly what the heuristics read of them (see sm90_bf16.selection_key).
     Lets callers that plan many row counts (the warmup) select once per key."""
-    return (arch, _family(arch).selection_key(desc))
+    return (arch, _family(arch, desc).selection_key(desc))

@@ -1,0 +1,305 @@
+"""FP8 x FP4 on SM90: the prefill kernel's configs (enumeration, legality) and its cycle model.
+
+The kernel (the FP8 mainloop on the skeleton, issue 17): a producer warpgroup streams A (FP8,
+1 B per value) and B (packed E2M1, 0.5 B per weight, plus one UE8M0 byte per 32 weights) through
+a TMA ring; a transform warpgroup expands each B tile from FP4 to FP8 into a ring of its own
+(transform_stages deep); W = block_m / 64 math warpgroups issue SS wgmma at the FP8 rate and
+promote their accumulators once per 128 of K.
+
+The model charges each tile the slowest of four pipes: tensor cores (with the per-128-K
+promotion), shared memory, L2 feeding TMA (FP4 bytes counted as such) and the transform
+warpgroup's conversion, which runs once per B tile whatever block_m is, so tall tiles amortize it
+over more rows. Tiles times waves (waves.py, ragged.py as BF16) give the problem's time, bounded
+below by HBM streaming every byte once. Nothing is chosen by a threshold: search.py ranks every
+legal config by that cost.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+from . import search
+from .arch import ArchSpec
+from .config import GemmConfig, GemmDesc, LaunchConfig, Layout, PipelineConfig, StorageConfig
+from .ragged import RAGGED_KINDS, expected_rows_per_group, normal_sf, rows_sigma
+from .sm90_bf16 import (
+    PIPELINE_FILL_CYCLES,
+    TILE_OVERHEAD_CYCLES,
+    WGMMA_ISSUE_CYCLES,
+    busy_atom_fraction,
+    epilogue_cycles,
+    tma_store_cols,
+)
+from .waves import RaggedBlocks, count_tiles, expected_waves
+
+BLOCK_K = 128  # one 128-byte swizzle row of FP8 A; one 128-K promotion step (one sfa column)
+BLOCK_M_CHOICES = (64, 128)  # one math warpgroup per 64 rows
+BLOCK_N_CHOICES = tuple(range(16, 257, 16))  # B's ring slab block_n * 64 B: a multiple of 1 KiB
+KINDS = ("bf16_gemm_nt", "m_grouped_contiguous", "m_grouped_offsets", "m_grouped_masked")
+TRANSFORM_STAGES = 2
+MIN_STAGES, MAX_STAGES = 2, 8
+# Shared memory of the kernel (the contract; the lead's codegen asserts the same sum).
+A_STAGE_BYTES_PER_ROW = BLOCK_K  # FP8 A: block_m * 128
+B_STAGE_BYTES_PER_ROW = BLOCK_K // 2  # packed FP4 B: block_n * 64
+TRANSFORM_META_BYTES = 1024  # per transform stage, beside the FP8 B tile (scales, offsets)
+TABLE_BYTES = 1024  # the conversion tables
+BARRIER_BYTES = 16  # per stage of either ring
+SMEM_RESERVE = 1024  # kept free of the opt-in budget (the kernel aligns its carve-up to 1 KiB)
+MXFP4_GROUP = 32  # weights per UE8M0 scale byte
+FP4_BYTES_PER_WEIGHT = 0.5 + 1 / MXFP4_GROUP  # the code nibble and its share of the scale byte
+FP8_RATE = 2  # FP8 wgmma flops per clock relative to BF16 (arch.mma_flops_per_clk)
+WGMMA_K = 32  # K of one FP8 wgmma
+# FP4 -> FP8 expansion by the transform warpgroup: ~1.3 warp-instructions per 16 weights (two
+# PRMT table lookups and the sign and scale logic per 32-bit word, the stores to the FP8 tile,
+# the tables' rebuild per scale; ../shared/FP4_ON_HOPPER.md section 2), each of its 4 warps
+# issuing about one instruction per clock.
+CONVERT_INSTR_PER_16_WEIGHTS = 1.3
+TRANSFORM_WARPS = 4
+TRANSFORM_ISSUE_PER_WARP = 1.0
+# Promotion: per 128 of K each math thread folds its temporary accumulators (block_n / 2 per
+# thread) into the FP32 ones with the two scales, one FFMA each; a warpgroup's 4 warps sit on
+# the 4 schedulers, so a warpgroup spends block_n / 2 issue cycles per k-block.
+PROMOTE_CYCLES_PER_ACC = 1.0
+# HBM as a whole-chip rate (H200: 4.8 TB/s at ~1.8 GHz under load is ~2.6 KB/clk, of which a
+# stream reaches ~90%): a problem moves its unique bytes at least once.
+HBM_BYTES_PER_CLK = 2400.0
+# The first tile also waits for its B tile's conversion before the first wgmma.
+TRANSFORM_FILL_CYCLES = 500
+
+
+def math_warpgroups_for(block_m: int) -> int:
+    return block_m // 64
+
+
+def smem_bytes_for(block_m: int, block_n: int, num_stages: int, store_cols: int = 0) -> int:
+    """Shared memory of a kernel: the TMA ring, the transform ring (FP8 B tiles and their
+    metadata), the BF16 staging tile of the TMA-store epilogue, the tables and the barriers."""
+    ring = num_stages * (block_m * A_STAGE_BYTES_PER_ROW + block_n * B_STAGE_BYTES_PER_ROW)
+    tring = TRANSFORM_STAGES * (block_n * BLOCK_K + TRANSFORM_META_BYTES)
+    dstage = block_m * block_n * 2 if store_cols else 0
+    barriers = BARRIER_BYTES * (num_stages + TRANSFORM_STAGES)
+    return ring + tring + dstage + TABLE_BYTES + barriers
+
+
+def smem_limit(arch: ArchSpec) -> int:
+    return arch.smem_budget - SMEM_RESERVE
+
+
+def max_stages(block_m: int, block_n: int, store_cols: int, arch: ArchSpec) -> int:
+    """The most TMA stages (up to MAX_STAGES) that fit; below MIN_STAGES the tile does not."""
+    fixed = smem_bytes_for(block_m, block_n, 0, store_cols)
+    per_stage = smem_bytes_for(block_m, block_n, 1, store_cols) - fixed
+    return min(MAX_STAGES, (smem_limit(arch) - fixed) // per_stage)
+
+
+def tma_store_possible(desc: GemmDesc) -> bool:
+    """As BF16: the staged epilogue writes BF16 without C (the only output of this family)."""
+    return desc.d_dtype == "bf16" and not desc.with_c
+
+
+def make_config(
+    block_m: int, block_n: int, num_stages: int, arch: ArchSpec, store_cols: int = 0
+) -> GemmConfig:
+    num_wg = math_warpgroups_for(block_m)
+    return GemmConfig(
+        layout=Layout(block_m=block_m, block_n=block_n, block_k=BLOCK_K),
+        storage=StorageConfig(
+            # Boxes in elements of the tensor, inner first: A is FP8 (128 B rows), B packed FP4
+            # bytes (64 B rows: 128 weights).
+            load_box_a=(BLOCK_K, block_m),
+            load_box_b=(B_STAGE_BYTES_PER_ROW, block_n),
+            swizzle_a=128,
+            swizzle_b=B_STAGE_BYTES_PER_ROW,
+            store_box_d=(store_cols, 64) if store_cols else None,
+            swizzle_d=2 * store_cols,
+        ),
+        pipeline=PipelineConfig(
+            num_stages=num_stages,
+            smem_bytes=smem_bytes_for(block_m, block_n, num_stages, store_cols),
+            transform_stages=TRANSFORM_STAGES,
+        ),
+        launch=LaunchConfig(
+            num_sms=arch.num_sms,
+            num_threads=128 * (2 + num_wg),  # producer, transform, math warpgroups
+            num_math_warpgroups=num_wg,
+        ),
+    )
+
+
+def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> Iterator[GemmConfig]:
+    """Every tile shape with both epilogues (where the TMA store is possible) and as many
+    stages as fit. All of them pass is_legal for a legal desc."""
+    for block_m in BLOCK_M_CHOICES:
+        for block_n in BLOCK_N_CHOICES:
+            epilogues = (0, tma_store_cols(block_n, desc)) if tma_store_possible(desc) else (0,)
+            for store_cols in epilogues:
+                num_stages = max_stages(block_m, block_n, store_cols, arch)
+                if num_stages >= MIN_STAGES:
+                    yield make_config(block_m, block_n, num_stages, arch, store_cols)
+
+
+def desc_legal(desc: GemmDesc) -> bool:
+    """Problems this family computes: FP8 x FP4 with BF16 out, K a positive multiple of 32, N of
+    8, one of the dense and m-grouped layouts."""
+    return (
+        desc.ab_dtype == "fp8_fp4"
+        and desc.kind in KINDS
+        and desc.d_dtype == "bf16"
+        and not desc.with_c
+        and desc.n % 8 == 0
+        and desc.k > 0
+        and desc.k % MXFP4_GROUP == 0
+    )
+
+
+def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
+    """Whether a kernel of `config` computes `desc` on `arch` (what `config=` accepts)."""
+    lay, pipe, launch = config.layout, config.pipeline, config.launch
+    num_wg = launch.num_math_warpgroups
+    return (
+        desc_legal(desc)
+        and lay.block_k == BLOCK_K
+        and lay.block_m in BLOCK_M_CHOICES
+        and lay.block_n in BLOCK_N_CHOICES
+        and not lay.swap_ab
+        and lay.cluster_m == 1
+        and lay.cluster_n == 1
+        and lay.stripe_m == 0
+        and num_wg == math_warpgroups_for(lay.block_m)
+        and launch.num_threads == 128 * (2 + num_wg)
+        and pipe.transform_stages == TRANSFORM_STAGES
+        and MIN_STAGES <= pipe.num_stages <= MAX_STAGES
+        and _store_cols_legal(config, desc)
+        and pipe.smem_bytes
+        == smem_bytes_for(lay.block_m, lay.block_n, pipe.num_stages, config.store_cols)
+        and pipe.smem_bytes <= smem_limit(arch)
+        and config.storage.load_box_a == (BLOCK_K, lay.block_m)
+        and config.storage.load_box_b == (B_STAGE_BYTES_PER_ROW, lay.block_n)
+        and config.storage.swizzle_a == 128
+        and config.storage.swizzle_b == B_STAGE_BYTES_PER_ROW
+    )
+
+
+def _store_cols_legal(config: GemmConfig, desc: GemmDesc) -> bool:
+    cols = config.store_cols
+    if cols == 0:
+        return config.storage.swizzle_d == 0
+    return (
+        tma_store_possible(desc)
+        and cols == tma_store_cols(config.layout.block_n, desc)
+        and config.storage.store_box_d == (cols, 64)
+        and config.storage.swizzle_d == 2 * cols
+    )
+
+
+def tile_pipes(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> dict[str, float]:
+    """Cycles of one tile per pipe: 'mma' (wgmma at the FP8 rate plus promotion), 'smem'
+    (shared-memory traffic of the wgmma reads and the transform), 'l2' (bytes through L2 at
+    this SM's share, before division: see estimate_cycles), 'convert' (the transform
+    warpgroup's FP4 -> FP8 expansion of the tile's B), 'epilogue' (exposed stores)."""
+    lay = config.layout
+    k_blocks = math.ceil(desc.k / BLOCK_K)
+    k_padded = k_blocks * BLOCK_K  # TMA fills the last block's tail with zeros
+    num_atoms = lay.block_m // 64
+    per_wgmma = (
+        2 * 64 * lay.block_n * WGMMA_K / (FP8_RATE * arch.mma_flops_per_clk) + WGMMA_ISSUE_CYCLES
+    )
+    busy = busy_atom_fraction(desc, lay.block_m)
+    wgmma = num_atoms * (k_padded // WGMMA_K) * per_wgmma * busy
+    # One warpgroup's promotion is exposed (the other's hides behind its wgmma).
+    promote = k_blocks * lay.block_n / 2 * PROMOTE_CYCLES_PER_ACC
+    # wgmma reads A and the FP8 B tile per atom; the transform reads FP4 and writes FP8.
+    smem = k_padded * (lay.block_m + num_atoms * lay.block_n + 1.5 * lay.block_n)
+    # Bytes in global memory: FP8 A and its float32 scales, FP4 B and its UE8M0 scales.
+    l2 = lay.block_m * (desc.k + 4 * k_blocks) + lay.block_n * desc.k * FP4_BYTES_PER_WEIGHT
+    convert_instr = CONVERT_INSTR_PER_16_WEIGHTS * lay.block_n * k_padded / 16
+    convert = convert_instr / (TRANSFORM_WARPS * TRANSFORM_ISSUE_PER_WARP)
+    return {
+        "mma": wgmma + promote,
+        "smem": smem / arch.smem_bytes_per_clk,
+        "l2": l2,
+        "convert": convert,
+        "epilogue": epilogue_cycles(config, desc),
+    }
+
+
+def hbm_bytes(desc: GemmDesc) -> float:
+    """Unique bytes a problem moves: every active group's weights and scales once, A and its
+    scales once, D once. Reads only what selection_key keeps of the rows."""
+    k_blocks = math.ceil(desc.k / BLOCK_K)
+    weights = desc.n * desc.k * FP4_BYTES_PER_WEIGHT
+    if desc.kind in RAGGED_KINDS:
+        mean = expected_rows_per_group(desc)
+        if desc.kind == "m_grouped_masked":
+            mean = min(mean, desc.m)
+        # A group with no rows reads no weights: P(rows >= 1) of ragged.py's spread.
+        active = desc.num_groups * normal_sf((0.5 - mean) / rows_sigma(mean))
+        rows = desc.num_groups * mean
+    else:
+        active = desc.num_groups
+        rows = desc.m if desc.m < 128 else math.ceil(desc.m / 64) * 64
+    return active * weights + rows * (desc.k + 4 * k_blocks + 2 * desc.n)
+
+
+def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> float:
+    """Cycles for the whole problem on `arch.num_sms` persistent CTAs."""
+    lay = config.layout
+    num_tiles = count_tiles(desc, lay.block_m, lay.block_n)
+    if num_tiles == 0:
+        return float(PIPELINE_FILL_CYCLES)
+    num_ctas = min(num_tiles, arch.num_sms)
+    waves = expected_waves(desc, lay.block_m, lay.block_n, arch.num_sms)
+    # L2 bandwidth is shared: fewer busy SMs each get a larger share, up to the SM's own port.
+    l2_share = min(64.0, arch.l2_bytes_per_clk * arch.num_sms / num_ctas)
+    p = tile_pipes(config, desc, arch)
+    tile = max(p["mma"], p["smem"], p["l2"] / l2_share, p["convert"])
+    tile += p["epilogue"] + TILE_OVERHEAD_CYCLES
+    streamed = hbm_bytes(desc) / HBM_BYTES_PER_CLK
+    return max(waves * tile, streamed) + PIPELINE_FILL_CYCLES + TRANSFORM_FILL_CYCLES
+
+
+# (candidate_key, arch) -> the legal enumerated configs.
+_CANDIDATES: dict[tuple, tuple[GemmConfig, ...]] = {}
+
+
+def candidate_key(desc: GemmDesc) -> tuple:
+    """What enumerate_configs and is_legal read of `desc`."""
+    return (desc.kind, desc.d_dtype, desc.with_c, desc_legal(desc))
+
+
+def candidates(desc: GemmDesc, arch: ArchSpec) -> tuple[GemmConfig, ...]:
+    key = (candidate_key(desc), arch)
+    found = _CANDIDATES.get(key)
+    if found is None:
+        found = tuple(c for c in enumerate_configs(desc, arch) if is_legal(c, desc, arch))
+        _CANDIDATES[key] = found
+    return found
+
+
+def select(desc: GemmDesc, arch: ArchSpec) -> GemmConfig:
+    """The cheapest legal config of `desc` by the cycle model."""
+    return search.best_config(
+        candidates(desc, arch), lambda c: estimate_cycles(c, desc, arch), f"SM90 FP8 x FP4 {desc}"
+    )
+
+
+def selection_key(desc: GemmDesc) -> tuple:
+    """Descs with equal keys get the same `select` on one arch: the fields of `desc` with m and
+    expected_m replaced by what the model reads of them.
+
+    - dense, m_indices: ceil(m / block_m) for block_m 64/128 (tiles, busy warpgroups),
+      min(block_m, m) (epilogue rows) and hbm_bytes' rows: m itself below 128, else
+      ceil(m / 64) determines all of them.
+    - offsets, masked: the rows per group (epilogue, busy warpgroups, hbm_bytes) and per block_m
+      the waves.RaggedBlocks (capacity cut, wave bound); a masked group's rows capped by max_m.
+    """
+    base = (desc.kind, desc.n, desc.k, desc.num_groups, desc.ab_dtype, desc.d_dtype)
+    base += (desc.with_c, desc.weights)
+    if desc.kind in RAGGED_KINDS:
+        blocks = tuple(RaggedBlocks.of(desc, bm) for bm in BLOCK_M_CHOICES)
+        mean = expected_rows_per_group(desc)
+        cap = min(mean, desc.m) if desc.kind == "m_grouped_masked" else mean
+        return (*base, mean, cap, blocks)
+    rows = ("m", desc.m) if desc.m < 128 else ("m_blocks_64", math.ceil(desc.m / 64))
+    return (*base, rows)
