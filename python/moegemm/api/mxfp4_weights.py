@@ -1,0 +1,128 @@
+"""MXFP4 weights in the kernel's prepared layout: `prepare_mxfp4_weights(b, sfb)`.
+
+The FP8 x FP4 functions take the second operand either as the checkpoint's `(b, sfb)` (the OCP
+MXFP4 layout: element 2i in the low nibble of byte i) or as the `Mxfp4Weights` this module
+returns. Preparing is a one-time, load-time repack (engines do it when they load a model); the
+raw layout works without it.
+
+The prepared nibble layout (same shape and dtype as b; sfb unchanged). Read b as little-endian
+32-bit words, 8 codes c0..c7 each, code j in nibble j (bits 4j..4j+3). In the prepared word,
+nibble k holds
+
+    bits 0-2: c_k & 7                (code k's magnitude, in place)
+    bit 3:    sign of c_s(k),         s(k) = k / 2 for even k, 4 + (k - 1) / 2 for odd k
+
+so the sign of code j (j < 4) sits at bit 8j + 3 and that of code 4 + j at bit 8j + 7: the
+conversion expands a word into two FP8 words (codes 0..3 and 4..7, one byte each, sign at bit
+8j + 7 of byte j), which find their 4 signs one nibble off (a shift) and in place, so a masked
+logic op per 4 weights sets them instead of one per weight (../shared/FP4_ON_HOPPER.md,
+section 2). Only sign bits move: magnitudes stay where the checkpoint has them, and no value is
+re-rounded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+MXFP4_GROUP = 32  # weights per UE8M0 scale byte
+NAN_SCALE = 0xFF  # UE8M0's NaN
+# SIGN_SOURCE[k]: the code whose sign the prepared word's nibble k carries (s(k) above), and
+# SIGN_HOME[j]: the nibble that carries code j's sign (the inverse permutation).
+SIGN_SOURCE = (0, 4, 1, 5, 2, 6, 3, 7)
+SIGN_HOME = tuple(SIGN_SOURCE.index(j) for j in range(8))
+
+
+@dataclass(frozen=True, eq=False)  # eq=False: tensors do not compare to a bool
+class Mxfp4Weights:
+    """MXFP4 weights for the FP8 x FP4 GEMMs: b uint8 [.., N, K/2] and sfb uint8 [.., N, K/32]
+    (UE8M0). prepared=True: b is in the prepared nibble layout (module doc), as
+    prepare_mxfp4_weights returns it; prepared=False: b is the checkpoint layout, as a plain
+    (b, sfb) tuple would be."""
+
+    b: torch.Tensor
+    sfb: torch.Tensor
+    prepared: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.prepared, bool):
+            raise TypeError(f"prepared must be a bool, got {type(self.prepared).__name__}")
+
+
+def _check_pair(b: object, sfb: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """b uint8 [.., N, K/2] and sfb uint8 [.., N, K/32] of one device, K a positive multiple of
+    32 (the shapes the FP8 x FP4 functions take)."""
+    for name, t in (("b", b), ("sfb", sfb)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.is_nested or t.layout is not torch.strided:
+            raise TypeError(f"{name} must be a dense (strided) tensor")
+        if t.dtype != torch.uint8:
+            raise TypeError(f"{name} must have dtype torch.uint8, got {t.dtype}")
+        if t.dim() < 2:
+            raise ValueError(f"{name} must be [.., N, K/...] (rank >= 2), got {tuple(t.shape)}")
+    kb = sfb.shape[-1]
+    if kb == 0:
+        raise ValueError(f"sfb must have K/32 > 0 blocks, got shape {tuple(sfb.shape)}")
+    expected = (*sfb.shape[:-1], kb * MXFP4_GROUP // 2)
+    if tuple(b.shape) != expected:
+        raise ValueError(
+            f"b must have shape {expected} (sfb {tuple(sfb.shape)} is [.., N, K/32], b is "
+            f"[.., N, K/2]), got {tuple(b.shape)}"
+        )
+    if b.device != sfb.device:
+        raise ValueError(f"b is on {b.device} but sfb is on {sfb.device}")
+    return b, sfb
+
+
+def _words(b: torch.Tensor) -> torch.Tensor:
+    """b's nibbles as [.., words, 8]: nibble j of each little-endian 32-bit word, j = 0..7
+    (byte i of a word holds nibbles 2i (low) and 2i + 1 (high))."""
+    quads = b.unflatten(-1, (b.shape[-1] // 4, 4))
+    return torch.stack((quads & 0xF, quads >> 4), dim=-1).flatten(-2)
+
+
+def _pack(nibbles: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """The inverse of _words: [.., words, 8] nibbles back to contiguous bytes of `shape`."""
+    pairs = nibbles.unflatten(-1, (4, 2))
+    return (pairs[..., 0] | (pairs[..., 1] << 4)).reshape(shape).contiguous()
+
+
+def _sign_permuted(nibbles: torch.Tensor, source: tuple[int, ...]) -> torch.Tensor:
+    """Each nibble's magnitude in place, nibble k's sign bit taken from nibble source[k]."""
+    index = torch.tensor(source, device=nibbles.device)
+    signs = nibbles.index_select(-1, index) & 0x8
+    return (nibbles & 0x7) | signs
+
+
+def prepare_mxfp4_weights(b: torch.Tensor, sfb: torch.Tensor) -> Mxfp4Weights:
+    """The prepared layout of MXFP4 weights (b uint8 [.., N, K/2], sfb uint8 [.., N, K/32]), for
+    the FP8 x FP4 functions; one-time, at load time (it allocates, and syncs once to refuse a
+    NaN scale). Plain torch: runs on CPU and CUDA tensors alike.
+
+    Returns Mxfp4Weights(b', sfb', prepared=True): b' a new contiguous tensor in the nibble
+    layout of the module doc; sfb' is sfb itself where its last dim has unit stride (what the
+    kernels read), else a contiguous copy. Raises ValueError for a scale byte 0xFF (NaN), which
+    would make the block's outputs NaN, and for shapes the functions do not take.
+    """
+    b, sfb = _check_pair(b, sfb)
+    if bool((sfb == NAN_SCALE).any()):  # the sync a load-time call may afford
+        bad = (sfb == NAN_SCALE).nonzero()[0].tolist()
+        raise ValueError(f"sfb holds the NaN scale byte 0xFF (first at index {tuple(bad)})")
+    out = _pack(_sign_permuted(_words(b), SIGN_SOURCE), b.shape)
+    if sfb.shape[-1] > 1 and sfb.stride(-1) != 1:
+        sfb = sfb.contiguous()
+    return Mxfp4Weights(out, sfb, prepared=True)
+
+
+def unprepare_mxfp4_weights(weights: Mxfp4Weights) -> tuple[torch.Tensor, torch.Tensor]:
+    """The checkpoint layout (b, sfb) of prepared weights (the inverse of
+    prepare_mxfp4_weights; for tests and tools). Weights with prepared=False come back as
+    they are."""
+    if not isinstance(weights, Mxfp4Weights):
+        raise TypeError(f"weights must be a moegemm.Mxfp4Weights, got {type(weights).__name__}")
+    b, sfb = _check_pair(weights.b, weights.sfb)
+    if not weights.prepared:
+        return b, sfb
+    return _pack(_sign_permuted(_words(b), SIGN_HOME), b.shape), sfb
