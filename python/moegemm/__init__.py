@@ -19,13 +19,18 @@ from typing import Any
 __version__ = "0.1.0"
 
 _PUBLIC = {
+    "Mxfp4Weights": "moegemm.api",
     "bf16_gemm_nt": "moegemm.api",
+    "fp8_fp4_gemm_nt": "moegemm.api",
     "get_mk_alignment_for_contiguous_layout": "moegemm.api",
     "get_num_sms": "moegemm.api",
     "get_pdl": "moegemm.api",
     "k_grouped_bf16_gemm_tn_contiguous": "moegemm.api",
     "m_grouped_bf16_gemm_nt_contiguous": "moegemm.api",
     "m_grouped_bf16_gemm_nt_masked": "moegemm.api",
+    "m_grouped_fp8_fp4_gemm_nt_contiguous": "moegemm.api",
+    "m_grouped_fp8_fp4_gemm_nt_masked": "moegemm.api",
+    "prepare_mxfp4_weights": "moegemm.api",
     "set_num_sms": "moegemm.api",
     "set_pdl": "moegemm.api",
 }
@@ -33,14 +38,19 @@ _PUBLIC = {
 _SUBMODULES = ("quant",)
 
 __all__ = [
+    "Mxfp4Weights",
     "__version__",
     "bf16_gemm_nt",
+    "fp8_fp4_gemm_nt",
     "get_mk_alignment_for_contiguous_layout",
     "get_num_sms",
     "get_pdl",
     "k_grouped_bf16_gemm_tn_contiguous",
     "m_grouped_bf16_gemm_nt_contiguous",
     "m_grouped_bf16_gemm_nt_masked",
+    "m_grouped_fp8_fp4_gemm_nt_contiguous",
+    "m_grouped_fp8_fp4_gemm_nt_masked",
+    "prepare_mxfp4_weights",
     "quant",
     "set_num_sms",
     "set_pdl",

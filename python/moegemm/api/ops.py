@@ -15,6 +15,7 @@ where `is_compiling()` is False, so they take the eager path with its plans."""
 import torch
 from torch import Tensor
 
+from . import fp8_fp4
 from .bf16_gemm import bf16_gemm_nt, check_dense
 from .k_grouped import check_k_grouped, k_grouped_bf16_gemm_tn_contiguous
 from .m_grouped import (
@@ -23,6 +24,7 @@ from .m_grouped import (
     m_grouped_bf16_gemm_nt_contiguous,
     m_grouped_bf16_gemm_nt_masked,
 )
+from .mxfp4_weights import Mxfp4Weights
 
 NAMESPACE = "moegemm"
 
@@ -79,9 +81,91 @@ def _(a: Tensor, b: Tensor, d: Tensor, offs: Tensor, c: Tensor | None = None) ->
     check_k_grouped(a, b, d, offs, c, placed=False)
 
 
+# FP8 x FP4: the operand pairs are flattened (a schema has no tuples nor dataclasses), and
+# `prepared` says which weight layout b holds (an Mxfp4Weights of prepare_mxfp4_weights, or the
+# checkpoint's (b, sfb)): the real impls rebuild the second operand from it.
+
+
+def _weights(b: Tensor, sfb: Tensor, prepared: bool) -> object:
+    return Mxfp4Weights(b, sfb, prepared=True) if prepared else (b, sfb)
+
+
+@torch.library.custom_op(f"{NAMESPACE}::fp8_fp4_gemm_nt", mutates_args=("d",))
+def fp8_fp4_gemm_nt_op(
+    a: Tensor, sfa: Tensor, b: Tensor, sfb: Tensor, d: Tensor, prepared: bool = False
+) -> None:
+    fp8_fp4.fp8_fp4_gemm_nt((a, sfa), _weights(b, sfb, prepared), d)
+
+
+@fp8_fp4_gemm_nt_op.register_fake
+def _(a: Tensor, sfa: Tensor, b: Tensor, sfb: Tensor, d: Tensor, prepared: bool = False) -> None:
+    fp8_fp4.check_dense(a, sfa, b, sfb, d, placed=False)
+
+
+@torch.library.custom_op(f"{NAMESPACE}::m_grouped_fp8_fp4_gemm_nt_contiguous", mutates_args=("d",))
+def m_grouped_fp8_fp4_contiguous_op(
+    a: Tensor,
+    sfa: Tensor,
+    b: Tensor,
+    sfb: Tensor,
+    d: Tensor,
+    m_indices: Tensor | None = None,
+    offs: Tensor | None = None,
+    prepared: bool = False,
+) -> None:
+    weights = _weights(b, sfb, prepared)
+    fp8_fp4.m_grouped_fp8_fp4_gemm_nt_contiguous((a, sfa), weights, d, m_indices, offs=offs)
+
+
+@m_grouped_fp8_fp4_contiguous_op.register_fake
+def _(
+    a: Tensor,
+    sfa: Tensor,
+    b: Tensor,
+    sfb: Tensor,
+    d: Tensor,
+    m_indices: Tensor | None = None,
+    offs: Tensor | None = None,
+    prepared: bool = False,
+) -> None:
+    fp8_fp4.check_contiguous(a, sfa, b, sfb, d, m_indices, offs, placed=False)
+
+
+@torch.library.custom_op(f"{NAMESPACE}::m_grouped_fp8_fp4_gemm_nt_masked", mutates_args=("d",))
+def m_grouped_fp8_fp4_masked_op(
+    a: Tensor,
+    sfa: Tensor,
+    b: Tensor,
+    sfb: Tensor,
+    d: Tensor,
+    masked_m: Tensor,
+    expected_m: int,
+    prepared: bool = False,
+) -> None:
+    weights = _weights(b, sfb, prepared)
+    fp8_fp4.m_grouped_fp8_fp4_gemm_nt_masked((a, sfa), weights, d, masked_m, expected_m)
+
+
+@m_grouped_fp8_fp4_masked_op.register_fake
+def _(
+    a: Tensor,
+    sfa: Tensor,
+    b: Tensor,
+    sfb: Tensor,
+    d: Tensor,
+    masked_m: Tensor,
+    expected_m: int,
+    prepared: bool = False,
+) -> None:
+    fp8_fp4.check_masked(a, sfa, b, sfb, d, masked_m, expected_m, placed=False)
+
+
 OPS = {
     "bf16_gemm_nt": bf16_gemm_nt_op,
     "m_grouped_bf16_gemm_nt_contiguous": m_grouped_contiguous_op,
     "m_grouped_bf16_gemm_nt_masked": m_grouped_masked_op,
     "k_grouped_bf16_gemm_tn_contiguous": k_grouped_op,
+    "fp8_fp4_gemm_nt": fp8_fp4_gemm_nt_op,
+    "m_grouped_fp8_fp4_gemm_nt_contiguous": m_grouped_fp8_fp4_contiguous_op,
+    "m_grouped_fp8_fp4_gemm_nt_masked": m_grouped_fp8_fp4_masked_op,
 }

@@ -1,0 +1,453 @@
+"""FP8 x FP4 GEMMs: FP8 (E4M3) activations with per-token, per-128-K scales times MXFP4 weights
+(E2M1 codes with a UE8M0 scale per 32 of K), BF16 out, on SM90.
+
+    fp8_fp4_gemm_nt((a, sfa), (b, sfb), d)                        dense, one weight matrix
+    m_grouped_fp8_fp4_gemm_nt_contiguous((a, sfa), (b, sfb), d, m_indices=None, *, offs=None)
+    m_grouped_fp8_fp4_gemm_nt_masked((a, sfa), (b, sfb), d, masked_m, expected_m)
+
+d[r, n] = sum_k a[r, k] * sfa[r, k // 128] * e2m1(b[g, n, k]) * 2^(sfb[g, n, k // 32] - 127).
+
+Operands (../shared/DESIGN.md): a float8_e4m3fn [.., M, K] row-major with 16-byte aligned rows;
+sfa float32 [.., M, ceil(K / 128)] with any strides (row-major, or DeepGEMM's MN-major
+TMA-aligned layout); b uint8 [.., N, K / 2] row-major with 16-byte aligned rows (element 2i in
+the low nibble of byte i); sfb uint8 [.., N, K / 32] with unit stride along K / 32; d bfloat16
+[.., M, N] row-major with 16-byte aligned rows. K a positive multiple of 32, N of 8. The second
+operand is the (b, sfb) tuple of the checkpoint layout or the Mxfp4Weights of
+prepare_mxfp4_weights (mxfp4_weights.py); the two take different kernels.
+
+As the BF16 functions: signature-keyed plans (plans.py), one checker producing every error, a
+plan hit re-checks only the 16-byte bases of a, b, d and the current device (the bound launch).
+Nothing reads tensor data, so no call syncs: a NaN scale byte (0xFF) in sfb gives NaN output
+rows, found only by prepare_mxfp4_weights, which may look.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from ..heuristics import CONTIGUOUS_ALIGNMENT, GemmConfig, GemmDesc
+from .checks import (
+    batched_row_stride,
+    refuse_config_when_compiling,
+    require_index_vector,
+    require_placement,
+    require_shape,
+    require_tensor,
+    row_stride,
+)
+from .mxfp4_weights import MXFP4_GROUP, Mxfp4Weights
+from .plans import make_plan, new_plan_cache, raw_stream, require_launched
+
+_FP8 = (torch.float8_e4m3fn,)
+_FP32 = (torch.float32,)
+_U8 = (torch.uint8,)
+_BF16 = (torch.bfloat16,)
+SFA_BLOCK_K = 128  # K per activation scale
+_is_compiling = torch.compiler.is_compiling  # True while Dynamo traces (ops.py)
+
+# One cache per layout, so the layout the caller chose is part of the signature.
+_dense_plans = new_plan_cache()
+_indices_plans = new_plan_cache()
+_offs_plans = new_plan_cache()
+_masked_plans = new_plan_cache()
+
+
+class Fp8Fp4Problem(NamedTuple):
+    """What a checked call launches: the launcher's integers (csrc's order), then the device."""
+
+    rows: int  # A/D rows in all (masked: groups * max_m)
+    m: int  # rows (masked: max_m)
+    n: int
+    k: int
+    num_groups: int
+    lda: int  # elements of the tensor: bytes for FP8 a and packed FP4 b
+    ldb: int
+    ldb_group: int
+    ldd: int
+    sfa_stride_group: int  # float elements; 0 but for masked
+    sfa_stride_row: int
+    sfa_stride_kb: int
+    sfa_group_rows: int  # rows of a group's sfa slab (masked: max_m), else 0
+    sfb_stride_group: int  # bytes
+    sfb_stride_row: int
+    device: int  # the CUDA device index (-1 unplaced)
+
+    @property
+    def empty(self) -> bool:
+        return self.rows == 0 or self.n == 0 or self.num_groups == 0
+
+    def launch_args(self) -> tuple[int, ...]:
+        """The launcher's arguments between the pointers and the stream."""
+        return tuple(self[:15])
+
+
+# ---- the operand pairs ----
+
+
+def unpack_activations(a: object) -> tuple[Tensor, Tensor]:
+    """(a, sfa) of the first operand; TypeError where it is no such pair."""
+    if not isinstance(a, (tuple, list)) or len(a) != 2:
+        raise TypeError(
+            f"a must be a tuple (a, sfa) of the FP8 activations and their scales, got {_what(a)}"
+        )
+    return a[0], a[1]
+
+
+def unpack_weights(b: object) -> tuple[Tensor, Tensor, bool]:
+    """(b, sfb, prepared) of the second operand: a (b, sfb) tuple (checkpoint layout) or an
+    Mxfp4Weights; TypeError otherwise."""
+    if isinstance(b, Mxfp4Weights):
+        return b.b, b.sfb, b.prepared
+    if not isinstance(b, (tuple, list)) or len(b) != 2:
+        raise TypeError(
+            f"b must be a tuple (b, sfb) of MXFP4 weights and scales or a moegemm.Mxfp4Weights, "
+            f"got {_what(b)}"
+        )
+    return b[0], b[1], False
+
+
+def _what(x: object) -> str:
+    if isinstance(x, (tuple, list)):
+        return f"a {type(x).__name__} of {len(x)}"
+    return type(x).__name__
+
+
+# ---- the checks ----
+
+
+def _check_k(k: int) -> None:
+    if k <= 0 or k % MXFP4_GROUP != 0:
+        raise ValueError(f"K (a.shape[-1]) must be a positive multiple of {MXFP4_GROUP}, got {k}")
+
+
+def _check_n(n: int) -> None:
+    if n % 8 != 0:
+        raise ValueError(f"N (b.shape[-2]) must be a multiple of 8, got {n}")
+
+
+def _sfa_strides(sfa: Tensor) -> tuple[int, int, int]:
+    """(group, row, k-block) strides in floats of sfa [.., M, nkb], any layout; a dim of size 1
+    gets the row-major stride (its index is always 0)."""
+    shape, strides = sfa.shape, sfa.stride()
+    kb = strides[-1] if shape[-1] > 1 else 1
+    row = strides[-2] if shape[-2] > 1 else shape[-1] * kb
+    if sfa.dim() == 3:
+        return (strides[0] if shape[0] > 1 else shape[1] * row), row, kb
+    return 0, row, kb
+
+
+def _sfb_strides(sfb: Tensor) -> tuple[int, int]:
+    """(group, row) strides in bytes of sfb [.., N, K/32], unit stride along K/32 required."""
+    shape, strides = sfb.shape, sfb.stride()
+    if shape[-1] > 1 and strides[-1] != 1:
+        raise ValueError(f"sfb must have unit stride along K/32 (its last dim), got {strides}")
+    row = strides[-2] if shape[-2] > 1 else shape[-1]
+    if sfb.dim() == 3 and shape[0] > 1:
+        return strides[0], row
+    return shape[-2] * row, row  # one group
+
+
+def _check_operands(
+    a: Tensor, sfa: Tensor, b: Tensor, sfb: Tensor, d: Tensor, a_rank: int, b_rank: int
+) -> tuple[int, int, int]:
+    """Types, dtypes, ranks, K, N and every shape; returns (num_groups, n, k)."""
+    require_tensor("a", a, _FP8, a_rank)
+    require_tensor("sfa", sfa, _FP32, a_rank)
+    require_tensor("b", b, _U8, b_rank)
+    require_tensor("sfb", sfb, _U8, b_rank)
+    require_tensor("d", d, _BF16, a_rank)
+    k = a.shape[-1]
+    _check_k(k)
+    n = b.shape[-2]
+    groups = (b.shape[0],) if b_rank == 3 else ()
+    if a_rank == 3 and a.shape[0] != b.shape[0]:
+        raise ValueError(
+            f"b must have shape {(a.shape[0], n, k // 2)} (a's {a.shape[0]} groups), got "
+            f"{tuple(b.shape)}"
+        )
+    require_shape("b", b, (*groups, n, k // 2))
+    _check_n(n)
+    require_shape("sfb", sfb, (*groups, n, k // MXFP4_GROUP))
+    require_shape("sfa", sfa, (*a.shape[:-1], math.ceil(k / SFA_BLOCK_K)))
+    require_shape("d", d, (*a.shape[:-1], n))
+    return (groups[0] if groups else 1), n, k
+
+
+def check_dense(
+    a: Tensor, sfa: Tensor, b: Tensor, sfb: Tensor, d: Tensor, *, placed: bool = True
+) -> Fp8Fp4Problem:
+    """The full checks of `fp8_fp4_gemm_nt`; placed=False leaves out the placement (fake
+    tensors)."""
+    _, n, k = _check_operands(a, sfa, b, sfb, d, 2, 2)
+    m = a.shape[0]
+    lda, ldb, ldd = row_stride("a", a), row_stride("b", b), row_stride("d", d)
+    _, sfa_row, sfa_kb = _sfa_strides(sfa)
+    sfb_group, sfb_row = _sfb_strides(sfb)
+    tma = {"a": a, "b": b, "d": d}
+    device = require_placement(tma, {"sfa": sfa, "sfb": sfb}) if placed else -1
+    return Fp8Fp4Problem(
+        m, m, n, k, 1, lda, ldb, n * ldb, ldd, 0, sfa_row, sfa_kb, 0, sfb_group, sfb_row, device
+    )
+
+
+def check_contiguous(
+    a: Tensor,
+    sfa: Tensor,
+    b: Tensor,
+    sfb: Tensor,
+    d: Tensor,
+    m_indices: Tensor | None,
+    offs: Tensor | None,
+    *,
+    placed: bool = True,
+) -> Fp8Fp4Problem:
+    """The full checks of the contiguous layouts; placed=False leaves out the placement."""
+    num_groups, n, k = _check_operands(a, sfa, b, sfb, d, 2, 3)
+    rows = a.shape[0]
+    if (m_indices is None) == (offs is None):
+        raise ValueError("pass exactly one of m_indices (per-row groups) or offs (group ends)")
+    if m_indices is not None:
+        require_index_vector("m_indices", m_indices, rows)
+        if rows % CONTIGUOUS_ALIGNMENT != 0:
+            raise ValueError(
+                f"with m_indices, M must be a multiple of {CONTIGUOUS_ALIGNMENT} (each group's "
+                f"segment is padded to it), got {rows}"
+            )
+        info = {"m_indices": m_indices}
+    else:
+        require_index_vector("offs", offs, num_groups)
+        info = {"offs": offs}
+    lda, ldd = row_stride("a", a), row_stride("d", d)
+    ldb, ldb_group = batched_row_stride("b", b, collapsible=False)
+    _, sfa_row, sfa_kb = _sfa_strides(sfa)
+    sfb_group, sfb_row = _sfb_strides(sfb)
+    others = {"sfa": sfa, "sfb": sfb, **info}
+    device = require_placement({"a": a, "b": b, "d": d}, others) if placed else -1
+    return Fp8Fp4Problem(
+        rows, rows, n, k, num_groups, lda, ldb, ldb_group, ldd,
+        0, sfa_row, sfa_kb, 0, sfb_group, sfb_row, device,
+    )  # fmt: skip
+
+
+def check_masked(
+    a: Tensor,
+    sfa: Tensor,
+    b: Tensor,
+    sfb: Tensor,
+    d: Tensor,
+    masked_m: Tensor,
+    expected_m: int,
+    *,
+    placed: bool = True,
+) -> Fp8Fp4Problem:
+    """The full checks of the masked layout; placed=False leaves out the placement."""
+    num_groups, n, k = _check_operands(a, sfa, b, sfb, d, 3, 3)
+    max_m = a.shape[1]
+    require_index_vector("masked_m", masked_m, num_groups)
+    # Traced by torch.compile, an expected_m that varies between calls becomes a SymInt.
+    ints = int if placed else (int, torch.SymInt)
+    if isinstance(expected_m, bool) or not isinstance(expected_m, ints) or expected_m <= 0:
+        raise TypeError(f"expected_m must be a positive int, got {expected_m!r}")
+    lda, _ = batched_row_stride("a", a, collapsible=True)
+    ldb, ldb_group = batched_row_stride("b", b, collapsible=False)
+    ldd, _ = batched_row_stride("d", d, collapsible=True)
+    sfa_group, sfa_row, sfa_kb = _sfa_strides(sfa)
+    sfb_group, sfb_row = _sfb_strides(sfb)
+    others = {"sfa": sfa, "sfb": sfb, "masked_m": masked_m}
+    device = require_placement({"a": a, "b": b, "d": d}, others) if placed else -1
+    return Fp8Fp4Problem(
+        num_groups * max_m, max_m, n, k, num_groups, lda, ldb, ldb_group, ldd,
+        sfa_group, sfa_row, sfa_kb, max_m, sfb_group, sfb_row, device,
+    )  # fmt: skip
+
+
+# ---- the public functions ----
+
+
+def _signature(*tensors: Tensor) -> tuple:
+    """The plan key of the operand tensors (plans.py); raises on what is not a strided tensor."""
+    key: tuple = ()
+    for t in tensors:
+        key += (type(t), t.shape, t.stride(), t.dtype, t.device)
+    return key
+
+
+def fp8_fp4_gemm_nt(
+    a: tuple[Tensor, Tensor],
+    b: tuple[Tensor, Tensor] | Mxfp4Weights,
+    d: Tensor,
+    *,
+    config: GemmConfig | None = None,
+) -> Tensor:
+    """d[m, n] = sum_k (a[m, k] sfa[m, k // 128]) (b[n, k] 2^(sfb[n, k // 32] - 127)), written
+    into `d` and returned.
+
+    a: (a float8_e4m3fn [M, K], sfa float32 [M, ceil(K / 128)]); b: (b uint8 [N, K / 2], sfb
+    uint8 [N, K / 32]) or the Mxfp4Weights of prepare_mxfp4_weights; d: bfloat16 [M, N]. Any M;
+    K a positive multiple of 32, N of 8. Never synchronizes with the host. `config` forces a
+    kernel config (tests, benchmarks; eager only). Under torch.compile the call is the custom op
+    `moegemm::fp8_fp4_gemm_nt`.
+    """
+    if _is_compiling():
+        refuse_config_when_compiling(config)
+        a_, sfa = unpack_activations(a)
+        b_, sfb, prepared = unpack_weights(b)
+        torch.ops.moegemm.fp8_fp4_gemm_nt(a_, sfa, b_, sfb, d, prepared)
+        return d
+    try:  # the signature (plans.py); anything else takes the full checks, which name it
+        a_, sfa = unpack_activations(a)
+        b_, sfb, prepared = unpack_weights(b)
+        key = (*_signature(a_, sfa, b_, sfb, d), prepared)
+        plan = _dense_plans.get(key) if config is None else None
+    except (AttributeError, TypeError, RuntimeError):  # not pairs of tensors, nested, ...
+        key = plan = None
+    if plan is not None:
+        ptrs = (a_.data_ptr(), b_.data_ptr(), d.data_ptr(), sfa.data_ptr(), sfb.data_ptr(), 0)
+        # False: an operand base off a 16-byte boundary, or another current device (plans.py).
+        if plan.launch(*ptrs, raw_stream(plan.device)):
+            return d
+    a_, sfa = unpack_activations(a)
+    b_, sfb, prepared = unpack_weights(b)
+    p = check_dense(a_, sfa, b_, sfb, d)
+    if p.empty:
+        return d
+    desc = _desc("bf16_gemm_nt", p, prepared)
+    return _launch(key, _dense_plans, p, desc, config, a_, sfa, b_, sfb, d, None)
+
+
+def m_grouped_fp8_fp4_gemm_nt_contiguous(
+    a: tuple[Tensor, Tensor],
+    b: tuple[Tensor, Tensor] | Mxfp4Weights,
+    d: Tensor,
+    m_indices: Tensor | None = None,
+    *,
+    offs: Tensor | None = None,
+    config: GemmConfig | None = None,
+) -> Tensor:
+    """d[r] = a[r] @ b[group(r)]^T (scaled as fp8_fp4_gemm_nt) for the rows of every group,
+    written into `d` and returned.
+
+    a: (a float8_e4m3fn [M, K], sfa float32 [M, ceil(K / 128)]); b: (b uint8 [G, N, K / 2], sfb
+    uint8 [G, N, K / 32]) or an Mxfp4Weights; d: bfloat16 [M, N]. Exactly one of m_indices
+    (int32 [M], the group of each row, -1 for padding rows, segments aligned to
+    get_mk_alignment_for_contiguous_layout()) or offs (int32 [G], cumulative end rows; rows past
+    offs[-1] are never written), as m_grouped_bf16_gemm_nt_contiguous. Under torch.compile the
+    call is the custom op `moegemm::m_grouped_fp8_fp4_gemm_nt_contiguous`.
+    """
+    if _is_compiling():
+        refuse_config_when_compiling(config)
+        a_, sfa = unpack_activations(a)
+        b_, sfb, prepared = unpack_weights(b)
+        op = torch.ops.moegemm.m_grouped_fp8_fp4_gemm_nt_contiguous
+        op(a_, sfa, b_, sfb, d, m_indices, offs, prepared)
+        return d
+    if offs is None:
+        info, cache = m_indices, _indices_plans
+    else:  # with both given, info = None: no signature, the full checks refuse the call
+        info, cache = (offs if m_indices is None else None), _offs_plans
+    try:  # the signature (plans.py); anything else takes the full checks, which name it
+        a_, sfa = unpack_activations(a)
+        b_, sfb, prepared = unpack_weights(b)
+        key = (*_signature(a_, sfa, b_, sfb, d, info), prepared)
+        plan = cache.get(key) if config is None else None
+    except (AttributeError, TypeError, RuntimeError):
+        key = plan = None
+    if plan is not None:
+        ptrs = (a_.data_ptr(), b_.data_ptr(), d.data_ptr(), sfa.data_ptr(), sfb.data_ptr())
+        # False: an operand base off a 16-byte boundary, or another current device (plans.py).
+        if plan.launch(*ptrs, info.data_ptr(), raw_stream(plan.device)):
+            return d
+    a_, sfa = unpack_activations(a)
+    b_, sfb, prepared = unpack_weights(b)
+    p = check_contiguous(a_, sfa, b_, sfb, d, m_indices, offs)
+    if p.empty:
+        return d
+    if m_indices is not None:
+        desc = _desc("m_grouped_contiguous", p, prepared)
+        return _launch(key, _indices_plans, p, desc, config, a_, sfa, b_, sfb, d, m_indices)
+    desc = _desc("m_grouped_offsets", p, prepared, math.ceil(p.rows / p.num_groups))
+    return _launch(key, _offs_plans, p, desc, config, a_, sfa, b_, sfb, d, offs)
+
+
+def m_grouped_fp8_fp4_gemm_nt_masked(
+    a: tuple[Tensor, Tensor],
+    b: tuple[Tensor, Tensor] | Mxfp4Weights,
+    d: Tensor,
+    masked_m: Tensor,
+    expected_m: int,
+    *,
+    config: GemmConfig | None = None,
+) -> Tensor:
+    """d[g, :masked_m[g]] = a[g, :masked_m[g]] @ b[g]^T (scaled as fp8_fp4_gemm_nt) for every
+    group; rows past masked_m[g] are never written.
+
+    a: (a float8_e4m3fn [G, max_m, K], sfa float32 [G, max_m, ceil(K / 128)]); b: (b uint8
+    [G, N, K / 2], sfb uint8 [G, N, K / 32]) or an Mxfp4Weights; d: bfloat16 [G, max_m, N];
+    masked_m: int32 [G] on the device (clamped to [0, max_m]); expected_m: the rows a group
+    typically holds (a positive int that only steers the kernel choice). Under torch.compile the
+    call is the custom op `moegemm::m_grouped_fp8_fp4_gemm_nt_masked`.
+    """
+    if _is_compiling():
+        refuse_config_when_compiling(config)
+        a_, sfa = unpack_activations(a)
+        b_, sfb, prepared = unpack_weights(b)
+        op = torch.ops.moegemm.m_grouped_fp8_fp4_gemm_nt_masked
+        op(a_, sfa, b_, sfb, d, masked_m, expected_m, prepared)
+        return d
+    try:  # the signature; expected_m steers the choice (a plain int: 2.0 == 2, True == 1)
+        a_, sfa = unpack_activations(a)
+        b_, sfb, prepared = unpack_weights(b)
+        key = (*_signature(a_, sfa, b_, sfb, d, masked_m), prepared, expected_m)
+        if type(expected_m) is not int:
+            key = None
+        plan = _masked_plans.get(key) if config is None and key is not None else None
+    except (AttributeError, TypeError, RuntimeError):
+        key = plan = None
+    if plan is not None:
+        ptrs = (a_.data_ptr(), b_.data_ptr(), d.data_ptr(), sfa.data_ptr(), sfb.data_ptr())
+        # False: an operand base off a 16-byte boundary, or another current device (plans.py).
+        if plan.launch(*ptrs, masked_m.data_ptr(), raw_stream(plan.device)):
+            return d
+    a_, sfa = unpack_activations(a)
+    b_, sfb, prepared = unpack_weights(b)
+    p = check_masked(a_, sfa, b_, sfb, d, masked_m, expected_m)
+    if p.empty:
+        return d
+    desc = _desc("m_grouped_masked", p, prepared, min(expected_m, p.m))
+    return _launch(key, _masked_plans, p, desc, config, a_, sfa, b_, sfb, d, masked_m)
+
+
+def _desc(kind: str, p: Fp8Fp4Problem, prepared: bool, expected_m: int = 0) -> GemmDesc:
+    weights = "prepared" if prepared else "raw"
+    return GemmDesc(
+        kind, p.m, p.n, p.k, p.num_groups, ab_dtype="fp8_fp4", expected_m=expected_m,
+        weights=weights,
+    )  # fmt: skip
+
+
+def _launch(
+    key: tuple | None,
+    cache: dict,
+    p: Fp8Fp4Problem,
+    desc: GemmDesc,
+    config: GemmConfig | None,
+    a: Tensor,
+    sfa: Tensor,
+    b: Tensor,
+    sfb: Tensor,
+    d: Tensor,
+    info: Tensor | None,
+) -> Tensor:
+    """A plan miss after the full checks: builds this signature's plan (stored unless the config
+    was forced) and launches it."""
+    plan = make_plan(p.device, desc, p.launch_args(), config)
+    if config is None and key is not None:
+        cache[key] = plan
+    info_ptr = 0 if info is None else info.data_ptr()
+    ptrs = (a.data_ptr(), b.data_ptr(), d.data_ptr(), sfa.data_ptr(), sfb.data_ptr(), info_ptr)
+    require_launched(plan.launch(*ptrs, raw_stream(p.device)), p.device)
+    return d
