@@ -22,6 +22,7 @@ namespace moegemm {
 // One registration function per family file (each calls register_launcher<Family>, launcher.h);
 // a new kernel family adds a file and a line here.
 void register_sm90_bf16_gemm(py::module_& m);
+void register_sm90_fp8_fp4_gemm(py::module_& m);
 
 namespace {
 
@@ -99,4 +100,5 @@ PYBIND11_MODULE(_C, m) {
   m.attr("DRIVER_API_VERSION") = kDriverApiVersion;
 
   register_sm90_bf16_gemm(m);
+  register_sm90_fp8_fp4_gemm(m);
 }

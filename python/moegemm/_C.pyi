@@ -180,3 +180,79 @@ class Sm90Bf16KGroupedLauncher:
     @property
     def num_blocks(self) -> int:
         """CTAs per launch (the planned count: no clusters, no clamp)."""
+
+class Sm90Fp8Fp4GemmLauncher:
+    """Launches sm90_fp8_fp4_grouped_gemm (dense or m-grouped; E4M3 activations with FP32
+    scales per 128 of K, MXFP4 weights) with the kernel and its launch shape bound; keeps
+    `kernel` alive. One CTA per tile (cluster_m = cluster_n = 1), block_k 128."""
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        block_m: int,
+        block_n: int,
+        block_k: int,
+        num_blocks: int,
+        num_threads: int,
+        smem_bytes: int,
+        cluster_m: int,
+        cluster_n: int,
+        store_cols: int = 0,
+    ) -> None: ...
+    def __call__(
+        self,
+        a_ptr: int,
+        b_ptr: int,
+        d_ptr: int,
+        sfa_ptr: int,
+        sfb_ptr: int,
+        group_info_ptr: int,
+        rows: int,
+        m: int,
+        n: int,
+        k: int,
+        num_groups: int,
+        lda: int,
+        ldb: int,
+        ldb_group: int,
+        ldd: int,
+        sfa_stride_group: int,
+        sfa_stride_row: int,
+        sfa_stride_kb: int,
+        sfa_group_rows: int,
+        sfb_stride_group: int,
+        sfb_stride_row: int,
+        stream: int,
+        /,
+    ) -> None:
+        """D[r, n] = sum_k A[r, k] sfa[r, k/128] W[g(r), n, k] 2^(sfb[g(r), n, k/32] - 127), D
+        BF16. a/b strides in bytes (b packed, K/2 bytes a row), ldd in elements, sfa strides in
+        floats (sfa[row] at g * stride_group + (row - g * group_rows) * stride_row + kb *
+        stride_kb), sfb strides in bytes. An empty output launches nothing. Asynchronous."""
+
+    def bind(
+        self,
+        device: int,
+        rows: int,
+        m: int,
+        n: int,
+        k: int,
+        num_groups: int,
+        lda: int,
+        ldb: int,
+        ldb_group: int,
+        ldd: int,
+        sfa_stride_group: int,
+        sfa_stride_row: int,
+        sfa_stride_kb: int,
+        sfa_group_rows: int,
+        sfb_stride_group: int,
+        sfb_stride_row: int,
+        /,
+    ) -> Callable[[int, int, int, int, int, int, int], bool]:
+        """launch(a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, group_info_ptr, stream, /) -> bool: the
+        call with these integers bound for CUDA device `device` (checked here)."""
+
+    @property
+    def num_blocks(self) -> int:
+        """CTAs per launch (the planned count: no clusters, no clamp)."""

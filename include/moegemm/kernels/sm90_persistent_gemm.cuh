@@ -23,7 +23,11 @@
 //   warpgroup 0          producer. Warp 0 walks the schedule (warp-cooperative schedulers);
 //                        one elected lane acquires each stage, arms its full barrier with the
 //                        loader's bytes and issues the loader's boxes; setmaxnreg.dec 40.
-//   warpgroup 1          (with a transform only) the transform: TMA ring -> transform ring.
+//   warpgroup 1          (with a transform only) the transform: TMA ring -> transform ring;
+//                        with Transform::kMathReadsInput the math warpgroups read the TMA
+//                        ring's other slabs too, and a k-block may take several out stages
+//                        (passes, each promoted by the MMA policy: Kernel::row_scales gives
+//                        the per-row factors, the out stage its own).
 //   the next kNumMathWG  math. Wait for a stage, wgmma, keep one batch in flight, release the
 //                        previous stage, then the epilogue; setmaxnreg.inc (232 without a
 //                        transform).
@@ -33,8 +37,8 @@
 //   warpgroup idles), or with a transform one per transform warp. The transform ring: tfull[t]
 //   128 arrives (every transform thread), tempty[t] one per math warp. One wgmma batch stays in
 //   flight: stage s is released once the batch of stage s + 1 has been issued.
-// Shared memory: [TMA ring slabs | transform ring slabs | D staging | TMA ring barriers |
-//   transform ring barriers]; every slab on a 1024-byte boundary.
+// Shared memory: [TMA ring slabs | transform ring slabs | transform scratch | D staging |
+//   TMA ring barriers | transform ring barriers]; every slab on a 1024-byte boundary.
 // Clusters: barrier set-up is followed by a cluster barrier (the peer arrives on our empty
 //   barriers and multicasts into our stages) and so is the exit; the launch's cluster shape is
 //   checked against kClusterSize.
@@ -66,6 +70,7 @@ struct PersistentGemm {
   static constexpr uint32_t kNumMathWG = Kernel::kNumMathWG;
   static constexpr uint32_t kClusterSize = Kernel::kClusterSize;
   static constexpr bool kTransform = Transform::kEnabled;
+  static constexpr bool kMathReadsInput = Transform::kMathReadsInput;
   static_assert(!kTransform || kClusterSize == 1, "a transform stage runs without clusters");
   static_assert(!kTransform || !Loader::kNeedsFixup, "fixups repair the TMA ring's stages");
   static_assert(kNumMathWG <= NamedBarrier::kMaxMathWarpgroups, "named barrier ranges");
@@ -91,7 +96,8 @@ struct PersistentGemm {
   static constexpr uint32_t kMathRegs = kMathRegsFit < 232 ? kMathRegsFit : 232;
 
   static constexpr uint32_t kRingBytes = Stages::kRingBytes;
-  static constexpr uint32_t kTransformBytes = kTransform ? MmaStages::kRingBytes : 0;
+  static constexpr uint32_t kTransformBytes =
+      kTransform ? MmaStages::kRingBytes + Transform::kScratchBytes : 0;
   static constexpr uint32_t kBarrierBytes =
       Ring::kBarrierBytes + (kTransform ? MmaRing::kBarrierBytes : 0);
   static constexpr uint32_t kSmemBytes =
@@ -112,7 +118,9 @@ struct PersistentGemm {
     if (warp_idx == 0 && lane_idx == 0) {
       Loader::prefetch(params);
       if constexpr (kTransform) {
-        ring.init(4 * kNumTransformWG);
+        // The transform's warps release each TMA stage, and the math warps too where they read
+        // it (one arrive per warp of each).
+        ring.init(4 * kNumTransformWG + (kMathReadsInput ? kNumMathWarps : 0));
         transform_ring.init(kNumMathWarps, 128 * kNumTransformWG);
       } else {
         // Every math warp releases each stage; with a cluster, every math warpgroup of every
@@ -121,6 +129,10 @@ struct PersistentGemm {
       }
       cutlass::arch::fence_barrier_init();
       if constexpr (Kernel::kTmaStore) prefetch_tma_desc(&params.tma_d);
+    }
+    if constexpr (kTransform) {
+      if (threadIdx.x >= 128 && threadIdx.x < 128 * kFirstMathWG)
+        Transform::init_scratch(smem_transform + MmaStages::kRingBytes, threadIdx.x - 128);
     }
     // With a cluster, the peer's barriers must be initialised before anything reaches them.
     if constexpr (kClusterSize == 1) {
@@ -157,7 +169,10 @@ struct PersistentGemm {
       return;  // no cluster with a transform
     } else {
       cutlass::arch::warpgroup_reg_alloc<kMathRegs>();
-      if constexpr (kTransform) {
+      if constexpr (kMathReadsInput) {
+        consume_passes(params, ring, transform_ring, smem, smem_transform, smem_d, warp_idx,
+                       lane_idx, scheduler, k_blocks);
+      } else if constexpr (kTransform) {
         consume<MmaStages>(params, transform_ring, smem_transform, smem_d, warp_idx, lane_idx,
                            scheduler, k_blocks);
       } else {
@@ -210,20 +225,46 @@ struct PersistentGemm {
     typename Ring::State in;
     typename MmaRing::State out;
     typename Kernel::Work work;
-    while (scheduler.next(work)) {
-      const uint32_t num_k_blocks = Kernel::num_k_blocks(k_blocks, work);
-      for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
-        ring.consumer_wait(in);
+    if constexpr (kMathReadsInput) {
+      uint8_t* scratch = smem_out + MmaStages::kRingBytes;
+      uint32_t parity = 0;
+      // One out stage of a pass: acquire, the policy's body, fence for the async proxy, arrive.
+      auto emit = [&](auto&& body) {
         out_ring.producer_acquire(out);
-        Transform::template apply<Stages>(StageRef{smem, in.stage_idx},
-                                          StageRef{smem_out, out.stage_idx}, thread);
-        // The MMA reads the result through the async proxy.
+        body(StageRef{smem_out, out.stage_idx});
         fence_proxy_async_shared();
         out_ring.producer_arrive(out);
-        __syncwarp();  // the warp's reads of the TMA stage are done
-        ring.consumer_release(in.stage_idx, lane_idx, true);
-        in.advance();
         out.advance();
+      };
+      while (scheduler.next(work)) {
+        const uint32_t num_k_blocks = Kernel::num_k_blocks(k_blocks, work);
+        for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
+          typename Transform::Scales scales;
+          Transform::load_scales(params, work, kb, thread, scales);  // before the stage lands
+          ring.consumer_wait(in);
+          Transform::template run_k_block<Stages>(params, work, kb, StageRef{smem, in.stage_idx},
+                                                  scratch, parity, thread, scales, emit);
+          __syncwarp();  // the warp's reads of the TMA stage are done
+          ring.consumer_release(in.stage_idx, lane_idx, true);
+          in.advance();
+        }
+      }
+    } else {
+      while (scheduler.next(work)) {
+        const uint32_t num_k_blocks = Kernel::num_k_blocks(k_blocks, work);
+        for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
+          ring.consumer_wait(in);
+          out_ring.producer_acquire(out);
+          Transform::template apply<Stages>(StageRef{smem, in.stage_idx},
+                                            StageRef{smem_out, out.stage_idx}, thread);
+          // The MMA reads the result through the async proxy.
+          fence_proxy_async_shared();
+          out_ring.producer_arrive(out);
+          __syncwarp();  // the warp's reads of the TMA stage are done
+          ring.consumer_release(in.stage_idx, lane_idx, true);
+          in.advance();
+          out.advance();
+        }
       }
     }
   }
@@ -293,6 +334,77 @@ struct PersistentGemm {
     // The CTA's shared memory must outlive the copy engine's reads of the staging buffers.
     if constexpr (Kernel::kTmaStore)
       if (threadIdx.x % 128 == 0) tma_store_drain();
+  }
+
+  // Math warpgroups of a transform with kMathReadsInput: per k-block, the TMA stage (slabs the
+  // transform does not produce, e.g. the activations) and one or more transform stages
+  // (passes), each issued into a temporary accumulator set, waited for and promoted into the
+  // accumulators with Kernel::row_scales times the pass's own factor (Transform::pass_info).
+  // Every wgmma batch is retired before its stages go back: the promotion needs its result.
+  template <typename Sched>
+  __device__ __forceinline__ static void consume_passes(
+      const Params& params, const Ring& ring, const MmaRing& tring, uint8_t* smem,
+      uint8_t* smem_transform, uint8_t* smem_d, uint32_t warp_idx, uint32_t lane_idx,
+      Sched scheduler, uint32_t k_blocks) {
+    const uint32_t math_wg = threadIdx.x / 128 - kFirstMathWG;
+    const uint32_t math_tid = threadIdx.x - 128 * kFirstMathWG;
+    typename Ring::State in;
+    typename MmaRing::State state;
+    typename Mma::Accum acc, tmp;
+    typename Kernel::Work work;
+    while (scheduler.next(work)) {
+      const uint32_t num_k_blocks = Kernel::num_k_blocks(k_blocks, work);
+      // The idle branch sits outside the wgmma loop (a wgmma under a condition makes ptxas
+      // serialize them all): an idle warpgroup keeps the rings' waits and releases only.
+      if (Kernel::math_idle(params, work, math_wg)) {
+        for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
+          ring.consumer_wait(in);
+          for (bool more = true; more;) {
+            tring.consumer_wait(state);
+            more = Transform::template pass_info<Stages>(StageRef{smem_transform, state.stage_idx})
+                       .more != 0;
+            __syncwarp();
+            tring.consumer_release(state.stage_idx, lane_idx, true);
+            state.advance();
+          }
+          __syncwarp();
+          ring.consumer_release(in.stage_idx, lane_idx, true);
+          in.advance();
+        }
+        continue;
+      }
+      Mma::zero(acc);
+      for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
+        float scale_lo, scale_hi;  // loaded before the stage lands
+        Kernel::row_scales(params, work, kb, math_wg, math_tid, scale_lo, scale_hi);
+        ring.consumer_wait(in);
+        const StageRef in_stage{smem, in.stage_idx};
+        for (bool more = true; more;) {
+          tring.consumer_wait(state);
+          const StageRef out_stage{smem_transform, state.stage_idx};
+          const auto info = Transform::template pass_info<Stages>(out_stage);
+          more = info.more != 0;
+          const auto operands =
+              Mma::template operands<Stages, MmaStages>(in_stage, out_stage, math_wg);
+          Mma::fence(tmp);
+          warpgroup_arrive();
+          Mma::issue(tmp, operands);
+          warpgroup_commit_batch();
+          warpgroup_wait<0>();
+          Mma::fence(tmp);
+          __syncwarp();
+          tring.consumer_release(state.stage_idx, lane_idx, true);
+          state.advance();
+          Mma::promote(acc, tmp, scale_lo * info.scale, scale_hi * info.scale);
+        }
+        ring.consumer_release(in.stage_idx, lane_idx, true);
+        in.advance();
+      }
+      Kernel::epilogue(params, acc, work, math_wg, smem_d);
+    }
+    if constexpr (Kernel::kTmaStore)
+      if (threadIdx.x % 128 == 0) tma_store_drain();
+    (void)warp_idx;
   }
 };
 

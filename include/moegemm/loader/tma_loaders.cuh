@@ -6,7 +6,8 @@
 //   load(params, bar, stage, tile, kb, cta_rank)   one elected thread issues the boxes,
 //   kNeedsFixup / fixup(...)  the math threads' repair of a landed stage (k-grouped tails),
 //   kRolledLoop          the producer's k-block loop stays rolled (else the compiler unrolls).
-// FP8 x FP4 will add loaders with scale slabs (any number of descriptors).
+// FP8 x FP4 loads activations and packed weights (PackedWeightLoader); its scales are read by
+// the transform and math threads from global memory.
 #pragma once
 
 #include <stdint.h>
@@ -76,6 +77,39 @@ struct KMajorLoader {
       tma_load_3d_multicast(&params.tma_b, bar, stage_b, k_crd, n_crd,
                             static_cast<int32_t>(tile.group), kClusterMask);
     }
+  }
+};
+
+// FP8 x FP4: K-major E4M3 A [rows, K] (2D: {K, rows}, 128B swizzle) and packed E2M1 weights
+// W [G, N, K/2] (3D: {K/2, N, G}, unswizzled 64-byte rows, which the transform reads row by
+// row): per 128-wide k-block a BLOCK_M x 128-byte box of A and a BLOCK_N x 64-byte box of W.
+// TMA zero-fills past K (K % 128 may be 32, 64 or 96), N and the rows: zero codes are zeros.
+template <uint32_t BLOCK_M, uint32_t BLOCK_N>
+struct PackedWeightLoader {
+  static constexpr uint32_t BLOCK_K = 128;
+  static constexpr uint32_t kBytesA = BLOCK_M * BLOCK_K;
+  static constexpr uint32_t kBytesB = BLOCK_N * BLOCK_K / 2;
+  static constexpr uint32_t kExpectedBytes = kBytesA + kBytesB;
+  static constexpr bool kNeedsFixup = false;
+  static constexpr bool kRolledLoop = false;
+  template <uint32_t kNumStages>
+  using Stages = StageLayout<kNumStages, kBytesA, kBytesB>;
+
+  template <typename Params>
+  __device__ __forceinline__ static void prefetch(const Params& params) {
+    prefetch_tma_desc(&params.tma_a);
+    prefetch_tma_desc(&params.tma_b);
+  }
+
+  template <typename Stages, typename Params>
+  __device__ __forceinline__ static void load(const Params& params, Barrier* bar,
+                                              const StageRef& stage, const Tile& tile,
+                                              uint32_t kb, uint32_t /*cta_rank*/) {
+    tma_load_2d(&params.tma_a, bar, Stages::template slab<0>(stage),
+                static_cast<int32_t>(kb * BLOCK_K), static_cast<int32_t>(tile.row0));
+    tma_load_3d(&params.tma_b, bar, Stages::template slab<1>(stage),
+                static_cast<int32_t>(kb * BLOCK_K / 2), static_cast<int32_t>(tile.n_block * BLOCK_N),
+                static_cast<int32_t>(tile.group));
   }
 };
 

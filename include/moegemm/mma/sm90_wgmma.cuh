@@ -1,13 +1,14 @@
 // The one place that picks a Hopper wgmma atom: by A and B operand type, N and the operands'
 // majors (both from shared memory, FP32 accumulators). A kernel names the atom it needs,
 // `Wgmma<AType, BType, N, kMajorA, kMajorB>`, and issues it on an accumulator array with
-// `::fma(desc_a, desc_b, acc)`; FP8 atoms (QGMMA) will be added here next to the BF16 ones.
+// `::fma(desc_a, desc_b, acc)`. BF16 (HGMMA, k16) and E4M3 (QGMMA, k32, both K-major) atoms.
 #pragma once
 
 #include <moegemm/ptx/sm90_wgmma.cuh>  // first: it enables CuTe's extended shapes on request
 
 #include <cute/arch/mma_sm90_gmma.hpp>
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include <stdint.h>
 #include <utility>
@@ -46,6 +47,30 @@ MOEGEMM_WGMMA_BF16_ATOM(232) MOEGEMM_WGMMA_BF16_ATOM(240) MOEGEMM_WGMMA_BF16_ATO
 #endif
 #undef MOEGEMM_WGMMA_BF16_ATOM
 
+// CuTe's atom for m64 x N x 32 with E4M3 operands (K-major only, as FP8 wgmma requires).
+template <int N>
+struct Fp8Atom;
+
+#define MOEGEMM_WGMMA_FP8_ATOM(N) \
+  template <>                     \
+  struct Fp8Atom<N> {             \
+    using Type = cute::SM90::GMMA::MMA_64x##N##x32_F32E4M3E4M3_SS_TN<>; \
+  };
+MOEGEMM_WGMMA_FP8_ATOM(8) MOEGEMM_WGMMA_FP8_ATOM(16) MOEGEMM_WGMMA_FP8_ATOM(32)
+MOEGEMM_WGMMA_FP8_ATOM(64) MOEGEMM_WGMMA_FP8_ATOM(96) MOEGEMM_WGMMA_FP8_ATOM(128)
+MOEGEMM_WGMMA_FP8_ATOM(192) MOEGEMM_WGMMA_FP8_ATOM(256)
+#if defined(CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED)
+MOEGEMM_WGMMA_FP8_ATOM(24) MOEGEMM_WGMMA_FP8_ATOM(40) MOEGEMM_WGMMA_FP8_ATOM(48)
+MOEGEMM_WGMMA_FP8_ATOM(56) MOEGEMM_WGMMA_FP8_ATOM(72) MOEGEMM_WGMMA_FP8_ATOM(80)
+MOEGEMM_WGMMA_FP8_ATOM(88) MOEGEMM_WGMMA_FP8_ATOM(104) MOEGEMM_WGMMA_FP8_ATOM(112)
+MOEGEMM_WGMMA_FP8_ATOM(120) MOEGEMM_WGMMA_FP8_ATOM(136) MOEGEMM_WGMMA_FP8_ATOM(144)
+MOEGEMM_WGMMA_FP8_ATOM(152) MOEGEMM_WGMMA_FP8_ATOM(160) MOEGEMM_WGMMA_FP8_ATOM(168)
+MOEGEMM_WGMMA_FP8_ATOM(176) MOEGEMM_WGMMA_FP8_ATOM(184) MOEGEMM_WGMMA_FP8_ATOM(200)
+MOEGEMM_WGMMA_FP8_ATOM(208) MOEGEMM_WGMMA_FP8_ATOM(216) MOEGEMM_WGMMA_FP8_ATOM(224)
+MOEGEMM_WGMMA_FP8_ATOM(232) MOEGEMM_WGMMA_FP8_ATOM(240) MOEGEMM_WGMMA_FP8_ATOM(248)
+#endif
+#undef MOEGEMM_WGMMA_FP8_ATOM
+
 template <typename AType, typename BType, int N, Major kMajorA, Major kMajorB>
 struct AtomFor {
   static_assert(sizeof(AType) == 0, "no wgmma atom for these operand types");
@@ -55,9 +80,14 @@ struct AtomFor<__nv_bfloat16, __nv_bfloat16, N, kMajorA, kMajorB> {
   using Type = typename Bf16Atom<N, gmma_major(kMajorA), gmma_major(kMajorB)>::Type;
 };
 
+template <int N>
+struct AtomFor<__nv_fp8_e4m3, __nv_fp8_e4m3, N, Major::K, Major::K> {
+  using Type = typename Fp8Atom<N>::Type;
+};
+
 }  // namespace detail
 
-// One wgmma m64 x N x 16 over a warpgroup's accumulators (N / 2 FP32 registers a thread),
+// One wgmma m64 x N x (16 BF16 or 32 E4M3) over a warpgroup's accumulators (N / 2 FP32 registers a thread),
 // adding to them (scale-out one).
 template <typename AType, typename BType, int N, Major kMajorA = Major::K,
           Major kMajorB = Major::K>
@@ -66,15 +96,23 @@ struct Wgmma {
   static constexpr uint32_t kNumAccum = N / 2;
 
   __device__ __forceinline__ static void fma(uint64_t desc_a, uint64_t desc_b, float* acc) {
-    fma_impl(desc_a, desc_b, acc, std::make_index_sequence<kNumAccum>{});
+    fma_impl(desc_a, desc_b, acc, cute::SM90::GMMA::ScaleOut::One,
+             std::make_index_sequence<kNumAccum>{});
+  }
+  // The first of a batch that overwrites the accumulators (scale-out zero): no clearing pass.
+  __device__ __forceinline__ static void fma_overwrite(uint64_t desc_a, uint64_t desc_b,
+                                                       float* acc) {
+    fma_impl(desc_a, desc_b, acc, cute::SM90::GMMA::ScaleOut::Zero,
+             std::make_index_sequence<kNumAccum>{});
   }
 
  private:
   // The atom takes each accumulator register by reference.
   template <size_t... I>
   __device__ __forceinline__ static void fma_impl(uint64_t desc_a, uint64_t desc_b, float* acc,
+                                                  cute::SM90::GMMA::ScaleOut scale_out,
                                                   std::index_sequence<I...>) {
-    Atom::fma(desc_a, desc_b, acc[I]..., cute::SM90::GMMA::ScaleOut::One);
+    Atom::fma(desc_a, desc_b, acc[I]..., scale_out);
   }
 };
 

@@ -16,7 +16,15 @@
 // A transform policy provides:
 //   kEnabled = true, kNumStages (its ring), kNumRegs (setmaxnreg of its warpgroup),
 //   template <typename InStages> using OutStages (its ring's StageLayout),
-//   apply(in, out, thread): one thread's share (of 128) of turning stage `in` into `out`.
+//   kScratchBytes, init_scratch(scratch, thread): its own shared memory (tables), set up by the
+//     transform threads before the CTA's first barrier;
+//   kMathReadsInput: false: apply(in, out, thread), one thread's share (of 128) of turning stage
+//     `in` into `out`, and the math warpgroups read only the transform ring;
+//     true: the math warpgroups read slabs of the TMA ring too (FP8 x FP4: the activations) and
+//     release it with the transform (empty[s] counts the transform's 4 warps and every math
+//     warp); per k-block the policy's load_scales(params, work, kb, thread, state) runs before
+//     the stage lands and run_k_block(...) emits one or more out stages (passes), each carrying
+//     its own metadata the MMA reads (pipeline/fp4_expand_transform.cuh).
 #pragma once
 
 #include <stdint.h>
@@ -28,6 +36,8 @@ namespace moegemm {
 
 struct NoTransform {
   static constexpr bool kEnabled = false;
+  static constexpr bool kMathReadsInput = false;
+  static constexpr uint32_t kScratchBytes = 0;
   static constexpr uint32_t kNumStages = 0;
   static constexpr uint32_t kNumWarpgroups = 0;
   static constexpr uint32_t kNumRegs = 0;
@@ -41,6 +51,9 @@ struct NoTransform {
 template <uint32_t kNumStages_ = 2>
 struct CopyTransform {
   static constexpr bool kEnabled = true;
+  static constexpr bool kMathReadsInput = false;
+  static constexpr uint32_t kScratchBytes = 0;
+  __device__ __forceinline__ static void init_scratch(uint8_t*, uint32_t) {}
   static constexpr uint32_t kNumStages = kNumStages_;
   static constexpr uint32_t kNumWarpgroups = 1;
   static constexpr uint32_t kNumRegs = 96;

@@ -99,7 +99,9 @@ def build_launcher(device: int, desc: GemmDesc, config: GemmConfig | None = None
         config = select_config(desc, arch)
     lay = config.layout
     kernel = load_kernel(kernel_spec(desc, config))
-    if desc.kind == "k_grouped":
+    if desc.ab_dtype == "fp8_fp4":
+        launcher_type = _C.Sm90Fp8Fp4GemmLauncher
+    elif desc.kind == "k_grouped":
         launcher_type = _C.Sm90Bf16KGroupedLauncher
     else:
         launcher_type = _C.Sm90Bf16GemmLauncher

@@ -55,6 +55,12 @@ _SWAP_AB = _Kernel(
     "Bf16SwapAbGemm",
     "Sm90Bf16GemmParams",
 )
+_FP8_FP4 = _Kernel(
+    "sm90_fp8_fp4_grouped_gemm",
+    "sm90_fp8_fp4_grouped_gemm_kernel",
+    "Fp8Fp4Gemm",
+    "Sm90Fp8Fp4GemmParams",
+)
 _K_GROUPED = _Kernel(
     "sm90_bf16_k_grouped_gemm",
     "sm90_bf16_k_grouped_gemm_kernel",
@@ -218,9 +224,41 @@ def sm90_bf16_k_grouped_spec(config: GemmConfig, with_c: bool) -> KernelSpec:
     return KernelSpec(name=name, source=source, arch="sm_90a")
 
 
+def sm90_fp8_fp4_spec(config: GemmConfig, kind: str, weights: str) -> KernelSpec:
+    """The FP8 x FP4 kernel (impls/sm90_fp8_fp4_grouped_gemm.cuh): dense or m-grouped, BF16
+    out, the weights' layout ("raw" checkpoint nibbles or "prepared") compiled in."""
+    if kind not in _SCHEDULERS:
+        raise ValueError(f"kind must be one of {sorted(_SCHEDULERS)}, got {kind!r}")
+    if weights not in ("raw", "prepared"):
+        raise ValueError(f"weights must be 'raw' or 'prepared', got {weights!r}")
+    lay = config.layout
+    if lay.swap_ab or lay.cluster_size != 1 or lay.stripe_m or lay.block_k != 128:
+        raise ValueError("fp8_fp4: block_k 128, no swap_ab, clusters or stripes")
+    if lay.block_m != 64 * config.launch.num_math_warpgroups:
+        raise ValueError("fp8_fp4: each math warpgroup owns 64 rows (block_m = 64 x warpgroups)")
+    if config.pipeline.transform_stages < 1:
+        raise ValueError("fp8_fp4: the transform ring needs at least one stage")
+    scheduler_template, tag = _SCHEDULERS[kind]
+    scheduler = "moegemm::" + scheduler_template.format(
+        m=lay.block_m, n=lay.block_n, cm=1, cn=1, sp=0
+    )
+    name = f"sm90_fp8fp4_{tag}_{config.short_name()}_{weights}"
+    extra = (
+        f"  static constexpr uint32_t kTransformStages = {config.pipeline.transform_stages};\n"
+        f"  static constexpr bool kPreparedWeights = {'true' if weights == 'prepared' else 'false'};"
+    )
+    body = config_struct(
+        config, out_type="__nv_bfloat16", with_c=False, scheduler=scheduler, extra=extra
+    )
+    source = _source(name, _wgmma_n_define(lay.block_n), _FP8_FP4, body)
+    return KernelSpec(name=name, source=source, arch="sm_90a")
+
+
 def kernel_spec(desc: GemmDesc, config: GemmConfig) -> KernelSpec:
     """The kernel a call of `desc` compiles for `config`: what the API loads and the warmup
     builds."""
+    if desc.ab_dtype == "fp8_fp4":
+        return sm90_fp8_fp4_spec(config, desc.kind, desc.weights)
     if desc.kind == "k_grouped":
         return sm90_bf16_k_grouped_spec(config, desc.with_c)
     return sm90_bf16_gemm_spec(config, desc.d_dtype, desc.with_c, desc.kind)

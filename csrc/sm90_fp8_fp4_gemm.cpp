@@ -1,0 +1,102 @@
+// Parameter filling of the FP8 x FP4 kernels (include/moegemm/impls/sm90_fp8_fp4_grouped_gemm.cuh,
+// Sm90Fp8Fp4GemmParams): E4M3 activations with FP32 scales per 128 of K, MXFP4 weights (packed
+// E2M1 codes, UE8M0 scales per 32 of K), dense or m-grouped, BF16 out. Launch shape, TMA
+// encoding, launch and bindings are the generic launcher's (launcher.h).
+//
+// The scales are not TMA operands: the kernel reads them from global memory with the strides
+// given here (sfa in any layout, row-major or DeepGEMM's MN-major one; sfb rows of K/32 bytes,
+// which TMA could not describe for K = 2880).
+#include <pybind11/pybind11.h>
+
+#include <stdint.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "launcher.h"
+#include "moegemm/common/sm90_fp8_fp4_params.h"
+
+namespace moegemm {
+namespace {
+
+constexpr CUtensorMapDataType kBytes = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+
+struct Sm90Fp8Fp4Gemm {
+  using Params = Sm90Fp8Fp4GemmParams;
+  static constexpr const char* kName = "Sm90Fp8Fp4GemmLauncher";
+  static constexpr size_t kNumAlignedPointers = 3;  // a, b, d: the TMA operands
+  static constexpr const char* kDoc =
+      "Launches sm90_fp8_fp4_grouped_gemm (dense or m-grouped) with the kernel and its launch "
+      "shape bound. Call with (a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, group_info_ptr, rows, m, "
+      "n, k, num_groups, lda, ldb, ldb_group, ldd, sfa_stride_group, sfa_stride_row, "
+      "sfa_stride_kb, sfa_group_rows, sfb_stride_group, sfb_stride_row, stream): a/b strides in "
+      "bytes (b packed, two codes a byte), ldd in BF16 elements, sfa strides in floats, sfb "
+      "strides in bytes; or bind(device, rows, ..., sfb_stride_row) once and call launch(a_ptr, "
+      "b_ptr, d_ptr, sfa_ptr, sfb_ptr, group_info_ptr, stream). Never synchronizes.";
+
+  static void check_shape(const LaunchShape& shape) {
+    if (shape.cluster_m != 1 || shape.cluster_n != 1 || shape.block_k != 128 ||
+        shape.block_n % 16 != 0 || shape.block_m % 64 != 0) {
+      throw std::invalid_argument(
+          std::string(kName) + ": one CTA per tile, block_k 128, block_m a multiple of 64 and "
+          "block_n of 16; got block " + std::to_string(shape.block_m) + "x" +
+          std::to_string(shape.block_n) + "x" + std::to_string(shape.block_k) + ", cluster " +
+          std::to_string(shape.cluster_m) + "x" + std::to_string(shape.cluster_n));
+    }
+  }
+
+  static bool fill(const LaunchShape& shape, Params& params, TmaList& tma, uint64_t a_ptr,
+                   uint64_t b_ptr, uint64_t d_ptr, uint64_t sfa_ptr, uint64_t sfb_ptr,
+                   uint64_t group_info_ptr, int64_t rows, int64_t m, int64_t n, int64_t k,
+                   int64_t num_groups, int64_t lda, int64_t ldb, int64_t ldb_group, int64_t ldd,
+                   int64_t sfa_stride_group, int64_t sfa_stride_row, int64_t sfa_stride_kb,
+                   int64_t sfa_group_rows, int64_t sfb_stride_group, int64_t sfb_stride_row) {
+    params.m = checked_u32(m, "m");
+    params.n = checked_u32(n, "n");
+    params.k = checked_u32(k, "k");
+    params.num_groups = checked_u32(num_groups, "num_groups");
+    params.ldd = checked_u32(ldd, "ldd");
+    params.rows = checked_u32(rows, "rows");
+    if (params.k % 32 != 0) throw std::invalid_argument(std::string(kName) + ": k % 32 != 0");
+    if (sfa_stride_group < 0 || sfb_stride_group < 0) {
+      throw std::invalid_argument(std::string(kName) + ": negative scale group stride");
+    }
+    params.sfa_stride_group = static_cast<uint64_t>(sfa_stride_group);
+    params.sfa_stride_row = checked_u32(sfa_stride_row, "sfa_stride_row");
+    params.sfa_stride_kb = checked_u32(sfa_stride_kb, "sfa_stride_kb");
+    params.sfa_group_rows = checked_u32(sfa_group_rows, "sfa_group_rows");
+    params.sfb_stride_group = static_cast<uint64_t>(sfb_stride_group);
+    params.sfb_stride_row = checked_u32(sfb_stride_row, "sfb_stride_row");
+    if (params.rows == 0 || params.n == 0 || params.num_groups == 0 || params.k == 0) return false;
+
+    const uint64_t m_blocks =
+        (uint64_t{params.rows} + shape.block_m - 1) / shape.block_m + params.num_groups;
+    check_tile_count(m_blocks * ((params.n + shape.block_n - 1) / shape.block_n),
+                     static_cast<uint64_t>(shape.num_blocks));
+    tma.add(params.tma_a, tma_view_2d(as_ptr(a_ptr), kBytes, 1, params.rows, params.k,
+                                      checked_u32(lda, "lda"),
+                                      checked_u32(shape.block_m, "block_m"), 128,
+                                      CU_TENSOR_MAP_SWIZZLE_128B));
+    tma.add(params.tma_b,
+            tma_view_3d(as_ptr(b_ptr), kBytes, 1, params.num_groups, params.n, params.k / 2,
+                        checked_u32(ldb, "ldb"), static_cast<uint64_t>(ldb_group),
+                        checked_u32(shape.block_n, "block_n"), 64, CU_TENSOR_MAP_SWIZZLE_NONE));
+    if (shape.store_cols != 0) {
+      const uint32_t store_cols = checked_u32(shape.store_cols, "store_cols");
+      tma.add(params.tma_d, tma_view_2d(as_ptr(d_ptr), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
+                                        params.rows, params.n, params.ldd, 64, store_cols,
+                                        swizzle_from_bytes(static_cast<int>(2 * store_cols))));
+    }
+    params.d = as_ptr(d_ptr);
+    params.sfa = static_cast<const float*>(as_ptr(sfa_ptr));
+    params.sfb = static_cast<const uint8_t*>(as_ptr(sfb_ptr));
+    params.group_info = static_cast<const int32_t*>(as_ptr(group_info_ptr));
+    return true;
+  }
+};
+
+}  // namespace
+
+void register_sm90_fp8_fp4_gemm(pybind11::module_& m) { register_launcher<Sm90Fp8Fp4Gemm>(m); }
+
+}  // namespace moegemm

@@ -1,0 +1,130 @@
+// SM90 FP8 x FP4 GEMM, NT, dense or m-grouped: D[r, n] = sum_k A[r, k] sfa[r, k/128] *
+// W[g(r), n, k] 2^(sfb[g(r), n, k/32] - 127), A E4M3 with FP32 scales per 128 of K, W MXFP4
+// (packed E2M1 with UE8M0 scales per 32 of K), D BF16. The skeleton of
+// kernels/sm90_persistent_gemm.cuh with
+//   loader     PackedWeightLoader (A and the packed weights of one 128-wide k-block),
+//   transform  Fp4ExpandTransform (pipeline/fp4_expand_transform.cuh): E2M1 -> E4M3 with the
+//              scales folded in exactly, one or more passes per k-block,
+//   MMA        Fp8PromoteMma (wgmma m64 x BLOCK_N x 32 E4M3, promoted into FP32 every 128 of
+//              K, or every pass, with sfa of the row times the pass's weight factor),
+//   scheduler  Config::Scheduler: dense, m_indices, offsets or masked (scheduler/), as BF16,
+//   epilogue   BF16 TMA stores (Config::kStoreCols != 0) or register stores, as BF16.
+//
+// Warp roles (2 + kNumMathWG warpgroups of 128 threads):
+//   warpgroup 0      producer. Warp 0 walks the tile schedule; one elected lane issues the TMA
+//                    loads of A and the packed weights; setmaxnreg.dec 40.
+//   warpgroup 1      transform. Loads its chunks' scale bytes (global), waits for the stage,
+//                    expands the weights into a transform stage per pass; setmaxnreg 72.
+//   warpgroups 2..   math, 64 rows of A each: waits for the TMA stage (A) and each pass's
+//                    transform stage (W as E4M3), wgmma, wait, promote; then the epilogue.
+// Pipelines:
+//   TMA ring, kNumStages: full[s] arrive count 1 + the bytes of both boxes; empty[s] 4 arrives
+//     of the transform warps + one per math warp (A is read by the math warpgroups).
+//   transform ring, Config::kTransformStages: tfull[t] 128 arrives (every transform thread,
+//     after its stores and fence.proxy.async), tempty[t] one arrive per math warp.
+// Shared memory: [A | W packed] x kNumStages, [W E4M3 | pass metadata] x kTransformStages, the
+//   transform's tables, D staging (TMA stores), barriers.
+// Tails: TMA zero-fills past K, N and the rows; activation scales of rows past the tile's bound
+//   read as 0 (never stored); weight scales past N or K are not read.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <moegemm/common/sm90_fp8_fp4_params.h>
+#include <moegemm/epilogue/functors.cuh>
+#include <moegemm/epilogue/sm90_register_store.cuh>
+#include <moegemm/epilogue/sm90_tma_store.cuh>
+#include <moegemm/kernels/sm90_persistent_gemm.cuh>
+#include <moegemm/loader/tma_loaders.cuh>
+#include <moegemm/mma/sm90_fp8_promote_mma.cuh>
+#include <moegemm/pipeline/fp4_expand_transform.cuh>
+#include <moegemm/scheduler/dense_scheduler.cuh>
+#include <moegemm/scheduler/group_walk_scheduler.cuh>
+
+namespace moegemm::sm90 {
+
+template <typename Config>
+struct Fp8Fp4GemmKernel {
+  using Params = Sm90Fp8Fp4GemmParams;
+  using Scheduler = typename Config::Scheduler;
+  using Work = Tile;
+  static constexpr uint32_t BLOCK_M = Config::kBlockM;
+  static constexpr uint32_t BLOCK_N = Config::kBlockN;
+  static constexpr uint32_t BLOCK_K = Config::kBlockK;
+  static constexpr uint32_t kNumStages = Config::kNumStages;
+  static constexpr uint32_t kNumMathWG = Config::kNumMathWG;
+  static constexpr uint32_t kClusterSize = 1;
+  static constexpr uint32_t kStoreCols = Config::kStoreCols;
+  static_assert(Config::kClusterM == 1 && Config::kClusterN == 1 && !Config::kSwapAB &&
+                    !Config::kWithC,
+                "FP8 x FP4: one CTA per tile, tokens on M, BF16 out without C");
+  static_assert(BLOCK_K == 128, "one k-block per activation scale");
+  static_assert(BLOCK_M == 64 * kNumMathWG, "each math warpgroup owns one m64 atom");
+  static constexpr uint32_t kWgRows = 64;
+  static constexpr bool kTmaStore = kStoreCols != 0;
+  static constexpr uint32_t kEpilogueSmemBytes = kTmaStore ? BLOCK_M * BLOCK_N * 2 : 0;
+  static constexpr uint32_t kBytesDPerWG = kEpilogueSmemBytes / kNumMathWG;
+
+  using Loader = PackedWeightLoader<BLOCK_M, BLOCK_N>;
+  using Transform = Fp4ExpandTransform<BLOCK_N, Config::kPreparedWeights, Config::kTransformStages>;
+  using Mma = Fp8PromoteMma<BLOCK_N>;
+
+  __device__ __forceinline__ static Scheduler make_scheduler(const Params& params) {
+    return Scheduler(GroupingArgs{params.m, params.n, params.num_groups, params.group_info});
+  }
+  __device__ __forceinline__ static uint32_t k_blocks(const Params& params) {
+    return (params.k + BLOCK_K - 1) / BLOCK_K;
+  }
+  __device__ __forceinline__ static uint32_t num_k_blocks(uint32_t k_blocks, const Tile&) {
+    return k_blocks;
+  }
+  __device__ __forceinline__ static bool math_idle(const Params&, const Tile& tile,
+                                                   uint32_t math_wg) {
+    return kNumMathWG > 1 && tile.row0 + math_wg * kWgRows >= tile.row_end;
+  }
+
+  // The activation scales of this thread's two rows (wgmma D fragment rows) at k-block kb; 0
+  // for rows past the tile's bound (not stored; their scale may lie outside the tensor).
+  __device__ __forceinline__ static void row_scales(const Params& params, const Tile& tile,
+                                                    uint32_t kb, uint32_t math_wg,
+                                                    uint32_t math_tid, float& lo, float& hi) {
+    const uint32_t t = math_tid % 128;
+    const uint32_t row = tile.row0 + math_wg * kWgRows + (t / 32) * 16 + (t % 32) / 4;
+    const float* base = params.sfa + uint64_t{tile.group} * params.sfa_stride_group +
+                        uint64_t{kb} * params.sfa_stride_kb;
+    const uint32_t first = tile.group * params.sfa_group_rows;
+    const uint32_t bound = min(tile.row_end, params.rows);
+    lo = row < bound ? __ldg(base + uint64_t{row - first} * params.sfa_stride_row) : 0.0f;
+    hi = row + 8 < bound ? __ldg(base + uint64_t{row + 8 - first} * params.sfa_stride_row) : 0.0f;
+  }
+
+  __device__ __forceinline__ static void epilogue(const Params& params, typename Mma::Accum& acc,
+                                                  const Tile& tile, uint32_t math_wg,
+                                                  uint8_t* smem_d) {
+    const uint32_t row0 = tile.row0 + math_wg * kWgRows;
+    if constexpr (kTmaStore) {
+      if (row0 + kWgRows <= tile.row_end || tile.row_end >= params.rows) {
+        store_accumulators_tma<BLOCK_N, kStoreCols, 1>(
+            acc.v, smem_d + math_wg * kBytesDPerWG, &params.tma_d, row0, tile.n_block * BLOCK_N,
+            NamedBarrier::kStoreBf16 + math_wg, Identity{});
+        return;
+      }
+    }
+    store_accumulators<BLOCK_N, __nv_bfloat16>(acc.v[0], static_cast<__nv_bfloat16*>(params.d),
+                                               params.ldd, tile.row_end, params.n, row0,
+                                               tile.n_block * BLOCK_N, Identity{});
+  }
+};
+
+template <typename Config>
+using Fp8Fp4Gemm = PersistentGemm<Fp8Fp4GemmKernel<Config>>;
+
+template <typename Config>
+__global__ void __launch_bounds__(Fp8Fp4Gemm<Config>::kNumThreads, 1)
+    sm90_fp8_fp4_grouped_gemm_kernel(const __grid_constant__ Sm90Fp8Fp4GemmParams params) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  Fp8Fp4Gemm<Config>::run(params);
+#endif
+}
+
+}  // namespace moegemm::sm90

@@ -1,0 +1,63 @@
+// The MMA policy of the FP8 mainloop with FP32 promotion every 128 of K (DeepGEMM's scheme):
+// each k-block (or, for FP8 x FP4, each pass of one, see pipeline/fp4_expand_transform.cuh)
+// runs its four wgmma m64 x BLOCK_N x 32 into a temporary accumulator set, waits for them, and
+// adds them into the FP32 accumulators scaled by the row's activation scale times the pass's
+// weight scale. The promotion bounds the tensor core's limited-precision FP8 accumulation to
+// 128 products and carries both scales, so the mainloop itself does no scale math.
+//
+// Each math warpgroup owns 64 rows of A (one m64 atom): A from the TMA ring (slab 0, 128-byte
+// rows, 128B swizzle), B from the transform ring (slab 0, the E4M3 weight tile, same layout).
+// A thread's accumulator i sits in row (warp % 4) * 16 + lane / 4 + 8 * ((i / 2) % 2) of the
+// warpgroup's 64 (the wgmma D fragment), hence two activation scales per thread and k-block.
+#pragma once
+
+#include <cuda_fp8.h>
+
+#include <stdint.h>
+
+#include <moegemm/mma/sm90_mma_policies.cuh>
+#include <moegemm/mma/sm90_wgmma.cuh>
+#include <moegemm/pipeline/stage_layout.cuh>
+
+namespace moegemm::sm90 {
+
+template <uint32_t BLOCK_N>
+struct Fp8PromoteMma {
+  using Atom = Wgmma<__nv_fp8_e4m3, __nv_fp8_e4m3, BLOCK_N, Major::K, Major::K>;
+  using Accum = WgmmaAccum<1, BLOCK_N>;
+  static constexpr uint32_t BLOCK_K = 128;
+  static constexpr uint32_t kKStepBytes = 32;
+
+  __device__ __forceinline__ static void zero(Accum& acc) { zero_accum(acc); }
+  __device__ __forceinline__ static void fence(Accum& acc) { fence_accum(acc); }
+
+  struct Operands {
+    uint64_t desc_a, desc_b;
+  };
+
+  template <typename InStages, typename OutStages>
+  __device__ __forceinline__ static Operands operands(const StageRef& in, const StageRef& out,
+                                                      uint32_t math_wg) {
+    return {make_smem_desc_k128b(InStages::template slab<0>(in) + math_wg * 64 * 128),
+            make_smem_desc_k128b(OutStages::template slab<0>(out))};
+  }
+
+  // Every wgmma of one k-block into `tmp`, the first overwriting it.
+  __device__ __forceinline__ static void issue(Accum& tmp, const Operands& ops) {
+    Atom::fma_overwrite(ops.desc_a, ops.desc_b, tmp.v[0]);
+#pragma unroll
+    for (uint32_t kk = 1; kk < BLOCK_K / 32; ++kk)
+      Atom::fma(advance_desc(ops.desc_a, kk * kKStepBytes),
+                advance_desc(ops.desc_b, kk * kKStepBytes), tmp.v[0]);
+  }
+
+  // acc += tmp * scale of its row (scale_lo: the thread's first row, scale_hi: 8 rows below).
+  __device__ __forceinline__ static void promote(Accum& acc, const Accum& tmp, float scale_lo,
+                                                 float scale_hi) {
+#pragma unroll
+    for (uint32_t i = 0; i < BLOCK_N / 2; ++i)
+      acc.v[0][i] = fmaf(tmp.v[0][i], (i / 2) % 2 ? scale_hi : scale_lo, acc.v[0][i]);
+  }
+};
+
+}  // namespace moegemm::sm90

@@ -1,0 +1,198 @@
+// The FP8 x FP4 transform stage: one warpgroup expands each landed k-block of packed MXFP4
+// weights (BLOCK_N rows x 64 bytes = 128 codes a row, unswizzled) into the E4M3 tile the MMA
+// reads (BLOCK_N rows x 128 bytes, 128B swizzle, K-major), with every 32-block's UE8M0 scale
+// folded in exactly (transform/fp4_to_fp8.cuh).
+//
+// Exactness. E2M1 * 2^t is exact in E4M3 for t in [-8, 6]: a window of 15 binades. Per k-block
+// (128 of K) and tile (BLOCK_N rows), a pass takes a base exponent (the largest scale byte not
+// yet covered) and converts the 32-blocks whose scale lies within 14 of it, writing zeros for
+// the others; the MMA promotes that pass with 2^(base - 133). Blocks more than 14 binades below
+// the base wait for the next pass, with its own base: the result stays exact for every scale the
+// format allows, and checkpoints whose scales of one 128 x BLOCK_N block span at most 15 binades
+// (all seen so far) take one pass. A scale byte of 0xFF (NaN) makes its block's bytes E4M3 NaNs
+// in the first pass: its weight row's output column is NaN for every token, as the dequantized
+// reference gives.
+//
+// Work split: per k-block, step `it` gives warp w rows 16 it + 4 w + lane / 8, lane % 8 the
+// 16-code chunk (8 bytes in, 16 bytes out) of that row: a warp reads 256 contiguous bytes and
+// writes four whole 128-byte rows, conflict-free. Each lane loads its chunk's scale byte from
+// global memory (sfb has rows of K/32 bytes, not a TMA-friendly stride in general) before the
+// stage lands. Per pass the warpgroup agrees on the base by a warp max, a shared-memory exchange
+// and a named barrier (NamedBarrier::kTransform); a second exchange (the min) tells whether any
+// block is left for another pass.
+//
+// Out stages: slab 0 the E4M3 tile, slab 1 the pass's metadata (float scale 2^(base - 133) at
+// byte 0, uint32 "another pass follows" at byte 4), read by the math warpgroups after the
+// stage's full barrier (every transform thread arrives after its stores and the proxy fence).
+// Scratch: the 15 conversion tables (120 bytes) and the exchange slots.
+#pragma once
+
+#include <stdint.h>
+
+#include <moegemm/pipeline/stage_layout.cuh>
+#include <moegemm/ptx/barrier.cuh>
+#include <moegemm/ptx/smem.cuh>
+#include <moegemm/transform/fp4_to_fp8.cuh>
+
+namespace moegemm {
+
+struct Fp4PassInfo {
+  float scale;    // 2^(base - 133): the pass's weight factor
+  uint32_t more;  // another pass of this k-block follows
+};
+
+template <uint32_t BLOCK_N, bool kPrepared, uint32_t kNumStages_ = 2>
+struct Fp4ExpandTransform {
+  static constexpr bool kEnabled = true;
+  static constexpr bool kMathReadsInput = true;  // A stays in the TMA ring
+  static constexpr uint32_t kNumStages = kNumStages_;
+  static constexpr uint32_t kNumWarpgroups = 1;
+  static constexpr uint32_t kNumRegs = 72;
+  static constexpr uint32_t kTileBytes = BLOCK_N * 128;
+  static constexpr uint32_t kInRowBytes = 64;  // 128 codes
+  static constexpr uint32_t kSteps = BLOCK_N / 16;
+  static constexpr uint32_t kScratchBytes = 1024;
+  static constexpr uint32_t kWindow = fp4::kNumOffsets - 1;  // base - s <= 14
+  static_assert(BLOCK_N % 16 == 0, "16 rows a step");
+  // The out ring's layout (InStages unused: the out tile is not the in slab's shape).
+  template <typename InStages>
+  using OutStages = StageLayout<kNumStages, kTileBytes, 1024>;
+
+  // What the MMA reads of an out stage (after its full barrier).
+  template <typename InStages>
+  __device__ __forceinline__ static Fp4PassInfo pass_info(const StageRef& out) {
+    return *reinterpret_cast<const Fp4PassInfo*>(OutStages<InStages>::template slab<1>(out));
+  }
+
+  // One thread: the tables, before the ring is used (the skeleton syncs the CTA after).
+  __device__ __forceinline__ static void init_scratch(uint8_t* scratch, uint32_t thread) {
+    if (thread < fp4::kNumOffsets) {
+      uint32_t lo, hi;
+      fp4::table_words(thread, lo, hi);
+      reinterpret_cast<uint2*>(scratch)[thread] = make_uint2(lo, hi);
+    }
+  }
+
+  // The warpgroup's max (kMax) or min over v, through the exchange slots of `parity`.
+  template <bool kMax>
+  __device__ __forceinline__ static uint32_t reduce(uint32_t v, uint8_t* scratch, uint32_t& parity,
+                                                    uint32_t thread) {
+    v = kMax ? __reduce_max_sync(0xffffffffu, v) : __reduce_min_sync(0xffffffffu, v);
+    uint32_t* slots = reinterpret_cast<uint32_t*>(scratch + 512) + parity * 4;
+    if (thread % 32 == 0) slots[thread / 32] = v;
+    named_barrier_sync(NamedBarrier::kTransform, 128);
+    const uint32_t a = slots[0], b = slots[1], c = slots[2], d = slots[3];
+    parity ^= 1;  // the next exchange uses the other slots (see fp4_expand_transform.cuh top)
+    return kMax ? max(max(a, b), max(c, d)) : min(min(a, b), min(c, d));
+  }
+
+  // Per k-block state of one thread: the scale byte of each of its chunks (kAbsent: no weights
+  // there, rows past N or K past its end, all codes zero).
+  static constexpr uint32_t kAbsent = 0x100;
+  struct Scales {
+    uint32_t s[kSteps];
+  };
+
+  template <typename Params, typename Work>
+  __device__ __forceinline__ static void load_scales(const Params& params, const Work& work,
+                                                     uint32_t kb, uint32_t thread, Scales& sc) {
+    const uint32_t block = kb * 4 + (thread % 8) / 2;
+    const bool k_ok = block < params.k / 32;
+    const uint8_t* group_sfb = params.sfb + uint64_t{work.group} * params.sfb_stride_group;
+#pragma unroll
+    for (uint32_t it = 0; it < kSteps; ++it) {
+      const uint32_t n = work.n_block * BLOCK_N + it * 16 + (thread / 32) * 4 + (thread % 32) / 8;
+      sc.s[it] = (k_ok && n < params.n)
+                     ? static_cast<uint32_t>(
+                           __ldg(group_sfb + uint64_t{n} * params.sfb_stride_row + block))
+                     : kAbsent;
+    }
+  }
+
+  // Pass `pass` over the landed k-block `in` into out stage `out`, with base `base` (the
+  // largest scale byte this pass covers). Returns the smallest scale byte not covered yet
+  // (kAbsent when none) after the warpgroup-wide exchange.
+  template <typename InStages>
+  __device__ __forceinline__ static void convert_pass(const Scales& sc, uint32_t base,
+                                                      bool first_pass, const StageRef& in,
+                                                      const StageRef& out, uint8_t* scratch,
+                                                      uint32_t thread) {
+    using Out = OutStages<InStages>;
+    const uint8_t* src = InStages::template slab<1>(in);
+    uint8_t* dst = Out::template slab<0>(out);
+    const uint2* tables = reinterpret_cast<const uint2*>(scratch);
+    const uint32_t chunk = thread % 8;
+#pragma unroll
+    for (uint32_t it = 0; it < kSteps; ++it) {
+      const uint32_t row = it * 16 + (thread / 32) * 4 + (thread % 32) / 8;
+      const uint32_t s = sc.s[it];
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (s == 0xFF) {
+        if (first_pass) v = make_uint4(fp4::kNanWord, fp4::kNanWord, fp4::kNanWord, fp4::kNanWord);
+      } else if (s <= base && s + kWindow >= base) {
+        const uint2 codes = *reinterpret_cast<const uint2*>(src + row * kInRowBytes + chunk * 8);
+        const uint2 t = tables[base - s];
+        fp4::convert<kPrepared>(codes.x, t.x, t.y, v.x, v.y);
+        fp4::convert<kPrepared>(codes.y, t.x, t.y, v.z, v.w);
+      }
+      *reinterpret_cast<uint4*>(dst + row * 128 + ((chunk ^ (row % 8)) << 4)) = v;
+    }
+  }
+
+  // The whole k-block: every pass, each into its own out stage. `emit(pass_info_writer)` is the
+  // skeleton's: acquire an out stage, run the body on it, fence and arrive.
+  template <typename InStages, typename Params, typename Work, typename Emit>
+  __device__ __forceinline__ static void run_k_block(const Params& params, const Work& work,
+                                                     uint32_t kb, const StageRef& in,
+                                                     uint8_t* scratch, uint32_t& parity,
+                                                     uint32_t thread, const Scales& sc,
+                                                     Emit&& emit) {
+    using Out = OutStages<InStages>;
+    // Largest and smallest finite scale byte of the tile's k-block (kAbsent-free: absent chunks
+    // take part as neutral values).
+    uint32_t hi = 0, lo = 0xFF;
+    bool any = false;
+#pragma unroll
+    for (uint32_t it = 0; it < kSteps; ++it) {
+      const uint32_t s = sc.s[it];
+      if (s < 0xFF) {
+        hi = max(hi, s);
+        lo = min(lo, s);
+        any = true;
+      }
+    }
+    uint32_t base = reduce<true>(any ? hi + 1 : 0, scratch, parity, thread);  // 0: none
+    const uint32_t smallest = reduce<false>(lo, scratch, parity, thread);
+    bool first = true;
+    for (;;) {
+      const bool none = base == 0;
+      base = none ? 0 : base - 1;
+      // Blocks below this pass's window: another pass (their max is its base).
+      const bool more = !none && smallest + kWindow < base;
+      emit([&](const StageRef& out) {
+        convert_pass<InStages>(sc, none ? 0xFFFFu : base, first, in, out, scratch, thread);
+        if (thread == 0) {
+          Fp4PassInfo* info = reinterpret_cast<Fp4PassInfo*>(Out::template slab<1>(out));
+          // 2^(base - 133) in [2^-133, 2^121]: exact in FP32 (subnormal below 2^-126).
+          info->scale = none ? 0.0f : ldexpf(1.0f, static_cast<int>(base) - 133);
+          info->more = more ? 1u : 0u;
+        }
+      });
+      if (!more) break;
+      first = false;
+      // The next base: the largest scale below this window.
+      uint32_t next = 0;
+#pragma unroll
+      for (uint32_t it = 0; it < kSteps; ++it) {
+        const uint32_t s = sc.s[it];
+        if (s < 0xFF && s + kWindow < base) next = max(next, s + 1);
+      }
+      base = reduce<true>(next, scratch, parity, thread);
+    }
+    (void)params;
+    (void)work;
+    (void)kb;
+  }
+};
+
+}  // namespace moegemm
