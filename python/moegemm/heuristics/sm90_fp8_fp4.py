@@ -127,11 +127,19 @@ def make_config(
     )
 
 
+# The widest tile whose accumulators and temporary set (block_n / 2 FP32 registers each) fit
+# a math thread without spills, by math warpgroups (ptxas, 2026-12-01: 2 warpgroups get 200
+# registers and spill from block_n 176; 1 gets 232 and spills from 208).
+MAX_BLOCK_N = {1: 192, 2: 160}
+
+
 def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> Iterator[GemmConfig]:
     """Every tile shape with both epilogues (where the TMA store is possible) and as many
     stages as fit. All of them pass is_legal for a legal desc."""
     for block_m in BLOCK_M_CHOICES:
         for block_n in BLOCK_N_CHOICES:
+            if block_n > MAX_BLOCK_N[math_warpgroups_for(block_m)]:
+                continue
             epilogues = (0, tma_store_cols(block_n, desc)) if tma_store_possible(desc) else (0,)
             for store_cols in epilogues:
                 num_stages = max_stages(block_m, block_n, store_cols, arch)
@@ -162,6 +170,7 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
         and lay.block_k == BLOCK_K
         and lay.block_m in BLOCK_M_CHOICES
         and lay.block_n in BLOCK_N_CHOICES
+        and lay.block_n <= MAX_BLOCK_N.get(num_wg, 0)
         and not lay.swap_ab
         and lay.cluster_m == 1
         and lay.cluster_n == 1
