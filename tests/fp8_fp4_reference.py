@@ -38,6 +38,21 @@ def summary_lines() -> list[str]:
     return lines
 
 
+def write_summary(config: object, tag: str) -> None:
+    """Print summary_lines() past pytest's output capture (shown without -s)."""
+    plugins = config.pluginmanager  # type: ignore[attr-defined]
+    reporter = plugins.get_plugin("terminalreporter")
+    capture = plugins.get_plugin("capturemanager")
+    lines = [f"[{tag}] {line}" for line in summary_lines()]
+    if reporter is None or capture is None:
+        print("\n".join(lines))
+        return
+    with capture.global_and_fixture_disabled():
+        reporter.write_line("")
+        for line in lines:
+            reporter.write_line(line)
+
+
 def nan_bf16(*shape: int) -> torch.Tensor:
     return torch.full(shape, float("nan"), device="cuda", dtype=torch.bfloat16)
 

@@ -28,8 +28,8 @@ from fp8_fp4_reference import (
     record,
     ref_fp32,
     sfa_layout,
-    summary_lines,
     weights_arg,
+    write_summary,
 )
 
 from moegemm.testing import calc_diff
@@ -55,12 +55,7 @@ def gen(seed: int) -> torch.Generator:
 def _report(request: pytest.FixtureRequest) -> Iterator[None]:
     """The worst calc_diff per family (and the info-only error against BF16), shown without -s."""
     yield
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    for line in summary_lines():
-        if reporter is not None:
-            reporter.write_line(f"[fp8_fp4] {line}")
-        else:
-            print(f"[fp8_fp4] {line}")
+    write_summary(request.config, "fp8_fp4")
     _WEIGHTS.clear()
 
 
