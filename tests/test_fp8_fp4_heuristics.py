@@ -1,0 +1,246 @@
+"""The FP8 x FP4 heuristics (heuristics/sm90_fp8_fp4.py): legal configs and the contract's
+shared-memory formula, the cycle model's pipes, selection by cost, selection_key."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from moegemm import heuristics
+from moegemm.heuristics import SM90, GemmDesc, arch_for, select_config, sm90_fp8_fp4
+from moegemm.heuristics.config import PipelineConfig
+
+BUDGET = 232448 - 1024  # the contract's limit on smem_bytes
+
+
+def fp4(kind: str, m: int, n: int, k: int, g: int = 1, **kw) -> GemmDesc:
+    return GemmDesc(kind, m, n, k, g, ab_dtype="fp8_fp4", **kw)
+
+
+DESCS = [
+    fp4("bf16_gemm_nt", 1, 2880, 2880),
+    fp4("bf16_gemm_nt", 4096, 4096, 7168),
+    fp4("m_grouped_contiguous", 4096, 5760, 2880, 32),
+    fp4("m_grouped_offsets", 256, 4096, 7168, 256, expected_m=1),
+    fp4("m_grouped_offsets", 32 * 512, 2880, 2880, 32, expected_m=512, weights="prepared"),
+    fp4("m_grouped_masked", 64, 1536, 2048, 128, expected_m=8),
+    fp4("m_grouped_masked", 4096, 2048, 768, 128, expected_m=300),
+]
+
+
+def contract_smem(block_m: int, block_n: int, stages: int, store_cols: int) -> int:
+    """The contract's formula, written out again."""
+    ring = stages * (block_m * 128 + block_n * 64)
+    tring = 2 * (block_n * 128 + 1024)
+    dstage = block_m * block_n * 2 if store_cols else 0
+    return ring + tring + dstage + 1024 + 16 * (stages + 2)
+
+
+def test_desc_fields_are_validated() -> None:
+    with pytest.raises(ValueError, match="unknown weights layout 'checkpoint'"):
+        fp4("bf16_gemm_nt", 1, 64, 64, weights="checkpoint")
+    with pytest.raises(ValueError, match="unknown ab_dtype 'fp8'"):
+        GemmDesc("bf16_gemm_nt", 1, 64, 64, ab_dtype="fp8")
+    assert GemmDesc("bf16_gemm_nt", 1, 64, 64).weights == "raw"
+
+
+@pytest.mark.parametrize("desc", DESCS, ids=lambda d: f"{d.kind}-{d.m}-{d.n}-{d.k}")
+def test_every_enumerated_config_is_legal_and_fills_shared_memory(desc: GemmDesc) -> None:
+    configs = list(heuristics.enumerate_configs(desc, SM90))
+    shapes = {(c.layout.block_m, c.layout.block_n, c.store_cols) for c in configs}
+    # Every tile of the contract that a math thread holds without spills, with the register
+    # and the TMA-store epilogue.
+    widest = sm90_fp8_fp4.MAX_BLOCK_N
+    assert shapes == {
+        (bm, bn, cols)
+        for bm in (64, 128)
+        for bn in range(16, widest[bm // 64] + 1, 16)
+        for cols in (0, max(w for w in (16, 32, 64) if bn % w == 0))
+    }
+    for c in configs:
+        lay, pipe = c.layout, c.pipeline
+        assert heuristics.is_legal(c, desc, SM90), c.short_name()
+        assert lay.block_k == 128 and not lay.swap_ab and lay.cluster_size == 1
+        assert lay.stripe_m == 0
+        assert c.launch.num_math_warpgroups == lay.block_m // 64
+        assert c.launch.num_threads == 128 * (2 + lay.block_m // 64)
+        assert pipe.transform_stages == 2 and c.short_name().endswith("x2")
+        assert pipe.smem_bytes == contract_smem(lay.block_m, lay.block_n, pipe.num_stages,
+                                                c.store_cols)  # fmt: skip
+        assert pipe.smem_bytes <= BUDGET
+        # As many stages as fit, at most 8.
+        more = contract_smem(lay.block_m, lay.block_n, pipe.num_stages + 1, c.store_cols)
+        assert pipe.num_stages == 8 or more > BUDGET
+        assert 2 <= pipe.num_stages <= 8
+        if c.store_cols:
+            assert c.store_cols == max(w for w in (16, 32, 64) if lay.block_n % w == 0)
+            assert c.storage.store_box_d == (c.store_cols, 64)
+
+
+def test_hand_computed_shared_memory() -> None:
+    # m128 n256 with the TMA store: 2 stages of 32 KiB + 66 KiB transform ring + 64 KiB staging.
+    c = sm90_fp8_fp4.make_config(128, 256, 2, SM90, store_cols=64)
+    assert c.pipeline.smem_bytes == 65536 + 67584 + 65536 + 1024 + 64 == 199744
+    assert sm90_fp8_fp4.max_stages(128, 256, 64, SM90) == 2
+    assert sm90_fp8_fp4.max_stages(128, 256, 0, SM90) == 4
+    assert sm90_fp8_fp4.max_stages(64, 16, 0, SM90) == 8
+
+
+def test_is_legal_refuses_what_the_kernel_cannot_run() -> None:
+    desc = DESCS[2]
+    good = sm90_fp8_fp4.make_config(128, 128, 4, SM90, store_cols=64)
+    assert sm90_fp8_fp4.is_legal(good, desc, SM90)
+    lay, pipe, launch = good.layout, good.pipeline, good.launch
+    bad = {
+        "swap_ab": dataclasses.replace(good, layout=dataclasses.replace(lay, swap_ab=True)),
+        "cluster": dataclasses.replace(good, layout=dataclasses.replace(lay, cluster_m=2)),
+        "stripe": dataclasses.replace(good, layout=dataclasses.replace(lay, stripe_m=8)),
+        "block_k": dataclasses.replace(good, layout=dataclasses.replace(lay, block_k=64)),
+        "no transform": dataclasses.replace(
+            good, pipeline=dataclasses.replace(pipe, transform_stages=0)
+        ),
+        "smem": dataclasses.replace(
+            good, pipeline=dataclasses.replace(pipe, smem_bytes=pipe.smem_bytes + 16)
+        ),
+        "threads": dataclasses.replace(
+            good, launch=dataclasses.replace(launch, num_threads=128 * 3)
+        ),
+        "1 stage": sm90_fp8_fp4.make_config(128, 128, 1, SM90),
+        "9 stages": sm90_fp8_fp4.make_config(64, 16, 9, SM90),
+        "too big": sm90_fp8_fp4.make_config(128, 256, 4, SM90, store_cols=64),
+        "block_m 256": sm90_fp8_fp4.make_config(256, 128, 2, SM90),
+        "block_n 8": sm90_fp8_fp4.make_config(64, 8, 4, SM90),
+        "block_n 272": sm90_fp8_fp4.make_config(64, 272, 2, SM90),
+        "spills": sm90_fp8_fp4.make_config(128, 176, 2, SM90),
+        "store 32 of 128": sm90_fp8_fp4.make_config(128, 128, 4, SM90, store_cols=32),
+    }
+    for what, config in bad.items():
+        assert not sm90_fp8_fp4.is_legal(config, desc, SM90), what
+    for desc_bad in (
+        dataclasses.replace(desc, k=2880 + 16),  # K % 32
+        dataclasses.replace(desc, n=5760 + 4),  # N % 8
+        dataclasses.replace(desc, d_dtype="fp32"),
+        dataclasses.replace(desc, kind="k_grouped"),
+        dataclasses.replace(desc, ab_dtype="bf16"),
+    ):
+        assert not sm90_fp8_fp4.is_legal(good, desc_bad, SM90), desc_bad
+
+
+def test_the_package_dispatches_on_ab_dtype() -> None:
+    fp = DESCS[1]
+    bf = dataclasses.replace(fp, ab_dtype="bf16")
+    assert select_config(fp, SM90).pipeline.transform_stages == 2
+    assert select_config(bf, SM90).pipeline.transform_stages == 0
+    assert all(c.pipeline.transform_stages == 0 for c in heuristics.enumerate_configs(bf, SM90))
+    assert heuristics.estimate_cycles(select_config(fp, SM90), fp, SM90) == (
+        sm90_fp8_fp4.estimate_cycles(select_config(fp, SM90), fp, SM90)
+    )
+    assert heuristics.selection_key(fp, SM90) != heuristics.selection_key(bf, SM90)
+
+
+def test_short_names() -> None:
+    c = sm90_fp8_fp4.make_config(64, 96, 6, SM90, store_cols=32)
+    assert c.short_name() == "m64n96k128s6w1c1x1e32x2"
+    assert PipelineConfig(4, 1000).transform_stages == 0
+
+
+@pytest.mark.parametrize("desc", DESCS, ids=lambda d: f"{d.kind}-{d.m}-{d.n}-{d.k}")
+def test_selection_is_the_cheapest_and_deterministic(desc: GemmDesc) -> None:
+    picked = sm90_fp8_fp4.select(desc, SM90)
+    assert picked == sm90_fp8_fp4.select(desc, SM90) == select_config(desc, SM90)
+    best = min(sm90_fp8_fp4.estimate_cycles(c, desc, SM90)
+               for c in sm90_fp8_fp4.enumerate_configs(desc, SM90))  # fmt: skip
+    assert round(sm90_fp8_fp4.estimate_cycles(picked, desc, SM90)) == round(best)
+    # Both weight layouts take the same tile (the conversion differs only in its instructions).
+    other = "raw" if desc.weights == "prepared" else "prepared"
+    assert sm90_fp8_fp4.select(dataclasses.replace(desc, weights=other), SM90) == picked
+
+
+def test_the_pipes_count_fp4_bytes_fp8_rate_and_conversion() -> None:
+    desc = fp4("bf16_gemm_nt", 4096, 4096, 7168)
+    c = sm90_fp8_fp4.make_config(128, 256, 2, SM90, store_cols=64)
+    p = sm90_fp8_fp4.tile_pipes(c, desc, SM90)
+    k_blocks = 7168 // 128
+    # FP8 A (1 B) and its float32 scale per 128 K; FP4 B at 0.5 B + 1/32 B per weight.
+    assert p["l2"] == 128 * (7168 + 4 * k_blocks) + 256 * 7168 * (0.5 + 1 / 32)
+    # 1.3 warp-instructions per 16 weights of the B tile, 4 transform warps at 1 per clock.
+    assert p["convert"] == pytest.approx(1.3 * 256 * 7168 / 16 / 4)
+    # Two m64 atoms, k32 steps, at twice the BF16 rate; plus promotion per 128 of K.
+    per_wgmma = 2 * 64 * 256 * 32 / (2 * SM90.mma_flops_per_clk) + 8
+    assert p["mma"] == pytest.approx(2 * (7168 // 32) * per_wgmma + k_blocks * 128)
+    # The conversion does not depend on block_m: the B tile is converted once per tile.
+    tall = sm90_fp8_fp4.tile_pipes(sm90_fp8_fp4.make_config(64, 256, 4, SM90), desc, SM90)
+    assert tall["convert"] == p["convert"]
+
+
+def test_the_conversion_can_bound_a_tile_and_steers_the_choice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With conversion free, no tile's time is the conversion's; made expensive, it bounds the
+    tile and the choice moves to tiles that convert each B tile for more rows."""
+    desc = fp4("m_grouped_offsets", 32 * 128, 2880, 2880, 32, expected_m=128)
+
+    def pick() -> tuple:
+        sm90_fp8_fp4._CANDIDATES.clear()
+        c = sm90_fp8_fp4.select(desc, SM90)
+        p = sm90_fp8_fp4.tile_pipes(c, desc, SM90)
+        return c, p
+
+    monkeypatch.setattr(sm90_fp8_fp4, "CONVERT_INSTR_PER_16_WEIGHTS", 0.0)
+    cheap, p = pick()
+    assert p["convert"] == 0
+    monkeypatch.setattr(sm90_fp8_fp4, "CONVERT_INSTR_PER_16_WEIGHTS", 8.0)
+    costly, p = pick()
+    assert p["convert"] > max(p["mma"], p["smem"])
+    assert costly.layout.block_m == 128
+    assert costly != cheap
+
+
+def test_decode_is_bounded_by_streaming_the_weights_once() -> None:
+    """256 experts with ~1 row each: the time cannot beat reading every active expert's FP4
+    weights and scales from HBM."""
+    desc = fp4("m_grouped_offsets", 256, 4096, 7168, 256, expected_m=1)
+    c = sm90_fp8_fp4.select(desc, SM90)
+    streamed = sm90_fp8_fp4.hbm_bytes(desc) / sm90_fp8_fp4.HBM_BYTES_PER_CLK
+    assert sm90_fp8_fp4.estimate_cycles(c, desc, SM90) >= streamed
+    # About 63% of the experts get a row (Poisson(1)); ragged.py's normal spread says ~69%.
+    active = sm90_fp8_fp4.hbm_bytes(desc) / (4096 * 7168 * (0.5 + 1 / 32))
+    assert 150 < active < 190
+
+
+def _ragged(kind: str, e: int, max_m: int = 4096) -> GemmDesc:
+    g = 32
+    if kind == "m_grouped_offsets":
+        return fp4(kind, e * g, 2880, 2880, g, expected_m=e)
+    return fp4(kind, max_m, 2880, 2880, g, expected_m=min(e, max_m))
+
+
+def test_selection_key_is_complete() -> None:
+    """Descs with equal keys get equal selections, over dense rows 1..700 and ragged rows per
+    group 1..400 (on two SM counts)."""
+    for arch in (SM90, arch_for("sm_90a", 66)):
+        descs = [fp4("bf16_gemm_nt", m, 2880, 2880) for m in range(1, 700)]
+        descs += [fp4("m_grouped_contiguous", 128 * j, 2880, 2880, 32) for j in range(1, 60)]
+        descs += [_ragged("m_grouped_offsets", e) for e in range(1, 400)]
+        descs += [_ragged("m_grouped_masked", e) for e in range(1, 400)]
+        descs += [_ragged("m_grouped_masked", e, max_m=64) for e in range(1, 64)]
+        by_key: dict = {}
+        for d in descs:
+            by_key.setdefault(heuristics.selection_key(d, arch), set()).add(
+                sm90_fp8_fp4.select(d, arch)
+            )
+        assert all(len(picks) == 1 for picks in by_key.values())
+        assert len(by_key) < len(descs)  # the key does merge descs
+
+
+def test_selection_key_reads_the_weights_layout() -> None:
+    d = DESCS[0]
+    assert sm90_fp8_fp4.selection_key(d) != sm90_fp8_fp4.selection_key(
+        dataclasses.replace(d, weights="prepared")
+    )
+    # Past 128 rows only the 64-row blocks count: 640 -> 10, 641 .. 704 -> 11.
+    rows = (640, 641, 700, 704)
+    big = {sm90_fp8_fp4.selection_key(fp4("bf16_gemm_nt", m, 2880, 2880)) for m in rows}
+    assert len(big) == len({math.ceil(m / 64) for m in rows}) == 2
