@@ -1,5 +1,6 @@
-"""Benchmark cases of the FP8 x FP4 (MXFP4 weights) grouped family, and the measured anchors
-they are judged through. CPU-only logic, used by bench_fp8_fp4.py and its CPU test.
+"""Benchmark cases of the FP8 x FP4 (MXFP4 weights) grouped family, the measured anchors they
+are judged through, and the report maths (per-row rates and ratios, the issue's targets, the
+tables). CPU-only logic, used by bench_fp8_fp4.py and tests/test_bench_fp8_fp4.py.
 
 Cases: the 16 m-grouped DeepGEMM anchors (bf16_cases.ANCHOR_CASES: the same rows), the decode,
 prefill and masked suites of moe_shapes.json, and a rows-per-group sweep (SWEEP_ROWS) on six
@@ -483,6 +484,9 @@ def format_row(r: dict) -> str:
     errs = r.get("errors") or {}
     if errs:
         line += "  ! " + "; ".join(f"{k}: {v}" for k, v in errs.items())[:300]
+    notes = {k: v for k, v in (r.get("notes") or {}).items() if k.startswith("torch_fp8")}
+    if notes:  # the torch FP8 peer refused the call or looks wrong: its columns are suspect
+        line += "  ~ " + "; ".join(f"{k}: {v}" for k, v in notes.items())[:200]
     return line
 
 

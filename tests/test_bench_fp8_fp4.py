@@ -397,7 +397,8 @@ def test_run_case_checks_catch_wrong_groups(on_cpu, monkeypatch) -> None:
     monkeypatch.setattr(torch, "_scaled_grouped_mm", scaled_grouped_mm, raising=False)
     rows = bench.run_case(CPU_CASES[0], bench.parse_args([]), fake_timer)
     for r in rows:
-        assert r["torch_fp8_us"] == 10.0 and float(r["notes"]["torch_fp8_calc_diff"]) < 1e-2
+        assert r["torch_fp8_us"] == 10.0 and r["torch_fp8_calc_diff_vs_bf16"] < 1e-2
+        assert "torch_fp8_suspect" not in r["notes"]
         assert r["rotate"] == {"raw": 16, "prepared": 16, "bf16": 16, "fp8": 16}
 
 
@@ -412,3 +413,37 @@ def test_chunked_matches_one_call(monkeypatch) -> None:
     assert bench.rotation(10 << 20, 10 << 20) == 16  # small: rotated (bench_common's count)
     assert bench.rotation(10 << 20, 4 << 30) == 2  # capped by ROTATE_MEM_BYTES
     assert bench.rotation(1 << 30, 1 << 30) == 1
+
+
+def test_precompiled_kernels_are_the_apis() -> None:
+    """The descriptions precompiled are the ones the FP8 x FP4 API builds (the BF16 layout's
+    with ab_dtype fp8_fp4 and the weight layout: offs expected_m = ceil(rows / G), masked
+    min(expected_m, max_m)); raw and prepared are different kernels; the BF16 peers' follow."""
+    import math
+
+    from moegemm.heuristics import SM90
+
+    cases = fc.load_cases(quick=True)
+    for c in cases:
+        for layout in c.layouts():
+            raw, prep = (bench.fp8_fp4_desc(c, layout, w) for w in ("raw", "prepared"))
+            assert (raw.ab_dtype, raw.d_dtype, raw.weights, prep.weights) == (
+                "fp8_fp4", "bf16", "raw", "prepared",
+            )  # fmt: skip
+            assert raw.kind == bench.KINDS[layout] and raw.n == c.n and raw.k == c.k
+            if layout == "offs":
+                assert raw.m == c.total_rows
+                assert raw.expected_m == math.ceil(c.total_rows / c.num_groups)
+            elif layout == "masked":
+                assert raw.m == c.max_m and raw.expected_m == min(c.expected_m, c.max_m)
+            else:
+                assert raw.m % 128 == 0 and raw.m >= c.total_rows
+    args = bench.parse_args([])
+    specs, failures = bench.kernel_specs(cases, args, SM90)
+    assert not failures
+    layouts = sum(len(c.layouts()) for c in cases)
+    assert len(specs) == 3 * layouts  # raw, prepared, BF16 per layout
+    for i in range(0, len(specs), 3):
+        assert len(set(specs[i : i + 3])) == 3
+    specs, _ = bench.kernel_specs(cases, bench.parse_args(["--weights", "raw"]), SM90)
+    assert len(specs) == 2 * layouts
