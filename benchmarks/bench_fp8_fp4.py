@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import functools
 import importlib
 import json
@@ -56,12 +55,10 @@ from dataclasses import asdict, dataclass
 import torch
 from bench_common import (
     Timer,
-    descs_for,
     precompile,
     rotating,
     rotation_count,
     run_info,
-    spec_for,
     try_time,
     worse,
 )
@@ -76,6 +73,7 @@ from fp8_fp4_cases import (
     add_metrics,
     format_row,
     fp4_bytes,
+    kernel_specs,
     load_cases,
     print_report,
     select_cases,
@@ -90,11 +88,6 @@ CHUNK_ELEMS = 1 << 28  # quantize in pieces of this many elements (the casts' FP
 SCALE_K = 128  # activation scale granularity along K
 TORCH_FP8_SUSPECT = 1e-2  # the torch FP8 peer's error vs BF16 above this: a note (wrong call?)
 DEVICE = "cuda"  # where the operands live (the CPU test runs run_case on "cpu" with fakes)
-KINDS = {
-    "offs": "m_grouped_offsets",
-    "m_indices": "m_grouped_contiguous",
-    "masked": "m_grouped_masked",
-}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -517,37 +510,14 @@ def run_case_rows(
     return [{**base, **r} for r in rows]
 
 
-def fp8_fp4_desc(case: Fp4Case, layout: str, weights: str):  # -> GemmDesc
-    """The description the FP8 x FP4 API is expected to build: the BF16 one of the same layout
-    (bench_common.descs_for) with ab_dtype fp8_fp4 and the weight layout."""
-    bf16 = {d.kind: d for d in descs_for(case)}[KINDS[layout]]
-    return dataclasses.replace(bf16, ab_dtype="fp8_fp4", weights=weights)
-
-
-def kernel_specs(cases: list[Fp4Case], args: argparse.Namespace, arch) -> tuple[list, set[str]]:
-    """The kernel specs the cases' calls load: ours (both weight layouts) and the BF16 peers',
-    as the heuristics pick them for `arch`; and why any could not be chosen."""
-    from moegemm.heuristics import select_config
-
-    specs, failures = [], set()
-    for c in cases:
-        for layout in c.layouts(args.layouts):
-            descs = [fp8_fp4_desc(c, layout, wl) for wl in args.weights]
-            descs.append({d.kind: d for d in descs_for(c)}[KINDS[layout]])
-            for desc in descs:
-                try:
-                    specs.append(spec_for(desc, select_config(desc, arch)))
-                except Exception as exc:  # noqa: BLE001 - the case reports it when it runs
-                    failures.add(f"{desc.ab_dtype} {desc.kind}: {type(exc).__name__}: {exc}"[:200])
-    return specs, failures
-
-
 def precompile_cases(cases: list[Fp4Case], args: argparse.Namespace) -> None:
     """Compile every kernel the cases run, in parallel, before timing (a kernel left out is
     compiled by its first call, in the check before any timing)."""
     from moegemm.api.device import arch_for_device
 
-    specs, failures = kernel_specs(cases, args, arch_for_device(torch.cuda.current_device()))
+    specs, failures = kernel_specs(
+        cases, args.layouts, args.weights, arch_for_device(torch.cuda.current_device())
+    )
     for f in sorted(failures)[:5]:
         print(f"# not precompiled: {f}")
     precompile(specs, args.jobs)

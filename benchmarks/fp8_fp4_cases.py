@@ -21,18 +21,27 @@ ours / DeepGEMM = (torch FP8 us / ours us) in this run / (DeepGEMM FP8 / torch F
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bench_common import geomean
+from bench_common import descs_for, geomean, spec_for
 from bf16_cases import ANCHOR_CASES, Case, anchor_rows, rows_per_group, shapes_path
+
+from moegemm.heuristics import GemmDesc
 
 SUITES = ("anchors", "decode", "prefill", "masked", "sweep")
 LAYOUTS = ("offs", "m_indices", "masked")
 WEIGHTS = ("raw", "prepared")
+# The GemmDesc kind the API builds for each layout.
+KINDS = {
+    "offs": "m_grouped_offsets",
+    "m_indices": "m_grouped_contiguous",
+    "masked": "m_grouped_masked",
+}
 TOL = 1e-4  # FP8 x FP4 against FP32 on the dequantized operands (protocol)
 SOURCE = "../shared/BENCHMARKS.md (H200, 2026-11-29 / 2026-12-01)"
 
@@ -328,6 +337,36 @@ def select_cases(
         step = len(out) / max_cases
         out = [out[int(i * step)] for i in range(max_cases)]
     return out
+
+
+# Kernels the cases load (precompiled in parallel before timing)
+
+
+def fp8_fp4_desc(case: Fp4Case, layout: str, weights: str) -> GemmDesc:
+    """The description the FP8 x FP4 API is expected to build: the BF16 one of the same layout
+    (bench_common.descs_for) with ab_dtype fp8_fp4 and the weight layout."""
+    bf16 = {d.kind: d for d in descs_for(case)}[KINDS[layout]]
+    return dataclasses.replace(bf16, ab_dtype="fp8_fp4", weights=weights)
+
+
+def kernel_specs(
+    cases: list[Fp4Case], layouts: tuple[str, ...], weights: tuple[str, ...], arch: object
+) -> tuple[list, set[str]]:
+    """The kernel specs the cases' calls load: ours (both weight layouts) and the BF16 peers',
+    as the heuristics pick them for `arch`; and why any could not be chosen."""
+    from moegemm.heuristics import select_config
+
+    specs, failures = [], set()
+    for c in cases:
+        for layout in c.layouts(layouts):
+            descs = [fp8_fp4_desc(c, layout, wl) for wl in weights]
+            descs.append({d.kind: d for d in descs_for(c)}[KINDS[layout]])
+            for desc in descs:
+                try:
+                    specs.append(spec_for(desc, select_config(desc, arch)))
+                except Exception as exc:  # noqa: BLE001 - the case reports it when it runs
+                    failures.add(f"{desc.ab_dtype} {desc.kind}: {type(exc).__name__}: {exc}"[:200])
+    return specs, failures
 
 
 def fp4_bytes(n: int, k: int) -> int:

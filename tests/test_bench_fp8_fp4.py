@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import bench_fp8_fp4 as bench
 import fp8_fp4_cases as fc
 
+from moegemm.api.mxfp4_weights import (
+    Mxfp4Weights,
+    prepare_mxfp4_weights,
+    unprepare_mxfp4_weights,
+)
 from moegemm.quant import dequantize_mxfp4
 
 # ----------------------------------------------------------------------------------------------
@@ -285,8 +289,8 @@ def _reference(a8: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.
 def fake_api(bad_group: int | None = None, write_past_mask: bool = False) -> dict:
     """FP8 x FP4 functions computing the exact reference on CPU (group bad_group wrong)."""
 
-    def weights_of(w):
-        return (w.b, w.sfb) if isinstance(w, types.SimpleNamespace) else w
+    def weights_of(w):  # the real prepared layout, undone as a kernel would read it
+        return unprepare_mxfp4_weights(w) if isinstance(w, Mxfp4Weights) else w
 
     def contiguous(a_pair, w, d, m_indices=None, *, offs=None):
         (a8, sfa), (b, sfb) = a_pair, weights_of(w)
@@ -310,13 +314,10 @@ def fake_api(bad_group: int | None = None, write_past_mask: bool = False) -> dic
             if write_past_mask:
                 d[g, r:] = 0
 
-    def prepare(b, sfb):
-        return types.SimpleNamespace(b=b.clone(), sfb=sfb, prepared=True)
-
     return {
         "m_grouped_fp8_fp4_gemm_nt_contiguous": contiguous,
         "m_grouped_fp8_fp4_gemm_nt_masked": masked,
-        "prepare_mxfp4_weights": prepare,
+        "prepare_mxfp4_weights": prepare_mxfp4_weights,
     }
 
 
@@ -426,11 +427,11 @@ def test_precompiled_kernels_are_the_apis() -> None:
     cases = fc.load_cases(quick=True)
     for c in cases:
         for layout in c.layouts():
-            raw, prep = (bench.fp8_fp4_desc(c, layout, w) for w in ("raw", "prepared"))
+            raw, prep = (fc.fp8_fp4_desc(c, layout, w) for w in ("raw", "prepared"))
             assert (raw.ab_dtype, raw.d_dtype, raw.weights, prep.weights) == (
                 "fp8_fp4", "bf16", "raw", "prepared",
             )  # fmt: skip
-            assert raw.kind == bench.KINDS[layout] and raw.n == c.n and raw.k == c.k
+            assert raw.kind == fc.KINDS[layout] and raw.n == c.n and raw.k == c.k
             if layout == "offs":
                 assert raw.m == c.total_rows
                 assert raw.expected_m == math.ceil(c.total_rows / c.num_groups)
@@ -438,12 +439,11 @@ def test_precompiled_kernels_are_the_apis() -> None:
                 assert raw.m == c.max_m and raw.expected_m == min(c.expected_m, c.max_m)
             else:
                 assert raw.m % 128 == 0 and raw.m >= c.total_rows
-    args = bench.parse_args([])
-    specs, failures = bench.kernel_specs(cases, args, SM90)
+    specs, failures = fc.kernel_specs(cases, fc.LAYOUTS, fc.WEIGHTS, SM90)
     assert not failures
     layouts = sum(len(c.layouts()) for c in cases)
     assert len(specs) == 3 * layouts  # raw, prepared, BF16 per layout
     for i in range(0, len(specs), 3):
         assert len(set(specs[i : i + 3])) == 3
-    specs, _ = bench.kernel_specs(cases, bench.parse_args(["--weights", "raw"]), SM90)
+    specs, _ = fc.kernel_specs(cases, fc.LAYOUTS, ("raw",), SM90)
     assert len(specs) == 2 * layouts
