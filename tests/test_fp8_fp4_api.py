@@ -669,3 +669,26 @@ def test_config_is_refused_under_compile(fresh_dynamo) -> None:
     fn = torch.compile(lambda o: call(o, config=FORCED_CONFIG), fullgraph=True, backend=Recorder())
     with pytest.raises(Exception, match="config= forces a kernel in eager calls only"):
         fn(meta(o))
+
+
+@pytest.mark.parametrize("prepared", [False, True])
+def test_dynamic_rows_compile_once_and_functionalize(prepared: bool, fresh_dynamo) -> None:
+    """aot_eager functionalizes the mutation as inductor does; new row counts reach the fake
+    impl's checks as symbols and reuse the graph."""
+    backend = Recorder()
+
+    def fn(a, sfa, b, sfb, d, offs):
+        w = moegemm.Mxfp4Weights(b, sfb) if prepared else (b, sfb)
+        moegemm.m_grouped_fp8_fp4_gemm_nt_contiguous((a, sfa), w, d, offs=offs)
+        return d
+
+    compiled = torch.compile(fn, fullgraph=True, backend=backend, dynamic=True)
+    b, sfb, offs = (t(G, N, K // 2, dtype=U8), t(G, N, K // 32, dtype=U8), t(G, dtype=I32))
+    for rows in (200, 300, 17):
+        a, sfa, d = t(rows, K, dtype=FP8), t(rows, NKB, dtype=FP32), t(rows, N)
+        args = [x.to("meta") for x in (a, sfa, b, sfb, d, offs)]
+        assert compiled(*args) is args[4]
+    assert len(backend.graphs) == 1
+    aot = torch.compile(fn, fullgraph=True, backend="aot_eager", dynamic=True)
+    args = [x.to("meta") for x in (t(40, K, dtype=FP8), t(40, NKB, dtype=FP32), b, sfb, t(40, N))]
+    assert aot(*args, offs.to("meta")) is args[4]
