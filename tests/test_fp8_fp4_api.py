@@ -81,27 +81,29 @@ def masked_ops(fake: bool = False, max_m: int = 32) -> dict:
     return ops
 
 
-def call_dense(o: dict, prepared: bool = False, **kw):
+def pairs(o: dict, prepared: bool) -> tuple:
+    """The two operand pairs of a call; o["pair_a"] / o["pair_b"] replace them as given."""
     weights = moegemm.Mxfp4Weights(o["b"], o["sfb"]) if prepared else (o["b"], o["sfb"])
-    return moegemm.fp8_fp4_gemm_nt((o["a"], o["sfa"]), weights, o["d"], **kw)
+    return o.get("pair_a", (o["a"], o["sfa"])), o.get("pair_b", weights)
+
+
+def call_dense(o: dict, prepared: bool = False, **kw):
+    return moegemm.fp8_fp4_gemm_nt(*pairs(o, prepared), o["d"], **kw)
 
 
 def call_indices(o: dict, prepared: bool = False, **kw):
-    weights = moegemm.Mxfp4Weights(o["b"], o["sfb"]) if prepared else (o["b"], o["sfb"])
     f = moegemm.m_grouped_fp8_fp4_gemm_nt_contiguous
-    return f((o["a"], o["sfa"]), weights, o["d"], o["m_indices"], **kw)
+    return f(*pairs(o, prepared), o["d"], o["m_indices"], **kw)
 
 
 def call_offs(o: dict, prepared: bool = False, **kw):
-    weights = moegemm.Mxfp4Weights(o["b"], o["sfb"]) if prepared else (o["b"], o["sfb"])
     f = moegemm.m_grouped_fp8_fp4_gemm_nt_contiguous
-    return f((o["a"], o["sfa"]), weights, o["d"], offs=o["offs"], **kw)
+    return f(*pairs(o, prepared), o["d"], offs=o["offs"], **kw)
 
 
 def call_masked(o: dict, prepared: bool = False, **kw):
-    weights = moegemm.Mxfp4Weights(o["b"], o["sfb"]) if prepared else (o["b"], o["sfb"])
     f = moegemm.m_grouped_fp8_fp4_gemm_nt_masked
-    return f((o["a"], o["sfa"]), weights, o["d"], o["masked_m"], o.get("expected_m", 16), **kw)
+    return f(*pairs(o, prepared), o["d"], o["masked_m"], o.get("expected_m", 16), **kw)
 
 
 def case(name: str, fake: bool = False) -> tuple[Callable, dict]:
@@ -130,32 +132,18 @@ def test_valid_cpu_operands_are_refused_for_their_device(name: str) -> None:
 
 @pytest.mark.parametrize("name", CASES)
 def test_the_operand_pairs_are_typed_by_name(name: str) -> None:
-    _, o = case(name)
-    f = {
-        "dense": moegemm.fp8_fp4_gemm_nt,
-        "m_indices": moegemm.m_grouped_fp8_fp4_gemm_nt_contiguous,
-        "offs": moegemm.m_grouped_fp8_fp4_gemm_nt_contiguous,
-        "masked": moegemm.m_grouped_fp8_fp4_gemm_nt_masked,
-    }[name]
-    rest = {
-        "dense": (),
-        "m_indices": (o.get("m_indices"),),
-        "offs": (None,),
-        "masked": (o.get("masked_m"), 16),
-    }[name]
-    kw = {"offs": o["offs"]} if name == "offs" else {}
-    pair_a, pair_b = (o["a"], o["sfa"]), (o["b"], o["sfb"])
+    fn, o = case(name)
     for bad_a in (o["a"], (o["a"],), (o["a"], o["sfa"], o["sfa"]), None):
         with pytest.raises(TypeError, match=r"^a must be a tuple \(a, sfa\)"):
-            f(bad_a, pair_b, o["d"], *rest, **kw)
+            fn({**o, "pair_a": bad_a})
     for bad_b in (o["b"], (o["b"],), {"b": o["b"]}, None):
         with pytest.raises(TypeError, match=r"^b must be a tuple \(b, sfb\).* or a moegemm"):
-            f(pair_a, bad_b, o["d"], *rest, **kw)
+            fn({**o, "pair_b": bad_b})
     with pytest.raises(TypeError, match="^prepared must be a bool"):
         moegemm.Mxfp4Weights(o["b"], o["sfb"], prepared=1)
     # Lists are pairs too.
     with pytest.raises(ValueError, match="^a must be on a CUDA device"):
-        f([o["a"], o["sfa"]], [o["b"], o["sfb"]], o["d"], *rest, **kw)
+        fn({**o, "pair_a": [o["a"], o["sfa"]], "pair_b": [o["b"], o["sfb"]]})
 
 
 @pytest.mark.parametrize("name", CASES)
