@@ -31,7 +31,9 @@ share of the copy bandwidth, ours speed / torch FP8, / BF16, raw / prepared time
 ../shared/BENCHMARKS.md has that case or rows per group (the source is named in the JSON).
 Then the sweep as matrices, and last the issue's targets marked met / missed with geometric
 means (the table and report maths are CPU logic in fp8_fp4_cases.py). A case that raises or
-fails its check keeps its row, with the reason; a wrong result misses every speed target.
+fails its check keeps its row, with the reason; a wrong result misses every speed target. An
+m_indices row at decode (every group padded to 128 rows; DeepGEMM's decode figures are its
+unpadded masked kernel's) is reported but not judged for speed.
 --json PATH writes everything; nothing is written anywhere else.
 
 Default run (126 cases, 192 rows): estimated 2-4 minutes on the H200 after the kernels'

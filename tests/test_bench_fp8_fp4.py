@@ -447,3 +447,58 @@ def test_precompiled_kernels_are_the_apis() -> None:
         assert len(set(specs[i : i + 3])) == 3
     specs, _ = fc.kernel_specs(cases, fc.LAYOUTS, ("raw",), SM90)
     assert len(specs) == 2 * layouts
+
+
+def test_m_indices_decode_rows_are_reported_not_judged_for_speed() -> None:
+    """An m_indices row at decode pads every group to 128 rows (DeepGEMM's decode anchors are
+    its unpadded masked kernel): the speed targets skip it, correctness and raw vs prepared
+    judge it; at prefill it is judged (DeepGEMM's contiguous figures are padded too)."""
+    dec = make_row(case="d", layout="m_indices", vs_dg=0.5, pct_copy=0.1, x_bf16=1.0)
+    dec.update(raw_over_prepared=1.3, calc_diff=float("nan"), errors={"check": "nan"})
+    pre = make_row(case="p", layout="m_indices", regime="prefill", rows_nominal=1024, vs_dg=0.9)
+    s = _by_target(bench.summarize([dec, pre]))
+    assert s["decode: >= 1.8 x DeepGEMM FP8"]["status"] == "n/a"
+    assert s["every rows/group: >= 1.0 x DeepGEMM FP8"]["missed"] == ["p [m_indices] 0.900"]
+    assert s["raw within 10% of prepared (time)"]["missed"] == ["d [m_indices] 1.300"]
+    correct = s["correct: calc_diff < 0.0001 on every variant"]
+    assert correct["missed"] == ["d [m_indices]"] and math.isnan(correct["worst"])
+
+
+def test_rows_summary_and_json_compose_on_cpu(on_cpu, capsys, tmp_path) -> None:
+    """The main loop's pieces in order on CPU: rows of both cases (a decode case measured
+    beside the copy), a case that raises keeps a row per layout, the end-of-run metrics against
+    the copy median, the report (targets last) and a JSON-serializable result."""
+    import json
+
+    class Meter:
+        samples: list[float] = []
+
+        def measure(self) -> float:
+            self.samples.append(4000.0 + len(self.samples))
+            return self.samples[-1]
+
+    torch.manual_seed(0)
+    on_cpu()
+    args = bench.parse_args(["-v"])
+    meter = Meter()
+    rows = [r for c in CPU_CASES for r in bench.run_case_rows(c, args, fake_timer, meter)]
+    broken = fc.Fp4Case("t", 2, "t:broken", "contiguous", 2, 16, 48, [1, 1], rows_nominal=1.0)
+    rows += bench.run_case_rows(broken, args, fake_timer, meter)  # K % 32 != 0: quantize raises
+    assert [r["layout"] for r in rows] == ["offs", "m_indices", "masked", "offs", "m_indices"]
+    assert all(r["copy_gbps_adjacent"] for r in rows[:3]) and len(meter.samples) == 5
+    assert "exception" in rows[3]["errors"] and rows[3]["case"] == "t:broken"
+    ceilings = {"copy_gbps": meter.samples[0]}
+    summary = bench.finish(rows, meter, ceilings)
+    assert ceilings["copy_gbps_end"] == 4005.0 and ceilings["copy_gbps_median"] == 4002.5
+    for r in rows[:3]:
+        assert math.isclose(r["pct_copy"], r["gbps_fp4"] / 4002.5)
+        assert math.isclose(r["pct_copy_adjacent"], r["gbps_fp4"] / r["copy_gbps_adjacent"])
+        assert r["raw_over_prepared"] == 1.0 and r["x_bf16"] == 1.0
+    for r in rows:
+        print(bench.format_row(r))
+    bench.print_report(rows, summary, ceilings)
+    out = capsys.readouterr().out
+    assert "t:broken" in out and out.strip().splitlines()[-1].startswith("    missed: t:broken")
+    path = tmp_path / "out.json"
+    path.write_text(json.dumps({"rows": rows, **summary}, default=str))
+    assert len(json.loads(path.read_text())["rows"]) == 5
