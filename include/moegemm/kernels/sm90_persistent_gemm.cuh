@@ -238,12 +238,18 @@ struct PersistentGemm {
       };
       while (scheduler.next(work)) {
         const uint32_t num_k_blocks = Kernel::num_k_blocks(k_blocks, work);
+        // What the policy reads from global memory for a k-block (its scales) is loaded two
+        // k-blocks ahead: the loads' latency hides behind the conversion of the two before.
+        typename Transform::Scales now, next, after;
+        Transform::load_scales(params, work, 0, thread, now);
+        if (num_k_blocks > 1) Transform::load_scales(params, work, 1, thread, next);
         for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
-          typename Transform::Scales scales;
-          Transform::load_scales(params, work, kb, thread, scales);  // before the stage lands
+          if (kb + 2 < num_k_blocks) Transform::load_scales(params, work, kb + 2, thread, after);
           ring.consumer_wait(in);
           Transform::template run_k_block<Stages>(params, work, kb, StageRef{smem, in.stage_idx},
-                                                  scratch, parity, thread, scales, emit);
+                                                  scratch, parity, thread, now, emit);
+          now = next;
+          next = after;
           __syncwarp();  // the warp's reads of the TMA stage are done
           ring.consumer_release(in.stage_idx, lane_idx, true);
           in.advance();
@@ -374,9 +380,12 @@ struct PersistentGemm {
         continue;
       }
       Mma::zero(acc);
+      // The activation scales of a k-block are loaded one k-block ahead (a DRAM round trip).
+      float scale_lo, scale_hi, next_lo = 0.0f, next_hi = 0.0f;
+      Kernel::row_scales(params, work, 0, math_wg, math_tid, scale_lo, scale_hi);
       for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
-        float scale_lo, scale_hi;  // loaded before the stage lands
-        Kernel::row_scales(params, work, kb, math_wg, math_tid, scale_lo, scale_hi);
+        if (kb + 1 < num_k_blocks)
+          Kernel::row_scales(params, work, kb + 1, math_wg, math_tid, next_lo, next_hi);
         ring.consumer_wait(in);
         const StageRef in_stage{smem, in.stage_idx};
         for (bool more = true; more;) {
@@ -399,6 +408,8 @@ struct PersistentGemm {
         }
         ring.consumer_release(in.stage_idx, lane_idx, true);
         in.advance();
+        scale_lo = next_lo;
+        scale_hi = next_hi;
       }
       Kernel::epilogue(params, acc, work, math_wg, smem_d);
     }

@@ -18,8 +18,9 @@
 // writes four whole 128-byte rows, conflict-free. Each lane loads its chunk's scale byte from
 // global memory (sfb has rows of K/32 bytes, not a TMA-friendly stride in general) before the
 // stage lands. Per pass the warpgroup agrees on the base by a warp max, a shared-memory exchange
-// and a named barrier (NamedBarrier::kTransform); a second exchange (the min) tells whether any
-// block is left for another pass.
+// and a named barrier (NamedBarrier::kTransform), together with the min that tells whether any
+// block is left for another pass. The scale bytes of k-block kb + kScalePrefetch are loaded
+// while kb is converted (their latency is a DRAM round trip, longer than a k-block's work).
 //
 // Out stages: slab 0 the E4M3 tile, slab 1 the pass's metadata (float scale 2^(base - 133) at
 // byte 0, uint32 "another pass follows" at byte 4), read by the math warpgroups after the
@@ -47,10 +48,12 @@ struct Fp4ExpandTransform {
   static constexpr bool kMathReadsInput = true;  // A stays in the TMA ring
   static constexpr uint32_t kNumStages = kNumStages_;
   static constexpr uint32_t kNumWarpgroups = 1;
-  static constexpr uint32_t kNumRegs = 72;
   static constexpr uint32_t kTileBytes = BLOCK_N * 128;
   static constexpr uint32_t kInRowBytes = 64;  // 128 codes
   static constexpr uint32_t kSteps = BLOCK_N / 16;
+  // Three k-blocks of scale bytes in flight (kSteps registers each) and the conversion's
+  // temporaries: what ptxas needs without spills (n128: 80, n192: 96), a multiple of 8.
+  static constexpr uint32_t kNumRegs = (48 + 4 * kSteps + 7) / 8 * 8;
   static constexpr uint32_t kScratchBytes = 1024;
   static constexpr uint32_t kWindow = fp4::kNumOffsets - 1;  // base - s <= 14
   static_assert(BLOCK_N % 16 == 0, "16 rows a step");
@@ -73,17 +76,19 @@ struct Fp4ExpandTransform {
     }
   }
 
-  // The warpgroup's max (kMax) or min over v, through the exchange slots of `parity`.
-  template <bool kMax>
-  __device__ __forceinline__ static uint32_t reduce(uint32_t v, uint8_t* scratch, uint32_t& parity,
-                                                    uint32_t thread) {
-    v = kMax ? __reduce_max_sync(0xffffffffu, v) : __reduce_min_sync(0xffffffffu, v);
-    uint32_t* slots = reinterpret_cast<uint32_t*>(scratch + 512) + parity * 4;
-    if (thread % 32 == 0) slots[thread / 32] = v;
+  // The warpgroup's max over `hi` and min over `lo` (one exchange, one barrier), through the
+  // exchange slots of `parity`.
+  __device__ __forceinline__ static void reduce(uint32_t& hi, uint32_t& lo, uint8_t* scratch,
+                                                uint32_t& parity, uint32_t thread) {
+    hi = __reduce_max_sync(0xffffffffu, hi);
+    lo = __reduce_min_sync(0xffffffffu, lo);
+    uint2* slots = reinterpret_cast<uint2*>(scratch + 512) + parity * 4;
+    if (thread % 32 == 0) slots[thread / 32] = make_uint2(hi, lo);
     named_barrier_sync(NamedBarrier::kTransform, 128);
-    const uint32_t a = slots[0], b = slots[1], c = slots[2], d = slots[3];
-    parity ^= 1;  // the next exchange uses the other slots (see fp4_expand_transform.cuh top)
-    return kMax ? max(max(a, b), max(c, d)) : min(min(a, b), min(c, d));
+    const uint2 a = slots[0], b = slots[1], c = slots[2], d = slots[3];
+    parity ^= 1;  // the next exchange uses the other slots (see the top of this file)
+    hi = max(max(a.x, b.x), max(c.x, d.x));
+    lo = min(min(a.y, b.y), min(c.y, d.y));
   }
 
   // Per k-block state of one thread: the scale byte of each of its chunks (kAbsent: no weights
@@ -161,8 +166,8 @@ struct Fp4ExpandTransform {
         any = true;
       }
     }
-    uint32_t base = reduce<true>(any ? hi + 1 : 0, scratch, parity, thread);  // 0: none
-    const uint32_t smallest = reduce<false>(lo, scratch, parity, thread);
+    uint32_t base = any ? hi + 1 : 0, smallest = lo;  // base 0: no scale at all
+    reduce(base, smallest, scratch, parity, thread);
     bool first = true;
     for (;;) {
       const bool none = base == 0;
@@ -187,7 +192,9 @@ struct Fp4ExpandTransform {
         const uint32_t s = sc.s[it];
         if (s < 0xFF && s + kWindow < base) next = max(next, s + 1);
       }
-      base = reduce<true>(next, scratch, parity, thread);
+      uint32_t unused = 0;
+      reduce(next, unused, scratch, parity, thread);
+      base = next;
     }
     (void)params;
     (void)work;
