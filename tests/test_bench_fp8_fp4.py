@@ -471,7 +471,8 @@ def test_rows_summary_and_json_compose_on_cpu(on_cpu, capsys, tmp_path) -> None:
     import json
 
     class Meter:
-        samples: list[float] = []
+        def __init__(self) -> None:
+            self.samples: list[float] = []
 
         def measure(self) -> float:
             self.samples.append(4000.0 + len(self.samples))
