@@ -583,12 +583,12 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(r)
             print(format_row(r), flush=True)
     summary = finish(rows, meter, ceilings)
-    print_report(rows, summary, ceilings)
     elapsed = time.perf_counter() - t_start
     print(
-        f"# {len(rows)} rows of {len(cases)} cases in {elapsed:.0f} s "
+        f"\n# {len(rows)} rows of {len(cases)} cases in {elapsed:.0f} s "
         f"({t_compiled - t_start:.0f} s compiling)"
     )
+    print_report(rows, summary, ceilings)  # the targets table last
     if args.json:
         out = {
             **info,

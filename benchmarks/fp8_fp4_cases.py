@@ -533,7 +533,7 @@ def format_row(r: dict) -> str:
         line += "  ! " + "; ".join(f"{k}: {v}" for k, v in errs.items())[:300]
     notes = {k: v for k, v in (r.get("notes") or {}).items() if k.startswith("torch_fp8")}
     if notes:  # the torch FP8 peer refused the call or looks wrong: its columns are suspect
-        line += "  ~ " + "; ".join(f"{k}: {v}" for k, v in notes.items())[:200]
+        line += "  ~ " + "; ".join(f"{k}: {v}" for k, v in notes.items())[:120]
     return line
 
 
