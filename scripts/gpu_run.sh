@@ -15,6 +15,8 @@
 #              with the CLI's GPU check (default model qwen3-30b-a3b; ~1 min)
 #   bench      benchmarks/bench_bf16.py, the grouped family against its peers (~2 min)
 #   dense      benchmarks/bench_bf16_gemm.py, dense against cuBLAS (~1 min)
+#   fp8        benchmarks/bench_fp8_fp4.py, the FP8 x FP4 family against its peers (~3-4 min;
+#              GPU_RUN_FP8_ARGS, e.g. --quick)
 #   quality    benchmarks/heuristic_quality.py --all (~2 min)
 #   resources  scripts/resource_report.py against .baseline/ (no GPU needed; 16 cores here)
 #   ncu        Nsight Compute on $GPU_RUN_NCU_CASE through scripts/profile_case.py
@@ -42,7 +44,7 @@ shift 2
 pytest_args=("$@")
 [ ${#pytest_args[@]} -gt 0 ] || pytest_args=(-m gpu tests)
 
-known=(tests ab host warmup bench dense quality resources ncu)
+known=(tests ab host warmup bench dense fp8 quality resources ncu)
 stages=",${stages_arg//all/tests,ab,host,warmup},"
 for s in ${stages_arg//,/ }; do
   [[ $s == all || " ${known[*]} " == *" $s "* ]] || { echo "unknown stage '$s' (known: ${known[*]} all)"; exit 2; }
@@ -139,6 +141,11 @@ if [[ $stages == *,dense,* ]]; then
   run_stage dense "${GPU_RUN_DENSE_TIMEOUT:-180}" bench_bf16_gemm.log \
     python3 benchmarks/bench_bf16_gemm.py --json "$log_dir/bench_bf16_gemm.json"
 fi
+if [[ $stages == *,fp8,* ]]; then
+  # shellcheck disable=SC2086
+  run_stage fp8 "${GPU_RUN_FP8_TIMEOUT:-330}" bench_fp8_fp4.log \
+    python3 benchmarks/bench_fp8_fp4.py --json "$log_dir/bench_fp8_fp4.json" ${GPU_RUN_FP8_ARGS:-}
+fi
 if [[ $stages == *,quality,* ]]; then
   # shellcheck disable=SC2086
   run_stage quality "${GPU_RUN_QUALITY_TIMEOUT:-240}" heuristic_quality.log \
@@ -173,6 +180,7 @@ fi
   [ -f "$log_dir/host_path.log" ] && { echo "-- host path:"; tail -12 "$log_dir/host_path.log"; }
   [ -f "$log_dir/warmup.log" ] && { echo "-- warmup:"; grep -vE '^\[[0-9]+/[0-9]+\]' "$log_dir/warmup.log" | tail -8; }
   [ -f "$log_dir/bench_bf16.log" ] && { echo "-- bench_bf16:"; grep -A12 '^geometric means' "$log_dir/bench_bf16.log"; }
+  [ -f "$log_dir/bench_fp8_fp4.log" ] && { echo "-- bench_fp8_fp4:"; tail -40 "$log_dir/bench_fp8_fp4.log"; }
 } | tee "$log_dir/summary.txt"
 
 # At most 8 files come back: JSON and the summary as they are, every log in one archive.
