@@ -198,6 +198,29 @@ def test_random_against_ref(dtype: torch.dtype) -> None:
     assert torch.equal(b, b32) and torch.equal(sfb, sfb32)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_extreme_values_of_each_input_dtype(dtype: torch.dtype) -> None:
+    """Each input format's largest, smallest normal and smallest subnormal values, both signs:
+    the largest saturate to +-6 at the top binade's scale; bf16's subnormals sit below the
+    UE8M0 clamp (byte 0, where they round to +-0), fp16's get their own binade's scale."""
+    info = torch.finfo(dtype)
+    big, normal = info.max, info.smallest_normal
+    sub = info.smallest_normal * info.eps  # the smallest subnormal: 2^-133 (bf16), 2^-24 (fp16)
+    extremes = [big, -big, big / 2, normal, -normal, sub, -sub]
+    rows = [block([v, v / 3, -v / 7, v * 0.75]) for v in extremes]
+    rows.append(block([normal, sub, -sub, normal / 2, 3 * sub]))
+    w = torch.tensor(rows).to(dtype)  # v / 3 and v / 7 round in `dtype`: the reference sees w
+    assert w[:7, 0].float().tolist() == extremes  # the extremes themselves are exact
+    b, sfb = quantize_mxfp4(w)
+    c = unpack(b)
+    assert c[0, 0].item() == 7 and c[1, 0].item() == 15  # max / scale is in (6, 8): saturated
+    # floor(log2 max) - 2 + 127; the smallest subnormal: 2^-133 is below the clamp (byte 0),
+    # 2^-24 (fp16) gets 2^-26.
+    top, bottom = (252, 0) if dtype == torch.bfloat16 else (140, 101)
+    assert sfb[0, 0].item() == sfb[1, 0].item() == top and sfb[5, 0].item() == bottom
+    check_against_ref(w)
+
+
 # ---- round trips and layouts --------------------------------------------------------------
 
 
@@ -238,6 +261,41 @@ def test_requantize_noncanonical_keeps_values() -> None:
     b2, sfb2 = quantize_mxfp4(deq)
     assert (sfb2 <= sfb).all() and (sfb2 < sfb).any()
     assert torch.equal(dequantize_mxfp4(b2, sfb2).view(torch.int32), deq.view(torch.int32))
+
+
+def test_dequantize_every_code_at_every_scale_byte() -> None:
+    """All 16 codes x all 256 bytes against exact Fractions: FP32 subnormals kept, values
+    past FP32 +-inf (codes >= 2 at bytes 253, 254), byte 0xFF NaN."""
+    codes = torch.arange(16, dtype=torch.uint8).repeat(2)
+    b = (codes[0::2] | (codes[1::2] << 4)).expand(256, 16).contiguous()
+    sfb = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(256, 1)
+    deq = dequantize_mxfp4(b, sfb)
+    fmax = Fraction(f32(0x7F7FFFFF))
+    for e in range(256):
+        for i, c in enumerate(codes.tolist()):
+            got = deq[e, i].item()
+            if e == 0xFF:
+                assert math.isnan(got), (e, c)
+                continue
+            v = GRID[c & 7] * Fraction(2) ** (e - 127)
+            expect = math.inf if v > fmax else float(v)
+            expect = -expect if c & 8 else expect
+            assert got == expect and math.copysign(1, got) == math.copysign(1, expect), (e, c)
+
+
+def test_round_trip_every_scale_byte() -> None:
+    """A block holding all 16 codes (so its largest magnitude is 6) at every byte FP32 can
+    hold (0 .. 252) quantizes back to exactly its own codes and byte, as the reference does."""
+    gen = torch.Generator().manual_seed(4)
+    perms = torch.rand(253, 32, generator=gen).argsort(dim=-1) % 16  # each code twice, shuffled
+    codes = perms.to(torch.uint8)
+    b = codes[:, 0::2] | (codes[:, 1::2] << 4)
+    sfb = torch.arange(253, dtype=torch.uint8).view(253, 1)
+    deq = dequantize_mxfp4(b, sfb)
+    assert torch.isfinite(deq).all()
+    b2, sfb2 = quantize_mxfp4(deq)
+    assert torch.equal(sfb2, sfb) and torch.equal(b2, b)
+    check_against_ref(deq)
 
 
 def test_checkpoint_layout_is_a_view() -> None:
