@@ -139,7 +139,8 @@ def dequant_a(
 ) -> torch.Tensor:
     """a * sfa with each scale expanded over its 128 columns of K (the last block partial)."""
     k = a.shape[-1]
-    return a.to(dtype) * sfa.to(dtype).repeat_interleave(GRAN_K, dim=-1)[..., :k]
+    # Through float32 (exact for E4M3): not every device copy converts float8 to float64.
+    return a.float().to(dtype) * sfa.to(dtype).repeat_interleave(GRAN_K, dim=-1)[..., :k]
 
 
 def dequant_b64(b: torch.Tensor, sfb: torch.Tensor) -> torch.Tensor:
@@ -149,7 +150,8 @@ def dequant_b64(b: torch.Tensor, sfb: torch.Tensor) -> torch.Tensor:
     lut = torch.tensor(E2M1 + tuple(-v for v in E2M1), dtype=torch.float64, device=b.device)
     codes = torch.stack((b & 0xF, b >> 4), dim=-1).flatten(-2).long()
     e = sfb.to(torch.int64)
-    scale = torch.ldexp(torch.ones_like(e, dtype=torch.float64), e - 127)
+    # 2^(e - 127) from its float64 bits (biased exponent e - 127 + 1023, always normal): exact.
+    scale = ((e + (1023 - 127)) << 52).view(torch.float64)
     scale = torch.where(e == 0xFF, torch.full_like(scale, math.nan), scale)
     values = lut[codes].unflatten(-1, (sfb.shape[-1], 32)) * scale.unsqueeze(-1)
     return values.flatten(-2)

@@ -57,10 +57,14 @@ def _report(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     write_summary(request.config, "fp8_fp4")
     _WEIGHTS.clear()
+    _PREPARED.clear()
 
 
 # Random weights are shared between tests of one shape (the G=256 case is 1.9 GB of FP4).
 _WEIGHTS: dict[tuple[int, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+_PREPARED: dict[tuple[int, int, int], object] = {}
 
 
 def grouped_weights(num_groups: int, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -68,6 +72,17 @@ def grouped_weights(num_groups: int, n: int, k: int) -> tuple[torch.Tensor, torc
     if key not in _WEIGHTS:
         _WEIGHTS[key] = random_mxfp4(num_groups, n=n, k=k, gen=gen(n + k + num_groups))
     return _WEIGHTS[key]
+
+
+def grouped_weights_arg(num_groups: int, n: int, k: int, form: str) -> object:
+    """grouped_weights in `form`, the prepared ones made once per shape too."""
+    b, sfb = grouped_weights(num_groups, n, k)
+    if form == "raw":
+        return (b, sfb)
+    key = (num_groups, n, k)
+    if key not in _PREPARED:
+        _PREPARED[key] = weights_arg(b, sfb, form)
+    return _PREPARED[key]
 
 
 def check_group(name: str, got: torch.Tensor, ref: torch.Tensor, what: object) -> None:
@@ -154,7 +169,7 @@ def test_offs_layout(
     d = nan_bf16(total + spare, n)
     ends = offsets(sizes)
     api().m_grouped_fp8_fp4_gemm_nt_contiguous(
-        (a, sfa_layout(sfa, layout)), weights_arg(b, sfb, form), d, offs=ends
+        (a, sfa_layout(sfa, layout)), grouped_weights_arg(num_groups, n, k, form), d, offs=ends
     )
     spans, start = [], 0
     for grp, rows in enumerate(sizes):
@@ -186,7 +201,10 @@ def test_m_indices_layout(
     _, a, sfa = activations(total, k, gen=gen(total + 3 * n))
     d = nan_bf16(total, n)
     api().m_grouped_fp8_fp4_gemm_nt_contiguous(
-        (a, sfa_layout(sfa, layout)), weights_arg(b, sfb, form), d, m_indices.cuda()
+        (a, sfa_layout(sfa, layout)),
+        grouped_weights_arg(num_groups, n, k, form),
+        d,
+        m_indices.cuda(),
     )
     for (grp, r0, rows), ref in zip(spans, grouped_refs(a, sfa, b, sfb, spans)):
         check_group("m_indices", d[r0 : r0 + rows], ref, (grp, rows, form, layout))
