@@ -39,11 +39,14 @@ def summary_lines() -> list[str]:
 
 
 def write_summary(config: object, tag: str) -> None:
-    """Print summary_lines() past pytest's output capture (shown without -s)."""
+    """Print summary_lines() past pytest's output capture (shown without -s), then forget
+    them, so the next module reports its own."""
     plugins = config.pluginmanager  # type: ignore[attr-defined]
     reporter = plugins.get_plugin("terminalreporter")
     capture = plugins.get_plugin("capturemanager")
     lines = [f"[{tag}] {line}" for line in summary_lines()]
+    WORST.clear()
+    VS_BF16.clear()
     if reporter is None or capture is None:
         print("\n".join(lines))
         return
