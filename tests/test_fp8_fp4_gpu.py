@@ -109,7 +109,7 @@ def test_dense(m: int, n: int, k: int, form: str, layout: str) -> None:
     storage = nan_bf16(m + 5, n)  # rows past M must stay untouched
     d = storage[:m]
     out = api().fp8_fp4_gemm_nt((a, sfa_layout(sfa, layout)), weights_arg(b, sfb, form), d)
-    assert out is None or out.data_ptr() == d.data_ptr()
+    assert out is d
     check_group("dense", d, ref_fp32(a, sfa, b, sfb), (m, n, k, form, layout))
     assert storage[m:].isnan().all(), "rows past M were written"
     info = calc_diff(d, x.float() @ w.float().t())
@@ -139,9 +139,8 @@ def test_dense_strided_d_keeps_padding(form: str) -> None:
 def grouped_cases() -> list[tuple[int, int, int, list[int]]]:
     rng = random.Random(1)
     sparse = [0] * 256
-    for grp in rng.sample(range(256), 8):
+    for grp in rng.sample(range(255), 8):  # the last group stays empty: offs[-1] == offs[-2]
         sparse[grp] = rng.randint(1, 2000)
-    sparse[255] = 0  # the last group empty too: offs[-1] repeats offs[-2]
     return [
         (1, 2880, 2880, [1000]),
         (8, 5760, 2880, [0, 1, 2000, 77, 0, 513, 8, 31]),
