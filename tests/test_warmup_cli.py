@@ -27,7 +27,13 @@ HOOK_LOG_ENV = "MOEGEMM_TEST_HOOK_LOG"  # where it records the arguments it was 
 
 
 def fake_warmup_specs(
-    shapes: list[dict[str, Any]], token_counts: Sequence[int], top_k: int, arch: str, num_sms: int
+    shapes: list[dict[str, Any]],
+    token_counts: Sequence[int],
+    top_k: int,
+    arch: str,
+    num_sms: int,
+    *,
+    weights: str,
 ) -> list[KernelSpec]:
     """Stands in for moegemm.warmup.warmup_specs: $MOEGEMM_TEST_WARM_KERNELS (default 2) tiny
     kernels, plus a duplicate the CLI must drop, whatever the shapes; needs `tiny_include`."""
@@ -39,6 +45,7 @@ def fake_warmup_specs(
             "top_k": top_k,
             "arch": arch,
             "num_sms": num_sms,
+            "weights": weights,
         }
         with open(log, "a") as f:
             f.write(json.dumps(record) + "\n")
@@ -143,11 +150,12 @@ def test_report_names_model_arch_tokens_count_and_cache(
     proc = run_cli(env, "--warmup", "--model", "DeepSeek-V3", "--dry-run", "--num-sms", "132")
     assert proc.returncode == 0, proc.stderr
     header, plan = proc.stdout.splitlines()[:2]
-    assert header.startswith("moegemm warmup: model deepseek_v3 (4 shapes, top_k 8)")
+    assert header.startswith("moegemm warmup: model deepseek_v3 (4 shapes, top_k 8), BF16 weights,")
     assert "sm_90a with 132 SMs" in header and header.endswith("tokens 1..16384")
     assert plan == f"2 kernels into {jit_cache_dir / 'kernels'}: 2 to compile, 0 already cached"
     (record,) = [json.loads(line) for line in log.read_text().splitlines()]
     assert record["top_k"] == 8 and record["tokens"] == [1, 16384, 16384]
+    assert record["weights"] == "bf16"
     assert {s["num_groups"] for s in record["shapes"]} == {256, 1}
     assert not (jit_cache_dir / "kernels").exists()
 
@@ -169,6 +177,58 @@ def test_shapes_file_top_k_and_token_list(
         (2, [7168]),
     ]
     assert all(r["tokens"] == [1, 64, 3] and r["num_sms"] == 78 for r in records)
+
+
+@pytest.mark.parametrize(
+    ("argv", "weights"),
+    [
+        (["--model", "gpt-oss-20b"], "mxfp4"),  # the preset's checkpoint ships MXFP4 experts
+        (["--model", "openai/gpt-oss-120b"], "mxfp4"),
+        (["--model", "gpt-oss-120b", "--weights", "bf16"], "bf16"),
+        (["--model", "deepseek-v3"], "bf16"),
+        (["--model", "deepseek-v3", "--weights", "mxfp4"], "mxfp4"),  # declared FP4
+        (["--suite", "decode"], "bf16"),  # a suite spans models: bf16 unless told
+        (["--suite", "decode", "--weights", "mxfp4"], "mxfp4"),
+    ],
+)
+def test_weights_reach_the_enumeration(
+    cli_env: dict[str, str], tmp_path: Path, argv: list[str], weights: str
+) -> None:
+    """--weights (default: the preset's own) reaches every enumeration call, and the header
+    names the family."""
+    log = tmp_path / "hook.jsonl"
+    env = dict(cli_env, **{HOOK_LOG_ENV: str(log)})
+    proc = run_cli(env, "--warmup", *argv, "--tokens", "1,8", "--dry-run", "--num-sms", "132")
+    assert proc.returncode == 0, proc.stderr
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert records and {r["weights"] for r in records} == {weights}
+    header = proc.stdout.splitlines()[0]
+    family = "MXFP4 weights (FP8 x FP4 kernels" if weights == "mxfp4" else "BF16 weights,"
+    assert family in header, header
+
+
+def test_mxfp4_shapes_need_k_a_multiple_of_32(
+    cli_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """The real enumeration refuses a K that MXFP4 cannot have: one line, exit 2; the same
+    shape in BF16 is fine."""
+    monkeypatch.delenv(cli.SPECS_FN_ENV)
+    path = tmp_path / "k40.json"
+    path.write_text(json.dumps([{"n": 256, "k": 40, "num_groups": 4, "top_k": 2}]))
+    argv = ["--warmup", "--shapes", str(path), "--tokens", "1", "--dry-run", "--num-sms", "132"]
+    rc = cli.main([*argv, "--weights", "mxfp4"])
+    out, err = capsys.readouterr()
+    assert_one_line_error(rc, out, err, "k must be a multiple of 32 for MXFP4 weights")
+    assert cli.main(argv) == 0, capsys.readouterr()
+
+
+def test_help_says_mxfp4_replaces_bf16(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--weights {bf16,mxfp4}" in text
+    assert "instead of the BF16 ones" in text and "gpt-oss-20b/120b" in text
 
 
 def test_dry_run_compiles_nothing(cli_env: dict[str, str], jit_cache_dir: Path) -> None:
@@ -269,6 +329,8 @@ BAD_ARGS = [
     (["--arch", "sm_80"], "argument --arch: invalid choice: 'sm_80'"),
     (["--arch", "sm_100a"], "no sm_100a kernels exist yet"),
     (["--model", "no-such-model"], "unknown model 'no-such-model'"),
+    (["--weights", "fp4"], "argument --weights: invalid choice: 'fp4'"),
+    (["--weights"], "argument --weights: expected one argument"),
 ]
 
 
@@ -529,8 +591,9 @@ def _checked(
         max_tokens: int = 16384,
         *,
         token_counts: Sequence[int] | None = None,
+        weights: str = "bf16",
     ) -> bool:
-        calls.append((len(shapes), top_k, max_tokens, token_counts))
+        calls.append((len(shapes), top_k, max_tokens, token_counts, weights))
         return result
 
     monkeypatch.setattr(check, "run_check", fake_run_check)
@@ -544,14 +607,26 @@ def test_check_runs_the_model_on_an_sm90_gpu(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rc, calls = _checked(monkeypatch, ["--model", "deepseek-v3"], cli.GpuProbe(132))
-    assert rc == 0 and calls == [(4, 8, 16384, None)]
+    assert rc == 0 and calls == [(4, 8, 16384, None, "bf16")]
     assert "check: the warmed grouped kernels against FP32" in capsys.readouterr().out
     rc, calls = _checked(
         monkeypatch, ["--model", "qwen3-30b-a3b", "--tokens", "64,1"], cli.GpuProbe(132)
     )
-    assert rc == 0 and calls == [(2, 8, 64, [1, 64])]
+    assert rc == 0 and calls == [(2, 8, 64, [1, 64], "bf16")]
     rc, _ = _checked(monkeypatch, ["--model", "qwen3-30b-a3b"], cli.GpuProbe(132), result=False)
     assert rc == 1
+
+
+def test_check_gets_the_weights(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, calls = _checked(
+        monkeypatch, ["--model", "gpt-oss-20b", "--tokens", "4"], cli.GpuProbe(132)
+    )
+    assert rc == 0 and calls == [(2, 4, 4, [4], "mxfp4")]
+    assert "check: the warmed FP8 x FP4 kernels against FP32 on the dequantized operands" in (
+        capsys.readouterr().out
+    )
 
 
 def test_check_skips_and_says_why(

@@ -1,5 +1,7 @@
 """The GPU check the warmup CLI runs after a build on an SM90 GPU: the model's kernels, called as
 serving calls them, checked against an FP32 reference and timed against torch in the same run.
+This module checks the BF16 kernels; with weights="mxfp4" run_check checks the FP8 x FP4 ones
+instead (check_fp8_fp4.py).
 
 For each shape and a few token counts: routed shapes (num_groups > 1) run every m-grouped layout
 (packed `offs`, aligned `m_indices`, `masked` with max_m = tokens) on rows = tokens x top_k
@@ -19,9 +21,16 @@ from typing import TextIO
 import torch
 
 from ..testing import bench_us, calc_diff
-from .specs import DEFAULT_MAX_TOKENS, check_arguments, check_shape
+from .specs import (
+    DEFAULT_MAX_TOKENS,
+    check_arguments,
+    check_mxfp4_shape,
+    check_shape,
+    check_weights,
+)
 
 TOLERANCE = 1e-5
+DEVICE = "cuda"  # where the check's tensors live (a CPU test of the FP8 x FP4 plumbing swaps it)
 DEFAULT_CHECK_TOKENS = (1, 64, 1024, 4096)
 # A call whose largest tensor (FP32 reference or output included) exceeds this is skipped: a
 # check, not a stress test. DeepSeek-V3's k-grouped output (256 x 4096 x 7168 FP32) is 28 GiB.
@@ -31,22 +40,22 @@ ALIGN = 128  # get_mk_alignment_for_contiguous_layout()
 
 def _routing(tokens: int, top_k: int, groups: int, gen: torch.Generator) -> torch.Tensor:
     """Rows per group of a random top-k routing (each token to top_k distinct experts)."""
-    scores = torch.rand(tokens, groups, generator=gen, device="cuda")
+    scores = torch.rand(tokens, groups, generator=gen, device=DEVICE)
     experts = scores.topk(min(top_k, groups), dim=1).indices.flatten()
     return torch.bincount(experts, minlength=groups).to(torch.int64)
 
 
 def _poisoned(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-    return torch.full(shape, float("nan"), device="cuda", dtype=dtype)
+    return torch.full(shape, float("nan"), device=DEVICE, dtype=dtype)
 
 
 def _randn(*shape: int, gen: torch.Generator, scale: float = 1.0) -> torch.Tensor:
-    return (torch.randn(*shape, generator=gen, device="cuda") * scale).bfloat16()
+    return (torch.randn(*shape, generator=gen, device=DEVICE) * scale).bfloat16()
 
 
 def _weights(g: int, n: int, k: int, gen: torch.Generator) -> torch.Tensor:
     """[G, N, K] BF16 weights, drawn one group at a time (no FP32 copy of them all)."""
-    b = torch.empty(g, n, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.empty(g, n, k, device=DEVICE, dtype=torch.bfloat16)
     for group in range(g):
         b[group] = _randn(n, k, gen=gen, scale=0.02)
     return b
@@ -84,23 +93,24 @@ def _skipped(out: TextIO, layout: str, label: str, tokens: int) -> None:
 
 
 class _Report:
-    def __init__(self, out: TextIO) -> None:
+    def __init__(self, out: TextIO, tolerance: float = TOLERANCE, layout_width: int = 9) -> None:
         self.out, self.ok, self.ratios = out, True, []
+        self.tolerance, self.width = tolerance, layout_width
         print(
-            f"{'layout':9s} {'shape':26s} {'tokens':>6s} {'rows':>7s} {'diff':>8s} "
+            f"{'layout':{layout_width}s} {'shape':26s} {'tokens':>6s} {'rows':>7s} {'diff':>8s} "
             f"{'us':>9s} {'torch us':>9s} {'x torch':>7s}",
             file=out,
         )
 
     def row(self, layout: str, label: str, tokens: int, rows: int, diff: float, us: float,
             peer: float) -> None:  # fmt: skip
-        passed = diff < TOLERANCE  # NaN (an unwritten row) fails too
+        passed = diff < self.tolerance  # NaN (an unwritten row) fails too
         self.ok &= passed
         speed = peer / us  # NaN where torch refused the problem
         if not math.isnan(speed):
             self.ratios.append(speed)
         print(
-            f"{layout:9s} {label:26s} {tokens:6d} {rows:7d} {diff:8.1e} {us:9.1f} {peer:9.1f} "
+            f"{layout:{self.width}s} {label:26s} {tokens:6d} {rows:7d} {diff:8.1e} {us:9.1f} {peer:9.1f} "
             f"{speed:7.3f}" + ("" if passed else "  FAILED"),
             file=self.out,
         )
@@ -128,7 +138,7 @@ def _check_routed(rep: _Report, label: str, b: torch.Tensor, tokens: int, top_k:
     a = _randn(rows, k, gen=gen)
     ends = counts.cumsum(0)
     offs = ends.to(torch.int32)
-    ref = torch.empty(rows, n, device="cuda")
+    ref = torch.empty(rows, n, device=DEVICE)
     starts = (ends - counts).tolist()
     for group, (start, size) in enumerate(zip(starts, counts.tolist())):
         ref[start : start + size] = a[start : start + size].float() @ b[group].float().t()
@@ -144,11 +154,11 @@ def _check_routed(rep: _Report, label: str, b: torch.Tensor, tokens: int, top_k:
     pad_starts = [sum(padded[:i]) for i in range(g)]
     total = max(ALIGN, sum(padded))
     real = torch.cat(
-        [torch.arange(s, s + size, device="cuda") for s, size in zip(pad_starts, counts.tolist())]
+        [torch.arange(s, s + size, device=DEVICE) for s, size in zip(pad_starts, counts.tolist())]
     )
-    m_indices = torch.full((total,), -1, device="cuda", dtype=torch.int32)
-    m_indices[real] = torch.repeat_interleave(torch.arange(g, device="cuda"), counts).int()
-    a_pad = torch.zeros(total, k, device="cuda", dtype=torch.bfloat16)
+    m_indices = torch.full((total,), -1, device=DEVICE, dtype=torch.int32)
+    m_indices[real] = torch.repeat_interleave(torch.arange(g, device=DEVICE), counts).int()
+    a_pad = torch.zeros(total, k, device=DEVICE, dtype=torch.bfloat16)
     a_pad[real] = a
     d = _poisoned(total, n)
     moegemm.m_grouped_bf16_gemm_nt_contiguous(a_pad, b, d, m_indices)
@@ -158,9 +168,9 @@ def _check_routed(rep: _Report, label: str, b: torch.Tensor, tokens: int, top_k:
     # masked: a [G, max_m, K] buffer with max_m = tokens (holds any routing).
     max_m = tokens
     if g * max_m * max(n, k) * 4 <= MAX_BUFFER_BYTES:
-        a_masked = torch.zeros(g, max_m, k, device="cuda", dtype=torch.bfloat16)
-        ref_masked = torch.zeros(g, max_m, n, device="cuda")
-        valid = torch.zeros(g, max_m, dtype=torch.bool, device="cuda")
+        a_masked = torch.zeros(g, max_m, k, device=DEVICE, dtype=torch.bfloat16)
+        ref_masked = torch.zeros(g, max_m, n, device=DEVICE)
+        valid = torch.zeros(g, max_m, dtype=torch.bool, device=DEVICE)
         for group, (start, size) in enumerate(zip(starts, counts.tolist())):
             a_masked[group, :size] = a[start : start + size]
             ref_masked[group, :size] = ref[start : start + size]
@@ -209,21 +219,32 @@ def run_check(
     token_counts: Sequence[int] | None = None,
     out: TextIO | None = None,
     seed: int = 0,
+    weights: str = "bf16",
 ) -> bool:
     """Check and time the kernels of `shapes` (the warmup's shape dicts) on the current SM90 GPU
     at `token_counts` (default: those of DEFAULT_CHECK_TOKENS up to max_tokens, and max_tokens if
     fewer remain), with `top_k` experts per token. Prints one line per call to `out` (default
     stdout) and a summary; returns True when every output matched the FP32 reference
-    (calc_diff < TOLERANCE). Calls whose operands exceed MAX_BUFFER_BYTES are skipped."""
+    (calc_diff < TOLERANCE). Calls whose operands exceed MAX_BUFFER_BYTES are skipped.
+    weights="mxfp4" checks the FP8 x FP4 kernels instead (check_fp8_fp4.py: both weight forms,
+    the dequantized reference, calc_diff < 1e-4, torch FP8 rowwise as the peer)."""
     if token_counts is None:
         token_counts = [t for t in DEFAULT_CHECK_TOKENS if t <= max_tokens] or [max_tokens]
     check_arguments(list(token_counts), top_k, 1)
+    check_weights(weights)
     checked = [(shape, *check_shape(shape)) for shape in shapes]
+    if weights == "mxfp4":
+        for shape, _, k, _ in checked:
+            check_mxfp4_shape(shape, k)
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         raise RuntimeError("run_check needs an SM90 (Hopper) GPU")
     out = out or sys.stdout
-    gen = torch.Generator(device="cuda")
+    gen = torch.Generator(device=DEVICE)
     gen.manual_seed(seed)
+    if weights == "mxfp4":
+        fp4_rep = _fp8_fp4_report(out)
+        _check_fp8_fp4(checked, token_counts, top_k, gen, fp4_rep)
+        return _summary(fp4_rep)
     rep = _Report(out)
     for shape, n, k, g in checked:
         label = f"{shape.get('op', '')} n={n} k={k}" + (f" G={g}" if g > 1 else "")
@@ -239,6 +260,11 @@ def run_check(
                 _check_routed(rep, label, b, tokens, top_k, gen)
         del b
         torch.cuda.empty_cache()
+    return _summary(rep)
+
+
+def _summary(rep: _Report) -> bool:
+    out = rep.out
     if rep.ratios:
         geo = math.exp(sum(math.log(r) for r in rep.ratios) / len(rep.ratios))
         print(f"check: {'all passed' if rep.ok else 'FAILED'}; {geo:.3f} x torch (geomean)",
@@ -246,3 +272,29 @@ def run_check(
     else:
         print(f"check: {'all passed' if rep.ok else 'FAILED'}", file=out)
     return rep.ok
+
+
+def _fp8_fp4_report(out: TextIO) -> _Report:
+    from . import check_fp8_fp4
+
+    return _Report(out, check_fp8_fp4.TOLERANCE, check_fp8_fp4.LAYOUT_WIDTH)
+
+
+def _check_fp8_fp4(checked: list, token_counts: Sequence[int], top_k: int,
+                   gen: torch.Generator, rep: _Report) -> None:  # fmt: skip
+    """run_check's FP8 x FP4 path: per shape, its MXFP4 weights once, then every token count."""
+    from . import check_fp8_fp4 as fp4
+
+    for shape, n, k, g in checked:
+        label = f"{shape.get('op', '')} n={n} k={k}" + (f" G={g}" if g > 1 else "")
+        w = fp4.ShapeWeights(g, n, k, gen) if fp4.weights_fit(g, n, k) else None
+        for tokens in token_counts:
+            rows = tokens * (top_k if g > 1 else 1)
+            if w is None or rows * max(n, k) * 4 > MAX_BUFFER_BYTES:  # reference, weights
+                _skipped(rep.out, "all", label, tokens)
+            elif g == 1:
+                fp4.check_dense(rep, label, w, tokens, gen)
+            else:
+                fp4.check_routed(rep, label, w, tokens, top_k, gen)
+        del w
+        torch.cuda.empty_cache()

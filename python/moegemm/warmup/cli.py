@@ -1,7 +1,11 @@
 """`python -m moegemm.jit --warmup --model NAME`: prebuild every kernel a model can need.
 
 The enumeration is moegemm.warmup.warmup_specs (every config the heuristics pick for token
-counts 1..--max-tokens with the model's top_k). Missing kernels are compiled by ninja (parallel,
+counts 1..--max-tokens with the model's top_k). --weights picks the family: bf16 builds the BF16
+kernels; mxfp4 builds the FP8 x FP4 kernels (FP8 activations x MXFP4 weights, both the raw and
+the prepared weight form) of the same shapes instead of the BF16 ones. Its default is the
+--model preset's own (mxfp4 for gpt-oss-20b/120b, whose checkpoints ship MXFP4 experts), else
+bf16 (--shapes, and --suite: a suite spans models and benchmarks run it in either family). Missing kernels are compiled by ninja (parallel,
 `[i/n]` progress), one `moegemm.jit._build_one` process per kernel, so locking and publishing
 are exactly those of a JIT miss. Needs nvcc only for what is missing, never a GPU; on an SM90
 GPU the warmed grouped kernels are then checked and timed (moegemm.warmup.run_check).
@@ -29,7 +33,7 @@ from ..jit import cache, compiler
 from ..jit.spec import SUPPORTED_ARCHS, KernelSpec
 from . import presets
 from .ninja_build import BuildReport, WarmupError, run_ninja
-from .specs import DEFAULT_MAX_TOKENS
+from .specs import DEFAULT_MAX_TOKENS, WEIGHTS
 
 PROG = "python -m moegemm.jit --warmup"
 DEFAULT_NUM_SMS = 132  # H100 / H200 SXM
@@ -41,7 +45,8 @@ SHAPE_KEYS = ("n", "k", "num_groups", "top_k", "op", "model")
 # Rows of 16 bytes: TMA needs 16-byte strides, and BF16 rows of n or k elements.
 SHAPE_ALIGN = 8
 
-SpecsFn = Callable[[list[dict[str, Any]], Sequence[int], int, str, int], list[KernelSpec]]
+# (shapes, token_counts, top_k, arch, num_sms, *, weights) -> the kernels
+SpecsFn = Callable[..., list[KernelSpec]]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -117,6 +122,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="K",
         type=_positive_int,
         help="experts per token for shapes without top_k (default: the preset's, else 1)",
+    )
+    p.add_argument(
+        "--weights",
+        choices=WEIGHTS,
+        help="the experts' weights: bf16 builds the BF16 kernels; mxfp4 builds the FP8 x FP4 "
+        "kernels (FP8 activations x MXFP4 weights, raw and prepared forms) for every shape "
+        "instead of the BF16 ones (default: the --model preset's own, mxfp4 for "
+        "gpt-oss-20b/120b; else bf16)",
     )
     p.add_argument(
         "--num-sms",
@@ -196,6 +209,7 @@ class Workload:
 
     label: str
     by_top_k: dict[int, list[dict[str, Any]]]
+    weights: str = "bf16"  # specs.WEIGHTS: the family every shape is built in
 
     @property
     def shapes(self) -> list[dict[str, Any]]:
@@ -207,7 +221,8 @@ def collect_workload(args: argparse.Namespace) -> Workload:
         if args.model:
             key = presets.resolve_model(args.model)
             top_k = args.top_k or presets.model_top_k(key)
-            return Workload(f"model {key}", {top_k: presets.model_shapes(key)})
+            weights = args.weights or presets.model_weights(key)
+            return Workload(f"model {key}", {top_k: presets.model_shapes(key)}, weights)
         if args.suite:
             by_top_k: dict[int, list[dict[str, Any]]] = {}
             seen: set[tuple[Any, ...]] = set()
@@ -219,14 +234,14 @@ def collect_workload(args: argparse.Namespace) -> Workload:
                     seen.add(ident)
                     top_k = args.top_k or presets.model_top_k(s["model"])
                     by_top_k.setdefault(top_k, []).append(shape)
-            return Workload(f"suite {args.suite}", by_top_k)
+            return Workload(f"suite {args.suite}", by_top_k, args.weights or "bf16")
     except ValueError as exc:
         raise WarmupError(str(exc)) from None
     by_top_k = {}
     for shape in load_shapes_file(args.shapes):
         top_k = shape.pop("top_k", None) or args.top_k or 1
         by_top_k.setdefault(top_k, []).append(shape)
-    return Workload(f"shapes file {args.shapes}", by_top_k)
+    return Workload(f"shapes file {args.shapes}", by_top_k, args.weights or "bf16")
 
 
 def specs_function() -> tuple[SpecsFn, bool]:
@@ -330,9 +345,13 @@ def _target_sms(args: argparse.Namespace) -> tuple[int, str, GpuProbe | None]:
 def _announce(args: argparse.Namespace, workload: Workload, sms_label: str, tokens: str) -> None:
     count = len(workload.shapes)
     top_ks = "/".join(map(str, workload.by_top_k))
+    if workload.weights == "mxfp4":
+        family = "MXFP4 weights (FP8 x FP4 kernels, raw and prepared weights)"
+    else:
+        family = "BF16 weights"
     print(
         f"moegemm warmup: {workload.label} ({count} shape{'s' if count > 1 else ''}, top_k "
-        f"{top_ks}), {args.arch} with {sms_label}, {tokens}",
+        f"{top_ks}), {family}, {args.arch} with {sms_label}, {tokens}",
         flush=True,
     )
     if args.shapes:
@@ -358,9 +377,10 @@ def _enumerate(
     num_sms: int,
 ) -> list[KernelSpec]:
     specs: dict[KernelSpec, None] = {}
+    weights = workload.weights
     try:
         for top_k, shapes in workload.by_top_k.items():
-            for spec in specs_fn(shapes, token_counts, top_k, arch, num_sms):
+            for spec in specs_fn(shapes, token_counts, top_k, arch, num_sms, weights=weights):
                 specs[spec] = None
     except ValueError as exc:  # warmup_specs's own argument checks
         raise WarmupError(str(exc)) from None
@@ -451,13 +471,22 @@ def _check(
         return 0
     from .check import run_check
 
-    print("check: the warmed grouped kernels against FP32, timed against torch", flush=True)
+    weights = workload.weights
+    if weights == "mxfp4":
+        print(
+            "check: the warmed FP8 x FP4 kernels against FP32 on the dequantized operands, "
+            "timed against torch FP8 rowwise",
+            flush=True,
+        )
+    else:
+        print("check: the warmed grouped kernels against FP32, timed against torch", flush=True)
     ok = True
     for top_k, shapes in workload.by_top_k.items():
         if args.tokens:
-            ok &= run_check(shapes, top_k, max(args.tokens), token_counts=args.tokens)
+            tokens = args.tokens
+            ok &= run_check(shapes, top_k, max(tokens), token_counts=tokens, weights=weights)
         else:
-            ok &= run_check(shapes, top_k, args.max_tokens)
+            ok &= run_check(shapes, top_k, args.max_tokens, weights=weights)
     return 0 if ok else 1
 
 

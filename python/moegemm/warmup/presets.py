@@ -46,6 +46,18 @@ def model_top_k(name: str) -> int:
     return int(_data()["models"][resolve_model(name)]["top_k"])
 
 
+# Presets whose checkpoints ship MXFP4 experts (e2m1 codes + a UE8M0 scale per 32 along K): the
+# warmup builds their experts as FP8 x FP4 unless --weights says otherwise. Any other preset's
+# experts are BF16 by default; `--weights mxfp4` declares them FP4.
+MXFP4_MODELS = frozenset({"gpt_oss_20b", "gpt_oss_120b"})
+
+
+def model_weights(name: str) -> str:
+    """The expert weights a preset ships, as the warmup's --weights names them: "mxfp4" for
+    MXFP4_MODELS, else "bf16"."""
+    return "mxfp4" if resolve_model(name) in MXFP4_MODELS else "bf16"
+
+
 def model_shapes(name: str) -> list[dict[str, Any]]:
     """The GEMMs of one MoE layer: routed linear1/linear2 (grouped over all experts) and, if the
     model has shared experts, their dense `shared_linear1`/`shared_linear2` (one group)."""

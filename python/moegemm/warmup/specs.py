@@ -26,12 +26,22 @@ rows = tokens x top_k routed rows, described as the API describes them:
 A shape with one group (shared experts, dense layers) is `bf16_gemm_nt` with M = tokens (every
 token goes through it). All BF16 out.
 
+With weights="mxfp4" (experts that ship MXFP4, as gpt-oss does) the same shapes are built as the
+FP8 x FP4 family instead (GemmDesc ab_dtype "fp8_fp4": FP8 activations, MXFP4 weights, BF16
+out), not in addition to BF16: the dense (one-group shapes), offsets, m_indices and masked
+layouts above with the same rows, each for both weight forms a call may pass (the raw checkpoint
+layout and prepare_mxfp4_weights' "prepared" one: separate kernels). This family has no
+k-grouped layout (no weight gradient of FP4 weights). K must be a multiple of 32 (one UE8M0
+scale per 32 weights).
+
 The enumeration is exact: it selects once per heuristics.selection_key (descs with equal keys get
 the same config), which makes 16384 token counts cost a few thousand selections per shape.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import math
 from collections.abc import Iterator, Sequence
 
@@ -48,6 +58,9 @@ from ..jit.codegen import kernel_spec
 from ..jit.spec import KernelSpec
 
 DEFAULT_MAX_TOKENS = 16384
+WEIGHTS = ("bf16", "mxfp4")  # the expert weights a warmup builds for (check_weights)
+MXFP4_FORMS = ("raw", "prepared")  # GemmDesc.weights of the FP8 x FP4 family: both are built
+MXFP4_GROUP = 32  # weights per UE8M0 scale: K must be a multiple of it
 
 
 def round_up(x: int, align: int) -> int:
@@ -76,6 +89,24 @@ def check_shape(shape: dict) -> tuple[int, int, int]:
                 f"shape {shape!r}: {field} must be a multiple of 8 (16-byte rows), got {value}"
             )
     return n, k, groups
+
+
+def check_weights(weights: object) -> str:
+    """`weights` if it is one of WEIGHTS: TypeError for a non-string, ValueError otherwise."""
+    if not isinstance(weights, str):
+        raise TypeError(f"weights must be a string, one of {WEIGHTS}, got {weights!r}")
+    if weights not in WEIGHTS:
+        raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
+    return weights
+
+
+def check_mxfp4_shape(shape: dict, k: int) -> None:
+    """ValueError for a K that MXFP4 weights cannot have (one scale byte per 32 of K)."""
+    if k % MXFP4_GROUP:
+        raise ValueError(
+            f"shape {shape!r}: k must be a multiple of {MXFP4_GROUP} for MXFP4 weights (one "
+            f"UE8M0 scale per {MXFP4_GROUP} of K), got {k}"
+        )
 
 
 def masked_max_ms(tokens: int, max_tokens: int) -> tuple[int, ...]:
@@ -109,6 +140,16 @@ def layer_descs(
     top = mindices_max_m(max_tokens * top_k, g)
     for m in range(CONTIGUOUS_ALIGNMENT, top + 1, CONTIGUOUS_ALIGNMENT):
         yield GemmDesc("m_grouped_contiguous", m, n, k, g)
+
+
+def fp8_fp4_layer_descs(
+    n: int, k: int, num_groups: int, token_counts: Sequence[int], top_k: int, form: str
+) -> Iterator[GemmDesc]:
+    """Every FP8 x FP4 desc the warmup covers for one shape and weight form (`form`: "raw" or
+    "prepared"): the layouts of layer_descs but the k-grouped one, with the same rows."""
+    for desc in layer_descs(n, k, num_groups, token_counts, top_k):
+        if desc.kind != "k_grouped":
+            yield dataclasses.replace(desc, ab_dtype="fp8_fp4", weights=form)
 
 
 class Picker:
@@ -150,16 +191,22 @@ def warmup_specs(
     arch: str,
     num_sms: int,
     *,
+    weights: str = "bf16",
     picker: Picker | None = None,
 ) -> list[KernelSpec]:
     """The kernels the heuristics pick for `shapes` (dicts with n, k, optional num_groups;
     num_groups 1 = a dense / shared-expert GEMM) at every count of `token_counts` (the CLI
     passes range(1, max_tokens + 1)) with `top_k` experts per token, in every layout of the
-    module doc. Deduplicated, in first-pick order; [] for an arch without kernels (sm_100a).
-    TypeError / ValueError on a bad argument (check_shape, check_arguments).
-    `picker` (tests) shares the selections with the caller."""
+    module doc: BF16 kernels, or with weights="mxfp4" the FP8 x FP4 ones for both weight forms.
+    Deduplicated, in first-pick order; [] for an arch without kernels (sm_100a).
+    TypeError / ValueError on a bad argument (check_shape, check_arguments, check_weights,
+    check_mxfp4_shape). `picker` (tests) shares the selections with the caller."""
     check_arguments(token_counts, top_k, num_sms)
+    check_weights(weights)
     checked = [check_shape(shape) for shape in shapes]
+    if weights == "mxfp4":
+        for shape, (_, k, _) in zip(shapes, checked):
+            check_mxfp4_shape(shape, k)
     spec_arch = arch_for(arch, num_sms)
     if spec_arch.name != "sm_90a":
         return []
@@ -167,9 +214,15 @@ def warmup_specs(
     specs: dict[KernelSpec, None] = {}
     seen: dict[tuple, None] = {}
     for n, k, groups in dict.fromkeys(checked):
-        for desc in layer_descs(n, k, groups, token_counts, top_k):
+        if weights == "mxfp4":
+            descs = itertools.chain.from_iterable(
+                fp8_fp4_layer_descs(n, k, groups, token_counts, top_k, form) for form in MXFP4_FORMS
+            )
+        else:
+            descs = layer_descs(n, k, groups, token_counts, top_k)
+        for desc in descs:
             config = pick(desc)
-            ident = (desc.kind, desc.d_dtype, desc.with_c, config)
+            ident = (desc.kind, desc.ab_dtype, desc.weights, desc.d_dtype, desc.with_c, config)
             if ident not in seen:  # building the spec renders source: once per kernel
                 seen[ident] = None
                 specs[kernel_spec(desc, config)] = None

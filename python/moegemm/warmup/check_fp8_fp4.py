@@ -1,0 +1,194 @@
+"""The warmup's GPU check of the FP8 x FP4 family (--weights mxfp4): the built kernels, called as
+serving calls them, against an FP32 reference on the dequantized operands, and timed against
+torch FP8 rowwise in the same run.
+
+Per shape: weights drawn in BF16 and quantized with moegemm.quant.quantize_mxfp4, one group at a
+time, then passed both ways a caller may pass them (the raw (b, sfb) pair and
+prepare_mxfp4_weights' prepared form: the warmup built both). Activations are
+per_token_cast_to_fp8 (gran_k 128) of random BF16 rows. The reference is FP32 on exactly what
+the kernel reads: a.float() * sfa per 128 of K, times dequantize_mxfp4(b, sfb) (exact), so the
+only error left is the kernel's accumulation and the BF16 output (calc_diff < 1e-4, issue 17).
+Routed shapes run offs, m_indices and masked (max_m = tokens) on rows = tokens x top_k of a
+random top-k routing; one-group shapes the dense GEMM. Outputs are NaN-poisoned first.
+
+Peer: torch._scaled_grouped_mm FP8 rowwise (torch._scaled_mm for dense) on the same real rows,
+activations cast per token over all of K and weights per row, as benchmarks/bench_fp8_fp4.py
+calls it; the packed-rows call times the m_indices and masked rows too (the same real rows and
+weights). NaN where this torch has no such function or refuses the call.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+
+import torch
+
+from ..testing import bench_us, calc_diff
+from . import check as base
+from .check import ALIGN, MAX_BUFFER_BYTES, _peer_us, _poisoned, _randn, _Report, _routing
+
+TOLERANCE = 1e-4  # calc_diff against the dequantized reference (issue 17)
+SFA_BLOCK_K = 128  # activation scale granularity along K
+FORMS = ("raw", "prepared")
+LAYOUT_WIDTH = 14  # "m_indices/prep"
+
+
+class ShapeWeights:
+    """One shape's MXFP4 weights in both forms, and their FP8 rowwise cast for torch's peer."""
+
+    def __init__(self, g: int, n: int, k: int, gen: torch.Generator) -> None:
+        from ..quant import per_token_cast_to_fp8, quantize_mxfp4
+
+        self.b = torch.empty(g, n, k // 2, device=base.DEVICE, dtype=torch.uint8)
+        self.sfb = torch.empty(g, n, k // 32, device=base.DEVICE, dtype=torch.uint8)
+        self.w8 = torch.empty(g, n, k, device=base.DEVICE, dtype=torch.float8_e4m3fn)
+        self.ws = torch.empty(g, n, device=base.DEVICE, dtype=torch.float32)
+        for group in range(g):  # one group at a time: no FP32 copy of them all
+            w = _randn(n, k, gen=gen, scale=0.02)
+            self.b[group], self.sfb[group] = quantize_mxfp4(w)
+            w8, ws = per_token_cast_to_fp8(w, gran_k=k)
+            self.w8[group], self.ws[group] = w8, ws.squeeze(-1)
+        import moegemm
+
+        self.prepared = moegemm.prepare_mxfp4_weights(self.b, self.sfb)
+
+    def forms(self, group: int | None = None) -> list[tuple[str, object]]:
+        """(name, the second operand) for both forms; `group` picks one group's 2-D weights."""
+        if group is None:
+            return [("raw", (self.b, self.sfb)), ("prepared", self.prepared)]
+        prep = self.prepared
+        return [
+            ("raw", (self.b[group], self.sfb[group])),
+            ("prepared", type(prep)(prep.b[group], prep.sfb[group], prepared=True)),
+        ]
+
+    def dequantized(self, group: int) -> torch.Tensor:
+        from ..quant import dequantize_mxfp4
+
+        return dequantize_mxfp4(self.b[group], self.sfb[group])
+
+
+def _activations(rows: int, k: int, gen: torch.Generator):
+    """(a, sfa) of random BF16 rows, their FP32 dequantization, and the rowwise cast for torch."""
+    from ..quant import per_token_cast_to_fp8
+
+    x = _randn(rows, k, gen=gen)
+    a, sfa = per_token_cast_to_fp8(x, gran_k=SFA_BLOCK_K)
+    a_ref = a.float() * sfa.repeat_interleave(SFA_BLOCK_K, dim=-1)[:, :k]
+    a8r, sar = per_token_cast_to_fp8(x, gran_k=k)
+    return a, sfa, a_ref, a8r, sar.squeeze(-1).contiguous()
+
+
+def _torch_peer(fn_name: str, call: Callable[[Callable], object]) -> float:
+    fn = getattr(torch, fn_name, None)
+    if fn is None:  # an older torch: no FP8 peer
+        return math.nan
+    return _peer_us(lambda: call(fn))
+
+
+def _row(rep: _Report, layout: str, form: str, label: str, tokens: int, rows: int,
+         diff: float, us: float, peer: float) -> None:  # fmt: skip
+    rep.row(f"{layout}/{form[:4]}", label, tokens, rows, diff, us, peer)
+
+
+def check_dense(rep: _Report, label: str, w: ShapeWeights, tokens: int, gen) -> None:
+    import moegemm
+
+    _, n, k2 = w.b.shape
+    k = 2 * k2
+    a, sfa, a_ref, a8r, sar = _activations(tokens, k, gen)
+    ref = a_ref @ w.dequantized(0).t()
+    w8t, ws = w.w8[0].t(), w.ws[0].unsqueeze(0)
+    peer = _torch_peer(
+        "_scaled_mm",
+        lambda f: f(a8r, w8t, scale_a=sar.unsqueeze(1), scale_b=ws, out_dtype=torch.bfloat16),
+    )
+    for form, b in w.forms(0):
+        d = _poisoned(tokens, n)
+        call = functools.partial(moegemm.fp8_fp4_gemm_nt, (a, sfa), b, d)
+        call()
+        diff = calc_diff(d, ref)
+        us = bench_us(call)
+        _row(rep, "dense", form, label, tokens, tokens, diff, us, peer)
+
+
+def check_routed(rep: _Report, label: str, w: ShapeWeights, tokens: int, top_k: int,
+                 gen) -> None:  # fmt: skip
+    import moegemm
+
+    g, n, k2 = w.b.shape
+    k = 2 * k2
+    counts = _routing(tokens, top_k, g, gen)
+    rows = int(counts.sum())
+    a, sfa, a_ref, a8r, sar = _activations(rows, k, gen)
+    ends = counts.cumsum(0)
+    offs = ends.to(torch.int32)
+    starts, sizes = (ends - counts).tolist(), counts.tolist()
+    ref = torch.zeros(rows, n, device=base.DEVICE)
+    for group, (start, size) in enumerate(zip(starts, sizes)):
+        if size:  # dequantize only the groups that have rows
+            ref[start : start + size] = a_ref[start : start + size] @ w.dequantized(group).t()
+    w8t = w.w8.transpose(-2, -1)  # [G, K, N], column-major per group, as torch takes it
+    peer = _torch_peer(
+        "_scaled_grouped_mm",
+        lambda f: f(a8r, w8t, sar, w.ws, offs=offs, out_dtype=torch.bfloat16),
+    )
+    contiguous = moegemm.m_grouped_fp8_fp4_gemm_nt_contiguous
+    for form, b in w.forms():
+        d = _poisoned(rows, n)
+        call = functools.partial(contiguous, (a, sfa), b, d, offs=offs)
+        call()
+        diff = calc_diff(d, ref)
+        us = bench_us(call)
+        _row(rep, "offs", form, label, tokens, rows, diff, us, peer)
+
+    # m_indices: each group's rows copied to a segment aligned to ALIGN rows; padding rows -1.
+    padded = [math.ceil(size / ALIGN) * ALIGN for size in sizes]
+    pad_starts = [sum(padded[:i]) for i in range(g)]
+    total = max(ALIGN, sum(padded))
+    real = torch.cat(
+        [torch.arange(s, s + size, device=base.DEVICE) for s, size in zip(pad_starts, sizes)]
+    )
+    m_indices = torch.full((total,), -1, device=base.DEVICE, dtype=torch.int32)
+    m_indices[real] = torch.repeat_interleave(torch.arange(g, device=base.DEVICE), counts).int()
+    a_pad = torch.zeros(total, k, device=base.DEVICE, dtype=a.dtype)
+    sfa_pad = torch.ones(total, sfa.shape[1], device=base.DEVICE, dtype=sfa.dtype)
+    a_pad[real], sfa_pad[real] = a, sfa
+    for form, b in w.forms():
+        d = _poisoned(total, n)
+        call = functools.partial(contiguous, (a_pad, sfa_pad), b, d, m_indices)
+        call()
+        diff = calc_diff(d[real], ref)
+        us = bench_us(call)
+        _row(rep, "m_indices", form, label, tokens, rows, diff, us, peer)
+
+    # masked: a [G, max_m, K] buffer with max_m = tokens (holds any routing).
+    max_m = tokens
+    if g * max_m * max(n, k) * 4 > MAX_BUFFER_BYTES:
+        print(f"{'masked':{LAYOUT_WIDTH}s} {label:26s} {tokens:6d} skipped (a tensor > 32 GiB)",
+              file=rep.out)  # fmt: skip
+        return
+    a_masked = torch.zeros(g, max_m, k, device=base.DEVICE, dtype=a.dtype)
+    sfa_masked = torch.ones(g, max_m, sfa.shape[1], device=base.DEVICE, dtype=sfa.dtype)
+    valid = torch.zeros(g, max_m, dtype=torch.bool, device=base.DEVICE)
+    for group, (start, size) in enumerate(zip(starts, sizes)):
+        a_masked[group, :size] = a[start : start + size]
+        sfa_masked[group, :size] = sfa[start : start + size]
+        valid[group, :size] = True
+    masked_m = counts.to(torch.int32)
+    expected = min(max_m, math.ceil(tokens * top_k / g))
+    masked = moegemm.m_grouped_fp8_fp4_gemm_nt_masked
+    for form, b in w.forms():
+        d = _poisoned(g, max_m, n)
+        call = functools.partial(masked, (a_masked, sfa_masked), b, d, masked_m, expected)
+        call()
+        diff = calc_diff(d[valid], ref)  # valid rows in group order = the packed rows
+        us = bench_us(call)
+        _row(rep, "masked", form, label, tokens, rows, diff, us, peer)
+
+
+def weights_fit(g: int, n: int, k: int) -> bool:
+    """Whether one shape's weights (the FP8 peer copy is the largest) stay within the limit."""
+    return g * n * k <= MAX_BUFFER_BYTES
