@@ -3,9 +3,9 @@
 // E2M1 codes, UE8M0 scales per 32 of K), dense or m-grouped, BF16 out. Launch shape, TMA
 // encoding, launch and bindings are the generic launcher's (launcher.h).
 //
-// The scales are not TMA operands: the kernel reads them from global memory with the strides
-// given here (sfa in any layout, row-major or DeepGEMM's MN-major one; sfb rows of K/32 bytes,
-// which TMA could not describe for K = 2880).
+// The scales are not TMA operands: the kernel's producer warp copies each k-block's scales into
+// the stage with cp.async, with the strides given here (sfa in any layout, row-major or
+// DeepGEMM's MN-major one; sfb rows of K/32 bytes, which TMA could not describe for K = 2880).
 #include <pybind11/pybind11.h>
 
 #include <stdint.h>
@@ -24,7 +24,8 @@ constexpr CUtensorMapDataType kBytes = CU_TENSOR_MAP_DATA_TYPE_UINT8;
 struct Sm90Fp8Fp4Gemm {
   using Params = Sm90Fp8Fp4GemmParams;
   static constexpr const char* kName = "Sm90Fp8Fp4GemmLauncher";
-  static constexpr size_t kNumAlignedPointers = 3;  // a, b, d: the TMA operands
+  // a, b, d (TMA operands) and sfa, sfb (copied in aligned words by the producer).
+  static constexpr size_t kNumAlignedPointers = 5;
   static constexpr const char* kDoc =
       "Launches sm90_fp8_fp4_grouped_gemm (dense or m-grouped) with the kernel and its launch "
       "shape bound. Call with (a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, group_info_ptr, rows, m, "

@@ -283,17 +283,14 @@ def test_strides(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_misaligned_bases_are_refused_for_a_b_d_only(name: str) -> None:
+def test_misaligned_bases_are_refused(name: str) -> None:
+    """a, b, d are TMA operands and the producer copies sfa and sfb in aligned 4-byte words: all
+    five bases on 16-byte boundaries."""
     fn, o = case(name)
-    for which, elements in (("a", 8), ("b", 8), ("d", 4)):
+    for which, elements in (("a", 8), ("b", 8), ("d", 4), ("sfa", 1), ("sfb", 3)):
         bad = shifted(tuple(o[which].shape), o[which].dtype, elements, fake=False)
         with pytest.raises(ValueError, match=f"^{which} must start on a 16-byte boundary$"):
             fn({**o, which: bad})
-    # Scales are read with plain loads: any base (sfa is float32, so 4-byte aligned anyway).
-    for which, elements in (("sfa", 1), ("sfb", 3)):
-        odd = shifted(tuple(o[which].shape), o[which].dtype, elements, fake=False)
-        with pytest.raises(ValueError, match="^a must be on a CUDA device"):
-            fn({**o, which: odd})
 
 
 # ---- launches, through a stubbed plan builder ----

@@ -32,7 +32,10 @@ DESCS = [
 
 def contract_smem(block_m: int, block_n: int, stages: int, store_cols: int) -> int:
     """The contract's formula, written out again."""
-    ring = stages * (block_m * 128 + block_n * 64)
+    # Per stage: A, packed B, and the scales the producer copies (block_m floats, two words per
+    # weight row), each slab rounded up to 1 KiB.
+    kib = lambda nbytes: -(-nbytes // 1024) * 1024
+    ring = stages * (block_m * 128 + block_n * 64 + kib(block_m * 4) + kib(block_n * 8))
     tring = 2 * (block_n * 128 + 1024)
     dstage = block_m * block_n * 2 if store_cols else 0
     return ring + tring + dstage + 1024 + 16 * (stages + 2)
@@ -80,9 +83,10 @@ def test_every_enumerated_config_is_legal_and_fills_shared_memory(desc: GemmDesc
 
 
 def test_hand_computed_shared_memory() -> None:
-    # m128 n256 with the TMA store: 2 stages of 32 KiB + 66 KiB transform ring + 64 KiB staging.
+    # m128 n256 with the TMA store: 2 stages of 35 KiB (32 KiB operands, 1 KiB activation
+    # scales, 2 KiB weight-scale words) + 66 KiB transform ring + 64 KiB staging.
     c = sm90_fp8_fp4.make_config(128, 256, 2, SM90, store_cols=64)
-    assert c.pipeline.smem_bytes == 65536 + 67584 + 65536 + 1024 + 64 == 199744
+    assert c.pipeline.smem_bytes == 71680 + 67584 + 65536 + 1024 + 64 == 205888
     assert sm90_fp8_fp4.max_stages(128, 256, 64, SM90) == 2
     assert sm90_fp8_fp4.max_stages(128, 256, 0, SM90) == 4
     assert sm90_fp8_fp4.max_stages(64, 16, 0, SM90) == 8

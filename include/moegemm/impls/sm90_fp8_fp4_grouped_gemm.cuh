@@ -12,17 +12,20 @@
 //
 // Warp roles (2 + kNumMathWG warpgroups of 128 threads):
 //   warpgroup 0      producer. Warp 0 walks the tile schedule; one elected lane issues the TMA
-//                    loads of A and the packed weights; setmaxnreg.dec 40.
-//   warpgroup 1      transform. Loads its chunks' scale bytes (global), waits for the stage,
-//                    expands the weights into a transform stage per pass; setmaxnreg 72.
+//                    loads of A and the packed weights, all 32 lanes cp.async the k-block's
+//                    activation and weight scales into the stage; setmaxnreg.dec 40.
+//   warpgroup 1      transform. Waits for the stage, expands the weights into a transform
+//                    stage per pass with the scales from the stage.
 //   warpgroups 2..   math, 64 rows of A each: waits for the TMA stage (A) and each pass's
 //                    transform stage (W as E4M3), wgmma, wait, promote; then the epilogue.
 // Pipelines:
-//   TMA ring, kNumStages: full[s] arrive count 1 + the bytes of both boxes; empty[s] 4 arrives
-//     of the transform warps + one per math warp (A is read by the math warpgroups).
+//   TMA ring, kNumStages: full[s] arrive count 1 + 32 (the producer's expect-tx arrive and one
+//     cp.async arrive per producer lane: the scales) + the bytes of both boxes; empty[s] 4
+//     arrives of the transform warps + one per math warp (A is read by the math warpgroups).
 //   transform ring, Config::kTransformStages: tfull[t] 128 arrives (every transform thread,
 //     after its stores and fence.proxy.async), tempty[t] one arrive per math warp.
-// Shared memory: [A | W packed] x kNumStages, [W E4M3 | pass metadata] x kTransformStages, the
+// Shared memory: [A | W packed | sfa | sfb words] x kNumStages, [W E4M3 | pass metadata] x
+//   kTransformStages, the
 //   transform's tables, D staging (TMA stores), barriers.
 // Tails: TMA zero-fills past K, N and the rows; activation scales of rows past the tile's bound
 //   read as 0 (never stored); weight scales past N or K are not read.
@@ -83,19 +86,16 @@ struct Fp8Fp4GemmKernel {
     return kNumMathWG > 1 && tile.row0 + math_wg * kWgRows >= tile.row_end;
   }
 
-  // The activation scales of this thread's two rows (wgmma D fragment rows) at k-block kb; 0
-  // for rows past the tile's bound (not stored; their scale may lie outside the tensor).
-  __device__ __forceinline__ static void row_scales(const Params& params, const Tile& tile,
-                                                    uint32_t kb, uint32_t math_wg,
+  // The activation scales of this thread's two rows (wgmma D fragment rows) at the stage's
+  // k-block, from the stage's scale slab (the producer wrote 0 past the tile's row bound).
+  template <typename Stages>
+  __device__ __forceinline__ static void row_scales(const StageRef& stage, uint32_t math_wg,
                                                     uint32_t math_tid, float& lo, float& hi) {
     const uint32_t t = math_tid % 128;
-    const uint32_t row = tile.row0 + math_wg * kWgRows + (t / 32) * 16 + (t % 32) / 4;
-    const float* base = params.sfa + uint64_t{tile.group} * params.sfa_stride_group +
-                        uint64_t{kb} * params.sfa_stride_kb;
-    const uint32_t first = tile.group * params.sfa_group_rows;
-    const uint32_t bound = min(tile.row_end, params.rows);
-    lo = row < bound ? __ldg(base + uint64_t{row - first} * params.sfa_stride_row) : 0.0f;
-    hi = row + 8 < bound ? __ldg(base + uint64_t{row + 8 - first} * params.sfa_stride_row) : 0.0f;
+    const float* sfa = reinterpret_cast<const float*>(Stages::template slab<2>(stage));
+    const uint32_t r = math_wg * kWgRows + (t / 32) * 16 + (t % 32) / 4;
+    lo = sfa[r];
+    hi = sfa[r + 8];
   }
 
   __device__ __forceinline__ static void epilogue(const Params& params, typename Mma::Accum& acc,

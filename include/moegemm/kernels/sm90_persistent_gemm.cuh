@@ -120,12 +120,14 @@ struct PersistentGemm {
       if constexpr (kTransform) {
         // The transform's warps release each TMA stage, and the math warps too where they read
         // it (one arrive per warp of each).
-        ring.init(4 * kNumTransformWG + (kMathReadsInput ? kNumMathWarps : 0));
+        ring.init(4 * kNumTransformWG + (kMathReadsInput ? kNumMathWarps : 0),
+                  Loader::kFillArrivals);
         transform_ring.init(kNumMathWarps, 128 * kNumTransformWG);
       } else {
         // Every math warp releases each stage; with a cluster, every math warpgroup of every
         // CTA (the shared operand lands in all of them; one warp per warpgroup signals).
-        ring.init(kClusterSize == 1 ? kNumMathWarps : kNumMathWG * kClusterSize);
+        ring.init(kClusterSize == 1 ? kNumMathWarps : kNumMathWG * kClusterSize,
+                  Loader::kFillArrivals);
       }
       cutlass::arch::fence_barrier_init();
       if constexpr (Kernel::kTmaStore) prefetch_tma_desc(&params.tma_d);
@@ -196,6 +198,23 @@ struct PersistentGemm {
     typename Kernel::Work work;
     while (scheduler.next(work)) {
       const uint32_t num_k_blocks = Kernel::num_k_blocks(k_blocks, work);
+      if constexpr (Loader::kLaneCopies) {
+        // Every lane copies its share of the stage (scales) besides the leader's TMA boxes,
+        // and arrives on the full barrier once its copies land (Loader::kFillArrivals).
+        for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
+          ring.producer_acquire(state);
+          if (leader) {
+            ring.producer_commit_bytes(state, Loader::kExpectedBytes);
+            Loader::template load<Stages>(params, ring.full_barrier(state),
+                                          StageRef{smem, state.stage_idx}, work, kb, cta_rank);
+          }
+          Loader::template copy_lanes<Stages>(params, ring.full_barrier(state),
+                                              StageRef{smem, state.stage_idx}, work, kb,
+                                              threadIdx.x % 32);
+          state.advance();
+        }
+        continue;
+      }
       if (leader) {
         auto load_k_block = [&](uint32_t kb) {
           ring.producer_acquire(state);
@@ -238,18 +257,13 @@ struct PersistentGemm {
       };
       while (scheduler.next(work)) {
         const uint32_t num_k_blocks = Kernel::num_k_blocks(k_blocks, work);
-        // What the policy reads from global memory for a k-block (its scales) is loaded two
-        // k-blocks ahead: the loads' latency hides behind the conversion of the two before.
-        typename Transform::Scales now, next, after;
-        Transform::load_scales(params, work, 0, thread, now);
-        if (num_k_blocks > 1) Transform::load_scales(params, work, 1, thread, next);
         for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
-          if (kb + 2 < num_k_blocks) Transform::load_scales(params, work, kb + 2, thread, after);
           ring.consumer_wait(in);
-          Transform::template run_k_block<Stages>(params, work, kb, StageRef{smem, in.stage_idx},
-                                                  scratch, parity, thread, now, emit);
-          now = next;
-          next = after;
+          const StageRef in_stage{smem, in.stage_idx};
+          typename Transform::Scales scales;
+          Transform::template stage_scales<Stages>(params, work, kb, in_stage, thread, scales);
+          Transform::template run_k_block<Stages>(params, work, kb, in_stage, scratch, parity,
+                                                  thread, scales, emit);
           __syncwarp();  // the warp's reads of the TMA stage are done
           ring.consumer_release(in.stage_idx, lane_idx, true);
           in.advance();
@@ -380,14 +394,11 @@ struct PersistentGemm {
         continue;
       }
       Mma::zero(acc);
-      // The activation scales of a k-block are loaded one k-block ahead (a DRAM round trip).
-      float scale_lo, scale_hi, next_lo = 0.0f, next_hi = 0.0f;
-      Kernel::row_scales(params, work, 0, math_wg, math_tid, scale_lo, scale_hi);
       for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
-        if (kb + 1 < num_k_blocks)
-          Kernel::row_scales(params, work, kb + 1, math_wg, math_tid, next_lo, next_hi);
         ring.consumer_wait(in);
         const StageRef in_stage{smem, in.stage_idx};
+        float scale_lo, scale_hi;  // the rows' activation scales, from the stage
+        Kernel::template row_scales<Stages>(in_stage, math_wg, math_tid, scale_lo, scale_hi);
         for (bool more = true; more;) {
           tring.consumer_wait(state);
           const StageRef out_stage{smem_transform, state.stage_idx};
@@ -408,8 +419,6 @@ struct PersistentGemm {
         }
         ring.consumer_release(in.stage_idx, lane_idx, true);
         in.advance();
-        scale_lo = next_lo;
-        scale_hi = next_hi;
       }
       Kernel::epilogue(params, acc, work, math_wg, smem_d);
     }

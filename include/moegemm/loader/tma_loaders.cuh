@@ -45,6 +45,8 @@ struct KMajorLoader {
   static constexpr uint16_t kClusterMask = (1u << kClusterSize) - 1;
   static constexpr bool kNeedsFixup = false;
   static constexpr bool kRolledLoop = false;
+  static constexpr bool kLaneCopies = false;
+  static constexpr uint32_t kFillArrivals = 1;
   template <uint32_t kNumStages>
   using Stages = StageLayout<kNumStages, kBytesA, kBytesB>;
 
@@ -82,18 +84,29 @@ struct KMajorLoader {
 
 // FP8 x FP4: K-major E4M3 A [rows, K] (2D: {K, rows}, 128B swizzle) and packed E2M1 weights
 // W [G, N, K/2] (3D: {K/2, N, G}, unswizzled 64-byte rows, which the transform reads row by
-// row): per 128-wide k-block a BLOCK_M x 128-byte box of A and a BLOCK_N x 64-byte box of W.
-// TMA zero-fills past K (K % 128 may be 32, 64 or 96), N and the rows: zero codes are zeros.
+// row): per 128-wide k-block a BLOCK_M x 128-byte box of A and a BLOCK_N x 64-byte box of W by
+// TMA (zero-filled past K, N and the rows: zero codes are zeros), and the k-block's scales by
+// the producer warp's 32 lanes with cp.async into two more slabs, arriving on the same full
+// barrier (1 + 32 arrivals), so they ride the ring as far ahead as the operands do:
+//   slab 2: the activation scale of each of the tile's BLOCK_M rows (float; 0 past the tile's
+//           row bound or the tensor);
+//   slab 3: per weight row, the two aligned 32-bit words holding its 4 scale bytes of the
+//           k-block (a row of K/32 bytes starts anywhere inside a word); zeros past N. The
+//           transform shifts the bytes out (scale_word) and never reads past K/32.
 template <uint32_t BLOCK_M, uint32_t BLOCK_N>
 struct PackedWeightLoader {
   static constexpr uint32_t BLOCK_K = 128;
   static constexpr uint32_t kBytesA = BLOCK_M * BLOCK_K;
   static constexpr uint32_t kBytesB = BLOCK_N * BLOCK_K / 2;
-  static constexpr uint32_t kExpectedBytes = kBytesA + kBytesB;
+  static constexpr uint32_t kBytesSfa = (BLOCK_M * 4 + 1023) / 1024 * 1024;
+  static constexpr uint32_t kBytesSfb = (BLOCK_N * 8 + 1023) / 1024 * 1024;
+  static constexpr uint32_t kExpectedBytes = kBytesA + kBytesB;  // the TMA part
   static constexpr bool kNeedsFixup = false;
   static constexpr bool kRolledLoop = false;
+  static constexpr bool kLaneCopies = true;
+  static constexpr uint32_t kFillArrivals = 1 + 32;
   template <uint32_t kNumStages>
-  using Stages = StageLayout<kNumStages, kBytesA, kBytesB>;
+  using Stages = StageLayout<kNumStages, kBytesA, kBytesB, kBytesSfa, kBytesSfb>;
 
   template <typename Params>
   __device__ __forceinline__ static void prefetch(const Params& params) {
@@ -111,6 +124,40 @@ struct PackedWeightLoader {
                 static_cast<int32_t>(kb * BLOCK_K / 2), static_cast<int32_t>(tile.n_block * BLOCK_N),
                 static_cast<int32_t>(tile.group));
   }
+
+  // Every lane of the producer warp: its share of the k-block's scales, then its arrive.
+  template <typename Stages, typename Params>
+  __device__ __forceinline__ static void copy_lanes(const Params& params, Barrier* bar,
+                                                    const StageRef& stage, const Tile& tile,
+                                                    uint32_t kb, uint32_t lane) {
+    const uint32_t sfa_slab = smem_u32(Stages::template slab<2>(stage));
+    const float* sfa = params.sfa + uint64_t{tile.group} * params.sfa_stride_group +
+                       uint64_t{kb} * params.sfa_stride_kb;
+    const uint32_t first = tile.group * params.sfa_group_rows;
+    const uint32_t bound = min(tile.row_end, params.rows);
+#pragma unroll
+    for (uint32_t r = lane; r < BLOCK_M; r += 32) {
+      const uint32_t row = tile.row0 + r;
+      const bool ok = row < bound;
+      cp_async_4(sfa_slab + r * 4, ok ? sfa + uint64_t{row - first} * params.sfa_stride_row : sfa,
+                 ok ? 4 : 0);
+    }
+    const uint32_t sfb_slab = smem_u32(Stages::template slab<3>(stage));
+    const uint64_t group_start = uint64_t{tile.group} * params.sfb_stride_group;
+#pragma unroll
+    for (uint32_t r = lane; r < BLOCK_N; r += 32) {
+      const uint32_t n = tile.n_block * BLOCK_N + r;
+      // Byte offset from the (16-byte aligned) base: the words are aligned to it.
+      const uint64_t start = group_start + uint64_t{n} * params.sfb_stride_row + kb * 4;
+      const uint32_t valid = params.k / 32 - min(kb * 4, params.k / 32);  // bytes in this row
+      const uint32_t need = min(valid, 4u) + static_cast<uint32_t>(start % 4);
+      const uint8_t* word = params.sfb + start / 4 * 4;
+      const bool ok = n < params.n;
+      cp_async_4(sfb_slab + r * 8, ok ? word : params.sfb, ok && need > 0 ? 4 : 0);
+      cp_async_4(sfb_slab + r * 8 + 4, ok ? word + 4 : params.sfb, ok && need > 4 ? 4 : 0);
+    }
+    cp_async_arrive(smem_u32(bar));
+  }
 };
 
 // MN-major A [T, M] and B [T, N] of the k-grouped GEMM, reduced down their rows: per k-block
@@ -127,6 +174,8 @@ struct MnMajorChunkLoader {
   static constexpr uint32_t kBytesB = BLOCK_N / 64 * kChunkBytes;
   static constexpr uint32_t kExpectedBytes = kBytesA + kBytesB;
   static constexpr bool kNeedsFixup = true;
+  static constexpr bool kLaneCopies = false;
+  static constexpr uint32_t kFillArrivals = 1;
   // A group's k-blocks vary from tile to tile and are few for small groups: unrolling only
   // multiplies the producer's code (the loop was never unrolled before the skeleton).
   static constexpr bool kRolledLoop = true;

@@ -15,12 +15,10 @@
 //
 // Work split: per k-block, step `it` gives warp w rows 16 it + 4 w + lane / 8, lane % 8 the
 // 16-code chunk (8 bytes in, 16 bytes out) of that row: a warp reads 256 contiguous bytes and
-// writes four whole 128-byte rows, conflict-free. Each lane loads its chunk's scale byte from
-// global memory (sfb has rows of K/32 bytes, not a TMA-friendly stride in general) before the
-// stage lands. Per pass the warpgroup agrees on the base by a warp max, a shared-memory exchange
+// writes four whole 128-byte rows, conflict-free. Each lane takes its chunk's scale byte from
+// the stage (the producer copied the k-block's scale words there with the weights). Per pass the warpgroup agrees on the base by a warp max, a shared-memory exchange
 // and a named barrier (NamedBarrier::kTransform), together with the min that tells whether any
-// block is left for another pass. The scale bytes of k-block kb + kScalePrefetch are loaded
-// while kb is converted (their latency is a DRAM round trip, longer than a k-block's work).
+// block is left for another pass.
 //
 // Out stages: slab 0 the E4M3 tile, slab 1 the pass's metadata (float scale 2^(base - 133) at
 // byte 0, uint32 "another pass follows" at byte 4), read by the math warpgroups after the
@@ -51,9 +49,9 @@ struct Fp4ExpandTransform {
   static constexpr uint32_t kTileBytes = BLOCK_N * 128;
   static constexpr uint32_t kInRowBytes = 64;  // 128 codes
   static constexpr uint32_t kSteps = BLOCK_N / 16;
-  // Three k-blocks of scale bytes in flight (kSteps registers each) and the conversion's
-  // temporaries: what ptxas needs without spills (n128: 80, n192: 96), a multiple of 8.
-  static constexpr uint32_t kNumRegs = (48 + 4 * kSteps + 7) / 8 * 8;
+  // A k-block's scale bytes (kSteps registers) and the conversion's temporaries: what ptxas
+  // needs without spills, a multiple of 8.
+  static constexpr uint32_t kNumRegs = (56 + 2 * kSteps + 7) / 8 * 8;
   static constexpr uint32_t kScratchBytes = 1024;
   static constexpr uint32_t kWindow = fp4::kNumOffsets - 1;  // base - s <= 14
   static_assert(BLOCK_N % 16 == 0, "16 rows a step");
@@ -92,25 +90,32 @@ struct Fp4ExpandTransform {
   }
 
   // Per k-block state of one thread: the scale byte of each of its chunks (kAbsent: no weights
-  // there, rows past N or K past its end, all codes zero).
+  // there, rows past N or K past its end, all codes zero), read from the stage's scale slab
+  // (loader/tma_loaders.cuh, PackedWeightLoader: two aligned words per weight row).
   static constexpr uint32_t kAbsent = 0x100;
   struct Scales {
     uint32_t s[kSteps];
   };
 
-  template <typename Params, typename Work>
-  __device__ __forceinline__ static void load_scales(const Params& params, const Work& work,
-                                                     uint32_t kb, uint32_t thread, Scales& sc) {
+  template <typename InStages, typename Params, typename Work>
+  __device__ __forceinline__ static void stage_scales(const Params& params, const Work& work,
+                                                      uint32_t kb, const StageRef& in,
+                                                      uint32_t thread, Scales& sc) {
     const uint32_t block = kb * 4 + (thread % 8) / 2;
     const bool k_ok = block < params.k / 32;
-    const uint8_t* group_sfb = params.sfb + uint64_t{work.group} * params.sfb_stride_group;
+    const uint2* words = reinterpret_cast<const uint2*>(InStages::template slab<3>(in));
 #pragma unroll
     for (uint32_t it = 0; it < kSteps; ++it) {
-      const uint32_t n = work.n_block * BLOCK_N + it * 16 + (thread / 32) * 4 + (thread % 32) / 8;
-      sc.s[it] = (k_ok && n < params.n)
-                     ? static_cast<uint32_t>(
-                           __ldg(group_sfb + uint64_t{n} * params.sfb_stride_row + block))
-                     : kAbsent;
+      const uint32_t row = it * 16 + (thread / 32) * 4 + (thread % 32) / 8;
+      const uint32_t n = work.n_block * BLOCK_N + row;
+      // The row's first scale byte of this k-block sits `offset` bytes into the first word.
+      const uint32_t offset = static_cast<uint32_t>(
+          (uint64_t{work.group} * params.sfb_stride_group + uint64_t{n} * params.sfb_stride_row +
+           kb * 4) %
+          4);
+      const uint2 w = words[row];
+      const uint32_t bytes = __funnelshift_r(w.x, w.y, 8 * offset);
+      sc.s[it] = (k_ok && n < params.n) ? (bytes >> (8 * ((thread % 8) / 2))) & 0xFF : kAbsent;
     }
   }
 

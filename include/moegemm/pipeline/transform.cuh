@@ -22,9 +22,9 @@
 //     `in` into `out`, and the math warpgroups read only the transform ring;
 //     true: the math warpgroups read slabs of the TMA ring too (FP8 x FP4: the activations) and
 //     release it with the transform (empty[s] counts the transform's 4 warps and every math
-//     warp); per k-block the policy's load_scales(params, work, kb, thread, state) runs before
-//     the stage lands and run_k_block(...) emits one or more out stages (passes), each carrying
-//     its own metadata the MMA reads (pipeline/fp4_expand_transform.cuh).
+//     warp); per landed k-block the policy's stage_scales(...) reads what it needs of the
+//     stage besides the operand and run_k_block(...) emits one or more out stages (passes),
+//     each carrying its own metadata the MMA reads (pipeline/fp4_expand_transform.cuh).
 #pragma once
 
 #include <stdint.h>

@@ -1,5 +1,6 @@
-// Shared-memory stores the epilogues and transforms use, and the generic -> async proxy fence
-// that makes ordinary shared-memory writes visible to wgmma and TMA reads.
+// Shared-memory stores the epilogues and transforms use, the generic -> async proxy fence that
+// makes ordinary shared-memory writes visible to wgmma and TMA reads, and the 4-byte
+// asynchronous global -> shared copies (cp.async) that complete on a stage's mbarrier.
 #pragma once
 
 #include <stdint.h>
@@ -23,6 +24,24 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t smem_addr, uint32_t r0, uin
 // TMA) that a later barrier hands the bytes to.
 __device__ __forceinline__ void fence_proxy_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+__device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
+}
+
+// 4 bytes global -> shared, asynchronously; `bytes` (0 or 4) of them read, the rest zero-filled
+// (0: a row past the tensor writes zeros and reads nothing). Both addresses 4-byte aligned.
+__device__ __forceinline__ void cp_async_4(uint32_t smem_addr, const void* gmem, uint32_t bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_addr), "l"(gmem),
+               "r"(bytes)
+               : "memory");
+}
+
+// Arrives on the mbarrier at `bar_addr` once this thread's earlier cp.async copies have landed.
+// noinc: the arrive is one of the barrier's expected arrivals (counted at its init).
+__device__ __forceinline__ void cp_async_arrive(uint32_t bar_addr) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar_addr) : "memory");
 }
 
 }  // namespace moegemm

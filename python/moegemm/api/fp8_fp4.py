@@ -187,8 +187,9 @@ def check_dense(
     lda, ldb, ldd = row_stride("a", a), row_stride("b", b), row_stride("d", d)
     _, sfa_row, sfa_kb = _sfa_strides(sfa)
     sfb_group, sfb_row = _sfb_strides(sfb)
-    tma = {"a": a, "b": b, "d": d}
-    device = require_placement(tma, {"sfa": sfa, "sfb": sfb}) if placed else -1
+    # The kernel's producer copies the scales in aligned 4-byte words: 16-byte bases, as TMA's.
+    aligned = {"a": a, "b": b, "d": d, "sfa": sfa, "sfb": sfb}
+    device = require_placement(aligned, {}) if placed else -1
     return Fp8Fp4Problem(
         m, m, n, k, 1, lda, ldb, n * ldb, ldd, 0, sfa_row, sfa_kb, 0, sfb_group, sfb_row, device
     )
@@ -225,8 +226,8 @@ def check_contiguous(
     ldb, ldb_group = batched_row_stride("b", b, collapsible=False)
     _, sfa_row, sfa_kb = _sfa_strides(sfa)
     sfb_group, sfb_row = _sfb_strides(sfb)
-    others = {"sfa": sfa, "sfb": sfb, **info}
-    device = require_placement({"a": a, "b": b, "d": d}, others) if placed else -1
+    aligned = {"a": a, "b": b, "d": d, "sfa": sfa, "sfb": sfb}
+    device = require_placement(aligned, info) if placed else -1
     return Fp8Fp4Problem(
         rows, rows, n, k, num_groups, lda, ldb, ldb_group, ldd,
         0, sfa_row, sfa_kb, 0, sfb_group, sfb_row, device,
@@ -257,8 +258,8 @@ def check_masked(
     ldd, _ = batched_row_stride("d", d, collapsible=True)
     sfa_group, sfa_row, sfa_kb = _sfa_strides(sfa)
     sfb_group, sfb_row = _sfb_strides(sfb)
-    others = {"sfa": sfa, "sfb": sfb, "masked_m": masked_m}
-    device = require_placement({"a": a, "b": b, "d": d}, others) if placed else -1
+    aligned = {"a": a, "b": b, "d": d, "sfa": sfa, "sfb": sfb}
+    device = require_placement(aligned, {"masked_m": masked_m}) if placed else -1
     return Fp8Fp4Problem(
         num_groups * max_m, max_m, n, k, num_groups, lda, ldb, ldb_group, ldd,
         sfa_group, sfa_row, sfa_kb, max_m, sfb_group, sfb_row, device,

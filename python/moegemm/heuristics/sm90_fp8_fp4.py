@@ -72,10 +72,17 @@ def math_warpgroups_for(block_m: int) -> int:
     return block_m // 64
 
 
+def _kib(nbytes: int) -> int:
+    return -(-nbytes // 1024) * 1024
+
+
 def smem_bytes_for(block_m: int, block_n: int, num_stages: int, store_cols: int = 0) -> int:
     """Shared memory of a kernel: the TMA ring, the transform ring (FP8 B tiles and their
     metadata), the BF16 staging tile of the TMA-store epilogue, the tables and the barriers."""
-    ring = num_stages * (block_m * A_STAGE_BYTES_PER_ROW + block_n * B_STAGE_BYTES_PER_ROW)
+    # Per stage: A, packed B, and the k-block's scales (block_m floats, two 32-bit words per
+    # weight row), each slab rounded up to 1 KiB.
+    scales = _kib(block_m * 4) + _kib(block_n * 8)
+    ring = num_stages * (block_m * A_STAGE_BYTES_PER_ROW + block_n * B_STAGE_BYTES_PER_ROW + scales)
     tring = TRANSFORM_STAGES * (block_n * BLOCK_K + TRANSFORM_META_BYTES)
     dstage = block_m * block_n * 2 if store_cols else 0
     barriers = BARRIER_BYTES * (num_stages + TRANSFORM_STAGES)

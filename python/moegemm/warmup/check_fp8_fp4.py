@@ -81,6 +81,11 @@ def _activations(rows: int, k: int, gen: torch.Generator):
     return a, sfa, a_ref, a8r, sar.squeeze(-1).contiguous()
 
 
+def _fp8_zeros(*shape: int) -> torch.Tensor:
+    """FP8 zeros made as bytes (0x00 is +0 in E4M3): no FP8 fill kernel needed."""
+    return torch.zeros(shape, device=base.DEVICE, dtype=torch.uint8).view(torch.float8_e4m3fn)
+
+
 def _torch_peer(fn_name: str, call: Callable[[Callable], object]) -> float:
     fn = getattr(torch, fn_name, None)
     if fn is None:  # an older torch: no FP8 peer
@@ -153,9 +158,10 @@ def check_routed(rep: _Report, label: str, w: ShapeWeights, tokens: int, top_k: 
     )
     m_indices = torch.full((total,), -1, device=base.DEVICE, dtype=torch.int32)
     m_indices[real] = torch.repeat_interleave(torch.arange(g, device=base.DEVICE), counts).int()
-    a_pad = torch.zeros(total, k, device=base.DEVICE, dtype=a.dtype)
+    a_pad = _fp8_zeros(total, k)
     sfa_pad = torch.ones(total, sfa.shape[1], device=base.DEVICE, dtype=sfa.dtype)
-    a_pad[real], sfa_pad[real] = a, sfa
+    a_pad.view(torch.uint8)[real] = a.view(torch.uint8)  # byte indexing: any torch has it
+    sfa_pad[real] = sfa
     for form, b in w.forms():
         d = _poisoned(total, n)
         call = functools.partial(contiguous, (a_pad, sfa_pad), b, d, m_indices)
@@ -170,7 +176,7 @@ def check_routed(rep: _Report, label: str, w: ShapeWeights, tokens: int, top_k: 
         print(f"{'masked':{LAYOUT_WIDTH}s} {label:26s} {tokens:6d} skipped (a tensor > 32 GiB)",
               file=rep.out)  # fmt: skip
         return
-    a_masked = torch.zeros(g, max_m, k, device=base.DEVICE, dtype=a.dtype)
+    a_masked = _fp8_zeros(g, max_m, k)
     sfa_masked = torch.ones(g, max_m, sfa.shape[1], device=base.DEVICE, dtype=sfa.dtype)
     valid = torch.zeros(g, max_m, dtype=torch.bool, device=base.DEVICE)
     for group, (start, size) in enumerate(zip(starts, sizes)):
