@@ -560,6 +560,23 @@ def test_real_warmup_twice(
 
 
 @pytest.mark.nvcc
+def test_real_mxfp4_warmup_builds_fp8_fp4_kernels(
+    jit_cache_dir: Path, subprocess_env: dict[str, str], tmp_path: Path
+) -> None:
+    """--weights mxfp4 with the real enumeration: one dense shape at one token count builds its
+    FP8 x FP4 kernel for both weight forms, and no BF16 kernel."""
+    path = tmp_path / "one_shape.json"
+    path.write_text(json.dumps([{"n": 256, "k": 160}]))
+    args = ("--warmup", "--shapes", str(path), "--tokens", "1", "--num-sms", "132")
+    proc = run_cli(subprocess_env, *args, "--weights", "mxfp4", "--no-check", timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert counts(proc)["compiled"] == 2 and counts(proc)["failed"] == 0
+    names = sorted(p.name.split(".")[0] for p in (jit_cache_dir / "kernels").iterdir())
+    assert [n.rsplit("_", 1)[1] for n in names] == ["prepared", "raw"], names
+    assert all(n.startswith("sm90_fp8fp4_dense_") for n in names), names
+
+
+@pytest.mark.nvcc
 def test_kernels_of_another_nvcc_are_used_and_noted(
     cli_env: dict[str, str], shapes_file: Path, jit_cache_dir: Path
 ) -> None:

@@ -3,7 +3,8 @@
 The enumeration is moegemm.warmup.warmup_specs (every config the heuristics pick for token
 counts 1..--max-tokens with the model's top_k). --weights picks the family: bf16 builds the BF16
 kernels; mxfp4 builds the FP8 x FP4 kernels (FP8 activations x MXFP4 weights, both the raw and
-the prepared weight form) of the same shapes instead of the BF16 ones. Its default is the
+the prepared weight form) of the same shapes instead of the BF16 ones (a preset holds only the
+MoE layer's GEMMs: shared experts too are then built as FP8 x FP4). Its default is the
 --model preset's own (mxfp4 for gpt-oss-20b/120b, whose checkpoints ship MXFP4 experts), else
 bf16 (--shapes, and --suite: a suite spans models and benchmarks run it in either family). Missing kernels are compiled by ninja (parallel,
 `[i/n]` progress), one `moegemm.jit._build_one` process per kernel, so locking and publishing
