@@ -3,7 +3,7 @@ select_config can pick for the presets that ship MXFP4 experts (and a BF16 prese
 for every token count 1..16384, every layout of the family and both weight forms, and nothing of
 BF16; and the GPU check's FP8 x FP4 plumbing (routing, padded m_indices, masked buffers, both
 weight forms, the dequantized reference) run on the CPU against stand-in kernels, which a wrong
-kernel fails.
+kernel fails; and the CLI's --weights (defaults per preset, one-line errors, a real build).
 
 Which calls are proved (routed rows = tokens x top_k, G groups, ab_dtype "fp8_fp4", BF16 out,
 GemmDesc.weights "raw" and "prepared"), written out again here rather than taken from
@@ -17,15 +17,18 @@ afresh; tests/test_fp8_fp4_heuristics.py proves the key complete. ~30 CPU second
 from __future__ import annotations
 
 import io
+import json
 import math
 import random
 import re
+from pathlib import Path
 
 import pytest
 import torch
+from test_warmup_cli import HOOK, HOOK_LOG_ENV, _checked, assert_one_line_error, counts, run_cli
 
 from moegemm.heuristics import SM90, GemmDesc, sm90_fp8_fp4
-from moegemm.warmup import presets
+from moegemm.warmup import cli, presets
 from moegemm.warmup.specs import Picker, kernel_spec, warmup_specs
 
 MAX_TOKENS = 16384
@@ -249,3 +252,101 @@ def test_check_plumbing_on_cpu(monkeypatch: pytest.MonkeyPatch, shape: dict) -> 
     failed = [line for line in text.splitlines() if line.endswith("  FAILED")]
     assert len(failed) == len(layouts) * len(tokens), text
     assert all("/prep " in line for line in failed), text
+
+
+# ---- the CLI: --weights reaches the enumeration and the check ----
+
+
+@pytest.fixture
+def cli_env(
+    jit_cache_dir: Path,
+    tiny_include: Path,
+    subprocess_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> dict[str, str]:
+    """As test_warmup_cli's: the enumeration replaced by its fake (which logs its arguments)."""
+    monkeypatch.setenv(cli.SPECS_FN_ENV, HOOK)
+    subprocess_env[cli.SPECS_FN_ENV] = HOOK
+    subprocess_env["MOEGEMM_LIGHT_IMPORT"] = "1"
+    return subprocess_env
+
+
+@pytest.mark.parametrize(
+    ("argv", "weights"),
+    [
+        (["--model", "gpt-oss-20b"], "mxfp4"),  # the preset's checkpoint ships MXFP4 experts
+        (["--model", "openai/gpt-oss-120b"], "mxfp4"),
+        (["--model", "gpt-oss-120b", "--weights", "bf16"], "bf16"),
+        (["--model", "deepseek-v3"], "bf16"),
+        (["--model", "deepseek-v3", "--weights", "mxfp4"], "mxfp4"),  # declared FP4
+        (["--suite", "decode"], "bf16"),  # a suite spans models: bf16 unless told
+        (["--suite", "decode", "--weights", "mxfp4"], "mxfp4"),
+    ],
+)
+def test_weights_reach_the_enumeration(
+    cli_env: dict[str, str], tmp_path: Path, argv: list[str], weights: str
+) -> None:
+    """--weights (default: the preset's own) reaches every enumeration call, and the header
+    names the family."""
+    log = tmp_path / "hook.jsonl"
+    env = dict(cli_env, **{HOOK_LOG_ENV: str(log)})
+    proc = run_cli(env, "--warmup", *argv, "--tokens", "1,8", "--dry-run", "--num-sms", "132")
+    assert proc.returncode == 0, proc.stderr
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert records and {r["weights"] for r in records} == {weights}
+    header = proc.stdout.splitlines()[0]
+    family = "MXFP4 weights (FP8 x FP4 kernels" if weights == "mxfp4" else "BF16 weights,"
+    assert family in header, header
+
+
+def test_mxfp4_shapes_need_k_a_multiple_of_32(
+    cli_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """The real enumeration refuses a K that MXFP4 cannot have: one line, exit 2; the same
+    shape in BF16 is fine."""
+    monkeypatch.delenv(cli.SPECS_FN_ENV)
+    path = tmp_path / "k40.json"
+    path.write_text(json.dumps([{"n": 256, "k": 40, "num_groups": 4, "top_k": 2}]))
+    argv = ["--warmup", "--shapes", str(path), "--tokens", "1", "--dry-run", "--num-sms", "132"]
+    rc = cli.main([*argv, "--weights", "mxfp4"])
+    out, err = capsys.readouterr()
+    assert_one_line_error(rc, out, err, "k must be a multiple of 32 for MXFP4 weights")
+    assert cli.main(argv) == 0, capsys.readouterr()
+
+
+def test_help_says_mxfp4_replaces_bf16(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--weights {bf16,mxfp4}" in text
+    assert "instead of the BF16 ones" in text and "gpt-oss-20b/120b" in text
+
+
+@pytest.mark.nvcc
+def test_real_mxfp4_warmup_builds_fp8_fp4_kernels(
+    jit_cache_dir: Path, subprocess_env: dict[str, str], tmp_path: Path
+) -> None:
+    """--weights mxfp4 with the real enumeration: one dense shape at one token count builds its
+    FP8 x FP4 kernel for both weight forms, and no BF16 kernel."""
+    path = tmp_path / "one_shape.json"
+    path.write_text(json.dumps([{"n": 256, "k": 160}]))
+    args = ("--warmup", "--shapes", str(path), "--tokens", "1", "--num-sms", "132")
+    proc = run_cli(subprocess_env, *args, "--weights", "mxfp4", "--no-check", timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert counts(proc)["compiled"] == 2 and counts(proc)["failed"] == 0
+    names = sorted(p.name.split(".")[0] for p in (jit_cache_dir / "kernels").iterdir())
+    assert [n.rsplit("_", 1)[1] for n in names] == ["prepared", "raw"], names
+    assert all(n.startswith("sm90_fp8fp4_dense_") for n in names), names
+
+
+def test_check_gets_the_weights(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, calls = _checked(
+        monkeypatch, ["--model", "gpt-oss-20b", "--tokens", "4"], cli.GpuProbe(132)
+    )
+    assert rc == 0 and calls == [(2, 4, 4, [4], "mxfp4")]
+    assert "check: the warmed FP8 x FP4 kernels against FP32 on the dequantized operands" in (
+        capsys.readouterr().out
+    )

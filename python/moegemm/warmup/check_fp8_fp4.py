@@ -31,7 +31,6 @@ from .check import ALIGN, MAX_BUFFER_BYTES, _peer_us, _poisoned, _randn, _Report
 
 TOLERANCE = 1e-4  # calc_diff against the dequantized reference (issue 17)
 SFA_BLOCK_K = 128  # activation scale granularity along K
-FORMS = ("raw", "prepared")
 LAYOUT_WIDTH = 14  # "m_indices/prep"
 
 
