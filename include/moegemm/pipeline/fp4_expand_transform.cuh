@@ -51,7 +51,7 @@ struct Fp4ExpandTransform {
   static constexpr uint32_t kSteps = BLOCK_N / 16;
   // A k-block's scale bytes (kSteps registers) and the conversion's temporaries: what ptxas
   // needs without spills, a multiple of 8.
-  static constexpr uint32_t kNumRegs = (56 + 2 * kSteps + 7) / 8 * 8;
+  static constexpr uint32_t kNumRegs = (64 + 2 * kSteps + 7) / 8 * 8;
   static constexpr uint32_t kScratchBytes = 1024;
   static constexpr uint32_t kWindow = fp4::kNumOffsets - 1;  // base - s <= 14
   static_assert(BLOCK_N % 16 == 0, "16 rows a step");
@@ -132,20 +132,45 @@ struct Fp4ExpandTransform {
     uint8_t* dst = Out::template slab<0>(out);
     const uint2* tables = reinterpret_cast<const uint2*>(scratch);
     const uint32_t chunk = thread % 8;
+    // Straight-line steps (selects, no branches), in batches of kBatch: a batch's loads are
+    // issued together and overlap, where a branch per chunk made each step wait for its own
+    // loads; the batch bounds the registers the loaded words take.
+    constexpr uint32_t kBatch = 4;
 #pragma unroll
-    for (uint32_t it = 0; it < kSteps; ++it) {
-      const uint32_t row = it * 16 + (thread / 32) * 4 + (thread % 32) / 8;
-      const uint32_t s = sc.s[it];
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (s == 0xFF) {
-        if (first_pass) v = make_uint4(fp4::kNanWord, fp4::kNanWord, fp4::kNanWord, fp4::kNanWord);
-      } else if (s <= base && s + kWindow >= base) {
-        const uint2 codes = *reinterpret_cast<const uint2*>(src + row * kInRowBytes + chunk * 8);
-        const uint2 t = tables[base - s];
-        fp4::convert<kPrepared>(codes.x, t.x, t.y, v.x, v.y);
-        fp4::convert<kPrepared>(codes.y, t.x, t.y, v.z, v.w);
+    for (uint32_t it0 = 0; it0 < kSteps; it0 += kBatch) {
+      uint2 codes[kBatch], tab[kBatch];
+#pragma unroll
+      for (uint32_t i = 0; i < kBatch; ++i) {
+        const uint32_t it = it0 + i;
+        if (it < kSteps) {  // compile-time after unrolling
+          const uint32_t row = it * 16 + (thread / 32) * 4 + (thread % 32) / 8;
+          const uint32_t s = sc.s[it];
+          const bool in_window = s <= base && s + kWindow >= base;  // never 0xFF or kAbsent
+          // Rows past N and K past its end hold zero codes (TMA fill): reads stay in the tile.
+          codes[i] = *reinterpret_cast<const uint2*>(src + row * kInRowBytes + chunk * 8);
+          tab[i] = tables[in_window ? base - s : 0];
+        }
       }
-      *reinterpret_cast<uint4*>(dst + row * 128 + ((chunk ^ (row % 8)) << 4)) = v;
+#pragma unroll
+      for (uint32_t i = 0; i < kBatch; ++i) {
+        const uint32_t it = it0 + i;
+        if (it < kSteps) {
+          const uint32_t row = it * 16 + (thread / 32) * 4 + (thread % 32) / 8;
+          const uint32_t s = sc.s[it];
+          const bool in_window = s <= base && s + kWindow >= base;
+          uint4 v;
+          fp4::convert<kPrepared>(codes[i].x, tab[i].x, tab[i].y, v.x, v.y);
+          fp4::convert<kPrepared>(codes[i].y, tab[i].x, tab[i].y, v.z, v.w);
+          // Outside this pass's window: zeros (another pass takes the block), or NaNs for a
+          // NaN scale in the first pass.
+          const uint32_t fill = (s == 0xFF && first_pass) ? fp4::kNanWord : 0u;
+          v.x = in_window ? v.x : fill;
+          v.y = in_window ? v.y : fill;
+          v.z = in_window ? v.z : fill;
+          v.w = in_window ? v.w : fill;
+          *reinterpret_cast<uint4*>(dst + row * 128 + ((chunk ^ (row % 8)) << 4)) = v;
+        }
+      }
     }
   }
 
