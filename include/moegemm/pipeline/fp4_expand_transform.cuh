@@ -119,9 +119,9 @@ struct Fp4ExpandTransform {
     }
   }
 
-  // Pass `pass` over the landed k-block `in` into out stage `out`, with base `base` (the
-  // largest scale byte this pass covers). Returns the smallest scale byte not covered yet
-  // (kAbsent when none) after the warpgroup-wide exchange.
+  // One pass over the landed k-block `in` into out stage `out`: the blocks whose scale byte lies
+  // in [base - 14, base] converted with table base - s, the others zero (NaN in the first pass
+  // for a NaN byte). base 0xFFFF: no finite scale in the tile, every block zero or NaN.
   template <typename InStages>
   __device__ __forceinline__ static void convert_pass(const Scales& sc, uint32_t base,
                                                       bool first_pass, const StageRef& in,
