@@ -19,7 +19,8 @@
 #              GPU_RUN_FP8_ARGS, e.g. --quick)
 #   quality    benchmarks/heuristic_quality.py --all (~2 min)
 #   resources  scripts/resource_report.py against .baseline/ (no GPU needed; 16 cores here)
-#   ncu        Nsight Compute on $GPU_RUN_NCU_CASE through scripts/profile_case.py
+#   ncu        Nsight Compute on $GPU_RUN_NCU_CASE through scripts/profile_case.py, or with
+#              GPU_RUN_NCU_FP8="<args>" on scripts/profile_fp8_fp4.py <args> (FP8 x FP4)
 # `all` is tests,ab,host,warmup (more than one command's 10 minutes: split it across calls).
 #
 # Before the call, on the machine that calls the tool (the device copies the working tree and the
@@ -161,11 +162,18 @@ if [[ $stages == *,ncu,* ]]; then
   ncu_found=(/opt/nvidia/nsight-compute/*/ncu)
   ncu_bin=$(command -v ncu || echo "${ncu_found[0]}")
   # shellcheck disable=SC2086
+  if [ -n "${GPU_RUN_NCU_FP8:-}" ]; then  # e.g. "--rows 8 --layout masked"
+    ncu_kernel=sm90_fp8fp4
+    ncu_cmd=(python3 scripts/profile_fp8_fp4.py $GPU_RUN_NCU_FP8)
+  else
+    ncu_kernel=sm90_bf16
+    ncu_cmd=(python3 scripts/profile_case.py "${GPU_RUN_NCU_CASE:-decode/13/offs}"
+             ${GPU_RUN_NCU_CONFIGS:-})
+  fi
   run_stage ncu "${GPU_RUN_NCU_TIMEOUT:-300}" ncu.log \
-    "$ncu_bin" --clock-control none -k regex:sm90_bf16 --launch-skip 2 --launch-count 1 \
+    "$ncu_bin" --clock-control none -k regex:$ncu_kernel --launch-skip 2 --launch-count 1 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
-    --section LaunchStats python3 scripts/profile_case.py "${GPU_RUN_NCU_CASE:-decode/13/offs}" \
-    ${GPU_RUN_NCU_CONFIGS:-}
+    --section SchedulerStats --section LaunchStats "${ncu_cmd[@]}"
 fi
 
 # The summary: one line per stage, then each stage's own verdict lines.
