@@ -36,36 +36,9 @@
 //   };
 //   void register_my_family(pybind11::module_& m) { register_launcher<MyFamily>(m); }
 //
-// plus one line in module.cpp calling register_my_family. For example the FP8 x FP4 family
-// (activations E4M3 with FP32 scales per 128 of K, weights packed E2M1 with UE8M0 scales per 32
-// of K) is a file csrc/sm90_fp8_fp4_gemm.cpp of parameter filling only, along these lines:
-//
-//   struct Sm90Fp8Fp4Gemm {
-//     using Params = Sm90Fp8Fp4GemmParams;  // tma_a, tma_b, tma_sfa, tma_sfb, tma_d, d, m, ...
-//     static constexpr const char* kName = "Sm90Fp8Fp4GemmLauncher";
-//     static constexpr const char* kDoc = "... Call with (a_ptr, sfa_ptr, b_ptr, sfb_ptr, ...)";
-//     static void check_shape(const LaunchShape& shape);  // the cluster shapes it was built for
-//     static bool fill(const LaunchShape& shape, Params& params, TmaList& tma, uint64_t a_ptr,
-//                      uint64_t sfa_ptr, uint64_t b_ptr, uint64_t sfb_ptr, uint64_t d_ptr,
-//                      int64_t rows, int64_t n, int64_t k, int64_t num_groups, ...) {
-//       params.k = checked_u32(k, "k");  // ... and the other scalars
-//       if (params.rows == 0 || params.n == 0) return false;
-//       const uint32_t block_k = checked_u32(shape.block_k, "block_k");
-//       tma.add(params.tma_a, tma_view_2d(as_ptr(a_ptr), CU_TENSOR_MAP_DATA_TYPE_UINT8, 1,
-//                                         params.rows, params.k, lda, box_m, block_k, k128B));
-//       tma.add(params.tma_b, tma_view_3d(as_ptr(b_ptr), CU_TENSOR_MAP_DATA_TYPE_UINT8, 1,
-//                                         params.num_groups, params.n, params.k / 2, ...));
-//       // The two scale descriptors are two more entries; nothing else changes.
-//       tma.add(params.tma_sfa, tma_view_2d(as_ptr(sfa_ptr), CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4,
-//                                           ceil_div(params.k, 128), params.rows, ...));
-//       tma.add(params.tma_sfb, tma_view_3d(as_ptr(sfb_ptr), CU_TENSOR_MAP_DATA_TYPE_UINT8, 1,
-//                                           params.num_groups, params.n, params.k / 32, ...));
-//       return true;
-//     }
-//   };
-//   void register_sm90_fp8_fp4_gemm(pybind11::module_& m) {
-//     register_launcher<Sm90Fp8Fp4Gemm>(m);
-//   }
+// plus one line in module.cpp calling register_my_family. The families: sm90_bf16_gemm.cpp (two
+// launchers) and sm90_fp8_fp4_gemm.cpp (FP8 activations x MXFP4 weights: two TMA descriptors and
+// the scales' pointers and strides, which the kernel's producer copies itself).
 #pragma once
 
 #include <pybind11/pybind11.h>

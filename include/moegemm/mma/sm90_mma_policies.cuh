@@ -7,8 +7,9 @@
 //                            was written by hand),
 //   issue(acc, operands)     every wgmma of one k-block (no arrive/commit: the skeleton's),
 //   after_k_block(acc, kb)   the per-k-block hook, after the batch before the previous one has
-//                            retired: nothing for BF16; FP8 will promote its partial sums into
-//                            FP32 registers every 128 of K with the scales here.
+//                            retired: nothing for BF16 (the FP8 x FP4 family promotes its
+//                            partial sums per 128 of K in its own policy,
+//                            mma/sm90_fp8_promote_mma.cuh).
 // Operand types pick the atom in mma/sm90_wgmma.cuh.
 #pragma once
 

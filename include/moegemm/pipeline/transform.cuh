@@ -1,5 +1,5 @@
 // The optional transform stage between the TMA ring and the MMA: a warpgroup of its own that
-// turns each landed stage into what the MMA reads (FP8 x FP4 will expand packed E2M1 weights to
+// turns each landed stage into what the MMA reads (FP8 x FP4 expands packed E2M1 weights to
 // E4M3 here) in a second ring with its own barrier pair.
 //
 //   TMA ring (full/empty)        transform ring (tfull/tempty)
