@@ -4,6 +4,9 @@ argument checks."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -102,3 +105,33 @@ def test_prepare_on_cuda_equals_cpu() -> None:
     cpu = moegemm.prepare_mxfp4_weights(b, sfb).b
     gpu = moegemm.prepare_mxfp4_weights(b.cuda(), sfb.cuda()).b
     assert torch.equal(gpu.cpu(), cpu)
+
+
+def test_all_zero_blocks_take_their_neighbours_scale() -> None:
+    """A 32-block of zero codes (quantize_mxfp4 gives it byte 0) gets the largest byte of its
+    row's other blocks in its 128 of K, else of its row, else the median row maximum of the
+    matrix at that k-block: its values stay zero, and no tile takes a second conversion pass
+    for it (benchmarks/fp4_pass_fraction.py, the kernel's rule)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from fp4_pass_fraction import passes
+
+    gen = torch.Generator().manual_seed(3)
+    w = torch.randn(2, 64, 320, generator=gen) * 0.02
+    w[0, 5] = 0  # a whole row
+    w[0, 17, 64:96] = 0  # one block
+    w[1, 40, :128] = 0  # a whole 128-K block of a row
+    w[1, 41, 128:] = -0.0  # negative zeros are zero codes too
+    b, sfb = quant.quantize_mxfp4(w)
+    assert (sfb[0, 5] == 0).all() and sfb[0, 17, 2] == 0
+    prepared = moegemm.prepare_mxfp4_weights(b, sfb)
+    new = prepared.sfb
+    assert new is not sfb and torch.equal(sfb, quant.quantize_mxfp4(w)[1])  # input untouched
+    assert torch.equal(quant.dequantize_mxfp4(b, new), quant.dequantize_mxfp4(b, sfb))
+    assert new[0, 17, 2] == sfb[0, 17, [0, 1, 3]].max()
+    assert (new[1, 40, :4] == sfb[1, 40, 4:].max()).all()
+    assert (new[0, 5] > 100).all()  # the matrix's median row maximum, not 0
+    changed = new != sfb
+    assert torch.equal(changed, (b.unflatten(-1, (10, 16)) & 0x77 == 0).all(-1))
+    for g in range(2):
+        assert int(passes(new[g], 64).max()) == 1
+        assert int(passes(sfb[g], 64).max()) == 2

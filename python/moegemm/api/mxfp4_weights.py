@@ -5,7 +5,8 @@ MXFP4 layout: element 2i in the low nibble of byte i) or as the `Mxfp4Weights` t
 returns. Preparing is a one-time, load-time repack (engines do it when they load a model); the
 raw layout works without it.
 
-The prepared nibble layout (same shape and dtype as b; sfb unchanged). Read b as little-endian
+The prepared nibble layout (same shape and dtype as b; sfb the same but for the scale bytes of
+all-zero blocks, see prepare_mxfp4_weights). Read b as little-endian
 32-bit words, 8 codes c0..c7 each, code j in nibble j (bits 4j..4j+3). In the prepared word,
 nibble k holds
 
@@ -103,7 +104,9 @@ def prepare_mxfp4_weights(b: torch.Tensor, sfb: torch.Tensor) -> Mxfp4Weights:
 
     Returns Mxfp4Weights(b', sfb', prepared=True): b' a new contiguous tensor in the nibble
     layout of the module doc; sfb' is sfb itself where its last dim has unit stride (what the
-    kernels read), else a contiguous copy. Raises ValueError for a scale byte 0xFF (NaN), which
+    kernels read) and no 32-block is all zero, else a contiguous copy with the scale bytes of
+    all-zero blocks moved next to their neighbours' (no value changes; it saves the kernel a
+    second conversion pass). Raises ValueError for a scale byte 0xFF (NaN), which
     would make the block's outputs NaN, and for shapes the functions do not take.
     """
     b, sfb = _check_pair(b, sfb)
@@ -111,9 +114,32 @@ def prepare_mxfp4_weights(b: torch.Tensor, sfb: torch.Tensor) -> Mxfp4Weights:
         bad = (sfb == NAN_SCALE).nonzero()[0].tolist()
         raise ValueError(f"sfb holds the NaN scale byte 0xFF (first at index {tuple(bad)})")
     out = _pack(_sign_permuted(_words(b), SIGN_SOURCE), b.shape)
-    if sfb.shape[-1] > 1 and sfb.stride(-1) != 1:
-        sfb = sfb.contiguous()
-    return Mxfp4Weights(out, sfb, prepared=True)
+    return Mxfp4Weights(out, _zero_block_scales_rebased(b, sfb), prepared=True)
+
+
+def _zero_block_scales_rebased(b: torch.Tensor, sfb: torch.Tensor) -> torch.Tensor:
+    """sfb with the scale byte of every all-zero 32-block (every code +-0, which any scale leaves
+    zero) moved next to its neighbours: the largest byte of its row's other blocks in the same
+    128 of K, else of its row, else the median of those row maxima over the rows of its matrix
+    (an all-zero row). quantize_mxfp4 gives such blocks byte 0, ~120 binades below the others,
+    and the kernel (pipeline/fp4_expand_transform.cuh) would convert any tile holding one in
+    two passes; no value changes (benchmarks/fp4_pass_fraction.py measured the effect)."""
+    nb = sfb.shape[-1]
+    zero = (b.unflatten(-1, (nb, MXFP4_GROUP // 2)) & 0x77 == 0).all(-1)  # magnitudes only
+    if not bool(zero.any()):  # one sync, at load time
+        return sfb.contiguous() if nb > 1 and sfb.stride(-1) != 1 else sfb
+    live = torch.where(zero, -1, sfb.to(torch.int32))  # zero blocks take no part
+    nkb = -(-nb // 4)
+    padded = torch.nn.functional.pad(live, (0, nkb * 4 - nb), value=-1)
+    kb_max = padded.unflatten(-1, (nkb, 4)).amax(-1)  # [.., N, nkb]
+    row_max = live.amax(-1, keepdim=True)  # [.., N, 1]
+    # Rows without a live block: the median of the matrix's live row maxima at that k-block.
+    masked = torch.where(kb_max < 0, torch.nan, kb_max.double())
+    col = masked.nanmedian(dim=-2, keepdim=True).values  # [.., 1, nkb]
+    col = torch.nan_to_num(col, nan=0.0).round().to(torch.int32)
+    fill_kb = torch.where(kb_max >= 0, kb_max, torch.where(row_max >= 0, row_max, col))
+    fill = fill_kb.repeat_interleave(4, dim=-1)[..., :nb]
+    return torch.where(zero, fill, sfb.to(torch.int32)).to(torch.uint8).contiguous()
 
 
 def unprepare_mxfp4_weights(weights: Mxfp4Weights) -> tuple[torch.Tensor, torch.Tensor]:
