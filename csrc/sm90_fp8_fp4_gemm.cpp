@@ -1,5 +1,5 @@
-// Parameter filling of the FP8 x FP4 kernels (include/moegemm/impls/sm90_fp8_fp4_grouped_gemm.cuh,
-// Sm90Fp8Fp4GemmParams): E4M3 activations with FP32 scales per 128 of K, MXFP4 weights (packed
+// Parameter filling of the FP8 x FP4 kernels (include/moegemm/impls/sm90_fp8_fp4_grouped_gemm.cuh
+// and its decode twin sm90_fp8_fp4_swap_ab_gemm.cuh, one Sm90Fp8Fp4GemmParams): E4M3 activations with FP32 scales per 128 of K, MXFP4 weights (packed
 // E2M1 codes, UE8M0 scales per 32 of K), dense or m-grouped, BF16 out. Launch shape, TMA
 // encoding, launch and bindings are the generic launcher's (launcher.h).
 //
@@ -36,10 +36,11 @@ struct Sm90Fp8Fp4Gemm {
       "b_ptr, d_ptr, sfa_ptr, sfb_ptr, group_info_ptr, stream). Never synchronizes.";
 
   static void check_shape(const LaunchShape& shape) {
+    // block_m: 64 rows per math warpgroup, or the decode kernel's 8..64 tokens.
     if (shape.cluster_m != 1 || shape.cluster_n != 1 || shape.block_k != 128 ||
-        shape.block_n % 16 != 0 || shape.block_m % 64 != 0) {
+        shape.block_n % 16 != 0 || shape.block_m % 8 != 0) {
       throw std::invalid_argument(
-          std::string(kName) + ": one CTA per tile, block_k 128, block_m a multiple of 64 and "
+          std::string(kName) + ": one CTA per tile, block_k 128, block_m a multiple of 8 and "
           "block_n of 16; got block " + std::to_string(shape.block_m) + "x" +
           std::to_string(shape.block_n) + "x" + std::to_string(shape.block_k) + ", cluster " +
           std::to_string(shape.cluster_m) + "x" + std::to_string(shape.cluster_n));

@@ -87,3 +87,49 @@ def test_bad_requests_are_refused() -> None:
         sm90_fp8_fp4_spec(config, "m_grouped_offsets", "fp4")
     with pytest.raises(ValueError, match="kind"):
         sm90_fp8_fp4_spec(config, "k_grouped", "raw")
+
+
+@pytest.mark.parametrize(
+    "kind,block_t,num_wg,weights",
+    [
+        ("m_grouped_masked", 16, 4, "prepared"),
+        ("m_grouped_offsets", 8, 1, "raw"),
+        ("m_grouped_masked", 24, 3, "raw"),
+        ("m_grouped_offsets", 64, 2, "prepared"),
+    ],
+)
+def test_decode_kernel_compiles_for_sm90a(kind: str, block_t: int, num_wg: int, weights: str):
+    """The register-operand decode kernel: QGMMA with A from registers (four k32 steps a batch),
+    one table lookup a register for the prepared layout, the warpgroup vote of the passes."""
+    from moegemm.heuristics import sm90_fp8_fp4_decode as decode
+
+    stages = decode.max_stages(block_t, 64 * num_wg, SM90)
+    config = decode.make_config(block_t, num_wg, stages, SM90)
+    desc = GemmDesc(kind, 64, 4096, 7168, 8, ab_dtype="fp8_fp4", expected_m=8, weights=weights)
+    from moegemm.heuristics import is_legal
+
+    assert is_legal(config, desc, SM90)
+    sass = fp8_fp4_sass(sm90_fp8_fp4_spec(config, kind, weights))
+    assert "LDL" not in sass and "STL" not in sass
+    qgmma = [line for line in sass.splitlines() if f"QGMMA.64x{block_t}x32.F32.E4M3.E4M3" in line]
+    assert len(qgmma) == 4 and sum("gsb0" in q for q in qgmma) == 1
+    assert all("gdesc" in q.split(",")[2] for q in qgmma), "A from registers, B from shared memory"
+    assert "BAR.RED.OR" in sass and "LDGSTS" in sass
+    prmt = sum(" PRMT " in line for line in sass.splitlines())
+    assert prmt == (16 if weights == "prepared" else 32)
+
+
+def test_decode_configs_are_not_chosen_and_checked() -> None:
+    from moegemm.heuristics import enumerate_configs, is_legal
+    from moegemm.heuristics import sm90_fp8_fp4_decode as decode
+
+    desc = GemmDesc("m_grouped_masked", 8, 4096, 7168, 32, ab_dtype="fp8_fp4", expected_m=8)
+    assert not any(c.layout.swap_ab for c in enumerate_configs(desc, SM90))
+    good = decode.make_config(16, 4, 8, SM90)
+    assert is_legal(good, desc, SM90)
+    dense = GemmDesc("bf16_gemm_nt", 8, 4096, 7168, ab_dtype="fp8_fp4")
+    assert not is_legal(good, dense, SM90)  # the grouped walk only
+    assert not is_legal(decode.make_config(16, 5, 4, SM90), desc, SM90)  # at most 4 warpgroups
+    assert not is_legal(decode.make_config(12, 2, 4, SM90), desc, SM90)  # tokens: N of a wgmma
+    too_deep = decode.make_config(64, 4, decode.max_stages(64, 256, SM90) + 1, SM90)
+    assert not is_legal(too_deep, desc, SM90)

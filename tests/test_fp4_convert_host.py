@@ -31,6 +31,14 @@ int main() {
     moegemm::fp4::table_words(o, lo, hi);
     moegemm::fp4::convert<false>(w, lo, hi, r0, r1);
     moegemm::fp4::convert<true>(w, lo, hi, p0, p1);
+    // The halves alone (the register-operand MMA's conversion) must match the whole.
+    if (moegemm::fp4::convert_half<false>(w, lo, hi, 0) != r0 ||
+        moegemm::fp4::convert_half<false>(w, lo, hi, 1) != r1 ||
+        moegemm::fp4::convert_half<true>(w, lo, hi, 0) != p0 ||
+        moegemm::fp4::convert_half<true>(w, lo, hi, 1) != p1) {
+      std::printf("half mismatch\n");
+      return 3;
+    }
     std::printf("%u %u %u %u\n", r0, r1, p0, p1);
   }
   return 0;

@@ -50,6 +50,8 @@
 
 #include <stdint.h>
 
+#include <type_traits>
+
 #include <moegemm/pipeline/ring.cuh>
 #include <moegemm/pipeline/stage_layout.cuh>
 #include <moegemm/pipeline/transform.cuh>
@@ -60,6 +62,12 @@
 #include <moegemm/ptx/tma.cuh>
 
 namespace moegemm::sm90 {
+
+// Whether an MMA policy runs whole k-blocks itself (Mma::kOwnsKBlock = true).
+template <typename Mma, typename = void>
+struct owns_k_block : std::false_type {};
+template <typename Mma>
+struct owns_k_block<Mma, std::enable_if_t<Mma::kOwnsKBlock>> : std::true_type {};
 
 template <typename Kernel>
 struct PersistentGemm {
@@ -174,6 +182,8 @@ struct PersistentGemm {
       if constexpr (kMathReadsInput) {
         consume_passes(params, ring, transform_ring, smem, smem_transform, smem_d, warp_idx,
                        lane_idx, scheduler, k_blocks);
+      } else if constexpr (owns_k_block<Mma>::value) {
+        consume_k_blocks(params, ring, smem, smem_d, lane_idx, scheduler, k_blocks);
       } else if constexpr (kTransform) {
         consume<MmaStages>(params, transform_ring, smem_transform, smem_d, warp_idx, lane_idx,
                            scheduler, k_blocks);
@@ -354,6 +364,47 @@ struct PersistentGemm {
     // The CTA's shared memory must outlive the copy engine's reads of the staging buffers.
     if constexpr (Kernel::kTmaStore)
       if (threadIdx.x % 128 == 0) tma_store_drain();
+  }
+
+  // Math warpgroups whose MMA policy runs each k-block itself (Mma::kOwnsKBlock: the FP8 x FP4
+  // decode kernel converts its register operands, issues, waits and promotes in k_block()):
+  // the skeleton waits for and releases the stages, and gives each math warpgroup 128 bytes of
+  // the epilogue's shared memory for its tables (Mma::init_tables) and its own named barrier.
+  template <typename Sched>
+  __device__ __forceinline__ static void consume_k_blocks(const Params& params, const Ring& ring,
+                                                          uint8_t* smem, uint8_t* smem_d,
+                                                          uint32_t lane_idx, Sched scheduler,
+                                                          uint32_t k_blocks) {
+    const uint32_t math_wg = threadIdx.x / 128 - kFirstMathWG;
+    const uint32_t barrier_id = NamedBarrier::kMathWarpgroup + math_wg;
+    uint8_t* tables = smem_d + math_wg * Mma::kTableBytes;
+    Mma::init_tables(tables, threadIdx.x % 128);
+    named_barrier_sync(barrier_id, 128);
+    typename Ring::State in;
+    typename Mma::Accum acc, tmp;
+    typename Kernel::Work work;
+    while (scheduler.next(work)) {
+      const uint32_t num_k_blocks = Kernel::num_k_blocks(k_blocks, work);
+      if (Kernel::math_idle(params, work, math_wg)) {  // uniform in the warpgroup
+        for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
+          ring.consumer_wait(in);
+          __syncwarp();
+          ring.consumer_release(in.stage_idx, lane_idx, true);
+          in.advance();
+        }
+        continue;
+      }
+      Mma::zero(acc);
+      for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
+        ring.consumer_wait(in);
+        Mma::template k_block<Stages>(acc, tmp, params, work, kb, StageRef{smem, in.stage_idx},
+                                      math_wg, tables, barrier_id);
+        __syncwarp();
+        ring.consumer_release(in.stage_idx, lane_idx, true);
+        in.advance();
+      }
+      Kernel::epilogue(params, acc, work, math_wg, smem_d);
+    }
   }
 
   // Math warpgroups of a transform with kMathReadsInput: per k-block, the TMA stage (slabs the

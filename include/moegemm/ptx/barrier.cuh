@@ -34,6 +34,8 @@ struct NamedBarrier {
   static constexpr uint32_t kStoreBf16 = 2;    // + warpgroup: BF16 TMA-store staging
   static constexpr uint32_t kStoreF32 = 6;     // + warpgroup: FP32 TMA-store chunks
   static constexpr uint32_t kIdleRelease = 10; // + warpgroup: an idle warpgroup in a cluster
+  // + warpgroup: a math warpgroup's own barrier in a kernel without clusters (the same ids).
+  static constexpr uint32_t kMathWarpgroup = kIdleRelease;
   static constexpr uint32_t kTransform = 14;   // the transform warpgroup's exchanges
   static_assert(kStoreF32 - kStoreBf16 >= kMaxMathWarpgroups &&
                     kIdleRelease - kStoreF32 >= kMaxMathWarpgroups &&

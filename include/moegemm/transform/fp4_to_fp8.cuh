@@ -109,4 +109,19 @@ __host__ __device__ __forceinline__ void convert(uint32_t w, uint32_t lo, uint32
   }
 }
 
+// Half `h` (codes 4h..4h+3) of a word's conversion: out1 of convert() for h = 1, out0 for 0,
+// without computing the other (the register-operand MMA needs one register per 4 codes).
+template <bool kPrepared>
+__host__ __device__ __forceinline__ uint32_t convert_half(uint32_t w, uint32_t lo, uint32_t hi,
+                                                          uint32_t h) {
+  const uint32_t mag = prmt(lo, hi, (w >> (16 * h)) & 0x7777u);
+  if constexpr (kPrepared) {
+    // Signs of codes 0..3 at bits 8j + 3, of codes 4..7 at 8j + 7.
+    return mag | ((w << (4 - 4 * h)) & 0x80808080u);
+  } else {
+    const uint32_t y = prmt(w, 0, 0x1100u + 0x2222u * h);
+    return mag | (y & 0x80008000u) | ((y << 4) & 0x00800080u);
+  }
+}
+
 }  // namespace moegemm::fp4

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-from . import search
+from . import search, sm90_fp8_fp4_decode
 from .arch import ArchSpec
 from .config import GemmConfig, GemmDesc, LaunchConfig, Layout, PipelineConfig, StorageConfig
 from .ragged import RAGGED_KINDS, expected_rows_per_group, normal_sf, rows_sigma
@@ -169,9 +169,12 @@ def desc_legal(desc: GemmDesc) -> bool:
 
 
 def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
-    """Whether a kernel of `config` computes `desc` on `arch` (what `config=` accepts)."""
+    """Whether a kernel of `config` computes `desc` on `arch` (what `config=` accepts); swapped
+    configs are the decode kernel's (sm90_fp8_fp4_decode)."""
     lay, pipe, launch = config.layout, config.pipeline, config.launch
     num_wg = launch.num_math_warpgroups
+    if lay.swap_ab:
+        return desc_legal(desc) and sm90_fp8_fp4_decode.is_legal(config, desc, arch)
     return (
         desc_legal(desc)
         and lay.block_k == BLOCK_K

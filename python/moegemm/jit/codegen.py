@@ -61,6 +61,12 @@ _FP8_FP4 = _Kernel(
     "Fp8Fp4Gemm",
     "Sm90Fp8Fp4GemmParams",
 )
+_FP8_FP4_SWAP_AB = _Kernel(
+    "sm90_fp8_fp4_swap_ab_gemm",
+    "sm90_fp8_fp4_swap_ab_gemm_kernel",
+    "Fp8Fp4SwapAbGemm",
+    "Sm90Fp8Fp4GemmParams",
+)
 _K_GROUPED = _Kernel(
     "sm90_bf16_k_grouped_gemm",
     "sm90_bf16_k_grouped_gemm_kernel",
@@ -232,8 +238,10 @@ def sm90_fp8_fp4_spec(config: GemmConfig, kind: str, weights: str) -> KernelSpec
     if weights not in ("raw", "prepared"):
         raise ValueError(f"weights must be 'raw' or 'prepared', got {weights!r}")
     lay = config.layout
-    if lay.swap_ab or lay.cluster_size != 1 or lay.stripe_m or lay.block_k != 128:
-        raise ValueError("fp8_fp4: block_k 128, no swap_ab, clusters or stripes")
+    if lay.cluster_size != 1 or lay.stripe_m or lay.block_k != 128:
+        raise ValueError("fp8_fp4: block_k 128, no clusters or stripes")
+    if lay.swap_ab:
+        return _fp8_fp4_swap_ab_spec(config, kind, weights)
     if lay.block_m != 64 * config.launch.num_math_warpgroups:
         raise ValueError("fp8_fp4: each math warpgroup owns 64 rows (block_m = 64 x warpgroups)")
     if config.pipeline.transform_stages < 1:
@@ -251,6 +259,27 @@ def sm90_fp8_fp4_spec(config: GemmConfig, kind: str, weights: str) -> KernelSpec
         config, out_type="__nv_bfloat16", with_c=False, scheduler=scheduler, extra=extra
     )
     source = _source(name, _wgmma_n_define(lay.block_n), _FP8_FP4, body)
+    return KernelSpec(name=name, source=source, arch="sm_90a")
+
+
+def _fp8_fp4_swap_ab_spec(config: GemmConfig, kind: str, weights: str) -> KernelSpec:
+    """The FP8 x FP4 decode kernel (impls/sm90_fp8_fp4_swap_ab_gemm.cuh): the grouped walk
+    (offsets, masked), tokens (block_m) on the wgmma's N side, register stores."""
+    lay = config.layout
+    if kind not in SWAP_AB_KINDS or config.store_cols or config.pipeline.transform_stages:
+        raise ValueError(f"fp8_fp4 swap_ab: {SWAP_AB_KINDS}, register stores, no transform stage")
+    if lay.block_n != 64 * config.launch.num_math_warpgroups:
+        raise ValueError("fp8_fp4 swap_ab: each math warpgroup owns 64 weight rows")
+    scheduler_template, tag = _SCHEDULERS[kind]
+    scheduler = "moegemm::" + scheduler_template.format(
+        m=lay.block_m, n=lay.block_n, cm=1, cn=1, sp=0
+    )
+    name = f"sm90_fp8fp4_{tag}_{config.short_name()}_{weights}"
+    extra = f"  static constexpr bool kPreparedWeights = {'true' if weights == 'prepared' else 'false'};"
+    body = config_struct(
+        config, out_type="__nv_bfloat16", with_c=False, scheduler=scheduler, extra=extra
+    )
+    source = _source(name, _wgmma_n_define(lay.block_m), _FP8_FP4_SWAP_AB, body)
     return KernelSpec(name=name, source=source, arch="sm_90a")
 
 

@@ -1,0 +1,80 @@
+"""The FP8 x FP4 decode kernel's configs (impls/sm90_fp8_fp4_swap_ab_gemm.cuh): weights on the
+wgmma's M side as register operands, 64 weight rows per math warpgroup, tokens on N.
+
+Compiled and statically checked, not yet run on a GPU: the heuristics do not choose these
+configs (sm90_fp8_fp4.enumerate_configs leaves them out); `config=` reaches them, and is_legal
+accepts exactly what the kernel was written for."""
+
+from __future__ import annotations
+
+from .arch import ArchSpec
+from .config import GemmConfig, GemmDesc, LaunchConfig, Layout, PipelineConfig, StorageConfig
+
+BLOCK_K = 128
+KINDS = ("m_grouped_offsets", "m_grouped_masked")  # the grouped walk, as BF16's swap-AB
+TOKEN_CHOICES = (8, 16, 24, 32, 40, 48, 56, 64)  # wgmma N
+MAX_MATH_WARPGROUPS = 4
+MIN_STAGES, MAX_STAGES = 2, 12
+EPILOGUE_BYTES = 1024  # the math warpgroups' conversion tables
+BARRIER_BYTES = 16
+SMEM_RESERVE = 1024
+
+
+def _kib(nbytes: int) -> int:
+    return -(-nbytes // 1024) * 1024
+
+
+def smem_bytes_for(block_t: int, block_w: int, num_stages: int) -> int:
+    """Per stage: the tokens' E4M3 rows, the packed weights, the tokens' scales and two scale
+    words per weight row (each slab rounded up to 1 KiB); then the tables and the barriers."""
+    stage = block_t * BLOCK_K + block_w * BLOCK_K // 2 + _kib(block_t * 4) + _kib(block_w * 8)
+    return num_stages * (stage + BARRIER_BYTES) + EPILOGUE_BYTES
+
+
+def max_stages(block_t: int, block_w: int, arch: ArchSpec) -> int:
+    fixed = smem_bytes_for(block_t, block_w, 0)
+    per_stage = smem_bytes_for(block_t, block_w, 1) - fixed
+    return min(MAX_STAGES, (arch.smem_budget - SMEM_RESERVE - fixed) // per_stage)
+
+
+def make_config(block_t: int, num_wg: int, num_stages: int, arch: ArchSpec) -> GemmConfig:
+    block_w = 64 * num_wg
+    return GemmConfig(
+        layout=Layout(block_m=block_t, block_n=block_w, block_k=BLOCK_K, swap_ab=True),
+        storage=StorageConfig(
+            load_box_a=(BLOCK_K, block_t),
+            load_box_b=(BLOCK_K // 2, block_w),
+            swizzle_a=128,
+            swizzle_b=BLOCK_K // 2,
+        ),
+        pipeline=PipelineConfig(
+            num_stages=num_stages, smem_bytes=smem_bytes_for(block_t, block_w, num_stages)
+        ),
+        launch=LaunchConfig(
+            num_sms=arch.num_sms, num_threads=128 * (1 + num_wg), num_math_warpgroups=num_wg
+        ),
+    )
+
+
+def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
+    """What the decode kernel computes (desc_legal of the family already checked)."""
+    lay, pipe, launch = config.layout, config.pipeline, config.launch
+    num_wg = launch.num_math_warpgroups
+    return (
+        desc.kind in KINDS
+        and lay.swap_ab
+        and lay.block_k == BLOCK_K
+        and lay.block_m in TOKEN_CHOICES
+        and 1 <= num_wg <= MAX_MATH_WARPGROUPS
+        and lay.block_n == 64 * num_wg
+        and lay.cluster_m == 1
+        and lay.cluster_n == 1
+        and lay.stripe_m == 0
+        and config.store_cols == 0
+        and launch.num_threads == 128 * (1 + num_wg)
+        and pipe.transform_stages == 0
+        and MIN_STAGES <= pipe.num_stages <= MAX_STAGES
+        and pipe.smem_bytes == smem_bytes_for(lay.block_m, lay.block_n, pipe.num_stages)
+        and pipe.smem_bytes <= arch.smem_budget - SMEM_RESERVE
+        and config.storage == make_config(lay.block_m, num_wg, pipe.num_stages, arch).storage
+    )
