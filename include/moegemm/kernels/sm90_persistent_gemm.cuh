@@ -30,7 +30,9 @@
 //                        the per-row factors, the out stage its own).
 //   the next kNumMathWG  math. Wait for a stage, wgmma, keep one batch in flight, release the
 //                        previous stage, then the epilogue; setmaxnreg.inc (232 without a
-//                        transform).
+//                        transform). An MMA policy with kOwnsKBlock runs each landed k-block
+//                        itself (Mma::k_block: the FP8 x FP4 decode kernel converts its
+//                        register operands there) and the skeleton only waits and releases.
 // Pipelines (pipeline/ring.cuh): the TMA ring, kNumStages stages; full[s] arrive count 1 +
 //   the loader's bytes; empty[s] one arrive per math warp, or with a cluster one per math
 //   warpgroup of every CTA (the first warp of each signals, after a 128-thread barrier where the
