@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from ..heuristics import CONTIGUOUS_ALIGNMENT
 from . import plans
 from .plans import TMA_ALIGN_MASK
 
@@ -96,6 +97,26 @@ def require_index_vector(name: str, t: object, length: int) -> None:
         raise ValueError(f"{name} must have shape ({length},), got {tuple(t.shape)}")
     if length > 1 and t.stride(0) != 1:
         raise ValueError(f"{name} must be contiguous, got stride {t.stride(0)}")
+
+
+def contiguous_group_info(
+    rows: int, num_groups: int, m_indices: object, offs: object
+) -> dict[str, torch.Tensor]:
+    """The contiguous layouts' group integers, checked: exactly one of m_indices (int32 [rows],
+    rows a multiple of CONTIGUOUS_ALIGNMENT) or offs (int32 [num_groups]); returns it by the
+    name the caller passed it under (for require_placement)."""
+    if (m_indices is None) == (offs is None):
+        raise ValueError("pass exactly one of m_indices (per-row groups) or offs (group ends)")
+    if m_indices is not None:
+        require_index_vector("m_indices", m_indices, rows)
+        if rows % CONTIGUOUS_ALIGNMENT != 0:
+            raise ValueError(
+                f"with m_indices, M must be a multiple of {CONTIGUOUS_ALIGNMENT} (each group's "
+                f"segment is padded to it), got {rows}"
+            )
+        return {"m_indices": m_indices}
+    require_index_vector("offs", offs, num_groups)
+    return {"offs": offs}
 
 
 def require_placement(tma: dict[str, torch.Tensor | None], others: dict[str, torch.Tensor]) -> int:

@@ -29,9 +29,10 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from ..heuristics import CONTIGUOUS_ALIGNMENT, GemmConfig, GemmDesc
+from ..heuristics import GemmConfig, GemmDesc
 from .checks import (
     batched_row_stride,
+    contiguous_group_info,
     refuse_config_when_compiling,
     require_index_vector,
     require_placement,
@@ -209,19 +210,7 @@ def check_contiguous(
     """The full checks of the contiguous layouts; placed=False leaves out the placement."""
     num_groups, n, k = _check_operands(a, sfa, b, sfb, d, 2, 3)
     rows = a.shape[0]
-    if (m_indices is None) == (offs is None):
-        raise ValueError("pass exactly one of m_indices (per-row groups) or offs (group ends)")
-    if m_indices is not None:
-        require_index_vector("m_indices", m_indices, rows)
-        if rows % CONTIGUOUS_ALIGNMENT != 0:
-            raise ValueError(
-                f"with m_indices, M must be a multiple of {CONTIGUOUS_ALIGNMENT} (each group's "
-                f"segment is padded to it), got {rows}"
-            )
-        info = {"m_indices": m_indices}
-    else:
-        require_index_vector("offs", offs, num_groups)
-        info = {"offs": offs}
+    info = contiguous_group_info(rows, num_groups, m_indices, offs)
     lda, ldd = row_stride("a", a), row_stride("d", d)
     ldb, ldb_group = batched_row_stride("b", b, collapsible=False)
     _, sfa_row, sfa_kb = _sfa_strides(sfa)

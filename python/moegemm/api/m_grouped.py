@@ -18,6 +18,7 @@ from torch import Tensor
 from ..heuristics import CONTIGUOUS_ALIGNMENT, GemmConfig, GemmDesc
 from .checks import (
     batched_row_stride,
+    contiguous_group_info,
     refuse_config_when_compiling,
     require_index_vector,
     require_placement,
@@ -94,19 +95,7 @@ def check_contiguous(
     require_shape("b", b, (num_groups, n, k))
     require_shape("d", d, (rows, n))
     _check_nk(n, k)
-    if (m_indices is None) == (offs is None):
-        raise ValueError("pass exactly one of m_indices (per-row groups) or offs (group ends)")
-    if m_indices is not None:
-        require_index_vector("m_indices", m_indices, rows)
-        if rows % CONTIGUOUS_ALIGNMENT != 0:
-            raise ValueError(
-                f"with m_indices, M must be a multiple of {CONTIGUOUS_ALIGNMENT} (each group's "
-                f"segment is padded to it), got {rows}"
-            )
-        info = {"m_indices": m_indices}
-    else:
-        require_index_vector("offs", offs, num_groups)
-        info = {"offs": offs}
+    info = contiguous_group_info(rows, num_groups, m_indices, offs)
     lda = row_stride("a", a)
     ldb, ldb_group = batched_row_stride("b", b, collapsible=False)
     ldd = row_stride("d", d)
