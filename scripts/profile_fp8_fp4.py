@@ -21,7 +21,14 @@ from __future__ import annotations
 import argparse
 import math
 
-from moegemm.heuristics import SM90, GemmConfig, GemmDesc, enumerate_configs, is_legal
+from moegemm.heuristics import (
+    SM90,
+    GemmConfig,
+    GemmDesc,
+    enumerate_configs,
+    is_legal,
+    sm90_fp8_fp4_decode,
+)
 
 LAYOUTS = {"offs": "m_grouped_offsets", "m_indices": "m_grouped_contiguous"}
 LAYOUTS["masked"] = "m_grouped_masked"
@@ -42,7 +49,9 @@ def desc_of(args: argparse.Namespace) -> GemmDesc:
 
 
 def legal_configs(desc: GemmDesc) -> dict[str, GemmConfig]:
-    return {c.short_name(): c for c in enumerate_configs(desc, SM90) if is_legal(c, desc, SM90)}
+    """The family's configs and the decode kernel's (which the heuristics may not enumerate)."""
+    configs = [*enumerate_configs(desc, SM90), *sm90_fp8_fp4_decode.enumerate_configs(desc, SM90)]
+    return {c.short_name(): c for c in configs if is_legal(c, desc, SM90)}
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -62,6 +71,76 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+class Problem:
+    """The operands of one FP8 x FP4 call, built as the benchmark builds them (GPU), and the
+    call with a forced or the heuristics' config; check() compares it with FP32."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        import torch
+
+        import moegemm
+        from moegemm.quant import dequantize_mxfp4, per_token_cast_to_fp8, quantize_mxfp4
+
+        g, n, k, r = args.groups, args.n, args.k, args.rows
+        self.layout, self.rows = args.layout, r
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        x = torch.randn(g, r, k, device="cuda", generator=gen, dtype=torch.bfloat16)
+        w = torch.randn(g, n, k, device="cuda", generator=gen, dtype=torch.bfloat16) * 0.02
+        b, sfb = quantize_mxfp4(w)
+        self.weights = (
+            moegemm.prepare_mxfp4_weights(b, sfb) if args.weights == "prepared" else (b, sfb)
+        )
+        self.wf = dequantize_mxfp4(b, sfb)
+        if args.layout == "masked":
+            self.a, self.sfa = per_token_cast_to_fp8(x)
+            self.d = torch.full((g, r, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            self.masked_m = torch.full((g,), r, device="cuda", dtype=torch.int32)
+            self.ref_rows = [(gi, slice(None)) for gi in range(g)]
+        else:
+            pad = 128 * math.ceil(r / 128) if args.layout == "m_indices" else r
+            xs = torch.zeros(g, pad, k, device="cuda", dtype=torch.bfloat16)
+            xs[:, :r] = x
+            self.a, self.sfa = per_token_cast_to_fp8(xs.view(g * pad, k))
+            self.d = torch.full((g * pad, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            if args.layout == "m_indices":
+                info = torch.arange(g, device="cuda", dtype=torch.int32).repeat_interleave(pad)
+                self.kwargs = {"m_indices": info}
+            else:
+                offs = torch.arange(1, g + 1, device="cuda", dtype=torch.int32) * pad
+                self.kwargs = {"offs": offs}
+            self.ref_rows = [(gi, slice(gi * pad, gi * pad + r)) for gi in range(g)]
+
+    def call(self, config: GemmConfig | None) -> None:
+        import moegemm
+
+        operands = ((self.a, self.sfa), self.weights, self.d)
+        if self.layout == "masked":
+            moegemm.m_grouped_fp8_fp4_gemm_nt_masked(
+                *operands, self.masked_m, self.rows, config=config
+            )
+        else:
+            moegemm.m_grouped_fp8_fp4_gemm_nt_contiguous(*operands, config=config, **self.kwargs)
+
+    def check(self, config: GemmConfig | None) -> float:
+        """The worst calc_diff over groups of one call (d poisoned first)."""
+        import torch
+
+        from moegemm.testing import calc_diff
+
+        self.d.fill_(float("nan"))
+        self.call(config)
+        k = self.a.shape[-1]
+        af = self.a.float() * self.sfa.repeat_interleave(128, dim=-1)[..., :k]
+        worst, r = 0.0, self.rows
+        for gi, rows in self.ref_rows:
+            masked = self.layout == "masked"
+            got = self.d[gi] if masked else self.d[rows]
+            want = (af[gi] if masked else af[rows]) @ self.wf[gi].t()
+            worst = max(worst, calc_diff(got.float()[:r], want[:r]))
+        torch.cuda.synchronize()
+        return worst
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     desc = desc_of(args)
@@ -74,61 +153,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    import moegemm
-    from moegemm.quant import dequantize_mxfp4, per_token_cast_to_fp8, quantize_mxfp4
-    from moegemm.testing import calc_diff
-
-    g, n, k, r = args.groups, args.n, args.k, args.rows
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.randn(g, r, k, device="cuda", generator=gen, dtype=torch.bfloat16)
-    w = torch.randn(g, n, k, device="cuda", generator=gen, dtype=torch.bfloat16) * 0.02
-    b, sfb = quantize_mxfp4(w)
-    weights = moegemm.prepare_mxfp4_weights(b, sfb) if args.weights == "prepared" else (b, sfb)
     config = legal[args.config] if args.config else None
-    if args.layout == "masked":
-        a, sfa = per_token_cast_to_fp8(x)
-        d = torch.full((g, r, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-        masked_m = torch.full((g,), r, device="cuda", dtype=torch.int32)
-
-        def call() -> None:
-            moegemm.m_grouped_fp8_fp4_gemm_nt_masked(
-                (a, sfa), weights, d, masked_m, r, config=config
-            )
-
-        ref_rows = [(gi, slice(None)) for gi in range(g)]
-    else:
-        pad = 128 * math.ceil(r / 128) if args.layout == "m_indices" else r
-        xs = torch.zeros(g, pad, k, device="cuda", dtype=torch.bfloat16)
-        xs[:, :r] = x
-        a, sfa = per_token_cast_to_fp8(xs.view(g * pad, k))
-        d = torch.full((g * pad, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-        if args.layout == "m_indices":
-            info = torch.arange(g, device="cuda", dtype=torch.int32).repeat_interleave(pad)
-            kwargs = {"m_indices": info}
-        else:
-            offs = torch.arange(1, g + 1, device="cuda", dtype=torch.int32) * pad
-            kwargs = {"offs": offs}
-
-        def call() -> None:
-            moegemm.m_grouped_fp8_fp4_gemm_nt_contiguous(
-                (a, sfa), weights, d, config=config, **kwargs
-            )
-
-        ref_rows = [(gi, slice(gi * pad, gi * pad + r)) for gi in range(g)]
-
-    call()
-    torch.cuda.synchronize()
-    wf = dequantize_mxfp4(b, sfb)
-    af = a.float() * sfa.repeat_interleave(128, dim=-1)[..., :k]
-    worst = 0.0
-    for gi, rows in ref_rows:
-        got = d[gi] if args.layout == "masked" else d[rows]
-        want = (af[gi] if args.layout == "masked" else af[rows]) @ wf[gi].t()
-        worst = max(worst, calc_diff(got.float()[:r], want[:r]))
+    problem = Problem(args)
+    worst = problem.check(config)
     print(f"{desc} -> {config.short_name() if config else 'heuristic pick'}: calc_diff {worst:.2e}")
-    torch.cuda.synchronize()
     for _ in range(args.launches):
-        call()
+        problem.call(config)
     torch.cuda.synchronize()
     return 0 if worst < 1e-4 else 1
 

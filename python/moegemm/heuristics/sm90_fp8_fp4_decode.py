@@ -78,3 +78,17 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
         and pipe.smem_bytes <= arch.smem_budget - SMEM_RESERVE
         and config.storage == make_config(lay.block_m, num_wg, pipe.num_stages, arch).storage
     )
+
+
+def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> list[GemmConfig]:
+    """Every decode config for desc's layout: each token count and warpgroup count, with as many
+    stages as fit."""
+    if desc.kind not in KINDS:
+        return []
+    configs = []
+    for block_t in TOKEN_CHOICES:
+        for num_wg in range(1, MAX_MATH_WARPGROUPS + 1):
+            stages = max_stages(block_t, 64 * num_wg, arch)
+            if stages >= MIN_STAGES:
+                configs.append(make_config(block_t, num_wg, stages, arch))
+    return configs
