@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         row = {"problem": name, "pick": configs[0].short_name(), "us": {}, "errors": {}}
         for config in configs:
             label = config.short_name()
+            print(f"{name}: {label} ...", end=" ", flush=True)  # a hang names its config
             try:
                 diff = problem.check(config)
                 if not diff < 1e-4:
@@ -81,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                 row["us"][label] = timer(lambda c=config, p=problem: p.call(c))
             except Exception as exc:  # noqa: BLE001 - reported per config
                 row["errors"][label] = f"{type(exc).__name__}: {exc}"[:300]
+            print(f"{row['us'].get(label, float('nan')):.1f} us", flush=True)
         decode = {c: t for c, t in row["us"].items() if c.endswith("t") and c != row["pick"]}
         pick_us = row["us"].get(row["pick"])
         if decode and pick_us:
@@ -88,8 +90,6 @@ def main(argv: list[str] | None = None) -> int:
             row["best_decode"], row["speedup"] = best, pick_us / decode[best]
         results.append(row)
         del problem
-        cells = "  ".join(f"{c} {t:.1f}" for c, t in row["us"].items())
-        print(f"{name}: pick {row['pick']}: {cells}", flush=True)
         for c, e in row["errors"].items():
             print(f"  !! {c}: {e}", flush=True)
 

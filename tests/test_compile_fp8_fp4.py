@@ -6,6 +6,8 @@ and TMA-store epilogues. Needs nvcc, not a GPU."""
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 from test_compile_only import dump_sass
 
@@ -32,6 +34,31 @@ def fp8_fp4_sass(spec) -> str:
     if cuobjdump is None:
         pytest.skip("cuobjdump not found: cubin built, SASS not inspected")
     return dump_sass(cuobjdump, cubin_path)
+
+
+def assert_register_pool(cubin_path, num_threads: int) -> None:
+    """setmaxnreg.inc only draws on what setmaxnreg.dec released into the CTA's pool: the math
+    warpgroups' growth must fit the producer's (and transform's) surrender, or they wait forever.
+    Every warpgroup but the math ones deallocates; every math one allocates the same count."""
+    import re
+
+    cuobjdump = find_cuobjdump()
+    if cuobjdump is None:
+        pytest.skip("cuobjdump not found")
+    usage = subprocess.run(
+        [cuobjdump, "-res-usage", str(cubin_path)], capture_output=True, text=True, check=True
+    ).stdout
+    launch = int(re.search(r"REG:(\d+)", usage).group(1))
+    sass = dump_sass(cuobjdump, cubin_path)
+    deallocs = [int(v, 16) for v in re.findall(r"USETMAXREG\.DEALLOC\.CTAPOOL (0x[0-9a-f]+)", sass)]
+    allocs = {
+        int(v, 16) for v in re.findall(r"USETMAXREG\.TRY_ALLOC\.CTAPOOL \w+, (0x[0-9a-f]+)", sass)
+    }
+    assert deallocs and len(allocs) == 1, (deallocs, allocs)
+    math_wgs = num_threads // 128 - len(deallocs)
+    released = sum(128 * (launch - v) for v in deallocs)
+    needed = 128 * math_wgs * (allocs.pop() - launch)
+    assert 0 <= needed <= released, (launch, deallocs, needed, released)
 
 
 def assert_fp8_fp4_kernel(sass: str, block_n: int) -> None:
@@ -67,6 +94,7 @@ def test_kernel_compiles_for_sm90a(
     sass = fp8_fp4_sass(spec)
     assert_fp8_fp4_kernel(sass, block_n)
     assert ("UTMASTG" in sass) == bool(store_cols)
+    assert_register_pool(cache.build_or_load(spec), config.launch.num_threads)
 
 
 def test_heuristic_picks_compile() -> None:
@@ -93,8 +121,10 @@ def test_bad_requests_are_refused() -> None:
     "kind,block_t,num_wg,weights",
     [
         ("m_grouped_masked", 16, 4, "prepared"),
+        ("m_grouped_offsets", 24, 4, "raw"),
         ("m_grouped_offsets", 8, 1, "raw"),
         ("m_grouped_masked", 24, 3, "raw"),
+        ("m_grouped_masked", 56, 3, "raw"),
         ("m_grouped_offsets", 64, 2, "prepared"),
     ],
 )
@@ -109,8 +139,10 @@ def test_decode_kernel_compiles_for_sm90a(kind: str, block_t: int, num_wg: int, 
     from moegemm.heuristics import is_legal
 
     assert is_legal(config, desc, SM90)
-    sass = fp8_fp4_sass(sm90_fp8_fp4_spec(config, kind, weights))
+    spec = sm90_fp8_fp4_spec(config, kind, weights)
+    sass = fp8_fp4_sass(spec)
     assert "LDL" not in sass and "STL" not in sass
+    assert_register_pool(cache.build_or_load(spec), config.launch.num_threads)
     qgmma = [line for line in sass.splitlines() if f"QGMMA.64x{block_t}x32.F32.E4M3.E4M3" in line]
     assert len(qgmma) == 4 and sum("gsb0" in q for q in qgmma) == 1
     assert all("gdesc" in q.split(",")[2] for q in qgmma), "A from registers, B from shared memory"
@@ -131,5 +163,6 @@ def test_decode_configs_are_not_chosen_and_checked() -> None:
     assert not is_legal(good, dense, SM90)  # the grouped walk only
     assert not is_legal(decode.make_config(16, 5, 4, SM90), desc, SM90)  # at most 4 warpgroups
     assert not is_legal(decode.make_config(12, 2, 4, SM90), desc, SM90)  # tokens: N of a wgmma
-    too_deep = decode.make_config(64, 4, decode.max_stages(64, 256, SM90) + 1, SM90)
+    assert not is_legal(decode.make_config(32, 4, 4, SM90), desc, SM90)  # spills at 104 regs
+    too_deep = decode.make_config(64, 2, decode.max_stages(64, 128, SM90) + 1, SM90)
     assert not is_legal(too_deep, desc, SM90)

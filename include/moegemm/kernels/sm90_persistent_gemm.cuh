@@ -103,7 +103,18 @@ struct PersistentGemm {
   // 64K registers per SM for one CTA: what the producer and transform give back goes to math.
   static constexpr uint32_t kMathRegsFit =
       (65536 / 128 - kProducerRegs - kTransformRegs * kNumTransformWG) / kNumMathWG / 8 * 8;
-  static constexpr uint32_t kMathRegs = kMathRegsFit < 232 ? kMathRegsFit : 232;
+  // setmaxnreg.inc draws only on the CTA's pool, which holds what setmaxnreg.dec released: the
+  // CTA launches with kLaunchRegs a thread (ptxas takes the whole share the launch bounds
+  // allow), so the math warpgroups can grow by the producer's and transform's surrender only.
+  // Asking for more blocks forever (the 4-warpgroup decode kernel: 96 at launch, 112 asked).
+  static constexpr uint32_t kLaunchRegs = 65536 / kNumThreads / 8 * 8;
+  static_assert(kTransformRegs <= kLaunchRegs, "the transform only gives registers back");
+  static constexpr uint32_t kReleasedRegs =
+      128 * (kLaunchRegs - kProducerRegs) + 128 * kNumTransformWG * (kLaunchRegs - kTransformRegs);
+  static constexpr uint32_t kMathRegsPool =
+      kLaunchRegs + kReleasedRegs / (128 * kNumMathWG) / 8 * 8;
+  static constexpr uint32_t kMathRegsMin = kMathRegsFit < kMathRegsPool ? kMathRegsFit : kMathRegsPool;
+  static constexpr uint32_t kMathRegs = kMathRegsMin < 232 ? kMathRegsMin : 232;
 
   static constexpr uint32_t kRingBytes = Stages::kRingBytes;
   static constexpr uint32_t kTransformBytes =

@@ -14,6 +14,11 @@ BLOCK_K = 128
 KINDS = ("m_grouped_offsets", "m_grouped_masked")  # the grouped walk, as BF16's swap-AB
 TOKEN_CHOICES = (8, 16, 24, 32, 40, 48, 56, 64)  # wgmma N
 MAX_MATH_WARPGROUPS = 4
+# The most tokens a config of W math warpgroups holds without spilling: with W of them the math
+# threads get what the producer's setmaxnreg.dec leaves in the CTA's pool (232, 232, 152 and 104
+# registers), and acc + tmp + column scales grow by 1.25 registers a token (measured with ptxas:
+# 4 warpgroups spill from 32 tokens, 3 from 64 with checkpoint weights).
+MAX_TOKENS = {1: 64, 2: 64, 3: 56, 4: 24}
 MIN_STAGES, MAX_STAGES = 2, 12
 EPILOGUE_BYTES = 1024  # the math warpgroups' conversion tables
 BARRIER_BYTES = 16
@@ -66,6 +71,7 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
         and lay.block_k == BLOCK_K
         and lay.block_m in TOKEN_CHOICES
         and 1 <= num_wg <= MAX_MATH_WARPGROUPS
+        and lay.block_m <= MAX_TOKENS[num_wg]
         and lay.block_n == 64 * num_wg
         and lay.cluster_m == 1
         and lay.cluster_n == 1
@@ -88,6 +94,8 @@ def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> list[GemmConfig]:
     configs = []
     for block_t in TOKEN_CHOICES:
         for num_wg in range(1, MAX_MATH_WARPGROUPS + 1):
+            if block_t > MAX_TOKENS[num_wg]:
+                continue
             stages = max_stages(block_t, 64 * num_wg, arch)
             if stages >= MIN_STAGES:
                 configs.append(make_config(block_t, num_wg, stages, arch))
