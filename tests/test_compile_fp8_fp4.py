@@ -98,15 +98,22 @@ def test_kernel_compiles_for_sm90a(
 
 
 def test_heuristic_picks_compile() -> None:
-    """The configs the heuristics choose at decode and prefill build for both layouts."""
+    """The configs the heuristics choose at decode (the decode kernel) and prefill build for
+    both layouts."""
     for kind, m, expected in (("m_grouped_offsets", 8 * 32, 8), ("m_grouped_masked", 512, 64)):
         for weights in ("raw", "prepared"):
             desc = GemmDesc(
                 kind, m, 4096, 7168, 32, ab_dtype="fp8_fp4", expected_m=expected, weights=weights
             )
             config = select_config(desc, SM90)
-            sass = fp8_fp4_sass(sm90_fp8_fp4_spec(config, kind, weights))
-            assert_fp8_fp4_kernel(sass, config.layout.block_n)
+            spec = sm90_fp8_fp4_spec(config, kind, weights)
+            sass = fp8_fp4_sass(spec)
+            assert_register_pool(cache.build_or_load(spec), config.launch.num_threads)
+            if config.layout.swap_ab:  # the decode kernel: tokens on the wgmma's N side
+                block_t = config.layout.block_m
+                assert f"QGMMA.64x{block_t}x32.F32.E4M3.E4M3" in sass and "LDL" not in sass
+            else:
+                assert_fp8_fp4_kernel(sass, config.layout.block_n)
 
 
 def test_bad_requests_are_refused() -> None:
@@ -151,12 +158,14 @@ def test_decode_kernel_compiles_for_sm90a(kind: str, block_t: int, num_wg: int, 
     assert prmt == (16 if weights == "prepared" else 32)
 
 
-def test_decode_configs_are_not_chosen_and_checked() -> None:
-    from moegemm.heuristics import enumerate_configs, is_legal
+def test_decode_configs_are_chosen_at_decode_and_checked() -> None:
+    from moegemm.heuristics import is_legal
     from moegemm.heuristics import sm90_fp8_fp4_decode as decode
 
     desc = GemmDesc("m_grouped_masked", 8, 4096, 7168, 32, ab_dtype="fp8_fp4", expected_m=8)
-    assert not any(c.layout.swap_ab for c in enumerate_configs(desc, SM90))
+    assert select_config(desc, SM90).layout.swap_ab  # measured 1.25 x the prefill kernel
+    wide = GemmDesc("m_grouped_masked", 256, 4096, 7168, 32, ab_dtype="fp8_fp4", expected_m=256)
+    assert not select_config(wide, SM90).layout.swap_ab
     good = decode.make_config(16, 4, 8, SM90)
     assert is_legal(good, desc, SM90)
     dense = GemmDesc("bf16_gemm_nt", 8, 4096, 7168, ab_dtype="fp8_fp4")

@@ -9,7 +9,14 @@ import math
 import pytest
 
 from moegemm import heuristics
-from moegemm.heuristics import SM90, GemmDesc, arch_for, select_config, sm90_fp8_fp4
+from moegemm.heuristics import (
+    SM90,
+    GemmDesc,
+    arch_for,
+    select_config,
+    sm90_fp8_fp4,
+    sm90_fp8_fp4_decode,
+)
 from moegemm.heuristics.config import PipelineConfig
 
 BUDGET = 232448 - 1024  # the contract's limit on smem_bytes
@@ -51,7 +58,12 @@ def test_desc_fields_are_validated() -> None:
 
 @pytest.mark.parametrize("desc", DESCS, ids=lambda d: f"{d.kind}-{d.m}-{d.n}-{d.k}")
 def test_every_enumerated_config_is_legal_and_fills_shared_memory(desc: GemmDesc) -> None:
-    configs = list(heuristics.enumerate_configs(desc, SM90))
+    every = list(heuristics.enumerate_configs(desc, SM90))
+    configs = [c for c in every if not c.layout.swap_ab]
+    decode = [c for c in every if c.layout.swap_ab]  # the decode kernel, for its layouts only
+    assert decode == sm90_fp8_fp4_decode.enumerate_configs(desc, SM90)
+    assert bool(decode) == (desc.kind in ("m_grouped_offsets", "m_grouped_masked"))
+    assert all(heuristics.is_legal(c, desc, SM90) for c in decode)
     shapes = {(c.layout.block_m, c.layout.block_n, c.store_cols) for c in configs}
     # Every tile of the contract that a math thread holds without spills, with the register
     # and the TMA-store epilogue.
@@ -169,8 +181,8 @@ def test_the_pipes_count_fp4_bytes_fp8_rate_and_conversion() -> None:
     k_blocks = 7168 // 128
     # FP8 A (1 B) and its float32 scale per 128 K; FP4 B at 0.5 B + 1/32 B per weight.
     assert p["l2"] == 128 * (7168 + 4 * k_blocks) + 256 * 7168 * (0.5 + 1 / 32)
-    # 1.3 warp-instructions per 16 weights of the B tile, 4 transform warps at 1 per clock.
-    assert p["convert"] == pytest.approx(1.3 * 256 * 7168 / 16 / 4)
+    # The B tile's weights at the measured 9 a clock.
+    assert p["convert"] == pytest.approx(256 * 7168 / 9.0)
     # Two m64 atoms, k32 steps, at twice the BF16 rate; plus promotion per 128 of K.
     per_wgmma = 2 * 64 * 256 * 32 / (2 * SM90.mma_flops_per_clk) + 8
     assert p["mma"] == pytest.approx(2 * (7168 // 32) * per_wgmma + k_blocks * 128)
@@ -182,9 +194,9 @@ def test_the_pipes_count_fp4_bytes_fp8_rate_and_conversion() -> None:
 def test_the_conversion_can_bound_a_tile_and_steers_the_choice(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """With conversion free, no tile's time is the conversion's; made expensive, it bounds the
-    tile and the choice moves to tiles that convert each B tile for more rows."""
-    desc = fp4("m_grouped_offsets", 32 * 128, 2880, 2880, 32, expected_m=128)
+    """With conversion (nearly) free, no tile's time is the conversion's; at the measured rate it
+    bounds the tile and the choice moves to tiles that convert each B tile for more rows."""
+    desc = fp4("m_grouped_offsets", 32 * 256, 2880, 2880, 32, expected_m=256)
 
     def pick() -> tuple:
         sm90_fp8_fp4._CANDIDATES.clear()
@@ -192,10 +204,10 @@ def test_the_conversion_can_bound_a_tile_and_steers_the_choice(
         p = sm90_fp8_fp4.tile_pipes(c, desc, SM90)
         return c, p
 
-    monkeypatch.setattr(sm90_fp8_fp4, "CONVERT_INSTR_PER_16_WEIGHTS", 0.0)
+    monkeypatch.setattr(sm90_fp8_fp4, "CONVERT_WEIGHTS_PER_CLK", 1e9)
     cheap, p = pick()
-    assert p["convert"] == 0
-    monkeypatch.setattr(sm90_fp8_fp4, "CONVERT_INSTR_PER_16_WEIGHTS", 8.0)
+    assert p["convert"] < 1
+    monkeypatch.setattr(sm90_fp8_fp4, "CONVERT_WEIGHTS_PER_CLK", 9.0)
     costly, p = pick()
     assert p["convert"] > max(p["mma"], p["smem"])
     assert costly.layout.block_m == 128

@@ -50,13 +50,11 @@ MXFP4_GROUP = 32  # weights per UE8M0 scale byte
 FP4_BYTES_PER_WEIGHT = 0.5 + 1 / MXFP4_GROUP  # the code nibble and its share of the scale byte
 FP8_RATE = 2  # FP8 wgmma flops per clock relative to BF16 (arch.mma_flops_per_clk)
 WGMMA_K = 32  # K of one FP8 wgmma
-# FP4 -> FP8 expansion by the transform warpgroup: ~1.3 warp-instructions per 16 weights (two
-# PRMT table lookups and the sign and scale logic per 32-bit word, the stores to the FP8 tile,
-# the tables' rebuild per scale; ../shared/FP4_ON_HOPPER.md section 2), each of its 4 warps
-# issuing about one instruction per clock.
-CONVERT_INSTR_PER_16_WEIGHTS = 1.3
-TRANSFORM_WARPS = 4
-TRANSFORM_ISSUE_PER_WARP = 1.0
+# FP4 -> FP8 expansion by the transform warpgroup, measured on the H200 (fp8_fp4_config_sweep
+# and bench_fp8_fp4 at 522b7d6): 9 weights a clock per SM whatever the tile (the warpgroup is
+# latency-bound, ../shared/FP4_ON_HOPPER.md section 2 counts its instructions), so the B tile's
+# conversion dominates every tile and tall tiles amortize it over more rows.
+CONVERT_WEIGHTS_PER_CLK = 9.0
 # Promotion: per 128 of K each math thread folds its temporary accumulators (block_n / 2 per
 # thread) into the FP32 ones with the two scales, one FFMA each; a warpgroup's 4 warps sit on
 # the 4 schedulers, so a warpgroup spends block_n / 2 issue cycles per k-block.
@@ -152,6 +150,7 @@ def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> Iterator[GemmConfig]:
                 num_stages = max_stages(block_m, block_n, store_cols, arch)
                 if num_stages >= MIN_STAGES:
                     yield make_config(block_m, block_n, num_stages, arch, store_cols)
+    yield from sm90_fp8_fp4_decode.enumerate_configs(desc, arch)
 
 
 def desc_legal(desc: GemmDesc) -> bool:
@@ -232,8 +231,7 @@ def tile_pipes(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> dict[str, 
     smem = k_padded * (lay.block_m + num_atoms * lay.block_n + 1.5 * lay.block_n)
     # Bytes in global memory: FP8 A and its float32 scales, FP4 B and its UE8M0 scales.
     l2 = lay.block_m * (desc.k + 4 * k_blocks) + lay.block_n * desc.k * FP4_BYTES_PER_WEIGHT
-    convert_instr = CONVERT_INSTR_PER_16_WEIGHTS * lay.block_n * k_padded / 16
-    convert = convert_instr / (TRANSFORM_WARPS * TRANSFORM_ISSUE_PER_WARP)
+    convert = lay.block_n * k_padded / CONVERT_WEIGHTS_PER_CLK
     return {
         "mma": wgmma + promote,
         "smem": smem / arch.smem_bytes_per_clk,
@@ -264,6 +262,9 @@ def hbm_bytes(desc: GemmDesc) -> float:
 def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> float:
     """Cycles for the whole problem on `arch.num_sms` persistent CTAs."""
     lay = config.layout
+    streamed = hbm_bytes(desc) / HBM_BYTES_PER_CLK
+    if lay.swap_ab:
+        return sm90_fp8_fp4_decode.estimate_cycles(config, desc, arch, streamed)
     num_tiles = count_tiles(desc, lay.block_m, lay.block_n)
     if num_tiles == 0:
         return float(PIPELINE_FILL_CYCLES)
@@ -274,7 +275,6 @@ def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> float
     p = tile_pipes(config, desc, arch)
     tile = max(p["mma"], p["smem"], p["l2"] / l2_share, p["convert"])
     tile += p["epilogue"] + TILE_OVERHEAD_CYCLES
-    streamed = hbm_bytes(desc) / HBM_BYTES_PER_CLK
     return max(waves * tile, streamed) + PIPELINE_FILL_CYCLES + TRANSFORM_FILL_CYCLES
 
 
@@ -311,12 +311,14 @@ def selection_key(desc: GemmDesc) -> tuple:
       min(block_m, m) (epilogue rows) and hbm_bytes' rows: m itself below 128, else
       ceil(m / 64) determines all of them.
     - offsets, masked: the rows per group (epilogue, busy warpgroups, hbm_bytes) and per block_m
-      the waves.RaggedBlocks (capacity cut, wave bound); a masked group's rows capped by max_m.
+      the waves.RaggedBlocks (capacity cut, wave bound), also per token block of the decode
+      kernel; a masked group's rows capped by max_m.
     """
     base = (desc.kind, desc.n, desc.k, desc.num_groups, desc.ab_dtype, desc.d_dtype)
     base += (desc.with_c, desc.weights)
     if desc.kind in RAGGED_KINDS:
-        blocks = tuple(RaggedBlocks.of(desc, bm) for bm in BLOCK_M_CHOICES)
+        block_ms = BLOCK_M_CHOICES + sm90_fp8_fp4_decode.TOKEN_CHOICES
+        blocks = tuple(RaggedBlocks.of(desc, bm) for bm in block_ms)
         mean = expected_rows_per_group(desc)
         cap = min(mean, desc.m) if desc.kind == "m_grouped_masked" else mean
         return (*base, mean, cap, blocks)

@@ -1,14 +1,19 @@
 """The FP8 x FP4 decode kernel's configs (impls/sm90_fp8_fp4_swap_ab_gemm.cuh): weights on the
 wgmma's M side as register operands, 64 weight rows per math warpgroup, tokens on N.
 
-Compiled and statically checked, not yet run on a GPU: the heuristics do not choose these
-configs (sm90_fp8_fp4.enumerate_configs leaves them out); `config=` reaches them, and is_legal
-accepts exactly what the kernel was written for."""
+The family's enumeration includes them and sm90_fp8_fp4.estimate_cycles prices them here with
+a model fitted to the H200 (scripts/fp8_fp4_config_sweep.py): a CTA works through its tile's
+k-blocks one at a time, each costing a latency floor plus a share per math warpgroup (they take
+turns on the SM's issue slots to convert their 64 weight rows and promote), the share growing with
+the tokens each promotes. The conversion dominates: the per-k-block time does not depend on N or
+K, and HBM is far from saturated."""
 
 from __future__ import annotations
 
 from .arch import ArchSpec
 from .config import GemmConfig, GemmDesc, LaunchConfig, Layout, PipelineConfig, StorageConfig
+from .sm90_bf16 import PIPELINE_FILL_CYCLES, TILE_OVERHEAD_CYCLES
+from .waves import count_tiles, expected_waves
 
 BLOCK_K = 128
 KINDS = ("m_grouped_offsets", "m_grouped_masked")  # the grouped walk, as BF16's swap-AB
@@ -100,3 +105,28 @@ def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> list[GemmConfig]:
             if stages >= MIN_STAGES:
                 configs.append(make_config(block_t, num_wg, stages, arch))
     return configs
+
+
+# Cycles of one k-block of a CTA, fitted to the H200 at 8..64 tokens and 1..4 warpgroups on
+# DeepSeek-V3, gpt-oss and Qwen3 shapes (522b7d6; within ~8% of every measured config):
+# 700 + W (610 + 5 (tokens - 8)).
+KBLOCK_FLOOR_CYCLES = 700
+KBLOCK_CYCLES_PER_WARPGROUP = 610
+KBLOCK_CYCLES_PER_TOKEN = 5
+
+
+def kblock_cycles(block_t: int, num_wg: int) -> float:
+    per_wg = KBLOCK_CYCLES_PER_WARPGROUP + KBLOCK_CYCLES_PER_TOKEN * (block_t - TOKEN_CHOICES[0])
+    return KBLOCK_FLOOR_CYCLES + num_wg * per_wg
+
+
+def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec, streamed: float) -> float:
+    """Cycles of the whole problem: waves of tiles, each its k-blocks one after another, bounded
+    below by `streamed` (HBM moving the problem's bytes once, the family's figure)."""
+    lay = config.layout
+    if count_tiles(desc, lay.block_m, lay.block_n) == 0:
+        return float(PIPELINE_FILL_CYCLES)
+    waves = expected_waves(desc, lay.block_m, lay.block_n, arch.num_sms)
+    k_blocks = -(-desc.k // BLOCK_K)
+    tile = k_blocks * kblock_cycles(lay.block_m, config.launch.num_math_warpgroups)
+    return max(waves * (tile + TILE_OVERHEAD_CYCLES), streamed) + PIPELINE_FILL_CYCLES
