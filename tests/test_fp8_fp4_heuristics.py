@@ -181,8 +181,8 @@ def test_the_pipes_count_fp4_bytes_fp8_rate_and_conversion() -> None:
     k_blocks = 7168 // 128
     # FP8 A (1 B) and its float32 scale per 128 K; FP4 B at 0.5 B + 1/32 B per weight.
     assert p["l2"] == 128 * (7168 + 4 * k_blocks) + 256 * 7168 * (0.5 + 1 / 32)
-    # The B tile's weights at the measured 9 a clock.
-    assert p["convert"] == pytest.approx(256 * 7168 / 9.0)
+    # Per k-block a 600-cycle floor and 12 cycles per row of the B tile (measured).
+    assert p["convert"] == pytest.approx(k_blocks * (600 + 12 * 256))
     # Two m64 atoms, k32 steps, at twice the BF16 rate; plus promotion per 128 of K.
     per_wgmma = 2 * 64 * 256 * 32 / (2 * SM90.mma_flops_per_clk) + 8
     assert p["mma"] == pytest.approx(2 * (7168 // 32) * per_wgmma + k_blocks * 128)
@@ -196,7 +196,7 @@ def test_the_conversion_can_bound_a_tile_and_steers_the_choice(
 ) -> None:
     """With conversion (nearly) free, no tile's time is the conversion's; at the measured rate it
     bounds the tile and the choice moves to tiles that convert each B tile for more rows."""
-    desc = fp4("m_grouped_offsets", 32 * 256, 2880, 2880, 32, expected_m=256)
+    desc = fp4("m_grouped_offsets", 32 * 128, 2880, 2880, 32, expected_m=128)
 
     def pick() -> tuple:
         sm90_fp8_fp4._CANDIDATES.clear()
@@ -205,9 +205,11 @@ def test_the_conversion_can_bound_a_tile_and_steers_the_choice(
         return c, p
 
     monkeypatch.setattr(sm90_fp8_fp4, "CONVERT_WEIGHTS_PER_CLK", 1e9)
+    monkeypatch.setattr(sm90_fp8_fp4, "CONVERT_KBLOCK_FLOOR_CYCLES", 0)
     cheap, p = pick()
     assert p["convert"] < 1
-    monkeypatch.setattr(sm90_fp8_fp4, "CONVERT_WEIGHTS_PER_CLK", 9.0)
+    monkeypatch.setattr(sm90_fp8_fp4, "CONVERT_WEIGHTS_PER_CLK", 128 / 12)
+    monkeypatch.setattr(sm90_fp8_fp4, "CONVERT_KBLOCK_FLOOR_CYCLES", 600)
     costly, p = pick()
     assert p["convert"] > max(p["mma"], p["smem"])
     assert costly.layout.block_m == 128

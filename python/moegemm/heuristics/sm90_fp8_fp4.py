@@ -50,11 +50,14 @@ MXFP4_GROUP = 32  # weights per UE8M0 scale byte
 FP4_BYTES_PER_WEIGHT = 0.5 + 1 / MXFP4_GROUP  # the code nibble and its share of the scale byte
 FP8_RATE = 2  # FP8 wgmma flops per clock relative to BF16 (arch.mma_flops_per_clk)
 WGMMA_K = 32  # K of one FP8 wgmma
-# FP4 -> FP8 expansion by the transform warpgroup, measured on the H200 (fp8_fp4_config_sweep
-# and bench_fp8_fp4 at 522b7d6): 9 weights a clock per SM whatever the tile (the warpgroup is
-# latency-bound, ../shared/FP4_ON_HOPPER.md section 2 counts its instructions), so the B tile's
-# conversion dominates every tile and tall tiles amortize it over more rows.
-CONVERT_WEIGHTS_PER_CLK = 9.0
+# FP4 -> FP8 expansion by the transform warpgroup, fitted to the H200 (bench_fp8_fp4 at
+# 3d600e7, every tile the heuristics picked there, 1 and 2 math warpgroups alike): a k-block of a
+# tile costs a latency floor plus 12 cycles per weight row (10.7 weights a clock), whatever
+# block_m; the warpgroup is latency-bound (../shared/FP4_ON_HOPPER.md section 2 counts its
+# instructions). The conversion dominates every tile: tall tiles amortize it over more rows,
+# wide ones the floor.
+CONVERT_WEIGHTS_PER_CLK = 128 / 12
+CONVERT_KBLOCK_FLOOR_CYCLES = 600
 # Promotion: per 128 of K each math thread folds its temporary accumulators (block_n / 2 per
 # thread) into the FP32 ones with the two scales, one FFMA each; a warpgroup's 4 warps sit on
 # the 4 schedulers, so a warpgroup spends block_n / 2 issue cycles per k-block.
@@ -231,7 +234,9 @@ def tile_pipes(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> dict[str, 
     smem = k_padded * (lay.block_m + num_atoms * lay.block_n + 1.5 * lay.block_n)
     # Bytes in global memory: FP8 A and its float32 scales, FP4 B and its UE8M0 scales.
     l2 = lay.block_m * (desc.k + 4 * k_blocks) + lay.block_n * desc.k * FP4_BYTES_PER_WEIGHT
-    convert = lay.block_n * k_padded / CONVERT_WEIGHTS_PER_CLK
+    convert = (
+        k_blocks * CONVERT_KBLOCK_FLOOR_CYCLES + lay.block_n * k_padded / CONVERT_WEIGHTS_PER_CLK
+    )
     return {
         "mma": wgmma + promote,
         "smem": smem / arch.smem_bytes_per_clk,
