@@ -1,7 +1,7 @@
 """The FP8 x FP4 decode kernel (impls/sm90_fp8_fp4_swap_ab_gemm.cuh: weights as register
 operands, tokens on the wgmma's N side) through the public API with forced configs (the
-heuristics do not choose it yet): offsets and masked layouts, both weight forms, token blocks 8 to
-64 and 1 to 4 math warpgroups, N and K tails, ragged and empty groups, scales that need several
+heuristics pick it at decode; forcing covers every token block and warpgroup count): offsets and
+masked layouts, both weight forms, token blocks 8 to 64 and 1 to 4 math warpgroups, N and K tails, ragged and empty groups, scales that need several
 passes, a NaN scale byte. NaN-poisoned outputs, FP32 references on the dequantized operands."""
 
 from __future__ import annotations

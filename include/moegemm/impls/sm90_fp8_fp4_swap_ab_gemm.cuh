@@ -21,8 +21,8 @@
 //   arrive per math warp after its warpgroup's last wgmma on the stage has retired.
 // Shared memory: [tokens | packed weights | sfa | sfb words] x kNumStages, the math warpgroups'
 //   conversion tables (128 bytes each, in the epilogue's region), barriers.
-// Status: compiled and statically checked; not yet run on a GPU, and the heuristics do not
-//   choose it (reachable through config= with layout.swap_ab).
+// Status: run and tested on the H200 (tests/test_fp8_fp4_decode_gpu.py); the heuristics pick it
+//   at decode by cost (heuristics/sm90_fp8_fp4_decode.py).
 #pragma once
 
 #include <cuda_bf16.h>
