@@ -96,6 +96,44 @@ struct Sm90Bf16Gemm {
     params.d = as_ptr(d_ptr);
     params.c = static_cast<const float*>(as_ptr(c_ptr));
     params.group_info = static_cast<const int32_t*>(as_ptr(group_info_ptr));
+    params.bias = nullptr;
+    params.row_scale = nullptr;
+    return true;
+  }
+};
+
+// The fused MoE layer's two GEMMs (python/moegemm/moe/): the m-grouped kernels built with a
+// Config::kMoeEpilogue, register stores only. GEMM1 (SwiGLU): n counts w13's weight rows, D has
+// n / 2 columns; GEMM2 (RowScale): the routing weight of every row. Bias [G, n] FP32 or 0.
+struct Sm90Bf16MoeGemm {
+  using Params = Sm90Bf16GemmParams;
+  static constexpr const char* kName = "Sm90Bf16MoeGemmLauncher";
+  static constexpr size_t kNumAlignedPointers = 3;  // a, b, d
+  static constexpr const char* kDoc =
+      "Launches sm90_bf16_grouped_gemm (or its swap-AB twin) built with a MoE epilogue. Call "
+      "with (a_ptr, b_ptr, d_ptr, bias_ptr, row_scale_ptr, group_info_ptr, rows, m, n, k, "
+      "num_groups, lda, ldb, ldb_group, ldd, stream); bias and row scale 0 when absent; "
+      "bind(device, rows, ..., ldd) fixes the integers. Never synchronizes.";
+
+  static void check_shape(const LaunchShape& shape) {
+    Sm90Bf16Gemm::check_shape(shape);
+    if (shape.store_cols != 0 || shape.cluster_m != 1 || shape.cluster_n != 1) {
+      throw std::invalid_argument(std::string(kName) +
+                                  ": MoE epilogues store from registers, without clusters");
+    }
+  }
+
+  static bool fill(const LaunchShape& shape, Params& params, TmaList& tma, uint64_t a_ptr,
+                   uint64_t b_ptr, uint64_t d_ptr, uint64_t bias_ptr, uint64_t row_scale_ptr,
+                   uint64_t group_info_ptr, int64_t rows, int64_t m, int64_t n, int64_t k,
+                   int64_t num_groups, int64_t lda, int64_t ldb, int64_t ldb_group,
+                   int64_t ldd) {
+    if (!Sm90Bf16Gemm::fill(shape, params, tma, a_ptr, b_ptr, d_ptr, 0, group_info_ptr, rows, m,
+                            n, k, num_groups, lda, ldb, ldb_group, ldd, 0)) {
+      return false;
+    }
+    params.bias = static_cast<const float*>(as_ptr(bias_ptr));
+    params.row_scale = static_cast<const float*>(as_ptr(row_scale_ptr));
     return true;
   }
 };
@@ -154,6 +192,7 @@ struct Sm90Bf16KGrouped {
 
 void register_sm90_bf16_gemm(pybind11::module_& m) {
   register_launcher<Sm90Bf16Gemm>(m);
+  register_launcher<Sm90Bf16MoeGemm>(m);
   register_launcher<Sm90Bf16KGrouped>(m);
 }
 

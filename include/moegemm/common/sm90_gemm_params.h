@@ -22,6 +22,10 @@ struct Sm90Bf16GemmParams {
   // Layout integers on the device: m_indices [rows] (contiguous), cumulative end rows [G]
   // (offsets) or valid rows per group [G] (masked); nullptr for the dense GEMM.
   const int32_t* group_info;
+  // The fused MoE layer's epilogues (Config::kMoeEpilogue): FP32 bias [G, N] (weight rows in the
+  // kernel's order) or nullptr, and the per-row scale [rows] of RowScale. Unread otherwise.
+  const float* bias;
+  const float* row_scale;
   uint32_t m;     // total rows (dense, contiguous, offsets) or rows per group (masked)
   uint32_t rows;  // A/D rows in all (masked: groups * m); TMA stores clip at this bound
   uint32_t n, k;

@@ -4,12 +4,60 @@
 // absolute (row, col) of the pair's first element, only for pairs inside the output.
 //   Identity: nothing (kReadsMemory = false lets a store path take its widest form).
 //   AddC:     += C[row, col..col+1], FP32 C with row stride ldc.
-// The fused MoE layer will add SwiGLU (gate/up pairs -> one column) and a per-row scale here.
+//   RowScale: (x + bias[col]) * scale[row]: the fused MoE layer's second GEMM (the expert's
+//             bias, then the token's routing weight), bias optional.
+// The fused MoE layer's first GEMM turns gate/up pairs into one column: the activations below
+// and the SwiGLU stores (epilogue/sm90_swiglu_store.cuh).
 #pragma once
 
 #include <stdint.h>
 
 namespace moegemm {
+
+// Config::kMoeEpilogue: what a BF16 grouped kernel does between its accumulators and D.
+enum MoeEpilogue : uint32_t {
+  kMoeNone = 0,        // Identity or AddC (Config::kWithC)
+  kMoeSwiGluSilu = 1,  // silu(gate + b) * (up + b), D has N / 2 columns
+  kMoeSwiGluOai = 2,   // gpt-oss: gate <= 7, up in [-7, 7], (up + 1) * gate * sigmoid(1.702 gate)
+  kMoeRowScale = 3,    // RowScale
+};
+
+template <uint32_t kKind>
+struct SwiGlu;
+
+template <>
+struct SwiGlu<kMoeSwiGluSilu> {
+  __device__ __forceinline__ static float apply(float gate, float up) {
+    return gate / (1.0f + __expf(-gate)) * up;
+  }
+};
+
+template <>
+struct SwiGlu<kMoeSwiGluOai> {
+  __device__ __forceinline__ static float apply(float gate, float up) {
+    gate = fminf(gate, 7.0f);
+    up = fminf(fmaxf(up, -7.0f), 7.0f);
+    return (up + 1.0f) * gate / (1.0f + __expf(-1.702f * gate));
+  }
+};
+
+struct RowScale {
+  static constexpr bool kReadsMemory = true;
+  const float* bias;   // [N] of the tile's group, or nullptr
+  const float* scale;  // [rows]
+
+  __device__ __forceinline__ void operator()(float& x, float& y, uint32_t row,
+                                             uint32_t col) const {
+    if (bias != nullptr) {
+      const float2 b = *reinterpret_cast<const float2*>(bias + col);
+      x += b.x;
+      y += b.y;
+    }
+    const float s = scale[row];
+    x *= s;
+    y *= s;
+  }
+};
 
 struct Identity {
   static constexpr bool kReadsMemory = false;

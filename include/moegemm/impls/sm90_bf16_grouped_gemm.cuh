@@ -7,7 +7,8 @@
 //              group offsets, masked (scheduler/); each tile names its A/D rows, the group whose
 //              B it uses and the row bound its stores respect,
 //   epilogue   Identity or AddC (Config::kWithC), TMA stores (Config::kStoreCols != 0) or
-//              register stores.
+//              register stores; for the fused MoE layer (Config::kMoeEpilogue) SwiGLU
+//              (epilogue/sm90_swiglu_store.cuh, D has N / 2 columns) or RowScale, from registers.
 //
 // Warp roles (kNumMathWG + 1 warpgroups of 128 threads, one more with a transform):
 //   warpgroup 0      producer. Warp 0 walks the tile schedule; one elected lane issues the TMA
@@ -52,6 +53,7 @@
 #include <moegemm/common/sm90_gemm_params.h>
 #include <moegemm/epilogue/functors.cuh>
 #include <moegemm/epilogue/sm90_register_store.cuh>
+#include <moegemm/epilogue/sm90_swiglu_store.cuh>
 #include <moegemm/epilogue/sm90_tma_store.cuh>
 #include <moegemm/kernels/config_traits.cuh>
 #include <moegemm/kernels/sm90_persistent_gemm.cuh>
@@ -96,6 +98,12 @@ struct Bf16GemmKernel {
   using Transform = transform_of_t<Config>;
   using Mma = KMajorMma<__nv_bfloat16, BLOCK_N, BLOCK_K, kAtomsM>;
   using Epilogue = std::conditional_t<kWithC, AddC, Identity>;
+  // The fused MoE layer's epilogues: register stores of BF16, no C.
+  static constexpr uint32_t kMoe = moe_epilogue_of<Config>::value;
+  static_assert(kMoe == kMoeNone || (!kTmaStore && !kWithC && sizeof(OutT) == 2),
+                "MoE epilogues store BF16 from registers, without C");
+  static_assert(kMoe != kMoeSwiGluSilu && kMoe != kMoeSwiGluOai || BLOCK_N % 16 == 0,
+                "SwiGLU pairs 8 gate with 8 up columns");
 
   __device__ __forceinline__ static Scheduler make_scheduler(const Params& params) {
     return Scheduler(GroupingArgs{params.m, params.n, params.num_groups, params.group_info});
@@ -126,6 +134,28 @@ struct Bf16GemmKernel {
             NamedBarrier::kStoreBf16 + math_wg, Identity{});
         return;
       }
+    }
+    if constexpr (kMoe == kMoeSwiGluSilu || kMoe == kMoeSwiGluOai) {
+      const float* bias =
+          params.bias != nullptr ? params.bias + uint64_t{tile.group} * params.n : nullptr;
+#pragma unroll
+      for (uint32_t a = 0; a < kAtomsM; ++a) {
+        store_swiglu<BLOCK_N, kMoe>(acc.v[a], static_cast<__nv_bfloat16*>(params.d), params.ldd,
+                                    tile.row_end, params.n / 2, row0 + a * 64,
+                                    tile.n_block * BLOCK_N, bias);
+      }
+      return;
+    } else if constexpr (kMoe == kMoeRowScale) {
+      const RowScale functor{
+          params.bias != nullptr ? params.bias + uint64_t{tile.group} * params.n : nullptr,
+          params.row_scale};
+#pragma unroll
+      for (uint32_t a = 0; a < kAtomsM; ++a) {
+        store_accumulators<BLOCK_N, OutT>(acc.v[a], static_cast<OutT*>(params.d), params.ldd,
+                                          tile.row_end, params.n, row0 + a * 64,
+                                          tile.n_block * BLOCK_N, functor);
+      }
+      return;
     }
     Epilogue functor{};
     if constexpr (kWithC) functor = Epilogue{params.c, params.ldc};

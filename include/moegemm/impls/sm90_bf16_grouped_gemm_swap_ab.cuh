@@ -7,7 +7,8 @@
 // The skeleton of kernels/sm90_persistent_gemm.cuh with
 //   loader     KMajorLoader (A: BLOCK_M token rows, B: BLOCK_N weight rows; no cluster),
 //   MMA        SwapAbMma (weights as the wgmma's A operand, tokens as its B),
-//   epilogue   store_transposed (epilogue/sm90_swap_ab_store.cuh) with Identity.
+//   epilogue   store_transposed (epilogue/sm90_swap_ab_store.cuh) with Identity, or for the
+//              fused MoE layer (Config::kMoeEpilogue) RowScale or the SwiGLU store.
 //
 // Warp roles (kNumMathWG + 1 warpgroups of 128 threads, one more with a transform):
 //   warpgroup 0      producer. Warp 0 walks the schedule; one elected lane issues the TMA loads
@@ -28,6 +29,7 @@
 #include <moegemm/common/sm90_gemm_params.h>
 #include <moegemm/epilogue/functors.cuh>
 #include <moegemm/epilogue/sm90_swap_ab_store.cuh>
+#include <moegemm/epilogue/sm90_swiglu_store.cuh>
 #include <moegemm/kernels/config_traits.cuh>
 #include <moegemm/kernels/sm90_persistent_gemm.cuh>
 #include <moegemm/loader/tma_loaders.cuh>
@@ -58,6 +60,8 @@ struct Bf16SwapAbGemmKernel {
                 "tokens fill the wgmma's N side: a multiple of 8, at most 128");
   static constexpr bool kTmaStore = false;
   static constexpr uint32_t kEpilogueSmemBytes = 0;
+  // The fused MoE layer's epilogues (epilogue/functors.cuh): SwiGLU or RowScale.
+  static constexpr uint32_t kMoe = moe_epilogue_of<Config>::value;
 
   using Loader = KMajorLoader<__nv_bfloat16, BLOCK_M, BLOCK_N, BLOCK_K>;
   using Transform = transform_of_t<Config>;
@@ -81,9 +85,20 @@ struct Bf16SwapAbGemmKernel {
   __device__ __forceinline__ static void epilogue(const Params& params, typename Mma::Accum& acc,
                                                   const Tile& tile, uint32_t math_wg,
                                                   uint8_t* /*smem_d*/) {
-    store_transposed<BLOCK_M>(acc.v[0], static_cast<__nv_bfloat16*>(params.d), params.ldd,
-                              tile.row0, tile.row_end, tile.n_block * BLOCK_N + math_wg * 64,
-                              params.n, Identity{});
+    const uint32_t n0 = tile.n_block * BLOCK_N + math_wg * 64;
+    auto* d = static_cast<__nv_bfloat16*>(params.d);
+    const float* bias =
+        params.bias != nullptr ? params.bias + uint64_t{tile.group} * params.n : nullptr;
+    if constexpr (kMoe == kMoeSwiGluSilu || kMoe == kMoeSwiGluOai) {
+      store_swiglu_transposed<BLOCK_M, kMoe>(acc.v[0], d, params.ldd, tile.row0, tile.row_end,
+                                             n0, params.n / 2, bias);
+    } else if constexpr (kMoe == kMoeRowScale) {
+      store_transposed<BLOCK_M>(acc.v[0], d, params.ldd, tile.row0, tile.row_end, n0, params.n,
+                                RowScale{bias, params.row_scale});
+    } else {
+      store_transposed<BLOCK_M>(acc.v[0], d, params.ldd, tile.row0, tile.row_end, n0, params.n,
+                                Identity{});
+    }
   }
 };
 

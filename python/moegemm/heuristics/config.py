@@ -34,6 +34,9 @@ class GemmDesc:
     # FP8 x FP4 only: "raw" is the checkpoint's nibble order, "prepared" the layout that
     # prepare_mxfp4_weights writes; the two need different conversion code, so different kernels.
     weights: str = "raw"
+    # The fused MoE layer's epilogues (BF16 m-grouped, offsets or masked): "swiglu" /
+    # "swiglu_oai" (n counts w13's gate and up rows, D has n / 2 columns) or "row_scale".
+    epilogue: str = "none"
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -42,6 +45,8 @@ class GemmDesc:
             raise ValueError(f"unknown ab_dtype {self.ab_dtype!r}; known: {AB_DTYPES}")
         if self.weights not in WEIGHTS:
             raise ValueError(f"unknown weights layout {self.weights!r}; known: {WEIGHTS}")
+        if self.epilogue not in EPILOGUES:
+            raise ValueError(f"unknown epilogue {self.epilogue!r}; known: {EPILOGUES}")
 
 
 # Dense, the three m-grouped layouts (per-row indices, packed offsets, masked), k-grouped.
@@ -56,6 +61,9 @@ KINDS = (
 # Operand types: BF16 x BF16, and FP8 (E4M3) activations x MXFP4 (E2M1 + UE8M0) weights.
 AB_DTYPES = ("bf16", "fp8_fp4")
 WEIGHTS = ("raw", "prepared")
+# The kernels' Config::kMoeEpilogue values (include/moegemm/epilogue/functors.cuh).
+EPILOGUES = ("none", "swiglu", "swiglu_oai", "row_scale")
+MOE_EPILOGUE_IDS = {"none": 0, "swiglu": 1, "swiglu_oai": 2, "row_scale": 3}
 
 
 @dataclass(frozen=True)

@@ -141,7 +141,24 @@ def tma_store_cols(block_n: int, desc: GemmDesc) -> int:
 def tma_store_possible(desc: GemmDesc) -> bool:
     if desc.kind == "k_grouped":
         return True  # FP32 out, C read from global memory
-    return desc.d_dtype == "bf16" and not desc.with_c
+    return desc.d_dtype == "bf16" and not desc.with_c and desc.epilogue == "none"
+
+
+def moe_epilogue_legal(config: GemmConfig, desc: GemmDesc) -> bool:
+    """The fused MoE layer's epilogues (GemmDesc.epilogue) store BF16 from registers on the
+    grouped walk without clusters; SwiGLU pairs 8 gate with 8 up rows of a 16-row group."""
+    if desc.epilogue == "none":
+        return True
+    lay = config.layout
+    swiglu = desc.epilogue.startswith("swiglu")
+    return (
+        desc.kind in WALK_KINDS
+        and desc.d_dtype == "bf16"
+        and not desc.with_c
+        and config.store_cols == 0
+        and lay.cluster_size == 1
+        and (not swiglu or (lay.block_n % 16 == 0 and desc.n % 16 == 0))
+    )
 
 
 def block_m_choices(desc: GemmDesc) -> tuple[int, ...]:
@@ -215,6 +232,8 @@ def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> Iterator[GemmConfig]:
         for block_n in block_n_choices(desc):
             if atoms_per_wg * block_n // 2 > MAX_ACCUM_REGS:
                 continue
+            if desc.epilogue.startswith("swiglu") and block_n % 16:
+                continue
             epilogues = (0, tma_store_cols(block_n, desc)) if tma_store_possible(desc) else (0,)
             k_grouped = desc.kind == "k_grouped"
             for store_cols in epilogues:
@@ -269,6 +288,7 @@ def _swap_ab_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
         and config.pipeline.smem_bytes <= arch.smem_budget
         and desc.n % 8 == 0
         and desc.k % 8 == 0
+        and moe_epilogue_legal(config, desc)
     )
 
 
@@ -306,6 +326,7 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
         and desc.n % 8 == 0
         and (desc.k % 8 == 0 or desc.kind == "k_grouped")
         and (desc.m % 8 == 0 or desc.kind != "k_grouped")
+        and moe_epilogue_legal(config, desc)
     )
 
 
@@ -487,6 +508,7 @@ def candidate_key(desc: GemmDesc) -> tuple:
         desc.m % 8 == 0,
         stripes,
         swap_ab_possible(desc),
+        desc.epilogue,
     )
 
 
@@ -509,6 +531,7 @@ def selection_key(desc: GemmDesc) -> tuple:
     tests/test_warmup_coverage.py checks that no other read of m or expected_m exists.
     """
     base = (desc.kind, desc.n, desc.num_groups, desc.ab_dtype, desc.d_dtype, desc.with_c)
+    base += (desc.epilogue,)
     if desc.kind in ("bf16_gemm_nt", "m_grouped_contiguous"):
         rows = ("m", desc.m) if desc.m < 256 else ("m_blocks_64", math.ceil(desc.m / 64))
         return (*base, desc.k, rows)

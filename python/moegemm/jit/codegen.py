@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from ..heuristics.config import GemmConfig, GemmDesc
+from ..heuristics.config import MOE_EPILOGUE_IDS, GemmConfig, GemmDesc
 from .spec import KernelSpec
 
 # wgmma N of the atoms CuTe declares without its extended shapes (which cost ~0.6 s of compile
@@ -150,6 +150,7 @@ def sm90_bf16_gemm_spec(
     kind: str = "bf16_gemm_nt",
     *,
     transform: str | None = None,
+    epilogue: str = "none",
 ) -> KernelSpec:
     """The dense or m-grouped kernel (impls/sm90_bf16_grouped_gemm.cuh) for `config`, or the
     swap-AB kernel (impls/sm90_bf16_grouped_gemm_swap_ab.cuh) when `config.layout.swap_ab`.
@@ -158,15 +159,19 @@ def sm90_bf16_gemm_spec(
     by a warpgroup of its own between the TMA ring and the MMA, e.g.
     "moegemm::CopyTransform<2>"; None (BF16) runs none. The config must count the transform's
     warpgroup in launch.num_threads and its ring in pipeline.smem_bytes (the kernel asserts
-    both); the kernel name gets a suffix naming the transform."""
+    both); the kernel name gets a suffix naming the transform.
+
+    epilogue: a fused MoE layer epilogue (GemmDesc.epilogue): the offsets and masked layouts,
+    BF16 out without C, register stores, no clusters; SwiGLU needs block_n % 16 == 0."""
     if kind not in _SCHEDULERS:
         raise ValueError(f"kind must be one of {sorted(_SCHEDULERS)}, got {kind!r}")
     _check_dtype(d_dtype)
     lay = config.layout
+    moe = _moe_member(config, d_dtype, with_c, kind, epilogue, transform)
     if lay.swap_ab:
         if transform is not None:
             raise ValueError("swap_ab kernels take no transform stage")
-        return _swap_ab_spec(config, d_dtype, with_c, kind)
+        return _swap_ab_spec(config, d_dtype, with_c, kind, epilogue)
     scheduler_template, tag = _SCHEDULERS[kind]
     cluster = (lay.cluster_m, lay.cluster_n)
     if cluster not in CLUSTER_SHAPES or (lay.cluster_m != 1 and kind == "m_grouped_contiguous"):
@@ -182,7 +187,8 @@ def sm90_bf16_gemm_spec(
         m=lay.block_m, n=lay.block_n, cm=lay.cluster_m, cn=lay.cluster_n, sp=lay.stripe_m
     )
     name = f"sm90_bf16_{tag}_{config.short_name()}_{d_dtype}" + ("_c" if with_c else "")
-    extra = ""
+    name += "" if epilogue == "none" else f"_{epilogue}"
+    extra = moe
     if transform is not None:
         if not transform or any(ch in transform for ch in ";{}#\n"):
             raise ValueError(f"transform must name one C++ type, got {transform!r}")
@@ -197,7 +203,35 @@ def sm90_bf16_gemm_spec(
     return KernelSpec(name=name, source=source, arch="sm_90a")
 
 
-def _swap_ab_spec(config: GemmConfig, d_dtype: str, with_c: bool, kind: str) -> KernelSpec:
+def _moe_member(
+    config: GemmConfig, d_dtype: str, with_c: bool, kind: str, epilogue: str, transform
+) -> str:
+    """The Config member naming a MoE epilogue ("" for none), after checking what it needs."""
+    if epilogue == "none":
+        return ""
+    if epilogue not in MOE_EPILOGUE_IDS:
+        raise ValueError(f"epilogue must be one of {sorted(MOE_EPILOGUE_IDS)}, got {epilogue!r}")
+    lay = config.layout
+    if (
+        kind not in GROUP_WALK_KINDS
+        or d_dtype != "bf16"
+        or with_c
+        or transform is not None
+        or config.store_cols
+        or lay.cluster_size != 1
+    ):
+        raise ValueError(
+            f"epilogue {epilogue}: offsets or masked layouts, BF16 out without C, register "
+            "stores, no clusters and no transform"
+        )
+    if epilogue.startswith("swiglu") and lay.block_n % 16:
+        raise ValueError(f"epilogue {epilogue}: block_n must pair 8 gate with 8 up rows")
+    return f"  static constexpr uint32_t kMoeEpilogue = {MOE_EPILOGUE_IDS[epilogue]};"
+
+
+def _swap_ab_spec(
+    config: GemmConfig, d_dtype: str, with_c: bool, kind: str, epilogue: str = "none"
+) -> KernelSpec:
     """The decode kernel with the weights on the MMA's M side
     (impls/sm90_bf16_grouped_gemm_swap_ab.cuh): offsets and masked layouts, BF16 out, no C."""
     lay = config.layout
@@ -210,7 +244,14 @@ def _swap_ab_spec(config: GemmConfig, d_dtype: str, with_c: bool, kind: str) -> 
         m=lay.block_m, n=lay.block_n, cm=1, cn=1, sp=0
     )
     name = f"sm90_bf16_{tag}_{config.short_name()}_{d_dtype}"
-    body = config_struct(config, out_type=_OUT_TYPES[d_dtype], with_c=False, scheduler=scheduler)
+    name += "" if epilogue == "none" else f"_{epilogue}"
+    body = config_struct(
+        config,
+        out_type=_OUT_TYPES[d_dtype],
+        with_c=False,
+        scheduler=scheduler,
+        extra=_moe_member(config, d_dtype, False, kind, epilogue, None),
+    )
     # The tokens (block_m) are the wgmma's N here.
     source = _source(name, _wgmma_n_define(lay.block_m), _SWAP_AB, body)
     return KernelSpec(name=name, source=source, arch="sm_90a")
@@ -290,4 +331,37 @@ def kernel_spec(desc: GemmDesc, config: GemmConfig) -> KernelSpec:
         return sm90_fp8_fp4_spec(config, desc.kind, desc.weights)
     if desc.kind == "k_grouped":
         return sm90_bf16_k_grouped_spec(config, desc.with_c)
-    return sm90_bf16_gemm_spec(config, desc.d_dtype, desc.with_c, desc.kind)
+    return sm90_bf16_gemm_spec(config, desc.d_dtype, desc.with_c, desc.kind, epilogue=desc.epilogue)
+
+
+# The fused MoE layer's own kernels (include/moegemm/moe/): one template parameter, the CTA's
+# threads.
+MOE_ROUTE_THREADS = 512
+MOE_COMBINE_THREADS = 128
+
+
+def _moe_source(name: str, header: str, function: str, params: str, threads: int) -> str:
+    return (
+        f"// Generated by moegemm: {name}\n"
+        f"#include <moegemm/moe/{header}.cuh>\n\n"
+        f"template __global__ void moegemm::moe::{function}<{threads}>(\n"
+        f"    const __grid_constant__ moegemm::{params});\n"
+    )
+
+
+def moe_route_gather_spec(arch: str = "sm_90a") -> KernelSpec:
+    """The route-and-gather kernel (moe/route_gather.cuh), MOE_ROUTE_THREADS a CTA."""
+    name = f"moe_route_gather_t{MOE_ROUTE_THREADS}"
+    source = _moe_source(
+        name, "route_gather", "moe_route_gather_kernel", "MoeRouteParams", MOE_ROUTE_THREADS
+    )
+    return KernelSpec(name=name, source=source, arch=arch)
+
+
+def moe_combine_spec(arch: str = "sm_90a") -> KernelSpec:
+    """The combine kernel (moe/combine.cuh), MOE_COMBINE_THREADS a CTA."""
+    name = f"moe_combine_t{MOE_COMBINE_THREADS}"
+    source = _moe_source(
+        name, "combine", "moe_combine_kernel", "MoeCombineParams", MOE_COMBINE_THREADS
+    )
+    return KernelSpec(name=name, source=source, arch=arch)
