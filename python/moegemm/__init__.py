@@ -19,9 +19,13 @@ from typing import Any
 __version__ = "0.1.0"
 
 _PUBLIC = {
+    "MoEWorkspace": "moegemm.moe",
     "Mxfp4Weights": "moegemm.api",
+    "PreparedW13": "moegemm.moe",
     "bf16_gemm_nt": "moegemm.api",
     "fp8_fp4_gemm_nt": "moegemm.api",
+    "fused_moe": "moegemm.moe",
+    "fused_moe_masked": "moegemm.moe",
     "get_mk_alignment_for_contiguous_layout": "moegemm.api",
     "get_num_sms": "moegemm.api",
     "get_pdl": "moegemm.api",
@@ -30,6 +34,7 @@ _PUBLIC = {
     "m_grouped_bf16_gemm_nt_masked": "moegemm.api",
     "m_grouped_fp8_fp4_gemm_nt_contiguous": "moegemm.api",
     "m_grouped_fp8_fp4_gemm_nt_masked": "moegemm.api",
+    "prepare_moe_weights": "moegemm.moe",
     "prepare_mxfp4_weights": "moegemm.api",
     "set_num_sms": "moegemm.api",
     "set_pdl": "moegemm.api",
@@ -38,10 +43,14 @@ _PUBLIC = {
 _SUBMODULES = ("quant",)
 
 __all__ = [
+    "MoEWorkspace",
     "Mxfp4Weights",
+    "PreparedW13",
     "__version__",
     "bf16_gemm_nt",
     "fp8_fp4_gemm_nt",
+    "fused_moe",
+    "fused_moe_masked",
     "get_mk_alignment_for_contiguous_layout",
     "get_num_sms",
     "get_pdl",
@@ -50,6 +59,7 @@ __all__ = [
     "m_grouped_bf16_gemm_nt_masked",
     "m_grouped_fp8_fp4_gemm_nt_contiguous",
     "m_grouped_fp8_fp4_gemm_nt_masked",
+    "prepare_moe_weights",
     "prepare_mxfp4_weights",
     "quant",
     "set_num_sms",

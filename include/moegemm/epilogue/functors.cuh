@@ -5,7 +5,7 @@
 //   Identity: nothing (kReadsMemory = false lets a store path take its widest form).
 //   AddC:     += C[row, col..col+1], FP32 C with row stride ldc.
 //   RowScale: (x + bias[col]) * scale[row]: the fused MoE layer's second GEMM (the expert's
-//             bias, then the token's routing weight), bias optional.
+//             bias, then the token's routing weight), each optional.
 // The fused MoE layer's first GEMM turns gate/up pairs into one column: the activations below
 // and the SwiGLU stores (epilogue/sm90_swiglu_store.cuh).
 #pragma once
@@ -44,7 +44,7 @@ struct SwiGlu<kMoeSwiGluOai> {
 struct RowScale {
   static constexpr bool kReadsMemory = true;
   const float* bias;   // [N] of the tile's group, or nullptr
-  const float* scale;  // [rows]
+  const float* scale;  // [rows], or nullptr: bias only
 
   __device__ __forceinline__ void operator()(float& x, float& y, uint32_t row,
                                              uint32_t col) const {
@@ -53,9 +53,11 @@ struct RowScale {
       x += b.x;
       y += b.y;
     }
-    const float s = scale[row];
-    x *= s;
-    y *= s;
+    if (scale != nullptr) {
+      const float s = scale[row];
+      x *= s;
+      y *= s;
+    }
   }
 };
 

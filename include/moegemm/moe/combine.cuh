@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include <moegemm/common/moe_params.h>
+#include <moegemm/ptx/pdl.cuh>
 
 namespace moegemm::moe {
 
@@ -48,6 +49,9 @@ __device__ __forceinline__ void combine(const MoeCombineParams& p) {
 template <uint32_t kThreads>
 __global__ void __launch_bounds__(kThreads) moe_combine_kernel(
     const __grid_constant__ MoeCombineParams params) {
+  // Under PDL the previous kernel may still run: its writes are visible only after the wait.
+  pdl_wait();
+  pdl_launch_dependents();
   combine<kThreads>(params);
 }
 

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include <moegemm/common/moe_params.h>
+#include <moegemm/ptx/pdl.cuh>
 
 namespace moegemm::moe {
 
@@ -125,6 +126,9 @@ __device__ __forceinline__ void route_gather(const MoeRouteParams& p) {
 template <uint32_t kThreads>
 __global__ void __launch_bounds__(kThreads) moe_route_gather_kernel(
     const __grid_constant__ MoeRouteParams params) {
+  // Under PDL the previous kernel may still run: its writes are visible only after the wait.
+  pdl_wait();
+  pdl_launch_dependents();
   route_gather<kThreads>(params);
 }
 

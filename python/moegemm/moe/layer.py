@@ -1,0 +1,318 @@
+"""The fused MoE layer: routed tokens in, combined hidden states out, in four launches.
+
+    out = fused_moe(x, w13, w2, topk_weights, topk_ids, workspace=ws)
+
+1. route and gather (moe/route_gather.cuh): per-expert counts, each expert's rows, a stable
+   placement of every kept (token, choice) slot, the routing weights in row order, `offs`, and
+   x gathered into expert order (workspace.x_sorted);
+2. GEMM1 over w13 (the BF16 grouped kernel, offsets layout) with the SwiGLU epilogue: h [S, I];
+3. GEMM2 over w2 with the RowScale epilogue: (h @ w2^T + bias) * routing weight, BF16 rows
+   (written over x_sorted, which GEMM1 has consumed);
+4. combine (moe/combine.cuh): each token's top_k rows summed in FP32 in choice order.
+No launch reads back to the host and a call with a workspace allocates nothing, so a CUDA
+graph captured at max_tokens replays for any routing (pad x and mark the padding slots -1).
+
+fused_moe_masked runs steps 2 and 3 on inputs already dispatched per expert ([E, max_m, H],
+valid rows per expert on the device), the layout expert-parallel low-latency dispatch delivers;
+its output rows are unweighted (the dispatcher's combine applies the routing weights).
+
+BF16 experts only so far; MXFP4 experts (the FP8 x FP4 kernels with an FP8-quantizing SwiGLU
+epilogue) are not built yet: the workspace refuses them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from ..api import checks, plans
+from ..api.device import arch_for_device
+from ..heuristics import GemmDesc
+from ..jit.codegen import (
+    MOE_COMBINE_THREADS,
+    MOE_ROUTE_THREADS,
+    moe_combine_spec,
+    moe_route_gather_spec,
+)
+from ..jit.runtime import load_kernel
+from .weights import PreparedW13
+from .workspace import MoEWorkspace
+
+MAX_EXPERTS = 1024  # the route kernel's shared-memory tables
+MAX_SLOTS_PER_CTA = 2048
+ROUTE_WARPS = MOE_ROUTE_THREADS // 32
+COMBINE_CTAS_PER_SM = 8
+
+_plans: dict[tuple, _LayerPlan] = plans.new_plan_cache()
+_masked_plans: dict[tuple, _MaskedPlan] = plans.new_plan_cache()
+
+
+def _launcher(launcher_type: Any, kernel: Any, num_blocks: int, threads: int, smem: int) -> Any:
+    return launcher_type(kernel, 1, 1, 1, num_blocks, threads, smem, 1, 1)
+
+
+class _LayerPlan:
+    """The four bound launches of one fused_moe signature."""
+
+    def __init__(self, device: int, p: dict[str, int], activation: str) -> None:
+        from .. import _C
+
+        arch = arch_for_device(device)
+        t, k, e, h, i = p["tokens"], p["top_k"], p["experts"], p["hidden"], p["intermediate"]
+        slots = t * k
+        spc = min(MAX_SLOTS_PER_CTA, max(1, math.ceil(slots / arch.num_sms)))
+        route_ctas = math.ceil(slots / spc)
+        route_smem = 4 * (e * (2 + ROUTE_WARPS) + spc)
+        route = _launcher(
+            _C.MoeRouteGatherLauncher,
+            load_kernel(moe_route_gather_spec(arch.name)),
+            route_ctas,
+            MOE_ROUTE_THREADS,
+            route_smem,
+        )
+        self.route = route.bind(device, t, k, e, h, p["ldx"], spc)
+        expected = max(1, math.ceil(slots / e))
+        d1 = GemmDesc("m_grouped_offsets", slots, 2 * i, h, e, expected_m=expected,
+                      epilogue=activation)  # fmt: skip
+        d2 = GemmDesc("m_grouped_offsets", slots, h, i, e, expected_m=expected,
+                      epilogue="row_scale")  # fmt: skip
+        self.gemm1 = plans.make_plan(device, d1, (slots, slots, 2 * i, h, e, h, h, 2 * i * h, i))
+        self.gemm2 = plans.make_plan(
+            device, d2, (slots, slots, h, i, e, i, p["ldw2"], p["ldw2_group"], h)
+        )
+        chunks = math.ceil(h / 8 / MOE_COMBINE_THREADS)
+        combine_ctas = max(1, min(t * chunks, arch.num_sms * COMBINE_CTAS_PER_SM))
+        combine = _launcher(
+            _C.MoeCombineLauncher,
+            load_kernel(moe_combine_spec(arch.name)),
+            combine_ctas,
+            MOE_COMBINE_THREADS,
+            0,
+        )
+        self.combine = combine.bind(device, t, k, h, p["ldo"])
+        self.configs = (self.gemm1.config, self.gemm2.config)
+
+    def run(self, x, w13: PreparedW13, w2, w2_bias, ids, weights, out, ws: MoEWorkspace) -> None:
+        stream = plans.raw_stream(x.device.index)
+        bias13 = 0 if w13.bias is None else w13.bias.data_ptr()
+        bias2 = 0 if w2_bias is None else w2_bias.data_ptr()
+        xs, hb, offs = ws.x_sorted.data_ptr(), ws.h.data_ptr(), ws.offs.data_ptr()
+        launched = self.route(
+            x.data_ptr(), xs, ids.data_ptr(), weights.data_ptr(), offs, ws.row_slot.data_ptr(),
+            ws.row_weight.data_ptr(), ws.slot_row.data_ptr(), stream,
+        )  # fmt: skip
+        launched &= self.gemm1.launch(xs, w13.weight.data_ptr(), hb, bias13, 0, offs, stream)
+        launched &= self.gemm2.launch(
+            hb, w2.data_ptr(), xs, bias2, ws.row_weight.data_ptr(), offs, stream
+        )
+        launched &= self.combine(xs, out.data_ptr(), ws.slot_row.data_ptr(), stream)
+        plans.require_launched(launched, x.device.index)
+
+
+def _check_w13(w13: object, activation: str | None, w13_bias: object) -> PreparedW13:
+    if not isinstance(w13, PreparedW13):
+        raise TypeError(
+            "w13 must come from moegemm.prepare_moe_weights(w13, activation=..., w13_bias=...): "
+            "its gate and up rows are reordered once, at load time"
+            + (f"; got {type(w13).__name__}" if not isinstance(w13, torch.Tensor) else "")
+        )
+    if activation is not None and activation != w13.activation:
+        raise ValueError(
+            f"activation {activation!r} differs from the one w13 was prepared for "
+            f"({w13.activation!r})"
+        )
+    if w13_bias is not None:
+        raise ValueError("pass w13_bias to prepare_moe_weights; the prepared w13 carries it")
+    return w13
+
+
+def _check_w2(w2: object, w2_bias: object, e: int, h: int, i: int) -> None:
+    checks.require_tensor("w2", w2, (torch.bfloat16,), 3)
+    checks.require_shape("w2", w2, (e, h, i))
+    if w2.stride(2) != 1 or (w2.stride(1) * 2) % 16 or (w2.stride(0) * 2) % 16:
+        raise ValueError(
+            f"w2 must be row-major with 16-byte aligned rows and experts, got strides {w2.stride()}"
+        )
+    if w2_bias is not None:
+        checks.require_tensor("w2_bias", w2_bias, (torch.float32,), 2)
+        checks.require_shape("w2_bias", w2_bias, (e, h))
+        checks.require_contiguous("w2_bias", w2_bias)
+
+
+def _check_routing(topk_ids: object, topk_weights: object, t: int) -> int:
+    checks.require_tensor("topk_ids", topk_ids, (torch.int32,), 2)
+    checks.require_tensor("topk_weights", topk_weights, (torch.float32,), 2)
+    if topk_ids.shape[0] != t:
+        raise ValueError(f"topk_ids has {topk_ids.shape[0]} rows, x has {t} tokens")
+    k = topk_ids.shape[1]
+    if k < 1:
+        raise ValueError("topk_ids must have at least one column (top_k >= 1)")
+    checks.require_shape("topk_weights", topk_weights, (t, k))
+    checks.require_contiguous("topk_ids", topk_ids)
+    checks.require_contiguous("topk_weights", topk_weights)
+    return k
+
+
+def _check_out(out: object, shape: tuple[int, ...]) -> None:
+    checks.require_tensor("out", out, (torch.bfloat16,), len(shape))
+    checks.require_shape("out", out, shape)
+    checks.require_contiguous("out", out)
+
+
+def _workspace_for(ws: object, t: int, k: int, e: int, h: int, i: int, x) -> MoEWorkspace:
+    if ws is None:
+        return MoEWorkspace(max(t, 1), k, e, h, i, device=x.device)
+    if not isinstance(ws, MoEWorkspace):
+        raise TypeError(f"workspace must be a moegemm.MoEWorkspace, got {type(ws).__name__}")
+    if (ws.top_k, ws.num_experts, ws.hidden, ws.intermediate) != (k, e, h, i):
+        raise ValueError(
+            f"workspace was made for top_k {ws.top_k}, {ws.num_experts} experts, hidden "
+            f"{ws.hidden}, intermediate {ws.intermediate}; this call has {k}, {e}, {h}, {i}"
+        )
+    if t > ws.max_tokens:
+        raise ValueError(f"{t} tokens exceed the workspace's max_tokens {ws.max_tokens}")
+    return ws
+
+
+def fused_moe(
+    x: torch.Tensor,
+    w13: PreparedW13,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    *,
+    activation: str | None = None,
+    w13_bias: None = None,
+    w2_bias: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+    workspace: MoEWorkspace | None = None,
+) -> torch.Tensor:
+    """The routed experts of one MoE layer: [T, H] BF16 = sum over each token's kept choices j
+    of topk_weights[t, j] * (SwiGLU(x[t] @ w13[e]^T + b13[e]) @ w2[e]^T + b2[e]), e =
+    topk_ids[t, j]; a choice with an id outside [0, E) (-1: an expert on another rank) is
+    dropped, a token with none gets zeros.
+
+    x [T, H] BF16 (rows 16-byte aligned); w13 from prepare_moe_weights (its activation, its
+    bias); w2 [E, H, I] BF16; topk_ids int32 [T, k], topk_weights float32 [T, k]; w2_bias
+    float32 [E, H]. out [T, H] BF16 (allocated if None); workspace a MoEWorkspace (allocated per
+    call if None; pass one to allocate nothing, e.g. under CUDA graphs). Never synchronizes."""
+    prepared = _check_w13(w13, activation, w13_bias)
+    e, i, h = prepared.num_experts, prepared.intermediate, prepared.hidden
+    checks.require_tensor("x", x, (torch.bfloat16,), 2)
+    t = x.shape[0]
+    if x.shape[1] != h:
+        raise ValueError(f"x has {x.shape[1]} columns, w13 was prepared for hidden {h}")
+    ldx = checks.row_stride("x", x)
+    k = _check_routing(topk_ids, topk_weights, t)
+    _check_w2(w2, w2_bias, e, h, i)
+    if e > MAX_EXPERTS:
+        raise ValueError(f"at most {MAX_EXPERTS} experts, got {e}")
+    if out is None:
+        out = torch.empty(t, h, dtype=torch.bfloat16, device=x.device)
+    _check_out(out, (t, h))
+    device = checks.require_placement(
+        {"x": x, "w13": prepared.weight, "w2": w2, "out": out},
+        {"topk_ids": topk_ids, "topk_weights": topk_weights, "w2_bias": w2_bias,
+         "w13 bias": prepared.bias},
+    )  # fmt: skip
+    if t == 0:
+        return out
+    ws = _workspace_for(workspace, t, k, e, h, i, x)
+    if ws.device != x.device:
+        raise ValueError(f"workspace is on {ws.device}, x on {x.device}")
+    key = (device, t, k, e, h, i, ldx, w2.stride(1), w2.stride(0), prepared.activation)
+    plan = _plans.get(key)
+    if plan is None:
+        sizes = {"tokens": t, "top_k": k, "experts": e, "hidden": h, "intermediate": i,
+                 "ldx": ldx, "ldo": h, "ldw2": w2.stride(1), "ldw2_group": w2.stride(0)}  # fmt: skip
+        plan = _plans[key] = _LayerPlan(device, sizes, prepared.activation)
+    plan.run(x, prepared, w2, w2_bias, topk_ids, topk_weights, out, ws)
+    return out
+
+
+class _MaskedPlan:
+    """The two bound GEMM launches of one fused_moe_masked signature."""
+
+    def __init__(self, device: int, e: int, max_m: int, h: int, i: int, expected: int, act: str,
+                 ldw2: int, ldw2_group: int) -> None:  # fmt: skip
+        rows = e * max_m
+        d1 = GemmDesc("m_grouped_masked", max_m, 2 * i, h, e, expected_m=expected, epilogue=act)
+        d2 = GemmDesc("m_grouped_masked", max_m, h, i, e, expected_m=expected,
+                      epilogue="row_scale")  # fmt: skip
+        self.gemm1 = plans.make_plan(device, d1, (rows, max_m, 2 * i, h, e, h, h, 2 * i * h, i))
+        self.gemm2 = plans.make_plan(device, d2, (rows, max_m, h, i, e, i, ldw2, ldw2_group, h))
+
+
+def fused_moe_masked(
+    x: torch.Tensor,
+    masked_m: torch.Tensor,
+    w13: PreparedW13,
+    w2: torch.Tensor,
+    expected_m: int,
+    *,
+    activation: str | None = None,
+    w13_bias: None = None,
+    w2_bias: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+    workspace: MoEWorkspace | None = None,
+) -> torch.Tensor:
+    """The experts on inputs already dispatched per expert: out[g, r] = SwiGLU(x[g, r] @
+    w13[g]^T + b13[g]) @ w2[g]^T + b2[g] for r < masked_m[g] (clamped to [0, max_m] on the
+    device); rows past it are not written. x [E, max_m, H] BF16 contiguous, masked_m int32 [E]
+    on the device, expected_m the rows an expert is expected to hold (steers the tiles).
+    workspace.h (or a per-call buffer) holds the [E * max_m, I] intermediate: a workspace needs
+    max_tokens * top_k >= E * max_m. Never synchronizes."""
+    prepared = _check_w13(w13, activation, w13_bias)
+    e, i, h = prepared.num_experts, prepared.intermediate, prepared.hidden
+    checks.require_tensor("x", x, (torch.bfloat16,), 3)
+    if x.shape[0] != e or x.shape[2] != h:
+        raise ValueError(f"x must have shape ({e}, max_m, {h}), got {tuple(x.shape)}")
+    checks.require_contiguous("x", x)
+    max_m = x.shape[1]
+    checks.require_index_vector("masked_m", masked_m, e)
+    if isinstance(expected_m, bool) or not isinstance(expected_m, int) or expected_m <= 0:
+        raise TypeError(f"expected_m must be a positive int, got {expected_m!r}")
+    _check_w2(w2, w2_bias, e, h, i)
+    if out is None:
+        out = torch.empty(e, max_m, h, dtype=torch.bfloat16, device=x.device)
+    _check_out(out, (e, max_m, h))
+    device = checks.require_placement(
+        {"x": x, "w13": prepared.weight, "w2": w2, "out": out},
+        {"masked_m": masked_m, "w2_bias": w2_bias, "w13 bias": prepared.bias},
+    )
+    rows = e * max_m
+    if rows == 0:
+        return out
+    if workspace is None:
+        inter = torch.empty(rows, i, dtype=torch.bfloat16, device=x.device)
+    else:
+        if not isinstance(workspace, MoEWorkspace):
+            raise TypeError(f"workspace must be a moegemm.MoEWorkspace, got {type(workspace)}")
+        if workspace.intermediate != i or workspace.h.shape[0] < rows:
+            raise ValueError(
+                f"workspace holds {workspace.h.shape[0]} x {workspace.intermediate} intermediate "
+                f"rows; this call needs {rows} x {i}"
+            )
+        inter = workspace.h
+    key = (device, e, max_m, h, i, min(expected_m, max_m), w2.stride(1), w2.stride(0),
+           prepared.activation)  # fmt: skip
+    plan = _masked_plans.get(key)
+    if plan is None:
+        plan = _masked_plans[key] = _MaskedPlan(
+            device, e, max_m, h, i, min(expected_m, max_m), prepared.activation,
+            w2.stride(1), w2.stride(0),
+        )  # fmt: skip
+    stream = plans.raw_stream(device)
+    bias13 = 0 if prepared.bias is None else prepared.bias.data_ptr()
+    bias2 = 0 if w2_bias is None else w2_bias.data_ptr()
+    info = masked_m.data_ptr()
+    launched = plan.gemm1.launch(
+        x.data_ptr(), prepared.weight.data_ptr(), inter.data_ptr(), bias13, 0, info, stream
+    )
+    launched &= plan.gemm2.launch(
+        inter.data_ptr(), w2.data_ptr(), out.data_ptr(), bias2, 0, info, stream
+    )
+    plans.require_launched(launched, device)
+    return out

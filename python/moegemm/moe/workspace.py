@@ -1,0 +1,78 @@
+"""The fused MoE layer's workspace: every buffer a call writes besides `out`, allocated once so
+that a call allocates nothing and a CUDA graph captured at max_tokens serves every T up to it.
+
+Buffers (S = max_tokens * top_k rows, one per (token, choice) slot):
+  x_sorted [S, H] BF16   the gathered activations in expert order; the second GEMM's output
+                         reuses it (the first GEMM has read it by then)
+  h        [S, I] BF16   SwiGLU(x_sorted @ w13^T): the [S, 2I] gate/up product never exists
+  offs     [E] int32     each expert's end row (the grouped GEMMs' `offs`)
+  row_slot [S] int32, row_weight [S] FP32, slot_row [S] int32: the routing in both directions
+"""
+
+from __future__ import annotations
+
+import torch
+
+WEIGHT_DTYPES = ("bf16",)
+
+
+class MoEWorkspace:
+    """Buffers for fused_moe calls of up to max_tokens tokens with these sizes."""
+
+    def __init__(
+        self,
+        max_tokens: int,
+        top_k: int,
+        num_experts: int,
+        hidden: int,
+        intermediate: int,
+        weight_dtype: str = "bf16",
+        device: torch.device | str | int | None = None,
+    ) -> None:
+        sizes = {
+            "max_tokens": max_tokens,
+            "top_k": top_k,
+            "num_experts": num_experts,
+            "hidden": hidden,
+            "intermediate": intermediate,
+        }
+        for name, value in sizes.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if weight_dtype not in WEIGHT_DTYPES:
+            raise ValueError(
+                f"weight_dtype must be one of {WEIGHT_DTYPES}, got {weight_dtype!r} (MXFP4 "
+                "experts are not built yet)"
+            )
+        self.max_tokens, self.top_k, self.num_experts = max_tokens, top_k, num_experts
+        self.hidden, self.intermediate, self.weight_dtype = hidden, intermediate, weight_dtype
+        dev = torch.device("cuda", torch.cuda.current_device()) if device is None else device
+        rows = max_tokens * top_k
+        self.x_sorted = torch.empty(rows, hidden, dtype=torch.bfloat16, device=dev)
+        self.h = torch.empty(rows, intermediate, dtype=torch.bfloat16, device=dev)
+        self.offs = torch.empty(num_experts, dtype=torch.int32, device=dev)
+        self.row_slot = torch.empty(rows, dtype=torch.int32, device=dev)
+        self.row_weight = torch.empty(rows, dtype=torch.float32, device=dev)
+        self.slot_row = torch.empty(rows, dtype=torch.int32, device=dev)
+        self.device = self.x_sorted.device
+
+    @staticmethod
+    def bytes_for(
+        max_tokens: int, top_k: int, num_experts: int, hidden: int, intermediate: int
+    ) -> int:
+        """The workspace's size in bytes (the benchmark reports it per model and T)."""
+        rows = max_tokens * top_k
+        return rows * (2 * hidden + 2 * intermediate + 12) + 4 * num_experts
+
+    @property
+    def nbytes(self) -> int:
+        return self.bytes_for(
+            self.max_tokens, self.top_k, self.num_experts, self.hidden, self.intermediate
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"MoEWorkspace(max_tokens={self.max_tokens}, top_k={self.top_k}, "
+            f"num_experts={self.num_experts}, hidden={self.hidden}, "
+            f"intermediate={self.intermediate}, {self.nbytes / 2**20:.1f} MiB on {self.device})"
+        )
