@@ -1,0 +1,212 @@
+"""The fused MoE layer's host side (no GPU): weight preparation, the workspace, every argument
+check (raised before any launch, CPU tensors stand in), the references the GPU tests use, and
+the GEMM descriptions the layer builds (legal configs, kernel specs)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import moegemm
+from moegemm.heuristics import (
+    SM90,
+    GemmDesc,
+    enumerate_configs,
+    is_legal,
+    select_config,
+    selection_key,
+)
+from moegemm.jit.codegen import kernel_spec, sm90_bf16_gemm_spec
+from moegemm.moe.weights import kernel_order, source_order, split_gate_up
+from moegemm.testing.moe_reference import (
+    expert_forward,
+    fused_moe_reference,
+    route_reference,
+    swiglu,
+)
+
+E, I, H = 4, 32, 16
+
+
+def w13_of(e: int = E, i: int = I, h: int = H) -> torch.Tensor:
+    return torch.randn(e, 2 * i, h, generator=torch.Generator().manual_seed(1)).bfloat16()
+
+
+@pytest.mark.parametrize("activation", ["silu", "swiglu_oai"])
+def test_prepared_order_pairs_8_gate_with_their_8_up_rows(activation: str) -> None:
+    w = w13_of()
+    b = torch.randn(E, 2 * I)
+    p = moegemm.prepare_moe_weights(w, activation=activation, w13_bias=b)
+    gate, up = split_gate_up(w, activation)
+    for q in range(I // 8):
+        assert torch.equal(p.weight[:, 16 * q : 16 * q + 8], gate[:, 8 * q : 8 * q + 8])
+        assert torch.equal(p.weight[:, 16 * q + 8 : 16 * q + 16], up[:, 8 * q : 8 * q + 8])
+    assert torch.equal(source_order(p.weight, activation), w)
+    assert p.bias.dtype == torch.float32 and torch.equal(source_order(p.bias, activation), b)
+    assert p.weight.is_contiguous() and p.activation == activation
+    assert (p.num_experts, p.intermediate, p.hidden) == (E, I, H)
+    if activation == "swiglu_oai":  # gpt-oss: gate = even rows
+        assert torch.equal(p.weight[:, 0], w[:, 0]) and torch.equal(p.weight[:, 8], w[:, 1])
+
+
+def test_prepare_refuses_what_the_kernels_cannot_pair() -> None:
+    with pytest.raises(ValueError, match="activation"):
+        moegemm.prepare_moe_weights(w13_of(), activation="gelu")
+    with pytest.raises(TypeError, match="bfloat16"):
+        moegemm.prepare_moe_weights(w13_of().float())
+    with pytest.raises(ValueError, match="multiple of 16"):
+        moegemm.prepare_moe_weights(torch.zeros(2, 24, 16, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="H of 8"):
+        moegemm.prepare_moe_weights(torch.zeros(2, 32, 12, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="w13_bias must have shape"):
+        moegemm.prepare_moe_weights(w13_of(), w13_bias=torch.zeros(E, I))
+
+
+def test_workspace_sizes_and_refusals() -> None:
+    ws = moegemm.MoEWorkspace(10, 2, E, H, I, device="cpu")
+    assert ws.x_sorted.shape == (20, H) and ws.h.shape == (20, I)
+    assert ws.offs.shape == (E,) and ws.slot_row.shape == ws.row_slot.shape == (20,)
+    allocated = sum(
+        t.numel() * t.element_size()
+        for t in (ws.x_sorted, ws.h, ws.offs, ws.row_slot, ws.row_weight, ws.slot_row)
+    )
+    assert ws.nbytes == allocated
+    # DeepSeek-V3 at 8192 tokens: no [rows, 2I] buffer, x_sorted reused for GEMM2's rows.
+    assert moegemm.MoEWorkspace.bytes_for(8192, 8, 256, 7168, 2048) < 1.2 * 2**30
+    with pytest.raises(ValueError, match="max_tokens"):
+        moegemm.MoEWorkspace(0, 2, E, H, I, device="cpu")
+    with pytest.raises(ValueError, match="weight_dtype"):
+        moegemm.MoEWorkspace(4, 2, E, H, I, weight_dtype="mxfp4", device="cpu")
+
+
+def _call_args(t: int = 3, k: int = 2):
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(t, H, generator=g).bfloat16()
+    w13 = moegemm.prepare_moe_weights(w13_of())
+    w2 = torch.randn(E, H, I, generator=g).bfloat16()
+    ids = torch.randint(0, E, (t, k), generator=g, dtype=torch.int32)
+    weights = torch.rand(t, k, generator=g)
+    return x, w13, w2, weights, ids
+
+
+@pytest.mark.parametrize(
+    "change,error,match",
+    [
+        (lambda a: a.update(w13=w13_of()), TypeError, "prepare_moe_weights"),
+        (lambda a: a.update(activation="swiglu_oai"), ValueError, "prepared for"),
+        (lambda a: a.update(w13_bias=torch.zeros(E, 2 * I)), ValueError, "prepare_moe_weights"),
+        (lambda a: a.update(x=a["x"].float()), TypeError, "x must have dtype"),
+        (lambda a: a.update(x=a["x"][:, :8]), ValueError, "hidden"),
+        (lambda a: a.update(topk_ids=a["topk_ids"].long()), TypeError, "topk_ids"),
+        (lambda a: a.update(topk_ids=a["topk_ids"][:2]), ValueError, "rows"),
+        (lambda a: a.update(topk_weights=a["topk_weights"][:, :1]), ValueError, "topk_weights"),
+        (lambda a: a.update(topk_weights=a["topk_weights"].half()), TypeError, "topk_weights"),
+        (lambda a: a.update(w2=a["w2"][:, :, :16]), ValueError, "w2 must have shape"),
+        (lambda a: a.update(w2=a["w2"][:3]), ValueError, "w2 must have shape"),
+        (lambda a: a.update(w2_bias=torch.zeros(E, H, dtype=torch.bfloat16)), TypeError, "w2_bias"),
+        (lambda a: a.update(out=torch.empty(3, H)), TypeError, "out"),
+        (lambda a: a.update(out=torch.empty(2, H, dtype=torch.bfloat16)), ValueError, "out"),
+        (lambda a: None, ValueError, "CUDA device"),  # everything else right: CPU tensors
+    ],
+)
+def test_fused_moe_checks_before_any_launch(change, error, match) -> None:
+    x, w13, w2, weights, ids = _call_args()
+    args = {"x": x, "w13": w13, "w2": w2, "topk_weights": weights, "topk_ids": ids}
+    change(args)
+    with pytest.raises(error, match=match):
+        moegemm.fused_moe(**args)
+
+
+def test_fused_moe_masked_checks_before_any_launch() -> None:
+    _, w13, w2, _, _ = _call_args()
+    x = torch.zeros(E, 5, H, dtype=torch.bfloat16)
+    masked = torch.full((E,), 5, dtype=torch.int32)
+    with pytest.raises(ValueError, match="shape"):
+        moegemm.fused_moe_masked(x[:2], masked, w13, w2, 5)
+    with pytest.raises(TypeError, match="expected_m"):
+        moegemm.fused_moe_masked(x, masked, w13, w2, 0)
+    with pytest.raises((TypeError, ValueError), match="masked_m"):
+        moegemm.fused_moe_masked(x, masked[:2], w13, w2, 5)
+    with pytest.raises(ValueError, match="CUDA device"):
+        moegemm.fused_moe_masked(x, masked, w13, w2, 5)
+
+
+def test_reference_matches_a_per_token_loop() -> None:
+    x, _, w2, weights, ids = _call_args(t=5, k=3)
+    ids[0, 1] = -1
+    ids[2, 0] = E + 3  # out of range: dropped like -1
+    w13 = w13_of()
+    b13, b2 = torch.randn(E, 2 * I), torch.randn(E, H)
+    for act in ("silu", "swiglu_oai"):
+        got = fused_moe_reference(x, w13, w2, weights, ids, act, b13, b2)
+        for t in range(5):
+            want = torch.zeros(H)
+            for j in range(3):
+                e = int(ids[t, j])
+                if 0 <= e < E:
+                    want += weights[t, j] * expert_forward(x[t : t + 1], w13[e], w2[e], act,
+                                                           b13[e], b2[e])[0]  # fmt: skip
+            torch.testing.assert_close(got[t], want, rtol=1e-4, atol=1e-4)
+
+
+def test_swiglu_oai_clamps_as_gpt_oss() -> None:
+    gate = torch.tensor([10.0, -3.0])
+    up = torch.tensor([-9.0, 2.0])
+    got = swiglu(gate, up, "swiglu_oai")
+    want = torch.tensor(
+        [
+            (-7 + 1) * 7 * torch.sigmoid(torch.tensor(1.702 * 7)),
+            3 * -3 * torch.sigmoid(torch.tensor(-3 * 1.702)),
+        ]
+    )
+    torch.testing.assert_close(got, want)
+
+
+def test_route_reference_is_the_stable_expert_order() -> None:
+    ids = torch.tensor([[2, 0], [2, -1], [5, 2], [0, 1]], dtype=torch.int32)  # E = 3
+    r = route_reference(ids, 3)
+    assert r["offs"].tolist() == [2, 3, 6]
+    # Expert 0: slots 1, 6; expert 1: slot 7; expert 2: slots 0, 2, 5; 3 and 4 dropped.
+    assert r["row_slot"].tolist() == [1, 6, 7, 0, 2, 5]
+    assert r["slot_row"].tolist() == [3, 0, 4, -1, -1, 5, 1, 2]
+
+
+@pytest.mark.parametrize("epilogue", ["swiglu", "swiglu_oai", "row_scale"])
+@pytest.mark.parametrize("rows", [1, 8, 64, 1024])
+def test_layer_gemms_pick_register_stores_and_paired_tiles(epilogue: str, rows: int) -> None:
+    n, k = (4096, 7168) if epilogue != "row_scale" else (7168, 2048)
+    for kind in ("m_grouped_offsets", "m_grouped_masked"):
+        m = 8 * rows if kind == "m_grouped_offsets" else rows
+        desc = GemmDesc(kind, m, n, k, 8, expected_m=rows, epilogue=epilogue)
+        configs = list(enumerate_configs(desc, SM90))
+        assert configs and all(is_legal(c, desc, SM90) for c in configs)
+        assert all(c.store_cols == 0 and c.layout.cluster_size == 1 for c in configs)
+        if epilogue != "row_scale":
+            assert all(c.layout.block_n % 16 == 0 for c in configs)
+        pick = select_config(desc, SM90)
+        spec = kernel_spec(desc, pick)
+        assert spec.name.endswith(epilogue) and "kMoeEpilogue" in spec.source
+        plain = GemmDesc(kind, m, n, k, 8, expected_m=rows)
+        assert selection_key(desc, SM90) != selection_key(plain, SM90)
+
+
+def test_moe_epilogues_refuse_other_kernels() -> None:
+    desc = GemmDesc("m_grouped_offsets", 1024, 4096, 7168, 8, expected_m=128)
+    pick = select_config(desc, SM90)
+    with pytest.raises(ValueError, match="epilogue"):
+        sm90_bf16_gemm_spec(pick, "bf16", False, "bf16_gemm_nt", epilogue="swiglu")
+    with pytest.raises(ValueError, match="epilogue"):
+        sm90_bf16_gemm_spec(pick, "bf16", True, "m_grouped_offsets", epilogue="row_scale")
+    with pytest.raises(ValueError, match="unknown epilogue"):
+        GemmDesc("m_grouped_offsets", 8, 64, 64, epilogue="gelu")
+    tma = next(c for c in enumerate_configs(desc, SM90) if c.store_cols)
+    moe = GemmDesc("m_grouped_offsets", 1024, 4096, 7168, 8, expected_m=128, epilogue="swiglu")
+    assert not is_legal(tma, moe, SM90)
+    with pytest.raises(ValueError, match="register"):
+        sm90_bf16_gemm_spec(tma, "bf16", False, "m_grouped_offsets", epilogue="swiglu")
+
+
+def test_kernel_order_is_its_own_inverse_on_biases() -> None:
+    b = torch.arange(2 * 2 * 16, dtype=torch.float32).reshape(2, 32)
+    for act in ("silu", "swiglu_oai"):
+        assert torch.equal(source_order(kernel_order(b, act), act), b)
