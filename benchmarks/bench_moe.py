@@ -1,0 +1,222 @@
+"""The fused MoE layer against in-run peers on one H200 (issue 18).
+
+For each model of moe_cases.MODELS and T of moe_cases.TOKENS (routing given: distinct experts
+per token from a skewed load), the layer's time per call, CUDA-graph timed: each variant is
+captured with ROUTINGS different routings (so consecutive calls touch different experts and no
+call finds its weights in L2) and replayed; per call = replay time / ROUTINGS.
+
+  ours          moegemm.fused_moe with a workspace (four launches)
+  torch         the same layer from torch ops: argsort, gather, torch._grouped_mm with offs,
+                SwiGLU, torch._grouped_mm, routing weight, index_add_
+  moegemm comp  that composition with moegemm's grouped GEMMs (m_grouped_..._contiguous, offs)
+Ceilings in the run: a 1 GiB device copy (touched experts' weight bytes / time against it) and
+cuBLAS BF16 8192^3 (the layer's real FLOPs / time against it). Every row is checked once
+against the FP32 reference of the whole layer (calc_diff < 1e-5) before it is timed. The
+workspace size is reported per row. --json writes everything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import torch
+from moe_cases import MODELS, TOKENS, add_metrics, regime_for, targets
+
+import moegemm
+from moegemm.testing import calc_diff
+from moegemm.testing.moe_reference import fused_moe_reference, swiglu
+
+ROUTINGS = 4
+TOL = 1e-5
+
+
+def time_graph(calls: list, replays: int = 20) -> float:
+    """µs per call of `calls` (no-argument callables), captured in one CUDA graph."""
+    for call in calls:
+        call()
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        for call in calls:
+            call()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(5):
+        start.record()
+        for _ in range(replays):
+            graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / replays / len(calls))
+    return sorted(times)[len(times) // 2]
+
+
+class Layer:
+    """One model's weights (source layout for the peers, prepared for ours)."""
+
+    def __init__(self, m) -> None:
+        g = torch.Generator(device="cuda").manual_seed(0)
+        e, h, i = m.experts, m.hidden, m.intermediate
+        self.m = m
+        self.w13 = (torch.randn(e, 2 * i, h, device="cuda", generator=g) / h**0.5).bfloat16()
+        self.w2 = (torch.randn(e, h, i, device="cuda", generator=g) / i**0.5).bfloat16()
+        self.b13 = torch.randn(e, 2 * i, device="cuda", generator=g) * 0.1 if m.bias else None
+        self.b2 = torch.randn(e, h, device="cuda", generator=g) * 0.1 if m.bias else None
+        self.prepared = moegemm.prepare_moe_weights(
+            self.w13, activation=m.activation, w13_bias=self.b13
+        )
+
+    def routing(self, t: int, seed: int):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        e, k = self.m.experts, self.m.top_k
+        load = 1.0 / torch.arange(1, e + 1, device="cuda", dtype=torch.float32) ** 1.2
+        load = load[torch.randperm(e, device="cuda", generator=g)]
+        ids = torch.multinomial(load.expand(t, e), k, replacement=False, generator=g)
+        w = torch.rand(t, k, device="cuda", generator=g)
+        x = torch.randn(t, self.m.hidden, device="cuda", generator=g).bfloat16()
+        return x, ids.to(torch.int32).contiguous(), (w / w.sum(-1, keepdim=True)).contiguous()
+
+    def composition(self, x, ids, weights, grouped_mm):
+        """The layer from torch glue around `grouped_mm(a, b [E, N, K], offs) -> [rows, N]`."""
+        t, k = ids.shape
+        e = self.m.experts
+        flat = ids.reshape(-1)
+        order = torch.argsort(flat, stable=True)
+        tokens = order // k
+        counts = torch.histc(flat.float(), bins=e, min=0, max=e)
+        offs = counts.cumsum(0).to(torch.int32)
+        hu = grouped_mm(x[tokens], self.w13, offs)
+        if self.b13 is not None:
+            hu = hu + self.b13.repeat_interleave(counts.long(), dim=0, output_size=t * k)
+        if self.m.activation == "silu":
+            gate, up = hu.float().chunk(2, dim=-1)
+        else:
+            gate, up = hu.float()[:, 0::2], hu.float()[:, 1::2]
+        y = grouped_mm(swiglu(gate, up, self.m.activation).bfloat16(), self.w2, offs).float()
+        if self.b2 is not None:
+            y = y + self.b2.repeat_interleave(counts.long(), dim=0, output_size=t * k)
+        y = y * weights.reshape(-1)[order, None]
+        out = torch.zeros(t, self.m.hidden, device="cuda", dtype=torch.float32)
+        return out.index_add_(0, tokens, y).bfloat16()
+
+
+def torch_grouped_mm(a, b, offs):
+    return torch._grouped_mm(a, b.transpose(-2, -1), offs=offs)
+
+
+def moegemm_grouped_mm(a, b, offs):
+    d = torch.empty(a.shape[0], b.shape[1], device="cuda", dtype=torch.bfloat16)
+    return moegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, offs=offs)
+
+
+def run_row(layer: Layer, t: int) -> dict:
+    m = layer.m
+    row = {"model": m.name, "tokens": t, "regime": regime_for(t)}
+    sets = [layer.routing(t, seed) for seed in range(ROUTINGS)]
+    ws = moegemm.MoEWorkspace(t, m.top_k, m.experts, m.hidden, m.intermediate)
+    row["workspace_bytes"] = ws.nbytes
+    outs = [torch.empty(t, m.hidden, device="cuda", dtype=torch.bfloat16) for _ in sets]
+
+    def ours(i: int):
+        x, ids, w = sets[i]
+        return lambda: moegemm.fused_moe(x, layer.prepared, layer.w2, w, ids, w2_bias=layer.b2,
+                                         out=outs[i], workspace=ws)  # fmt: skip
+
+    x, ids, w = sets[0]
+    outs[0].fill_(float("nan"))
+    ours(0)()
+    want = fused_moe_reference(x, layer.w13, layer.w2, w, ids, m.activation, layer.b13, layer.b2)
+    diff = calc_diff(outs[0].float(), want)
+    row["calc_diff"] = diff
+    if not diff < TOL:
+        row["error"] = f"calc_diff {diff:.2e}"
+        return row
+    row["ours_us"] = time_graph([ours(i) for i in range(ROUTINGS)])
+    touched = [int(torch.unique(s[1]).numel()) for s in sets]  # outside timing
+    row["touched_bytes"] = sum(touched) / len(touched) * m.expert_bytes()
+    row["flops"] = m.flops(t * m.top_k)
+    for name, mm in (("torch_us", torch_grouped_mm), ("moegemm_comp_us", moegemm_grouped_mm)):
+        try:
+            calls = [(lambda s=s, mm=mm: layer.composition(*s, mm)) for s in sets]
+            row[name] = time_graph(calls)
+        except Exception as exc:  # noqa: BLE001 - a peer that cannot run leaves a note
+            row.setdefault("notes", {})[name] = f"{type(exc).__name__}: {exc}"[:300]
+    return row
+
+
+def ceilings() -> tuple[float, float]:
+    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    copy_us = time_graph([lambda: dst.copy_(src)], replays=10)
+    a = torch.randn(8192, 8192, device="cuda").bfloat16()
+    out = torch.empty_like(a)
+    mm_us = time_graph([lambda: torch.mm(a, a.t(), out=out)], replays=10)
+    return 2 * (1 << 30) / copy_us / 1e3, 2 * 8192**3 / mm_us / 1e6
+
+
+def cell(row: dict, key: str, spec: str = "9.1f") -> str:
+    v = row.get(key)
+    return format(v, spec) if isinstance(v, float) else format("-", ">" + spec.split(".")[0])
+
+
+def format_row(row: dict) -> str:
+    return (
+        f"{row['model']:14} {row['tokens']:5d} {cell(row, 'ours_us')} {cell(row, 'torch_us')} "
+        f"{cell(row, 'moegemm_comp_us')} {cell(row, 'x_torch', '6.2f')} "
+        f"{cell(row, 'x_moegemm_comp', '6.2f')} {cell(row, 'pct_copy', '6.2f')} "
+        f"{cell(row, 'pct_cublas', '6.2f')} {row.get('workspace_bytes', 0) / 2**20:8.1f} "
+        f"{row.get('calc_diff', float('nan')):.1e} {row.get('error', '')}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--tokens", default=",".join(map(str, TOKENS)))
+    parser.add_argument("--json")
+    args = parser.parse_args(argv)
+    models = [MODELS[name] for name in args.models.split(",")]
+    tokens = [int(t) for t in args.tokens.split(",")]
+    t0 = time.perf_counter()
+    copy_gbps, cublas_tflops = ceilings()
+    print(f"# copy {copy_gbps:.0f} GB/s, cuBLAS {cublas_tflops:.0f} TFLOP/s", flush=True)
+    rows = []
+    head = f"{'model':14} {'T':>5} {'ours us':>9} {'torch':>9} {'comp':>9} {'xtorch':>6} "
+    print(head + f"{'xcomp':>6} {'%copy':>6} {'%cuBL':>6} {'ws MiB':>8} diff", flush=True)
+    for m in models:
+        layer = Layer(m)
+        for t in tokens:
+            try:
+                row = run_row(layer, t)
+            except Exception as exc:  # noqa: BLE001 - the row keeps the reason
+                row = {"model": m.name, "tokens": t, "error": f"{type(exc).__name__}: {exc}"}
+            add_metrics(row, copy_gbps, cublas_tflops)
+            rows.append(row)
+            print(format_row(row), flush=True)
+        del layer
+        torch.cuda.empty_cache()
+    summary = targets(rows)
+    print()
+    for tgt in summary:
+        print(f"{tgt['target']:45} {tgt['status']:7} judged {tgt['judged']:3} missed "
+              f"{len(tgt['missed']):3} geomean {tgt.get('geomean') or 0:.3f}")  # fmt: skip
+        for miss in tgt["missed"][:4]:
+            print(f"    missed: {miss}")
+    print(f"# {len(rows)} rows in {time.perf_counter() - t0:.0f} s")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"copy_gbps": copy_gbps, "cublas_tflops": cublas_tflops, "rows": rows,
+                       "targets": summary}, fh, indent=1)  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
