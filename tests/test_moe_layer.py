@@ -210,3 +210,46 @@ def test_kernel_order_is_its_own_inverse_on_biases() -> None:
     b = torch.arange(2 * 2 * 16, dtype=torch.float32).reshape(2, 32)
     for act in ("silu", "swiglu_oai"):
         assert torch.equal(source_order(kernel_order(b, act), act), b)
+
+
+def test_the_layer_gemms_are_buildable_and_warmed() -> None:
+    """The descs fused_moe and fused_moe_masked build (epilogue names included) make kernel
+    specs, and `--layer`'s warmup covers every one of them for the preset's sizes."""
+    from moegemm.moe.layer import layer_gemms, masked_gemms
+    from moegemm.warmup.layer_specs import layer_specs, model_layer
+
+    model = "qwen3_30b_a3b"
+    e, h, i, top_k, activation = model_layer(model)
+    assert (e, h, i, top_k, activation) == (128, 2048, 768, 8, "silu")
+    tokens = [1, 3, 17, 64, 300]
+    warmed = set(layer_specs(model, tokens, "sm_90a", 132))
+    for t in tokens:
+        sizes = {"tokens": t, "top_k": top_k, "experts": e, "hidden": h, "intermediate": i,
+                 "ldw2": i, "ldw2_group": h * i}  # fmt: skip
+        for desc, args in layer_gemms(sizes, activation):
+            assert len(args) == 9 and args[0] == t * top_k
+            assert kernel_spec(desc, select_config(desc, SM90)) in warmed
+        for max_m in (t, max(tokens)):
+            hint = min(max(1, -(-t * top_k // e)), max_m)
+            for desc, args in masked_gemms(e, max_m, h, i, hint, activation, i, h * i):
+                assert args[0] == e * max_m
+                assert kernel_spec(desc, select_config(desc, SM90)) in warmed
+    oai = model_layer("gpt-oss-20b")
+    assert oai[-1] == "swiglu_oai"
+
+
+def test_warmup_layer_flag(capsys, tmp_path) -> None:
+    from moegemm.warmup.cli import main
+
+    base = ["--warmup", "--dry-run", "--cache-dir", str(tmp_path), "--tokens", "1,8"]
+    assert main([*base, "--model", "qwen3-30b-a3b", "--layer"]) == 0
+    out = capsys.readouterr().out
+    assert "fused layer (silu)" in out and "moe_route_gather" in out and "_swiglu" in out
+    assert main([*base, "--model", "gpt-oss-20b", "--layer"]) == 2  # MXFP4 preset
+    assert "not built yet" in capsys.readouterr().err
+    assert main([*base, "--model", "gpt-oss-20b", "--weights", "bf16", "--layer"]) == 0
+    assert "swiglu_oai" in capsys.readouterr().out
+    shapes = tmp_path / "s.json"
+    shapes.write_text('[{"n": 256, "k": 256, "num_groups": 4}]')
+    assert main([*base, "--shapes", str(shapes), "--layer"]) == 2
+    assert "--layer needs --model" in capsys.readouterr().err

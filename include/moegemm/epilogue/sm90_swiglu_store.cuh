@@ -70,8 +70,10 @@ __device__ __forceinline__ void store_swiglu_transposed(const float* acc, __nv_b
   const bool even = lane_row % 2 == 0;
   const uint32_t gate_row = n0 + 16 * (t / 32) + lane_row;  // its up row is gate_row + 8
   const uint32_t col = n0 / 2 + 8 * (t / 32) + lane_row;
-  const float bg = bias != nullptr ? bias[gate_row] : 0.0f;
-  const float bu = bias != nullptr ? bias[gate_row + 8] : 0.0f;
+  // A warpgroup may reach past N (2I need not be a multiple of 64): no bias read there.
+  const bool in_n = col < n_out;  // with 16-row pairs, the same as gate_row < N
+  const float bg = bias != nullptr && in_n ? bias[gate_row] : 0.0f;
+  const float bu = bias != nullptr && in_n ? bias[gate_row + 8] : 0.0f;
 #pragma unroll
   for (uint32_t j = 0; j < BLOCK_M / 8; ++j) {
     // Tokens 8 j + 2 (t % 4) + e, e = 0, 1: this lane's output column for both.

@@ -37,7 +37,7 @@ from ..jit.codegen import (
     moe_route_gather_spec,
 )
 from ..jit.runtime import load_kernel
-from .weights import PreparedW13
+from .weights import EPILOGUE_OF, PreparedW13
 from .workspace import MoEWorkspace
 
 MAX_EXPERTS = 1024  # the route kernel's shared-memory tables
@@ -53,6 +53,34 @@ def _launcher(launcher_type: Any, kernel: Any, num_blocks: int, threads: int, sm
     return launcher_type(kernel, 1, 1, 1, num_blocks, threads, smem, 1, 1)
 
 
+def layer_gemms(sizes: dict[str, int], activation: str) -> tuple:
+    """(desc, bound integers) of fused_moe's two GEMMs for one signature's sizes (tokens,
+    top_k, experts, hidden, intermediate, ldw2, ldw2_group): what the plan compiles and binds,
+    and what the warmup's --layer must cover."""
+    t, k, e, h, i = (sizes[key] for key in ("tokens", "top_k", "experts", "hidden",
+                                            "intermediate"))  # fmt: skip
+    slots = t * k
+    expected = max(1, math.ceil(slots / e))
+    d1 = GemmDesc("m_grouped_offsets", slots, 2 * i, h, e, expected_m=expected,
+                  epilogue=EPILOGUE_OF[activation])  # fmt: skip
+    d2 = GemmDesc("m_grouped_offsets", slots, h, i, e, expected_m=expected, epilogue="row_scale")
+    args1 = (slots, slots, 2 * i, h, e, h, h, 2 * i * h, i)
+    args2 = (slots, slots, h, i, e, i, sizes["ldw2"], sizes["ldw2_group"], h)
+    return (d1, args1), (d2, args2)
+
+
+def masked_gemms(e: int, max_m: int, h: int, i: int, expected: int, activation: str,
+                 ldw2: int, ldw2_group: int) -> tuple:  # fmt: skip
+    """(desc, bound integers) of fused_moe_masked's two GEMMs (expected already capped)."""
+    rows = e * max_m
+    d1 = GemmDesc("m_grouped_masked", max_m, 2 * i, h, e, expected_m=expected,
+                  epilogue=EPILOGUE_OF[activation])  # fmt: skip
+    d2 = GemmDesc("m_grouped_masked", max_m, h, i, e, expected_m=expected, epilogue="row_scale")
+    args1 = (rows, max_m, 2 * i, h, e, h, h, 2 * i * h, i)
+    args2 = (rows, max_m, h, i, e, i, ldw2, ldw2_group, h)
+    return (d1, args1), (d2, args2)
+
+
 class _LayerPlan:
     """The four bound launches of one fused_moe signature."""
 
@@ -60,7 +88,7 @@ class _LayerPlan:
         from .. import _C
 
         arch = arch_for_device(device)
-        t, k, e, h, i = p["tokens"], p["top_k"], p["experts"], p["hidden"], p["intermediate"]
+        t, k, e, h = p["tokens"], p["top_k"], p["experts"], p["hidden"]
         slots = t * k
         spc = min(MAX_SLOTS_PER_CTA, max(1, math.ceil(slots / arch.num_sms)))
         route_ctas = math.ceil(slots / spc)
@@ -73,15 +101,9 @@ class _LayerPlan:
             route_smem,
         )
         self.route = route.bind(device, t, k, e, h, p["ldx"], spc)
-        expected = max(1, math.ceil(slots / e))
-        d1 = GemmDesc("m_grouped_offsets", slots, 2 * i, h, e, expected_m=expected,
-                      epilogue=activation)  # fmt: skip
-        d2 = GemmDesc("m_grouped_offsets", slots, h, i, e, expected_m=expected,
-                      epilogue="row_scale")  # fmt: skip
-        self.gemm1 = plans.make_plan(device, d1, (slots, slots, 2 * i, h, e, h, h, 2 * i * h, i))
-        self.gemm2 = plans.make_plan(
-            device, d2, (slots, slots, h, i, e, i, p["ldw2"], p["ldw2_group"], h)
-        )
+        (d1, args1), (d2, args2) = layer_gemms(p, activation)
+        self.gemm1 = plans.make_plan(device, d1, args1)
+        self.gemm2 = plans.make_plan(device, d2, args2)
         chunks = math.ceil(h / 8 / MOE_COMBINE_THREADS)
         combine_ctas = max(1, min(t * chunks, arch.num_sms * COMBINE_CTAS_PER_SM))
         combine = _launcher(
@@ -235,14 +257,10 @@ def fused_moe(
 class _MaskedPlan:
     """The two bound GEMM launches of one fused_moe_masked signature."""
 
-    def __init__(self, device: int, e: int, max_m: int, h: int, i: int, expected: int, act: str,
-                 ldw2: int, ldw2_group: int) -> None:  # fmt: skip
-        rows = e * max_m
-        d1 = GemmDesc("m_grouped_masked", max_m, 2 * i, h, e, expected_m=expected, epilogue=act)
-        d2 = GemmDesc("m_grouped_masked", max_m, h, i, e, expected_m=expected,
-                      epilogue="row_scale")  # fmt: skip
-        self.gemm1 = plans.make_plan(device, d1, (rows, max_m, 2 * i, h, e, h, h, 2 * i * h, i))
-        self.gemm2 = plans.make_plan(device, d2, (rows, max_m, h, i, e, i, ldw2, ldw2_group, h))
+    def __init__(self, device: int, *sizes) -> None:
+        (d1, args1), (d2, args2) = masked_gemms(*sizes)
+        self.gemm1 = plans.make_plan(device, d1, args1)
+        self.gemm2 = plans.make_plan(device, d2, args2)
 
 
 def fused_moe_masked(

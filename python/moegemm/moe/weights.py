@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import torch
 
 ACTIVATIONS = ("silu", "swiglu_oai")
+# The first GEMM's epilogue (GemmDesc.epilogue) of each activation.
+EPILOGUE_OF = {"silu": "swiglu", "swiglu_oai": "swiglu_oai"}
 PAIR_ROWS = 8  # gate rows, then as many up rows, per 16-row group
 
 

@@ -146,6 +146,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="cache root (default $MOEGEMM_CACHE_DIR, ~/.cache/moegemm)",
     )
+    p.add_argument(
+        "--layer",
+        action="store_true",
+        help="also build the fused MoE layer's kernels (fused_moe, fused_moe_masked) of the "
+        "--model preset (BF16 experts)",
+    )
     p.add_argument("--dry-run", action="store_true", help="list what would be compiled")
     p.add_argument("--no-check", action="store_true", help="skip the GPU check after the build")
     return p
@@ -390,6 +396,25 @@ def _enumerate(
     return list(specs)
 
 
+def _layer(
+    args: argparse.Namespace, workload: Workload, token_counts: Sequence[int], num_sms: int
+) -> list[KernelSpec]:
+    """The fused layer's kernels of `--layer` (layer_specs.py)."""
+    if not args.model:
+        raise WarmupError("--layer needs --model (the layer's sizes and activation come from it)")
+    if workload.weights != "bf16":
+        raise WarmupError(
+            "--layer builds the fused layer's BF16 experts; its MXFP4 experts are not built yet "
+            "(add --weights bf16)"
+        )
+    from .layer_specs import layer_specs
+
+    key = presets.resolve_model(args.model)
+    specs = layer_specs(key, token_counts, args.arch, num_sms)
+    print(f"fused layer ({presets.model_activation(key)}): {len(specs)} kernels", flush=True)
+    return specs
+
+
 def _build_missing(missing: Sequence[KernelSpec], root: Path, jobs: int | None) -> BuildReport:
     if not missing:
         return BuildReport()
@@ -419,6 +444,8 @@ def run_warmup(args: argparse.Namespace) -> int:
     num_sms, sms_label, gpu = _target_sms(args)
     _announce(args, workload, sms_label, token_label)
     specs = _enumerate(specs_fn, workload, token_counts, args.arch, num_sms)
+    if args.layer:
+        specs = list(dict.fromkeys(specs + _layer(args, workload, token_counts, num_sms)))
     present = {s: cache.lookup(s) is not None for s in specs}
     missing = [s for s in specs if not present[s]]
     cached = [s for s in specs if present[s]]

@@ -58,6 +58,16 @@ def model_weights(name: str) -> str:
     return "mxfp4" if resolve_model(name) in MXFP4_MODELS else "bf16"
 
 
+# Presets whose experts use gpt-oss's SwiGLU (clamped, gate/up interleaved, biases); the others
+# vLLM's silu(gate) * up.
+SWIGLU_OAI_MODELS = frozenset({"gpt_oss_20b", "gpt_oss_120b"})
+
+
+def model_activation(name: str) -> str:
+    """The fused MoE layer's activation of a preset: "swiglu_oai" or "silu"."""
+    return "swiglu_oai" if resolve_model(name) in SWIGLU_OAI_MODELS else "silu"
+
+
 def model_shapes(name: str) -> list[dict[str, Any]]:
     """The GEMMs of one MoE layer: routed linear1/linear2 (grouped over all experts) and, if the
     model has shared experts, their dense `shared_linear1`/`shared_linear2` (one group)."""

@@ -1,0 +1,76 @@
+"""What `--layer` adds to a model's warmup: the kernels of the fused MoE layer (moegemm.moe),
+so that serving compiles nothing when an engine calls fused_moe or fused_moe_masked.
+
+For each token count T the layer runs S = T x top_k slots through
+  GEMM1: m_grouped_offsets, rows S, N = 2I (the preset's linear1), K = H, expected_m =
+         max(1, ceil(S / E)), epilogue = the model's SwiGLU ("swiglu", or "swiglu_oai" for
+         gpt-oss);
+  GEMM2: the same rows, N = H, K = I (linear2), epilogue "row_scale";
+and fused_moe_masked the masked twins of both over the buffers of specs.masked_max_ms, with the
+hint the mean (min(ceil(S / E), max_m)); plus the route-and-gather and combine kernels, which
+do not depend on the sizes. BF16 experts only (the layer's MXFP4 experts are not built)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+
+from ..heuristics import GemmDesc, arch_for
+from ..jit.codegen import kernel_spec, moe_combine_spec, moe_route_gather_spec
+from ..jit.spec import KernelSpec
+from ..moe.weights import EPILOGUE_OF
+from . import presets
+from .specs import Picker, check_arguments, masked_max_ms
+
+
+def layer_gemm_descs(
+    experts: int, hidden: int, intermediate: int, top_k: int, activation: str,
+    token_counts: Sequence[int],
+) -> Iterator[GemmDesc]:  # fmt: skip
+    e, h, i = experts, hidden, intermediate
+    max_tokens = max(token_counts)
+    for tokens in token_counts:
+        slots = tokens * top_k
+        expected = max(1, math.ceil(slots / e))
+        yield GemmDesc("m_grouped_offsets", slots, 2 * i, h, e, expected_m=expected,
+                       epilogue=activation)  # fmt: skip
+        yield GemmDesc("m_grouped_offsets", slots, h, i, e, expected_m=expected,
+                       epilogue="row_scale")  # fmt: skip
+        for max_m in masked_max_ms(tokens, max_tokens):
+            hint = min(expected, max_m)
+            yield GemmDesc("m_grouped_masked", max_m, 2 * i, h, e, expected_m=hint,
+                           epilogue=activation)  # fmt: skip
+            yield GemmDesc("m_grouped_masked", max_m, h, i, e, expected_m=hint,
+                           epilogue="row_scale")  # fmt: skip
+
+
+def model_layer(model: str) -> tuple[int, int, int, int, str]:
+    """(experts, hidden, intermediate, top_k, activation) of a preset's routed experts."""
+    shapes = {s["op"]: s for s in presets.model_shapes(model)}
+    up = shapes["linear1"]  # [2I, H]; linear2 is its transpose [H, I]
+    return (up["num_groups"], up["k"], up["n"] // 2, presets.model_top_k(model),
+            presets.model_activation(model))  # fmt: skip
+
+
+def layer_specs(
+    model: str, token_counts: Sequence[int], arch: str, num_sms: int,
+    picker: Picker | None = None,
+) -> list[KernelSpec]:  # fmt: skip
+    """Every kernel fused_moe / fused_moe_masked pick for `model` at `token_counts`."""
+    e, h, i, top_k, activation = model_layer(model)
+    check_arguments(token_counts, top_k, num_sms)
+    spec_arch = arch_for(arch, num_sms)
+    if spec_arch.name != "sm_90a":
+        return []
+    pick = picker if picker is not None and picker.arch == spec_arch else Picker(spec_arch)
+    specs: dict[KernelSpec, None] = {
+        moe_route_gather_spec(spec_arch.name): None,
+        moe_combine_spec(spec_arch.name): None,
+    }
+    seen: set[tuple] = set()
+    for desc in layer_gemm_descs(e, h, i, top_k, EPILOGUE_OF[activation], token_counts):
+        config = pick(desc)
+        if (desc.kind, desc.epilogue, config) not in seen:
+            seen.add((desc.kind, desc.epilogue, config))
+            specs[kernel_spec(desc, config)] = None
+    return list(specs)
