@@ -19,6 +19,8 @@
 #              GPU_RUN_FP8_ARGS, e.g. --quick)
 #   fp8cfg     scripts/fp8_fp4_config_sweep.py: the FP8 x FP4 pick against the decode kernel's
 #              configs (GPU_RUN_FP8CFG_ARGS, e.g. --problems dsv3-l1-r8-masked; ~2-3 min)
+#   moe        benchmarks/bench_moe.py, the fused MoE layer against its peers (GPU_RUN_MOE_ARGS,
+#              e.g. --models qwen3-30b-a3b --tokens 1,32,2048)
 #   quality    benchmarks/heuristic_quality.py --all (~2 min)
 #   resources  scripts/resource_report.py against .baseline/ (no GPU needed; 16 cores here)
 #   ncu        Nsight Compute on $GPU_RUN_NCU_CASE through scripts/profile_case.py, or with
@@ -47,7 +49,7 @@ shift 2
 pytest_args=("$@")
 [ ${#pytest_args[@]} -gt 0 ] || pytest_args=(-m gpu tests)
 
-known=(tests ab host warmup bench dense fp8 fp8cfg quality resources ncu)
+known=(tests ab host warmup bench dense fp8 fp8cfg moe quality resources ncu)
 stages=",${stages_arg//all/tests,ab,host,warmup},"
 for s in ${stages_arg//,/ }; do
   [[ $s == all || " ${known[*]} " == *" $s "* ]] || { echo "unknown stage '$s' (known: ${known[*]} all)"; exit 2; }
@@ -155,6 +157,11 @@ if [[ $stages == *,fp8cfg,* ]]; then
     python3 scripts/fp8_fp4_config_sweep.py --json "$log_dir/fp8_config_sweep.json" \
     ${GPU_RUN_FP8CFG_ARGS:-}
 fi
+if [[ $stages == *,moe,* ]]; then
+  # shellcheck disable=SC2086
+  run_stage moe "${GPU_RUN_MOE_TIMEOUT:-400}" bench_moe.log \
+    python3 benchmarks/bench_moe.py --json "$log_dir/bench_moe.json" ${GPU_RUN_MOE_ARGS:-}
+fi
 if [[ $stages == *,quality,* ]]; then
   # shellcheck disable=SC2086
   run_stage quality "${GPU_RUN_QUALITY_TIMEOUT:-240}" heuristic_quality.log \
@@ -197,6 +204,7 @@ fi
   [ -f "$log_dir/warmup.log" ] && { echo "-- warmup:"; grep -vE '^\[[0-9]+/[0-9]+\]' "$log_dir/warmup.log" | tail -8; }
   [ -f "$log_dir/bench_bf16.log" ] && { echo "-- bench_bf16:"; grep -A12 '^geometric means' "$log_dir/bench_bf16.log"; }
   [ -f "$log_dir/bench_fp8_fp4.log" ] && { echo "-- bench_fp8_fp4:"; tail -40 "$log_dir/bench_fp8_fp4.log"; }
+  [ -f "$log_dir/bench_moe.log" ] && { echo "-- bench_moe:"; tail -45 "$log_dir/bench_moe.log"; }
   [ -f "$log_dir/fp8_config_sweep.log" ] && { echo "-- fp8 config sweep:"; sed -n '/^problem /,$p' "$log_dir/fp8_config_sweep.log"; }
 } | tee "$log_dir/summary.txt"
 
