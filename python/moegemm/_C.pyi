@@ -256,3 +256,169 @@ class Sm90Fp8Fp4GemmLauncher:
     @property
     def num_blocks(self) -> int:
         """CTAs per launch (the planned count: no clusters, no clamp)."""
+
+
+class Sm90Bf16MoeGemmLauncher:
+    """Launches sm90_bf16_grouped_gemm (or its swap-AB twin) built with a fused-MoE epilogue
+    (Config::kMoeEpilogue: SwiGLU, D with n / 2 columns, or RowScale); register stores, no
+    clusters."""
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        block_m: int,
+        block_n: int,
+        block_k: int,
+        num_blocks: int,
+        num_threads: int,
+        smem_bytes: int,
+        cluster_m: int,
+        cluster_n: int,
+        store_cols: int = 0,
+    ) -> None: ...
+    def __call__(
+        self,
+        a_ptr: int,
+        b_ptr: int,
+        d_ptr: int,
+        bias_ptr: int,
+        row_scale_ptr: int,
+        group_info_ptr: int,
+        rows: int,
+        m: int,
+        n: int,
+        k: int,
+        num_groups: int,
+        lda: int,
+        ldb: int,
+        ldb_group: int,
+        ldd: int,
+        stream: int,
+        /,
+    ) -> None:
+        """As Sm90Bf16GemmLauncher without C, plus FP32 bias [G, n] and row scale [rows] pointers (0:
+        absent). An empty output launches nothing. Asynchronous."""
+
+    def bind(
+        self,
+        device: int,
+        rows: int,
+        m: int,
+        n: int,
+        k: int,
+        num_groups: int,
+        lda: int,
+        ldb: int,
+        ldb_group: int,
+        ldd: int,
+        /,
+    ) -> Callable[[int, int, int, int, int, int, int], bool]:
+        """launch(a_ptr, b_ptr, d_ptr, bias_ptr, row_scale_ptr, group_info_ptr, stream, /) -> bool."""
+
+    @property
+    def num_blocks(self) -> int:
+        """CTAs per launch (the planned count: no clusters, no clamp)."""
+
+
+class MoeRouteGatherLauncher:
+    """Launches moe_route_gather (include/moegemm/moe/route_gather.cuh): the fused MoE layer's
+    routing and gather; block_m/n/k are unused (pass 1)."""
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        block_m: int,
+        block_n: int,
+        block_k: int,
+        num_blocks: int,
+        num_threads: int,
+        smem_bytes: int,
+        cluster_m: int,
+        cluster_n: int,
+        store_cols: int = 0,
+    ) -> None: ...
+    def __call__(
+        self,
+        x_ptr: int,
+        x_sorted_ptr: int,
+        topk_ids_ptr: int,
+        topk_weights_ptr: int,
+        offs_ptr: int,
+        row_slot_ptr: int,
+        row_weight_ptr: int,
+        slot_row_ptr: int,
+        num_tokens: int,
+        top_k: int,
+        num_experts: int,
+        hidden: int,
+        ldx: int,
+        slots_per_cta: int,
+        stream: int,
+        /,
+    ) -> None:
+        """Routes T * top_k slots to experts and gathers x into expert order (MoeRouteParams). No
+        slots launches nothing. Asynchronous."""
+
+    def bind(
+        self,
+        device: int,
+        num_tokens: int,
+        top_k: int,
+        num_experts: int,
+        hidden: int,
+        ldx: int,
+        slots_per_cta: int,
+        /,
+    ) -> Callable[[int, int, int, int, int, int, int, int, int], bool]:
+        """launch(x_ptr, ..., slot_row_ptr, stream, /) -> bool."""
+
+    @property
+    def num_blocks(self) -> int:
+        """CTAs per launch."""
+
+
+class MoeCombineLauncher:
+    """Launches moe_combine (include/moegemm/moe/combine.cuh): each token's top_k rows summed in
+    FP32 in choice order; block_m/n/k are unused (pass 1)."""
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        block_m: int,
+        block_n: int,
+        block_k: int,
+        num_blocks: int,
+        num_threads: int,
+        smem_bytes: int,
+        cluster_m: int,
+        cluster_n: int,
+        store_cols: int = 0,
+    ) -> None: ...
+    def __call__(
+        self,
+        y_ptr: int,
+        out_ptr: int,
+        slot_row_ptr: int,
+        num_tokens: int,
+        top_k: int,
+        hidden: int,
+        ldo: int,
+        stream: int,
+        /,
+    ) -> None:
+        """out[t] = sum over j of y[slot_row[t * top_k + j]] (MoeCombineParams). Asynchronous."""
+
+    def bind(
+        self,
+        device: int,
+        num_tokens: int,
+        top_k: int,
+        hidden: int,
+        ldo: int,
+        /,
+    ) -> Callable[[int, int, int, int], bool]:
+        """launch(y_ptr, out_ptr, slot_row_ptr, stream, /) -> bool."""
+
+    @property
+    def num_blocks(self) -> int:
+        """CTAs per launch."""
