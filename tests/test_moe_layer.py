@@ -253,3 +253,38 @@ def test_warmup_layer_flag(capsys, tmp_path) -> None:
     shapes.write_text('[{"n": 256, "k": 256, "num_groups": 4}]')
     assert main([*base, "--shapes", str(shapes), "--layer"]) == 2
     assert "--layer needs --model" in capsys.readouterr().err
+
+
+def test_fullgraph_compile_sees_one_fused_moe_op() -> None:
+    """Under torch.compile(fullgraph=True) a module calling fused_moe traces to the custom op
+    moegemm::fused_moe (meta tensors: the fake implementation's checks run, nothing launches);
+    aot_eager functionalizes its mutations."""
+    dev = "meta"
+    w13 = moegemm.prepare_moe_weights(torch.zeros(E, 2 * I, H, dtype=torch.bfloat16, device=dev))
+    w2 = torch.zeros(E, H, I, dtype=torch.bfloat16, device=dev)
+    ws = moegemm.MoEWorkspace(5, 2, E, H, I, device=dev)
+
+    class Experts(torch.nn.Module):
+        def forward(self, x, ids, weights):
+            return moegemm.fused_moe(x, w13, w2, weights, ids, workspace=ws)
+
+    args = (
+        torch.zeros(5, H, dtype=torch.bfloat16, device=dev),
+        torch.zeros(5, 2, dtype=torch.int32, device=dev),
+        torch.zeros(5, 2, device=dev),
+    )
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    out = torch.compile(Experts(), fullgraph=True, backend=backend)(*args)
+    assert out.shape == (5, H) and len(graphs) == 1
+    ops = [str(n.target) for n in graphs[0].graph.nodes if "moegemm" in str(n.target)]
+    assert ops == ["moegemm.fused_moe"]
+    assert torch.compile(Experts(), fullgraph=True, backend="aot_eager")(*args).shape == (5, H)
+    bad = (args[0][:, :8], args[1], args[2])
+    # The check raises while Dynamo traces (it reports it as its own exception type).
+    with pytest.raises((ValueError, torch._dynamo.exc.Unsupported), match="hidden"):
+        torch.compile(Experts(), fullgraph=True, backend=backend)(*bad)

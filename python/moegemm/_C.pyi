@@ -257,7 +257,6 @@ class Sm90Fp8Fp4GemmLauncher:
     def num_blocks(self) -> int:
         """CTAs per launch (the planned count: no clusters, no clamp)."""
 
-
 class Sm90Bf16MoeGemmLauncher:
     """Launches sm90_bf16_grouped_gemm (or its swap-AB twin) built with a fused-MoE epilogue
     (Config::kMoeEpilogue: SwiGLU, D with n / 2 columns, or RowScale); register stores, no
@@ -319,7 +318,6 @@ class Sm90Bf16MoeGemmLauncher:
     def num_blocks(self) -> int:
         """CTAs per launch (the planned count: no clusters, no clamp)."""
 
-
 class MoeRouteGatherLauncher:
     """Launches moe_route_gather (include/moegemm/moe/route_gather.cuh): the fused MoE layer's
     routing and gather; block_m/n/k are unused (pass 1)."""
@@ -375,7 +373,6 @@ class MoeRouteGatherLauncher:
     @property
     def num_blocks(self) -> int:
         """CTAs per launch."""
-
 
 class MoeCombineLauncher:
     """Launches moe_combine (include/moegemm/moe/combine.cuh): each token's top_k rows summed in

@@ -198,6 +198,33 @@ def _workspace_for(ws: object, t: int, k: int, e: int, h: int, i: int, x) -> MoE
     return ws
 
 
+def check_fused_moe(
+    x: object,
+    w13: object,
+    w2: object,
+    topk_weights: object,
+    topk_ids: object,
+    w2_bias: object,
+    out: object,
+) -> tuple[int, ...]:
+    """The structure of a fused_moe call (types, dtypes, shapes, strides): (T, k, E, H, I, ldx).
+    The custom op's fake implementation runs this alone; placement is the caller's."""
+    prepared = w13
+    e, i, h = prepared.num_experts, prepared.intermediate, prepared.hidden
+    checks.require_tensor("x", x, (torch.bfloat16,), 2)
+    t = x.shape[0]
+    if x.shape[1] != h:
+        raise ValueError(f"x has {x.shape[1]} columns, w13 was prepared for hidden {h}")
+    ldx = checks.row_stride("x", x)
+    k = _check_routing(topk_ids, topk_weights, t)
+    _check_w2(w2, w2_bias, e, h, i)
+    if e > MAX_EXPERTS:
+        raise ValueError(f"at most {MAX_EXPERTS} experts, got {e}")
+    if out is not None:
+        _check_out(out, (t, h))
+    return t, k, e, h, i, ldx
+
+
 def fused_moe(
     x: torch.Tensor,
     w13: PreparedW13,
@@ -219,21 +246,20 @@ def fused_moe(
     x [T, H] BF16 (rows 16-byte aligned); w13 from prepare_moe_weights (its activation, its
     bias); w2 [E, H, I] BF16; topk_ids int32 [T, k], topk_weights float32 [T, k]; w2_bias
     float32 [E, H]. out [T, H] BF16 (allocated if None); workspace a MoEWorkspace (allocated per
-    call if None; pass one to allocate nothing, e.g. under CUDA graphs). Never synchronizes."""
+    call if None; pass one to allocate nothing, e.g. under CUDA graphs). Never synchronizes.
+    Under torch.compile the call is the custom op moegemm::fused_moe (moe/ops.py)."""
     prepared = _check_w13(w13, activation, w13_bias)
-    e, i, h = prepared.num_experts, prepared.intermediate, prepared.hidden
-    checks.require_tensor("x", x, (torch.bfloat16,), 2)
-    t = x.shape[0]
-    if x.shape[1] != h:
-        raise ValueError(f"x has {x.shape[1]} columns, w13 was prepared for hidden {h}")
-    ldx = checks.row_stride("x", x)
-    k = _check_routing(topk_ids, topk_weights, t)
-    _check_w2(w2, w2_bias, e, h, i)
-    if e > MAX_EXPERTS:
-        raise ValueError(f"at most {MAX_EXPERTS} experts, got {e}")
+    t, k, e, h, i, ldx = check_fused_moe(x, prepared, w2, topk_weights, topk_ids, w2_bias, out)
     if out is None:
         out = torch.empty(t, h, dtype=torch.bfloat16, device=x.device)
-    _check_out(out, (t, h))
+    if torch.compiler.is_compiling():
+        ws = _workspace_for(workspace, t, k, e, h, i, x)
+        torch.ops.moegemm.fused_moe(
+            x, prepared.weight, prepared.bias, w2, w2_bias, topk_weights, topk_ids, out,
+            ws.x_sorted, ws.h, ws.offs, ws.row_slot, ws.row_weight, ws.slot_row,
+            prepared.activation,
+        )  # fmt: skip
+        return out
     device = checks.require_placement(
         {"x": x, "w13": prepared.weight, "w2": w2, "out": out},
         {"topk_ids": topk_ids, "topk_weights": topk_weights, "w2_bias": w2_bias,

@@ -56,6 +56,21 @@ class MoEWorkspace:
         self.slot_row = torch.empty(rows, dtype=torch.int32, device=dev)
         self.device = self.x_sorted.device
 
+    @classmethod
+    def of_buffers(
+        cls, x_sorted, h, offs, row_slot, row_weight, slot_row, top_k: int
+    ) -> MoEWorkspace:
+        """A workspace over existing buffers (the custom op's real implementation gets them as
+        tensors): sizes read from their shapes."""
+        ws = cls.__new__(cls)
+        rows, ws.hidden = x_sorted.shape
+        ws.top_k, ws.num_experts, ws.intermediate = top_k, offs.shape[0], h.shape[1]
+        ws.max_tokens, ws.weight_dtype = rows // top_k, "bf16"
+        ws.x_sorted, ws.h, ws.offs = x_sorted, h, offs
+        ws.row_slot, ws.row_weight, ws.slot_row = row_slot, row_weight, slot_row
+        ws.device = x_sorted.device
+        return ws
+
     @staticmethod
     def bytes_for(
         max_tokens: int, top_k: int, num_experts: int, hidden: int, intermediate: int
