@@ -200,3 +200,19 @@ def test_masked_variant(activation: str, bias: bool) -> None:
             )
             assert calc_diff(out[g, :rows].float(), want) < TOL, g
         assert out[g, rows:].isnan().all(), (g, "rows past masked_m written")
+
+
+def test_torch_compile_of_a_module_calling_it() -> None:
+    t, k, e, h, i = 48, 4, 16, 256, 128
+    _, w2, _, _, prepared = layer(e, h, i)
+    ids, weights = routing(t, k, e, 30)
+    x = torch.randn(t, h, device="cuda", generator=gen(31)).bfloat16()
+    ws = moegemm.MoEWorkspace(t, k, e, h, i)
+
+    class Experts(torch.nn.Module):
+        def forward(self, x, ids, weights):
+            return moegemm.fused_moe(x, prepared, w2, weights, ids, workspace=ws) * 2
+
+    eager = Experts()(x, ids, weights)
+    compiled = torch.compile(Experts(), fullgraph=True)(x, ids, weights)
+    assert torch.equal(eager, compiled)
