@@ -23,7 +23,8 @@ struct MoeRouteGather {
   static constexpr const char* kDoc =
       "Launches moe_route_gather with the kernel and its launch shape bound. Call with (x_ptr, "
       "x_sorted_ptr, topk_ids_ptr, topk_weights_ptr, offs_ptr, row_slot_ptr, row_weight_ptr, "
-      "slot_row_ptr, num_tokens, top_k, num_experts, hidden, ldx, slots_per_cta, stream); "
+      "slot_row_ptr, sfa_sorted_ptr, num_tokens, top_k, num_experts, hidden, ldx, "
+      "slots_per_cta, stream): sfa_sorted 0 for BF16 rows, the FP8 rows' scales otherwise; "
       "bind(device, num_tokens, ..., slots_per_cta) fixes the integers. Never synchronizes.";
 
   static void check_shape(const LaunchShape& shape) {
@@ -35,7 +36,8 @@ struct MoeRouteGather {
   static bool fill(const LaunchShape& shape, Params& params, TmaList& /*tma*/, uint64_t x_ptr,
                    uint64_t x_sorted_ptr, uint64_t topk_ids_ptr, uint64_t topk_weights_ptr,
                    uint64_t offs_ptr, uint64_t row_slot_ptr, uint64_t row_weight_ptr,
-                   uint64_t slot_row_ptr, int64_t num_tokens, int64_t top_k, int64_t num_experts,
+                   uint64_t slot_row_ptr, uint64_t sfa_sorted_ptr, int64_t num_tokens,
+                   int64_t top_k, int64_t num_experts,
                    int64_t hidden, int64_t ldx, int64_t slots_per_cta) {
     params.num_tokens = checked_u32(num_tokens, "num_tokens");
     params.top_k = checked_u32(top_k, "top_k");
@@ -70,6 +72,42 @@ struct MoeRouteGather {
     params.row_slot = static_cast<int32_t*>(as_ptr(row_slot_ptr));
     params.row_weight = static_cast<float*>(as_ptr(row_weight_ptr));
     params.slot_row = static_cast<int32_t*>(as_ptr(slot_row_ptr));
+    params.sfa_sorted = static_cast<float*>(as_ptr(sfa_sorted_ptr));
+    return true;
+  }
+};
+
+struct MoeQuantizeRows {
+  using Params = MoeQuantizeParams;
+  static constexpr const char* kName = "MoeQuantizeRowsLauncher";
+  static constexpr size_t kNumAlignedPointers = 2;  // src (16-byte loads), dst
+  static constexpr const char* kDoc =
+      "Launches moe_quantize_rows with the kernel and its launch shape bound. Call with "
+      "(src_ptr, dst_ptr, scales_ptr, row_bound_ptr, rows, cols, ld_src, stream); row_bound 0 "
+      "for every row; bind(device, rows, cols, ld_src) fixes the integers. Never synchronizes.";
+
+  static void check_shape(const LaunchShape& shape) {
+    MoeRouteGather::check_shape(shape);
+    if (shape.num_threads % 32 != 0) {
+      throw std::invalid_argument(std::string(kName) + ": whole warps");
+    }
+  }
+
+  static bool fill(const LaunchShape& /*shape*/, Params& params, TmaList& /*tma*/,
+                   uint64_t src_ptr, uint64_t dst_ptr, uint64_t scales_ptr,
+                   uint64_t row_bound_ptr, int64_t rows, int64_t cols, int64_t ld_src) {
+    params.rows = checked_u32(rows, "rows");
+    params.cols = checked_u32(cols, "cols");
+    params.ld_src = checked_u32(ld_src, "ld_src");
+    if (cols % 8 != 0 || ld_src % 8 != 0 || ld_src < cols) {
+      throw std::invalid_argument(std::string(kName) +
+                                  ": cols and ld_src multiples of 8 with ld_src >= cols");
+    }
+    if (params.rows == 0 || params.cols == 0) return false;
+    params.src = as_ptr(src_ptr);
+    params.dst = as_ptr(dst_ptr);
+    params.scales = static_cast<float*>(as_ptr(scales_ptr));
+    params.row_bound = static_cast<const int32_t*>(as_ptr(row_bound_ptr));
     return true;
   }
 };
@@ -108,6 +146,7 @@ struct MoeCombine {
 
 void register_moe_kernels(pybind11::module_& m) {
   register_launcher<MoeRouteGather>(m);
+  register_launcher<MoeQuantizeRows>(m);
   register_launcher<MoeCombine>(m);
 }
 

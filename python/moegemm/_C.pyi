@@ -345,6 +345,7 @@ class MoeRouteGatherLauncher:
         row_slot_ptr: int,
         row_weight_ptr: int,
         slot_row_ptr: int,
+        sfa_sorted_ptr: int,
         num_tokens: int,
         top_k: int,
         num_experts: int,
@@ -354,8 +355,9 @@ class MoeRouteGatherLauncher:
         stream: int,
         /,
     ) -> None:
-        """Routes T * top_k slots to experts and gathers x into expert order (MoeRouteParams). No
-        slots launches nothing. Asynchronous."""
+        """Routes T * top_k slots to experts and gathers x into expert order (MoeRouteParams),
+        as BF16 or, built with kFp8, quantized to FP8 with its scales in sfa_sorted (0 for
+        BF16). No slots launches nothing. Asynchronous."""
 
     def bind(
         self,
@@ -367,12 +369,59 @@ class MoeRouteGatherLauncher:
         ldx: int,
         slots_per_cta: int,
         /,
-    ) -> Callable[[int, int, int, int, int, int, int, int, int], bool]:
+    ) -> Callable[[int, int, int, int, int, int, int, int, int, int], bool]:
         """launch(x_ptr, ..., slot_row_ptr, stream, /) -> bool."""
 
     @property
     def num_blocks(self) -> int:
         """CTAs per launch."""
+
+class MoeQuantizeRowsLauncher:
+    """Launches moe_quantize_rows (include/moegemm/moe/quantize_rows.cuh): BF16 rows to FP8 E4M3
+    per 128 columns with FP32 scales; block_m/n/k are unused (pass 1)."""
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        block_m: int,
+        block_n: int,
+        block_k: int,
+        num_blocks: int,
+        num_threads: int,
+        smem_bytes: int,
+        cluster_m: int,
+        cluster_n: int,
+        store_cols: int = 0,
+    ) -> None: ...
+    def __call__(
+        self,
+        src_ptr: int,
+        dst_ptr: int,
+        scales_ptr: int,
+        row_bound_ptr: int,
+        rows: int,
+        cols: int,
+        ld_src: int,
+        stream: int,
+        /,
+    ) -> None:
+        """dst, scales = per_token_cast_to_fp8(src) for rows below *row_bound (0: all rows).
+        Asynchronous."""
+
+    def bind(
+        self,
+        device: int,
+        rows: int,
+        cols: int,
+        ld_src: int,
+        /,
+    ) -> Callable[[int, int, int, int, int], bool]:
+        """launch(src_ptr, dst_ptr, scales_ptr, row_bound_ptr, stream, /) -> bool."""
+
+    @property
+    def num_blocks(self) -> int:
+        """CTAs per launch."""
+
 
 class MoeCombineLauncher:
     """Launches moe_combine (include/moegemm/moe/combine.cuh): each token's top_k rows summed in
@@ -419,3 +468,80 @@ class MoeCombineLauncher:
     @property
     def num_blocks(self) -> int:
         """CTAs per launch."""
+
+
+class Sm90Fp8Fp4MoeGemmLauncher:
+    """Launches sm90_fp8_fp4_grouped_gemm (or its decode twin) built with a fused-MoE epilogue
+    (SwiGLU or RowScale), register stores; the FP8 x FP4 launcher's arguments plus bias and
+    row-scale pointers."""
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        block_m: int,
+        block_n: int,
+        block_k: int,
+        num_blocks: int,
+        num_threads: int,
+        smem_bytes: int,
+        cluster_m: int,
+        cluster_n: int,
+        store_cols: int = 0,
+    ) -> None: ...
+    def __call__(
+        self,
+        a_ptr: int,
+        b_ptr: int,
+        d_ptr: int,
+        sfa_ptr: int,
+        sfb_ptr: int,
+        bias_ptr: int,
+        row_scale_ptr: int,
+        group_info_ptr: int,
+        rows: int,
+        m: int,
+        n: int,
+        k: int,
+        num_groups: int,
+        lda: int,
+        ldb: int,
+        ldb_group: int,
+        ldd: int,
+        sfa_stride_group: int,
+        sfa_stride_row: int,
+        sfa_stride_kb: int,
+        sfa_group_rows: int,
+        sfb_stride_group: int,
+        sfb_stride_row: int,
+        stream: int,
+        /,
+    ) -> None:
+        """As Sm90Fp8Fp4GemmLauncher, plus FP32 bias [G, n] and row scale [rows] (0: absent).
+        Asynchronous."""
+
+    def bind(
+        self,
+        device: int,
+        rows: int,
+        m: int,
+        n: int,
+        k: int,
+        num_groups: int,
+        lda: int,
+        ldb: int,
+        ldb_group: int,
+        ldd: int,
+        sfa_stride_group: int,
+        sfa_stride_row: int,
+        sfa_stride_kb: int,
+        sfa_group_rows: int,
+        sfb_stride_group: int,
+        sfb_stride_row: int,
+        /,
+    ) -> Callable[[int, int, int, int, int, int, int, int, int], bool]:
+        """launch(a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, bias_ptr, row_scale_ptr,
+        group_info_ptr, stream, /) -> bool."""
+
+    @property
+    def num_blocks(self) -> int:
+        """CTAs per launch (the planned count: no clusters, no clamp)."""

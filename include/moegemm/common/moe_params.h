@@ -14,13 +14,25 @@ struct MoeRouteParams {
   const int32_t* topk_ids;     // [T, top_k]
   const float* topk_weights;   // [T, top_k]
   const void* x;               // [T, hidden] BF16, row stride ldx elements
-  void* x_sorted;              // [T * top_k, hidden] BF16: row r = x[token of row r]
+  void* x_sorted;              // [T * top_k, hidden]: row r = x[token of row r], BF16, or FP8
+                               // E4M3 (contiguous) with the kernel's kFp8 (MXFP4 experts)
+  float* sfa_sorted;           // kFp8: [T * top_k, ceil(hidden / 128)] the rows' scales
   int32_t* offs;               // [num_experts] cumulative end row of each expert
   int32_t* row_slot;           // [T * top_k] slot of each row (rows past offs[E - 1]: unset)
   float* row_weight;           // [T * top_k] routing weight of each row
   int32_t* slot_row;           // [T * top_k] row of each slot, -1 where dropped
   uint32_t num_tokens, top_k, num_experts, hidden, ldx;
   uint32_t slots_per_cta;      // each CTA places and gathers one consecutive range of slots
+};
+
+// Per-token FP8 quantization of BF16 rows (moe/quantize_rows.cuh): dst [rows, cols] E4M3
+// contiguous, scales [rows, ceil(cols / 128)]; rows at or past *row_bound (if given) skipped.
+struct MoeQuantizeParams {
+  const void* src;             // [rows, cols] BF16, row stride ld_src elements
+  void* dst;
+  float* scales;
+  const int32_t* row_bound;    // nullptr: every row
+  uint32_t rows, cols, ld_src;
 };
 
 // Combine (moe/combine.cuh): out[t] = sum over j of y[slot_row[t * top_k + j]] in FP32, j in

@@ -25,6 +25,10 @@ struct Sm90Fp8Fp4GemmParams {
   // sfb[g, n, block] at g * sfb_stride_group + n * sfb_stride_row + block (bytes).
   const uint8_t* sfb;
   const int32_t* group_info;  // m_indices, cumulative end rows or valid rows; nullptr dense
+  // The fused MoE layer's epilogues (Config::kMoeEpilogue, as Sm90Bf16GemmParams): FP32 bias
+  // [G, N] in the kernel's row order or nullptr, the per-row scale [rows] of RowScale.
+  const float* bias;
+  const float* row_scale;
   uint64_t sfa_stride_group, sfb_stride_group;
   uint32_t sfa_stride_row, sfa_stride_kb, sfa_group_rows;
   uint32_t sfb_stride_row;

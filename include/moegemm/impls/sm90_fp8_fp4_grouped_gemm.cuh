@@ -35,6 +35,8 @@
 
 #include <moegemm/common/sm90_fp8_fp4_params.h>
 #include <moegemm/epilogue/functors.cuh>
+#include <moegemm/epilogue/sm90_swiglu_store.cuh>
+#include <moegemm/kernels/config_traits.cuh>
 #include <moegemm/epilogue/sm90_register_store.cuh>
 #include <moegemm/epilogue/sm90_tma_store.cuh>
 #include <moegemm/kernels/sm90_persistent_gemm.cuh>
@@ -71,6 +73,9 @@ struct Fp8Fp4GemmKernel {
   using Loader = PackedWeightLoader<BLOCK_M, BLOCK_N>;
   using Transform = Fp4ExpandTransform<BLOCK_N, Config::kPreparedWeights, Config::kTransformStages>;
   using Mma = Fp8PromoteMma<BLOCK_N>;
+  // The fused MoE layer's epilogues (epilogue/functors.cuh): BF16 register stores.
+  static constexpr uint32_t kMoe = moe_epilogue_of<Config>::value;
+  static_assert(kMoe == kMoeNone || !kTmaStore, "MoE epilogues store from registers");
 
   __device__ __forceinline__ static Scheduler make_scheduler(const Params& params) {
     return Scheduler(GroupingArgs{params.m, params.n, params.num_groups, params.group_info});
@@ -110,9 +115,20 @@ struct Fp8Fp4GemmKernel {
         return;
       }
     }
-    store_accumulators<BLOCK_N, __nv_bfloat16>(acc.v[0], static_cast<__nv_bfloat16*>(params.d),
-                                               params.ldd, tile.row_end, params.n, row0,
-                                               tile.n_block * BLOCK_N, Identity{});
+    auto* d = static_cast<__nv_bfloat16*>(params.d);
+    const float* bias =
+        params.bias != nullptr ? params.bias + uint64_t{tile.group} * params.n : nullptr;
+    if constexpr (kMoe == kMoeSwiGluSilu || kMoe == kMoeSwiGluOai) {
+      store_swiglu<BLOCK_N, kMoe>(acc.v[0], d, params.ldd, tile.row_end, params.n / 2, row0,
+                                  tile.n_block * BLOCK_N, bias);
+    } else if constexpr (kMoe == kMoeRowScale) {
+      store_accumulators<BLOCK_N, __nv_bfloat16>(acc.v[0], d, params.ldd, tile.row_end, params.n,
+                                                 row0, tile.n_block * BLOCK_N,
+                                                 RowScale{bias, params.row_scale});
+    } else {
+      store_accumulators<BLOCK_N, __nv_bfloat16>(acc.v[0], d, params.ldd, tile.row_end, params.n,
+                                                 row0, tile.n_block * BLOCK_N, Identity{});
+    }
   }
 };
 

@@ -30,6 +30,8 @@
 #include <moegemm/common/sm90_fp8_fp4_params.h>
 #include <moegemm/epilogue/functors.cuh>
 #include <moegemm/epilogue/sm90_swap_ab_store.cuh>
+#include <moegemm/epilogue/sm90_swiglu_store.cuh>
+#include <moegemm/kernels/config_traits.cuh>
 #include <moegemm/kernels/sm90_persistent_gemm.cuh>
 #include <moegemm/loader/tma_loaders.cuh>
 #include <moegemm/mma/sm90_fp4_register_mma.cuh>
@@ -60,6 +62,8 @@ struct Fp8Fp4SwapAbGemmKernel {
   using Loader = PackedWeightLoader<BLOCK_M, BLOCK_N>;
   using Transform = NoTransform;
   using Mma = Fp4RegisterMma<BLOCK_M, BLOCK_N, Config::kPreparedWeights>;
+  // The fused MoE layer's epilogues (epilogue/functors.cuh): SwiGLU or RowScale.
+  static constexpr uint32_t kMoe = moe_epilogue_of<Config>::value;
   static_assert(Mma::kTableBytes * kNumMathWG <= kEpilogueSmemBytes, "tables fit");
 
   __device__ __forceinline__ static Scheduler make_scheduler(const Params& params) {
@@ -80,9 +84,20 @@ struct Fp8Fp4SwapAbGemmKernel {
   __device__ __forceinline__ static void epilogue(const Params& params, typename Mma::Accum& acc,
                                                   const Tile& tile, uint32_t math_wg,
                                                   uint8_t* /*smem_d*/) {
-    store_transposed<BLOCK_M>(acc.v[0], static_cast<__nv_bfloat16*>(params.d), params.ldd,
-                              tile.row0, tile.row_end, tile.n_block * BLOCK_N + math_wg * 64,
-                              params.n, Identity{});
+    const uint32_t n0 = tile.n_block * BLOCK_N + math_wg * 64;
+    auto* d = static_cast<__nv_bfloat16*>(params.d);
+    const float* bias =
+        params.bias != nullptr ? params.bias + uint64_t{tile.group} * params.n : nullptr;
+    if constexpr (kMoe == kMoeSwiGluSilu || kMoe == kMoeSwiGluOai) {
+      store_swiglu_transposed<BLOCK_M, kMoe>(acc.v[0], d, params.ldd, tile.row0, tile.row_end,
+                                             n0, params.n / 2, bias);
+    } else if constexpr (kMoe == kMoeRowScale) {
+      store_transposed<BLOCK_M>(acc.v[0], d, params.ldd, tile.row0, tile.row_end, n0, params.n,
+                                RowScale{bias, params.row_scale});
+    } else {
+      store_transposed<BLOCK_M>(acc.v[0], d, params.ldd, tile.row0, tile.row_end, n0, params.n,
+                                Identity{});
+    }
   }
 };
 

@@ -10,7 +10,8 @@
 //      the expert's slots before this range + those earlier in this batch (earlier warps: a
 //      per-warp count table; earlier lanes: __match_any_sync), so rows follow slot order within
 //      each expert. No atomics decide a position, so reruns are bitwise equal;
-//   4. copies each kept slot's token row of x to its row of x_sorted (16-byte vectors).
+//   4. copies each kept slot's token row of x to its row of x_sorted (16-byte vectors), or with
+//      kFp8 (MXFP4 experts) writes it quantized to FP8 per 128 columns with its scales.
 // Dropped slots (expert id outside [0, E), e.g. -1 for an expert on another rank) get no row
 // and slot_row -1. Shared memory: counts [E], bases [E], warp counts [kThreads / 32][E], the
 // range's rows [slots_per_cta] (int32). No synchronization with the host; graph-safe.
@@ -19,6 +20,7 @@
 #include <stdint.h>
 
 #include <moegemm/common/moe_params.h>
+#include <moegemm/moe/fp8_rows.cuh>
 #include <moegemm/ptx/pdl.cuh>
 
 namespace moegemm::moe {
@@ -27,7 +29,7 @@ __device__ __forceinline__ bool kept(int32_t e, uint32_t num_experts) {
   return e >= 0 && static_cast<uint32_t>(e) < num_experts;
 }
 
-template <uint32_t kThreads>
+template <uint32_t kThreads, bool kFp8>
 __device__ __forceinline__ void route_gather(const MoeRouteParams& p) {
   constexpr uint32_t kWarps = kThreads / 32;
   extern __shared__ __align__(16) int32_t smem[];
@@ -108,28 +110,44 @@ __device__ __forceinline__ void route_gather(const MoeRouteParams& p) {
     if (keep && leader) warp_counts[warp * E + e] = 0;
     __syncthreads();
   }
-  // 4. Gather: 16-byte vectors of each kept slot's token row (hidden % 8 == 0, ldx % 8 == 0).
-  const uint32_t vectors = p.hidden / 8;
+  // 4. Gather: 16-byte vectors of each kept slot's token row (hidden % 8 == 0, ldx % 8 == 0);
+  //    with kFp8 quantized per 128 columns on the way (moe/fp8_rows.cuh), 16 lanes a block.
   const uint32_t local = last - first;
-  const uint4* x = static_cast<const uint4*>(p.x);
-  uint4* x_sorted = static_cast<uint4*>(p.x_sorted);
-  for (uint32_t i = tid; i < local * vectors; i += kThreads) {
-    const uint32_t slot = i / vectors, v = i % vectors;
-    const int32_t row = range_rows[slot];
-    if (row < 0) continue;
-    const uint32_t token = (first + slot) / p.top_k;
-    x_sorted[static_cast<uint64_t>(row) * vectors + v] =
-        x[static_cast<uint64_t>(token) * (p.ldx / 8) + v];
+  if constexpr (kFp8) {
+    const uint32_t blocks = (p.hidden + kFp8Block - 1) / kFp8Block;
+    const auto* x = static_cast<const __nv_bfloat16*>(p.x);
+    auto* x_sorted = static_cast<uint8_t*>(p.x_sorted);
+    for (uint32_t base = 0; base < local * blocks; base += kThreads / 16) {
+      const uint32_t item = base + tid / 16;
+      const uint32_t slot = item / blocks, block = item % blocks;
+      const int32_t row = item < local * blocks ? range_rows[slot] : -1;
+      const uint32_t token = (first + slot) / p.top_k;
+      const uint64_t r = row < 0 ? 0 : static_cast<uint64_t>(row);
+      quantize_block(x + static_cast<uint64_t>(token) * p.ldx, x_sorted + r * p.hidden,
+                     p.sfa_sorted + r * blocks + block, p.hidden, block, row >= 0);
+    }
+  } else {
+    const uint32_t vectors = p.hidden / 8;
+    const uint4* x = static_cast<const uint4*>(p.x);
+    uint4* x_sorted = static_cast<uint4*>(p.x_sorted);
+    for (uint32_t i = tid; i < local * vectors; i += kThreads) {
+      const uint32_t slot = i / vectors, v = i % vectors;
+      const int32_t row = range_rows[slot];
+      if (row < 0) continue;
+      const uint32_t token = (first + slot) / p.top_k;
+      x_sorted[static_cast<uint64_t>(row) * vectors + v] =
+          x[static_cast<uint64_t>(token) * (p.ldx / 8) + v];
+    }
   }
 }
 
-template <uint32_t kThreads>
+template <uint32_t kThreads, bool kFp8>
 __global__ void __launch_bounds__(kThreads) moe_route_gather_kernel(
     const __grid_constant__ MoeRouteParams params) {
   // Under PDL the previous kernel may still run: its writes are visible only after the wait.
   pdl_wait();
   pdl_launch_dependents();
-  route_gather<kThreads>(params);
+  route_gather<kThreads, kFp8>(params);
 }
 
 }  // namespace moegemm::moe

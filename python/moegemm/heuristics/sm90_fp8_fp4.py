@@ -102,8 +102,22 @@ def max_stages(block_m: int, block_n: int, store_cols: int, arch: ArchSpec) -> i
 
 
 def tma_store_possible(desc: GemmDesc) -> bool:
-    """As BF16: the staged epilogue writes BF16 without C (the only output of this family)."""
-    return desc.d_dtype == "bf16" and not desc.with_c
+    """As BF16: the staged epilogue writes BF16 without C (the only output of this family);
+    the fused MoE layer's epilogues store from registers."""
+    return desc.d_dtype == "bf16" and not desc.with_c and desc.epilogue == "none"
+
+
+def moe_epilogue_legal(config: GemmConfig, desc: GemmDesc) -> bool:
+    """The fused MoE layer's epilogues (GemmDesc.epilogue): the grouped walk, register stores
+    (every tile of this family pairs whole 16-row gate/up groups)."""
+    if desc.epilogue == "none":
+        return True
+    swiglu = desc.epilogue.startswith("swiglu")
+    return (
+        desc.kind in ("m_grouped_offsets", "m_grouped_masked")
+        and config.store_cols == 0
+        and (not swiglu or desc.n % 16 == 0)
+    )
 
 
 def make_config(
@@ -175,6 +189,8 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
     configs are the decode kernel's (sm90_fp8_fp4_decode)."""
     lay, pipe, launch = config.layout, config.pipeline, config.launch
     num_wg = launch.num_math_warpgroups
+    if not moe_epilogue_legal(config, desc):
+        return False
     if lay.swap_ab:
         return desc_legal(desc) and sm90_fp8_fp4_decode.is_legal(config, desc, arch)
     return (
@@ -289,7 +305,7 @@ _CANDIDATES: dict[tuple, tuple[GemmConfig, ...]] = {}
 
 def candidate_key(desc: GemmDesc) -> tuple:
     """What enumerate_configs and is_legal read of `desc`."""
-    return (desc.kind, desc.d_dtype, desc.with_c, desc_legal(desc))
+    return (desc.kind, desc.d_dtype, desc.with_c, desc_legal(desc), desc.epilogue)
 
 
 def candidates(desc: GemmDesc, arch: ArchSpec) -> tuple[GemmConfig, ...]:
@@ -320,7 +336,7 @@ def selection_key(desc: GemmDesc) -> tuple:
       kernel; a masked group's rows capped by max_m.
     """
     base = (desc.kind, desc.n, desc.k, desc.num_groups, desc.ab_dtype, desc.d_dtype)
-    base += (desc.with_c, desc.weights)
+    base += (desc.with_c, desc.weights, desc.epilogue)
     if desc.kind in RAGGED_KINDS:
         block_ms = BLOCK_M_CHOICES + sm90_fp8_fp4_decode.TOKEN_CHOICES
         blocks = tuple(RaggedBlocks.of(desc, bm) for bm in block_ms)

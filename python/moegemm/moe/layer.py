@@ -123,7 +123,7 @@ class _LayerPlan:
         xs, hb, offs = ws.x_sorted.data_ptr(), ws.h.data_ptr(), ws.offs.data_ptr()
         launched = self.route(
             x.data_ptr(), xs, ids.data_ptr(), weights.data_ptr(), offs, ws.row_slot.data_ptr(),
-            ws.row_weight.data_ptr(), ws.slot_row.data_ptr(), stream,
+            ws.row_weight.data_ptr(), ws.slot_row.data_ptr(), 0, stream,
         )  # fmt: skip
         launched &= self.gemm1.launch(xs, w13.weight.data_ptr(), hb, bias13, 0, offs, stream)
         launched &= self.gemm2.launch(

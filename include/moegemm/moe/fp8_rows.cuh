@@ -1,0 +1,61 @@
+// Per-token FP8 quantization of BF16 rows in blocks of 128 columns, as moegemm.quant
+// .per_token_cast_to_fp8 defines it (and with its bits): scale = max(amax, 1e-4) * fp32(1 / 448),
+// value = E4M3(clamp(x / scale, +-448)) with IEEE division and round-to-nearest-even. Used by
+// the fused MoE layer with MXFP4 experts: the route kernel's gather and the intermediate's
+// quantization (moe/quantize_rows.cuh).
+//
+// One 128-column block is the work of 16 consecutive lanes (a half warp), 8 columns a lane:
+// the block's amax is a 4-step xor shuffle inside the half warp. Columns past `cols` (a partial
+// last block) read as zero and are not stored.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <stdint.h>
+
+namespace moegemm::moe {
+
+constexpr uint32_t kFp8Block = 128;
+constexpr float kFp8Max = 448.0f;
+constexpr float kFp8AmaxEps = 1e-4f;
+
+// Every lane of the warp calls it (full-mask shuffles); `active` lanes hold a real block.
+__device__ __forceinline__ void quantize_block(const __nv_bfloat16* src, uint8_t* dst,
+                                               float* scale_out, uint32_t cols, uint32_t block,
+                                               bool active) {
+  const uint32_t lane16 = threadIdx.x % 16;
+  const uint32_t col = block * kFp8Block + 8 * lane16;
+  const bool in = active && col < cols;  // cols % 8 == 0: 8 columns all in or all out
+  float v[8];
+  if (in) {
+    const uint4 packed = *reinterpret_cast<const uint4*>(src + col);
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&packed);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __bfloat1622float2(h[i]);
+      v[2 * i] = f.x;
+      v[2 * i + 1] = f.y;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = 0.0f;
+  }
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
+#pragma unroll
+  for (uint32_t d = 1; d < 16; d *= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, d));
+  const float scale = fmaxf(amax, kFp8AmaxEps) * (1.0f / kFp8Max);
+  if (!in) return;
+  uint32_t word[2] = {0u, 0u};
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float q = fminf(fmaxf(__fdiv_rn(v[i], scale), -kFp8Max), kFp8Max);
+    const __nv_fp8_e4m3 e(q);
+    word[i / 4] |= uint32_t{*reinterpret_cast<const uint8_t*>(&e)} << (8 * (i % 4));
+  }
+  *reinterpret_cast<uint2*>(dst + col) = make_uint2(word[0], word[1]);
+  if (lane16 == 0) *scale_out = scale;
+}
+
+}  // namespace moegemm::moe

@@ -1,0 +1,44 @@
+// The fused MoE layer's intermediate, BF16 [rows, cols] -> FP8 E4M3 [rows, cols] with FP32
+// scales [rows, ceil(cols / 128)] (moe/fp8_rows.cuh), for the second GEMM of MXFP4 experts.
+// Rows past *row_bound (the first GEMM's last written row: offs[E - 1]) are skipped when
+// row_bound is given. kThreads / 16 blocks at a time per CTA, grid-stride.
+#pragma once
+
+#include <stdint.h>
+
+#include <moegemm/common/moe_params.h>
+#include <moegemm/moe/fp8_rows.cuh>
+#include <moegemm/ptx/pdl.cuh>
+
+namespace moegemm::moe {
+
+template <uint32_t kThreads>
+__device__ __forceinline__ void quantize_rows(const MoeQuantizeParams& p) {
+  const uint32_t blocks = (p.cols + kFp8Block - 1) / kFp8Block;
+  uint32_t rows = p.rows;
+  if (p.row_bound != nullptr) rows = min(rows, static_cast<uint32_t>(max(*p.row_bound, 0)));
+  const uint64_t items = uint64_t{rows} * blocks;
+  const uint32_t per_cta = kThreads / 16;
+  const auto* src = static_cast<const __nv_bfloat16*>(p.src);
+  auto* dst = static_cast<uint8_t*>(p.dst);
+  // Whole warps iterate together (the shuffles), so the loop bound is per warp pair.
+  for (uint64_t base = uint64_t{blockIdx.x} * per_cta; base < items;
+       base += uint64_t{gridDim.x} * per_cta) {
+    const uint64_t item = base + threadIdx.x / 16;
+    const bool active = item < items;
+    const uint64_t row = active ? item / blocks : 0;
+    const uint32_t block = active ? static_cast<uint32_t>(item % blocks) : 0;
+    quantize_block(src + row * p.ld_src, dst + row * p.cols, p.scales + row * blocks + block,
+                   p.cols, block, active);
+  }
+}
+
+template <uint32_t kThreads>
+__global__ void __launch_bounds__(kThreads) moe_quantize_rows_kernel(
+    const __grid_constant__ MoeQuantizeParams params) {
+  pdl_wait();
+  pdl_launch_dependents();
+  quantize_rows<kThreads>(params);
+}
+
+}  // namespace moegemm::moe
