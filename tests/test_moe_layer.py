@@ -76,7 +76,15 @@ def test_workspace_sizes_and_refusals() -> None:
     with pytest.raises(ValueError, match="max_tokens"):
         moegemm.MoEWorkspace(0, 2, E, H, I, device="cpu")
     with pytest.raises(ValueError, match="weight_dtype"):
-        moegemm.MoEWorkspace(4, 2, E, H, I, weight_dtype="mxfp4", device="cpu")
+        moegemm.MoEWorkspace(4, 2, E, H, I, weight_dtype="fp16", device="cpu")
+    assert ws.y is ws.x_sorted and ws.h8 is None  # BF16: GEMM2's rows reuse x_sorted
+    fp8 = moegemm.MoEWorkspace(10, 2, E, 256, 160, weight_dtype="mxfp4", device="cpu")
+    assert fp8.x_sorted.dtype == torch.float8_e4m3fn and fp8.h8.dtype == torch.float8_e4m3fn
+    assert fp8.sfa_x.shape == (20, 2) and fp8.sfa_h.shape == (20, 2)  # ceil(160 / 128)
+    assert fp8.y.shape == (20, 256) and fp8.y.dtype == torch.bfloat16
+    buffers = (fp8.x_sorted, fp8.sfa_x, fp8.h, fp8.h8, fp8.sfa_h, fp8.y, fp8.offs,
+               fp8.row_slot, fp8.row_weight, fp8.slot_row)  # fmt: skip
+    assert fp8.nbytes == sum(t.numel() * t.element_size() for t in buffers)
 
 
 def _call_args(t: int = 3, k: int = 2):
@@ -288,3 +296,65 @@ def test_fullgraph_compile_sees_one_fused_moe_op() -> None:
     # The check raises while Dynamo traces (it reports it as its own exception type).
     with pytest.raises((ValueError, torch._dynamo.exc.Unsupported), match="hidden"):
         torch.compile(Experts(), fullgraph=True, backend=backend)(*bad)
+
+
+def _mxfp4_pair(e: int, n: int, k: int, seed: int):
+    from moegemm.quant import quantize_mxfp4
+
+    w = torch.randn(e, n, k, generator=torch.Generator().manual_seed(seed)) * 0.05
+    return quantize_mxfp4(w)
+
+
+@pytest.mark.parametrize("layout", ["raw", "prepared"])
+def test_mxfp4_w13_keeps_its_rows_paired_and_its_values(layout: str) -> None:
+    """The MXFP4 w13 gets the BF16 row order on codes and scales alike; its dequantized value
+    in source order equals the checkpoint's (the prepared nibble layout moves signs only)."""
+    from moegemm.api.mxfp4_weights import Mxfp4Weights, unprepare_mxfp4_weights
+    from moegemm.quant import dequantize_mxfp4
+
+    b, sfb = _mxfp4_pair(2, 32, 64, 3)
+    for act in ("silu", "swiglu_oai"):
+        p = moegemm.prepare_moe_weights((b, sfb), activation=act, mxfp4_layout=layout)
+        assert p.is_mxfp4 and p.mxfp4_prepared == (layout == "prepared")
+        assert (p.num_experts, p.intermediate, p.hidden) == (2, 16, 64)
+        codes, scales = p.weight, p.scales
+        if layout == "prepared":
+            codes, scales = unprepare_mxfp4_weights(Mxfp4Weights(p.weight, p.scales))
+        want = dequantize_mxfp4(b, sfb)
+        got = source_order(dequantize_mxfp4(codes, scales), act)
+        assert torch.equal(got, want)
+    blocks4 = b.reshape(2, 32, 2, 16)  # gpt-oss's [E, 2I, H/32, 16] view
+    q = moegemm.prepare_moe_weights((blocks4, sfb), activation="swiglu_oai", mxfp4_layout="raw")
+    assert q.weight.shape == (2, 32, 32)
+    with pytest.raises(ValueError, match="scales"):
+        moegemm.prepare_moe_weights((b, sfb[:, :, :1]))
+
+
+def test_mxfp4_layer_checks_and_gemms() -> None:
+    """MXFP4 experts: w2 must be MXFP4 too; the layer's GEMMs are FP8 x FP4 descs of both weight
+    forms with the MoE epilogues, and compile to specs."""
+    from moegemm.moe.mxfp4 import mxfp4_layer_gemms
+
+    e, h, i = 4, 64, 32
+    w13 = moegemm.prepare_moe_weights(_mxfp4_pair(e, 2 * i, h, 4), activation="swiglu_oai")
+    w2 = _mxfp4_pair(e, h, i, 5)
+    x = torch.zeros(3, h, dtype=torch.bfloat16)
+    ids = torch.zeros(3, 2, dtype=torch.int32)
+    weights = torch.zeros(3, 2)
+    bf16_w2 = torch.zeros(e, h, i, dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match="MXFP4 too"):
+        moegemm.fused_moe(x, w13, bf16_w2, weights, ids)
+    with pytest.raises(ValueError, match="w2 blocks must have shape"):
+        moegemm.fused_moe(x, w13, (w2[0][:, :, :8], w2[1]), weights, ids)
+    with pytest.raises(ValueError, match="CUDA device"):
+        moegemm.fused_moe(x, w13, w2, weights, ids)
+    sizes = {"tokens": 5, "top_k": 2, "experts": e, "hidden": h, "intermediate": i}
+    (d1, a1), (d2, a2) = mxfp4_layer_gemms(sizes, w13, False)
+    assert d1.ab_dtype == d2.ab_dtype == "fp8_fp4"
+    assert (d1.weights, d1.epilogue, d2.weights, d2.epilogue) == (
+        "prepared", "swiglu_oai", "raw", "row_scale"
+    )  # fmt: skip
+    assert len(a1) == len(a2) == 15 and a1[:5] == (10, 10, 2 * i, h, e)
+    for d in (d1, d2):
+        spec = kernel_spec(d, select_config(d, SM90))
+        assert "kMoeEpilogue" in spec.source and spec.name.endswith(d.epilogue)

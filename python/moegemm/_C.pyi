@@ -422,7 +422,6 @@ class MoeQuantizeRowsLauncher:
     def num_blocks(self) -> int:
         """CTAs per launch."""
 
-
 class MoeCombineLauncher:
     """Launches moe_combine (include/moegemm/moe/combine.cuh): each token's top_k rows summed in
     FP32 in choice order; block_m/n/k are unused (pass 1)."""
@@ -468,7 +467,6 @@ class MoeCombineLauncher:
     @property
     def num_blocks(self) -> int:
         """CTAs per launch."""
-
 
 class Sm90Fp8Fp4MoeGemmLauncher:
     """Launches sm90_fp8_fp4_grouped_gemm (or its decode twin) built with a fused-MoE epilogue

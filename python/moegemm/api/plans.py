@@ -100,7 +100,8 @@ def build_launcher(device: int, desc: GemmDesc, config: GemmConfig | None = None
     lay = config.layout
     kernel = load_kernel(kernel_spec(desc, config))
     if desc.ab_dtype == "fp8_fp4":
-        launcher_type = _C.Sm90Fp8Fp4GemmLauncher
+        moe = desc.epilogue != "none"
+        launcher_type = _C.Sm90Fp8Fp4MoeGemmLauncher if moe else _C.Sm90Fp8Fp4GemmLauncher
     elif desc.epilogue != "none":  # the fused MoE layer's GEMMs: bias and row-scale pointers
         launcher_type = _C.Sm90Bf16MoeGemmLauncher
     elif desc.kind == "k_grouped":

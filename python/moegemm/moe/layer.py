@@ -217,12 +217,30 @@ def check_fused_moe(
         raise ValueError(f"x has {x.shape[1]} columns, w13 was prepared for hidden {h}")
     ldx = checks.row_stride("x", x)
     k = _check_routing(topk_ids, topk_weights, t)
-    _check_w2(w2, w2_bias, e, h, i)
+    _check_any_w2(prepared, w2, w2_bias, e, h, i)
     if e > MAX_EXPERTS:
         raise ValueError(f"at most {MAX_EXPERTS} experts, got {e}")
     if out is not None:
         _check_out(out, (t, h))
     return t, k, e, h, i, ldx
+
+
+def _check_any_w2(prepared: PreparedW13, w2: object, w2_bias: object, e: int, h: int, i: int):
+    """w2 of the experts' kind: BF16 [E, H, I], or MXFP4 (blocks, scales) / Mxfp4Weights with
+    MXFP4 w13. Returns (blocks, scales, prepared) for MXFP4, None for BF16."""
+    if not prepared.is_mxfp4:
+        _check_w2(w2, w2_bias, e, h, i)
+        return None
+    from .mxfp4 import check_w2_mxfp4
+
+    if isinstance(w2, torch.Tensor):
+        raise TypeError("w13 holds MXFP4 experts: w2 must be MXFP4 too, (blocks, scales)")
+    packed = check_w2_mxfp4(w2, e, h, i)
+    if w2_bias is not None:
+        checks.require_tensor("w2_bias", w2_bias, (torch.float32,), 2)
+        checks.require_shape("w2_bias", w2_bias, (e, h))
+        checks.require_contiguous("w2_bias", w2_bias)
+    return packed
 
 
 def fused_moe(
@@ -252,6 +270,9 @@ def fused_moe(
     t, k, e, h, i, ldx = check_fused_moe(x, prepared, w2, topk_weights, topk_ids, w2_bias, out)
     if out is None:
         out = torch.empty(t, h, dtype=torch.bfloat16, device=x.device)
+    if prepared.is_mxfp4:
+        return _fused_moe_mxfp4(x, prepared, w2, topk_weights, topk_ids, w2_bias, out, workspace,
+                                (t, k, e, h, i, ldx))  # fmt: skip
     if torch.compiler.is_compiling():
         ws = _workspace_for(workspace, t, k, e, h, i, x)
         torch.ops.moegemm.fused_moe(
@@ -277,6 +298,37 @@ def fused_moe(
                  "ldx": ldx, "ldo": h, "ldw2": w2.stride(1), "ldw2_group": w2.stride(0)}  # fmt: skip
         plan = _plans[key] = _LayerPlan(device, sizes, prepared.activation)
     plan.run(x, prepared, w2, w2_bias, topk_ids, topk_weights, out, ws)
+    return out
+
+
+def _fused_moe_mxfp4(x, w13: PreparedW13, w2, topk_weights, topk_ids, w2_bias, out, workspace,
+                     sizes: tuple) -> torch.Tensor:  # fmt: skip
+    """fused_moe with MXFP4 experts (moe/mxfp4.py), after the structural checks."""
+    from .mxfp4 import Mxfp4LayerPlan
+
+    if torch.compiler.is_compiling():
+        raise NotImplementedError("torch.compile of fused_moe with MXFP4 experts is not built yet")
+    t, k, e, h, i, ldx = sizes
+    w2b, w2s, w2_prepared = _check_any_w2(w13, w2, w2_bias, e, h, i)
+    device = checks.require_placement(
+        {"x": x, "w13 blocks": w13.weight, "w2 blocks": w2b, "out": out},
+        {"topk_ids": topk_ids, "topk_weights": topk_weights, "w2_bias": w2_bias,
+         "w13 bias": w13.bias, "w13 scales": w13.scales, "w2 scales": w2s},
+    )  # fmt: skip
+    if t == 0:
+        return out
+    if workspace is None:
+        workspace = MoEWorkspace(t, k, e, h, i, "mxfp4", device=x.device)
+    ws = _workspace_for(workspace, t, k, e, h, i, x)
+    if ws.weight_dtype != "mxfp4":
+        raise ValueError("MXFP4 experts need a MoEWorkspace made with weight_dtype='mxfp4'")
+    key = (device, t, k, e, h, i, ldx, w13.activation, w13.mxfp4_prepared, w2_prepared)
+    plan = _plans.get(key)
+    if plan is None:
+        sizes_d = {"tokens": t, "top_k": k, "experts": e, "hidden": h, "intermediate": i,
+                   "ldx": ldx, "ldo": h}  # fmt: skip
+        plan = _plans[key] = Mxfp4LayerPlan(device, sizes_d, w13, w2_prepared)
+    plan.run(x, w13, w2b, w2s, w2_bias, topk_ids, topk_weights, out, ws)
     return out
 
 
@@ -318,17 +370,22 @@ def fused_moe_masked(
     checks.require_index_vector("masked_m", masked_m, e)
     if isinstance(expected_m, bool) or not isinstance(expected_m, int) or expected_m <= 0:
         raise TypeError(f"expected_m must be a positive int, got {expected_m!r}")
-    _check_w2(w2, w2_bias, e, h, i)
+    mxfp4 = _check_any_w2(prepared, w2, w2_bias, e, h, i)
     if out is None:
         out = torch.empty(e, max_m, h, dtype=torch.bfloat16, device=x.device)
     _check_out(out, (e, max_m, h))
+    w2_main = w2 if mxfp4 is None else mxfp4[0]
     device = checks.require_placement(
-        {"x": x, "w13": prepared.weight, "w2": w2, "out": out},
-        {"masked_m": masked_m, "w2_bias": w2_bias, "w13 bias": prepared.bias},
-    )
+        {"x": x, "w13": prepared.weight, "w2": w2_main, "out": out},
+        {"masked_m": masked_m, "w2_bias": w2_bias, "w13 bias": prepared.bias,
+         "w13 scales": prepared.scales, "w2 scales": None if mxfp4 is None else mxfp4[1]},
+    )  # fmt: skip
     rows = e * max_m
     if rows == 0:
         return out
+    if mxfp4 is not None:
+        return _masked_mxfp4(x, masked_m, prepared, mxfp4, w2_bias, out, workspace,
+                             (device, e, max_m, h, i, min(expected_m, max_m)))  # fmt: skip
     if workspace is None:
         inter = torch.empty(rows, i, dtype=torch.bfloat16, device=x.device)
     else:
@@ -359,4 +416,21 @@ def fused_moe_masked(
         inter.data_ptr(), w2.data_ptr(), out.data_ptr(), bias2, 0, info, stream
     )
     plans.require_launched(launched, device)
+    return out
+
+
+def _masked_mxfp4(x, masked_m, w13: PreparedW13, w2, w2_bias, out, workspace, sizes: tuple):
+    from .mxfp4 import Mxfp4MaskedPlan, masked_buffers
+
+    device, e, max_m, h, i, expected = sizes
+    w2b, w2s, w2_prepared = w2
+    bufs = masked_buffers(workspace, e * max_m, h, i, x.device)
+    key = ("mxfp4", device, e, max_m, h, i, expected, w13.activation, w13.mxfp4_prepared,
+           w2_prepared)  # fmt: skip
+    plan = _masked_plans.get(key)
+    if plan is None:
+        plan = _masked_plans[key] = Mxfp4MaskedPlan(
+            device, e, max_m, h, i, expected, w13, w2_prepared
+        )
+    plan.run(x, masked_m, w13, w2b, w2s, w2_bias, out, bufs)
     return out

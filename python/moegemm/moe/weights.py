@@ -7,6 +7,11 @@ Source layouts of w13 [E, 2I, H]:
   "silu"        (vLLM, SGLang): gate = rows [0, I), up = rows [I, 2I);
   "swiglu_oai"  (gpt-oss):      gate = even rows, up = odd rows (interleaved row by row).
 The bias w13_bias [E, 2I] (gpt-oss carries one) follows its rows and is kept in FP32.
+
+MXFP4 experts (gpt-oss ships them): w13 is the checkpoint's (blocks, scales) pair, blocks uint8
+[E, 2I, H/2] (or gpt-oss's [E, 2I, H/32, 16] view of it) and scales uint8 [E, 2I, H/32], or an
+Mxfp4Weights; the same row order is applied to both, then (mxfp4_layout="prepared", the
+default) prepare_mxfp4_weights' nibble layout, 1.08 x faster in the FP8 x FP4 kernels.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+from ..api.mxfp4_weights import Mxfp4Weights, prepare_mxfp4_weights
 
 ACTIVATIONS = ("silu", "swiglu_oai")
 # The first GEMM's epilogue (GemmDesc.epilogue) of each activation.
@@ -23,12 +30,20 @@ PAIR_ROWS = 8  # gate rows, then as many up rows, per 16-row group
 
 @dataclass(frozen=True, eq=False)
 class PreparedW13:
-    """w13 in the kernel's order ([E, 2I, H] BF16, contiguous), its bias in the same order
-    ([E, 2I] FP32) or None, and the activation both were prepared for."""
+    """w13 in the kernel's order, its bias in the same order ([E, 2I] FP32) or None, and the
+    activation both were prepared for. BF16 experts: weight [E, 2I, H] BF16 and scales None;
+    MXFP4 experts: weight the packed codes uint8 [E, 2I, H/2], scales the UE8M0 bytes
+    [E, 2I, H/32], mxfp4_prepared whether the codes are in prepare_mxfp4_weights' layout."""
 
     weight: torch.Tensor
     bias: torch.Tensor | None
     activation: str
+    scales: torch.Tensor | None = None
+    mxfp4_prepared: bool = False
+
+    @property
+    def is_mxfp4(self) -> bool:
+        return self.scales is not None
 
     @property
     def num_experts(self) -> int:
@@ -40,7 +55,7 @@ class PreparedW13:
 
     @property
     def hidden(self) -> int:
-        return self.weight.shape[2]
+        return self.weight.shape[2] * (2 if self.is_mxfp4 else 1)
 
 
 def split_gate_up(t: torch.Tensor, activation: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -74,30 +89,87 @@ def source_order(t: torch.Tensor, activation: str) -> torch.Tensor:
     return torch.stack((gate, up), dim=2).reshape(e, two_i, *rest)
 
 
-def prepare_moe_weights(
-    w13: torch.Tensor, *, activation: str = "silu", w13_bias: torch.Tensor | None = None
-) -> PreparedW13:
-    """w13 [E, 2I, H] BF16 (and its bias [E, 2I], any float dtype) in the kernel's order, for
-    `fused_moe` and `fused_moe_masked`. 2I must be a multiple of 16 and H of 8. Allocates the
-    reordered copy once (the source is not kept)."""
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
-    if not isinstance(w13, torch.Tensor) or w13.dtype != torch.bfloat16 or w13.dim() != 3:
-        got = f"{w13.dtype} {tuple(w13.shape)}" if isinstance(w13, torch.Tensor) else type(w13)
-        raise TypeError(f"w13 must be a 3-D bfloat16 tensor [E, 2I, H], got {got}")
-    e, two_i, h = w13.shape
+def _bias_of(w13_bias: object, e: int, two_i: int, device, activation: str):
+    if w13_bias is None:
+        return None
+    if not isinstance(w13_bias, torch.Tensor) or not w13_bias.is_floating_point():
+        raise TypeError("w13_bias must be a floating-point tensor [E, 2I]")
+    if tuple(w13_bias.shape) != (e, two_i):
+        raise ValueError(f"w13_bias must have shape {(e, two_i)}, got {tuple(w13_bias.shape)}")
+    if w13_bias.device != device:
+        raise ValueError(f"w13_bias is on {w13_bias.device}, w13 on {device}")
+    return kernel_order(w13_bias.float(), activation)
+
+
+def _check_sizes(e: int, two_i: int, h: int, what: str) -> None:
     if e < 1 or two_i == 0 or two_i % (2 * PAIR_ROWS) or h == 0 or h % 8:
         raise ValueError(
-            f"w13 [E, 2I, H] needs E >= 1, 2I a positive multiple of 16 and H of 8, got "
-            f"{tuple(w13.shape)}"
+            f"w13 [E, 2I, H] needs E >= 1, 2I a positive multiple of 16 and H of 8, got {what}"
         )
-    bias = None
-    if w13_bias is not None:
-        if not isinstance(w13_bias, torch.Tensor) or not w13_bias.is_floating_point():
-            raise TypeError("w13_bias must be a floating-point tensor [E, 2I]")
-        if tuple(w13_bias.shape) != (e, two_i):
-            raise ValueError(f"w13_bias must have shape {(e, two_i)}, got {tuple(w13_bias.shape)}")
-        if w13_bias.device != w13.device:
-            raise ValueError(f"w13_bias is on {w13_bias.device}, w13 on {w13.device}")
-        bias = kernel_order(w13_bias.float(), activation)
+
+
+def _prepare_mxfp4(w13, activation: str, w13_bias, layout: str) -> PreparedW13:
+    if isinstance(w13, Mxfp4Weights):
+        b, sfb, prepared = w13.b, w13.sfb, w13.prepared
+    else:
+        b, sfb = w13
+        prepared = False
+    for name, t in (("w13 blocks", b), ("w13 scales", sfb)):
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.uint8:
+            raise TypeError(f"{name} must be a uint8 tensor, got {type(t).__name__}")
+    if b.dim() == 4:  # gpt-oss's blocks [E, 2I, H/32, 16]
+        b = b.reshape(b.shape[0], b.shape[1], -1)
+    if b.dim() != 3 or sfb.dim() != 3:
+        raise ValueError(
+            f"w13 blocks must be [E, 2I, H/2] (or [E, 2I, H/32, 16]) and scales [E, 2I, H/32], "
+            f"got {tuple(b.shape)} and {tuple(sfb.shape)}"
+        )
+    e, two_i, half_h = b.shape
+    h = 2 * half_h
+    _check_sizes(e, two_i, h, f"blocks {tuple(b.shape)}")
+    if h % 32 or tuple(sfb.shape) != (e, two_i, h // 32):
+        raise ValueError(
+            f"w13 scales must be [E, 2I, H/32] = {(e, two_i, h // 32)} with H % 32 == 0, got "
+            f"{tuple(sfb.shape)}"
+        )
+    if layout not in ("raw", "prepared"):
+        raise ValueError(f"mxfp4_layout must be 'raw' or 'prepared', got {layout!r}")
+    b, sfb = kernel_order(b, activation), kernel_order(sfb, activation)
+    if layout == "prepared" and not prepared:
+        packed = prepare_mxfp4_weights(b, sfb)
+        b, sfb, prepared = packed.b, packed.sfb, True
+    elif layout == "raw" and prepared:
+        raise ValueError(
+            "w13 is already in the prepared nibble layout; pass mxfp4_layout='prepared'"
+        )
+    bias = _bias_of(w13_bias, e, two_i, b.device, activation)
+    return PreparedW13(b.contiguous(), bias, activation, sfb.contiguous(), prepared)
+
+
+def prepare_moe_weights(
+    w13: object,
+    *,
+    activation: str = "silu",
+    w13_bias: torch.Tensor | None = None,
+    mxfp4_layout: str = "prepared",
+) -> PreparedW13:
+    """w13 (and its bias [E, 2I], any float dtype) in the kernel's order, for `fused_moe` and
+    `fused_moe_masked`: a BF16 tensor [E, 2I, H], or MXFP4 experts as (blocks, scales) or an
+    Mxfp4Weights (module doc). 2I must be a multiple of 16 and H of 8 (MXFP4: of 32).
+    Allocates the reordered copy once (the source is not kept)."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    if isinstance(w13, (tuple, list, Mxfp4Weights)):
+        if isinstance(w13, (tuple, list)) and len(w13) != 2:
+            raise TypeError("MXFP4 w13 must be a (blocks, scales) pair")
+        return _prepare_mxfp4(w13, activation, w13_bias, mxfp4_layout)
+    if not isinstance(w13, torch.Tensor) or w13.dtype != torch.bfloat16 or w13.dim() != 3:
+        got = f"{w13.dtype} {tuple(w13.shape)}" if isinstance(w13, torch.Tensor) else type(w13)
+        raise TypeError(
+            f"w13 must be a 3-D bfloat16 tensor [E, 2I, H] or an MXFP4 (blocks, scales) pair, "
+            f"got {got}"
+        )
+    e, two_i, h = w13.shape
+    _check_sizes(e, two_i, h, str(tuple(w13.shape)))
+    bias = _bias_of(w13_bias, e, two_i, w13.device, activation)
     return PreparedW13(kernel_order(w13, activation), bias, activation)

@@ -1,0 +1,218 @@
+"""The fused MoE layer with MXFP4 experts (FP8 activations x MXFP4 weights, the FP8 x FP4
+kernels): five launches per fused_moe call.
+
+1. route and gather, the gathered rows quantized to FP8 per token per 128 of H on the way
+   (moe/route_gather.cuh with kFp8: per_token_cast_to_fp8's rule and bits);
+2. GEMM1 (FP8 x FP4, offsets layout) with the SwiGLU epilogue: h [S, I] BF16;
+3. h quantized to FP8 per token per 128 of I (moe/quantize_rows.cuh), rows below offs[E - 1];
+4. GEMM2 (FP8 x FP4) with the RowScale epilogue (bias, routing weight): y [S, H] BF16;
+5. combine, as for BF16 experts.
+The intermediate goes through BF16 and a quantization launch instead of being written as FP8 by
+GEMM1's epilogue: a per-128-column scale spans 256 of w13's rows, more than one tile of these
+kernels holds (192 at most), so the tile alone cannot find its amax. fused_moe_masked
+quantizes x and h the same way around its two GEMMs (three launches and two quantizations).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..api import checks, plans
+from ..api.device import arch_for_device
+from ..api.fp8_fp4 import unpack_weights
+from ..heuristics import GemmDesc
+from ..jit.codegen import (
+    MOE_QUANTIZE_THREADS,
+    MOE_ROUTE_THREADS,
+    moe_combine_spec,
+    moe_quantize_rows_spec,
+    moe_route_gather_spec,
+)
+from ..jit.runtime import load_kernel
+from .weights import EPILOGUE_OF, PreparedW13
+from .workspace import FP8_BLOCK, MoEWorkspace
+
+QUANTIZE_CTAS_PER_SM = 8
+
+
+def check_w2_mxfp4(w2: object, e: int, h: int, i: int) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """(blocks [E, H, I/2], scales [E, H, I/32], prepared) of MXFP4 w2: a (blocks, scales) pair
+    (gpt-oss's [E, H, I/32, 16] blocks view accepted) or an Mxfp4Weights."""
+    b, sfb, prepared = unpack_weights(w2)
+    for name, t in (("w2 blocks", b), ("w2 scales", sfb)):
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.uint8:
+            raise TypeError(f"{name} must be a uint8 tensor, got {type(t).__name__}")
+    if b.dim() == 4:
+        b = b.reshape(b.shape[0], b.shape[1], -1)
+    if i % 32:
+        raise ValueError(f"MXFP4 w2 needs I a multiple of 32, got {i}")
+    checks.require_shape("w2 blocks", b, (e, h, i // 2))
+    checks.require_shape("w2 scales", sfb, (e, h, i // 32))
+    checks.require_contiguous("w2 blocks", b)
+    checks.require_contiguous("w2 scales", sfb)
+    return b, sfb, prepared
+
+
+def _form(prepared: bool) -> str:
+    return "prepared" if prepared else "raw"
+
+
+def fp8_gemm_args(rows: int, m: int, n: int, k: int, e: int, lda: int, ldd: int) -> tuple:
+    """The FP8 x FP4 MoE launcher's bound integers for row-major FP8 A (lda bytes) with
+    contiguous per-128 scales [rows, ceil(k / 128)], contiguous MXFP4 B [E, n, k/2] and its
+    scales [E, n, k/32], D with ldd columns."""
+    blocks = -(-k // FP8_BLOCK)
+    return (rows, m, n, k, e, lda, k // 2, n * k // 2, ldd, 0, blocks, 1, 0, n * k // 32, k // 32)
+
+
+def mxfp4_layer_gemms(sizes: dict[str, int], w13: PreparedW13, w2_prepared: bool) -> tuple:
+    """(desc, bound integers) of the two GEMMs of an MXFP4 fused_moe signature."""
+    t, k, e, h, i = (sizes[key] for key in ("tokens", "top_k", "experts", "hidden",
+                                            "intermediate"))  # fmt: skip
+    slots = t * k
+    expected = max(1, math.ceil(slots / e))
+    d1 = GemmDesc("m_grouped_offsets", slots, 2 * i, h, e, ab_dtype="fp8_fp4",
+                  expected_m=expected, weights=_form(w13.mxfp4_prepared),
+                  epilogue=EPILOGUE_OF[w13.activation])  # fmt: skip
+    d2 = GemmDesc("m_grouped_offsets", slots, h, i, e, ab_dtype="fp8_fp4", expected_m=expected,
+                  weights=_form(w2_prepared), epilogue="row_scale")  # fmt: skip
+    return (
+        (d1, fp8_gemm_args(slots, slots, 2 * i, h, e, h, i)),
+        (d2, fp8_gemm_args(slots, slots, h, i, e, i, h)),
+    )
+
+
+def mxfp4_masked_gemms(e: int, max_m: int, h: int, i: int, expected: int, w13: PreparedW13,
+                       w2_prepared: bool) -> tuple:  # fmt: skip
+    rows = e * max_m
+    d1 = GemmDesc("m_grouped_masked", max_m, 2 * i, h, e, ab_dtype="fp8_fp4", expected_m=expected,
+                  weights=_form(w13.mxfp4_prepared),
+                  epilogue=EPILOGUE_OF[w13.activation])  # fmt: skip
+    d2 = GemmDesc("m_grouped_masked", max_m, h, i, e, ab_dtype="fp8_fp4", expected_m=expected,
+                  weights=_form(w2_prepared), epilogue="row_scale")  # fmt: skip
+    return (
+        (d1, fp8_gemm_args(rows, max_m, 2 * i, h, e, h, i)),
+        (d2, fp8_gemm_args(rows, max_m, h, i, e, i, h)),
+    )
+
+
+def quantize_launch(device: int, rows: int, cols: int, ld_src: int):
+    from .. import _C
+
+    arch = arch_for_device(device)
+    items = rows * -(-cols // FP8_BLOCK)
+    ctas = max(
+        1, min(-(-items // (MOE_QUANTIZE_THREADS // 16)), arch.num_sms * QUANTIZE_CTAS_PER_SM)
+    )
+    launcher = _C.MoeQuantizeRowsLauncher(
+        load_kernel(moe_quantize_rows_spec(arch.name)), 1, 1, 1, ctas, MOE_QUANTIZE_THREADS, 0,
+        1, 1,
+    )  # fmt: skip
+    return launcher.bind(device, rows, cols, ld_src)
+
+
+class Mxfp4LayerPlan:
+    """The five bound launches of one MXFP4 fused_moe signature."""
+
+    def __init__(self, device: int, p: dict[str, int], w13: PreparedW13, w2_prepared: bool):
+        from .. import _C
+        from .layer import COMBINE_CTAS_PER_SM, MAX_SLOTS_PER_CTA, ROUTE_WARPS
+
+        arch = arch_for_device(device)
+        t, k, e, h, i = p["tokens"], p["top_k"], p["experts"], p["hidden"], p["intermediate"]
+        slots = t * k
+        spc = min(MAX_SLOTS_PER_CTA, max(1, math.ceil(slots / arch.num_sms)))
+        route = _C.MoeRouteGatherLauncher(
+            load_kernel(moe_route_gather_spec(arch.name, fp8=True)), 1, 1, 1,
+            math.ceil(slots / spc), MOE_ROUTE_THREADS, 4 * (e * (2 + ROUTE_WARPS) + spc), 1, 1,
+        )  # fmt: skip
+        self.route = route.bind(device, t, k, e, h, p["ldx"], spc)
+        (d1, args1), (d2, args2) = mxfp4_layer_gemms(p, w13, w2_prepared)
+        self.gemm1 = plans.make_plan(device, d1, args1)
+        self.quantize = quantize_launch(device, slots, i, i)
+        self.gemm2 = plans.make_plan(device, d2, args2)
+        chunks = math.ceil(h / 8 / 128)
+        combine = _C.MoeCombineLauncher(
+            load_kernel(moe_combine_spec(arch.name)), 1, 1, 1,
+            max(1, min(t * chunks, arch.num_sms * COMBINE_CTAS_PER_SM)), 128, 0, 1, 1,
+        )  # fmt: skip
+        self.combine = combine.bind(device, t, k, h, p["ldo"])
+        self.configs = (self.gemm1.config, self.gemm2.config)
+
+    def run(self, x, w13: PreparedW13, w2b, w2s, w2_bias, ids, weights, out, ws: MoEWorkspace):
+        stream = plans.raw_stream(x.device.index)
+        bias13 = 0 if w13.bias is None else w13.bias.data_ptr()
+        bias2 = 0 if w2_bias is None else w2_bias.data_ptr()
+        offs = ws.offs.data_ptr()
+        last_end = offs + 4 * (ws.num_experts - 1)
+        xs, sfa_x = ws.x_sorted.data_ptr(), ws.sfa_x.data_ptr()
+        launched = self.route(
+            x.data_ptr(), xs, ids.data_ptr(), weights.data_ptr(), offs, ws.row_slot.data_ptr(),
+            ws.row_weight.data_ptr(), ws.slot_row.data_ptr(), sfa_x, stream,
+        )  # fmt: skip
+        launched &= self.gemm1.launch(
+            xs, w13.weight.data_ptr(), ws.h.data_ptr(), sfa_x, w13.scales.data_ptr(), bias13, 0,
+            offs, stream,
+        )  # fmt: skip
+        launched &= self.quantize(
+            ws.h.data_ptr(), ws.h8.data_ptr(), ws.sfa_h.data_ptr(), last_end, stream
+        )
+        launched &= self.gemm2.launch(
+            ws.h8.data_ptr(), w2b.data_ptr(), ws.y.data_ptr(), ws.sfa_h.data_ptr(),
+            w2s.data_ptr(), bias2, ws.row_weight.data_ptr(), offs, stream,
+        )  # fmt: skip
+        launched &= self.combine(ws.y.data_ptr(), out.data_ptr(), ws.slot_row.data_ptr(), stream)
+        plans.require_launched(launched, x.device.index)
+
+
+class Mxfp4MaskedPlan:
+    """quantize x, GEMM1, quantize h, GEMM2 for one MXFP4 fused_moe_masked signature."""
+
+    def __init__(self, device: int, e: int, max_m: int, h: int, i: int, expected: int,
+                 w13: PreparedW13, w2_prepared: bool) -> None:  # fmt: skip
+        rows = e * max_m
+        (d1, args1), (d2, args2) = mxfp4_masked_gemms(e, max_m, h, i, expected, w13, w2_prepared)
+        self.quantize_x = quantize_launch(device, rows, h, h)
+        self.gemm1 = plans.make_plan(device, d1, args1)
+        self.quantize_h = quantize_launch(device, rows, i, i)
+        self.gemm2 = plans.make_plan(device, d2, args2)
+
+    def run(self, x, masked_m, w13: PreparedW13, w2b, w2s, w2_bias, out, bufs: dict) -> None:
+        device = x.device.index
+        stream = plans.raw_stream(device)
+        bias13 = 0 if w13.bias is None else w13.bias.data_ptr()
+        bias2 = 0 if w2_bias is None else w2_bias.data_ptr()
+        info = masked_m.data_ptr()
+        x8, sfa_x = bufs["x8"].data_ptr(), bufs["sfa_x"].data_ptr()
+        h, h8, sfa_h = bufs["h"].data_ptr(), bufs["h8"].data_ptr(), bufs["sfa_h"].data_ptr()
+        launched = self.quantize_x(x.data_ptr(), x8, sfa_x, 0, stream)
+        launched &= self.gemm1.launch(
+            x8, w13.weight.data_ptr(), h, sfa_x, w13.scales.data_ptr(), bias13, 0, info, stream
+        )
+        launched &= self.quantize_h(h, h8, sfa_h, 0, stream)
+        launched &= self.gemm2.launch(
+            h8, w2b.data_ptr(), out.data_ptr(), sfa_h, w2s.data_ptr(), bias2, 0, info, stream
+        )
+        plans.require_launched(launched, device)
+
+
+def masked_buffers(ws: MoEWorkspace | None, rows: int, h: int, i: int, device) -> dict:
+    """The MXFP4 masked path's FP8 copies of x and h and their scales, from the workspace (its
+    x_sorted / sfa_x / h / h8 / sfa_h, which need rows of room) or allocated."""
+    if ws is not None:
+        if ws.weight_dtype != "mxfp4" or ws.x_sorted.shape[0] < rows:
+            raise ValueError(
+                f"an MXFP4 fused_moe_masked call needs a weight_dtype 'mxfp4' workspace with "
+                f"{rows} rows; got {ws!r}"
+            )
+        return {"x8": ws.x_sorted, "sfa_x": ws.sfa_x, "h": ws.h, "h8": ws.h8, "sfa_h": ws.sfa_h}
+    fp8 = torch.float8_e4m3fn
+    return {
+        "x8": torch.empty(rows, h, dtype=fp8, device=device),
+        "sfa_x": torch.empty(rows, -(-h // FP8_BLOCK), dtype=torch.float32, device=device),
+        "h": torch.empty(rows, i, dtype=torch.bfloat16, device=device),
+        "h8": torch.empty(rows, i, dtype=fp8, device=device),
+        "sfa_h": torch.empty(rows, -(-i // FP8_BLOCK), dtype=torch.float32, device=device),
+    }
