@@ -5,7 +5,9 @@ per token from a skewed load), the layer's time per call, CUDA-graph timed: each
 captured with ROUTINGS different routings (so consecutive calls touch different experts and no
 call finds its weights in L2) and replayed; per call = replay time / ROUTINGS.
 
-  ours          moegemm.fused_moe with a workspace (four launches)
+  ours          moegemm.fused_moe with a workspace (four launches; --weights mxfp4: the same
+                experts quantized to MXFP4, five launches, the peers on their dequantized
+                BF16 values)
   torch         the same layer from torch ops: argsort, gather, torch._grouped_mm with offs,
                 SwiGLU, torch._grouped_mm, routing weight, index_add_
   moegemm comp  that composition with moegemm's grouped GEMMs (m_grouped_..._contiguous, offs)
@@ -27,10 +29,10 @@ from moe_cases import MODELS, TOKENS, add_metrics, regime_for, targets
 
 import moegemm
 from moegemm.testing import calc_diff
-from moegemm.testing.moe_reference import fused_moe_reference, swiglu
+from moegemm.testing.moe_reference import fused_moe_reference, fused_moe_reference_fp8, swiglu
 
 ROUTINGS = 4
-TOL = 1e-5
+TOL, TOL_MXFP4 = 1e-5, 1e-4
 
 
 def time_graph(calls: list, replays: int = 20) -> float:
@@ -60,18 +62,28 @@ def time_graph(calls: list, replays: int = 20) -> float:
 
 
 class Layer:
-    """One model's weights (source layout for the peers, prepared for ours)."""
+    """One model's weights (source layout for the peers, prepared for ours); with mxfp4 ours
+    are MXFP4 and the peers' BF16 weights their dequantized values."""
 
-    def __init__(self, m) -> None:
+    def __init__(self, m, weights: str = "bf16") -> None:
         g = torch.Generator(device="cuda").manual_seed(0)
         e, h, i = m.experts, m.hidden, m.intermediate
-        self.m = m
+        self.m, self.mxfp4 = m, weights == "mxfp4"
         self.w13 = (torch.randn(e, 2 * i, h, device="cuda", generator=g) / h**0.5).bfloat16()
         self.w2 = (torch.randn(e, h, i, device="cuda", generator=g) / i**0.5).bfloat16()
         self.b13 = torch.randn(e, 2 * i, device="cuda", generator=g) * 0.1 if m.bias else None
         self.b2 = torch.randn(e, h, device="cuda", generator=g) * 0.1 if m.bias else None
+        self.w2_ours = self.w2
+        w13_ours = self.w13
+        if self.mxfp4:
+            from moegemm.quant import dequantize_mxfp4, quantize_mxfp4
+
+            w13_ours, w2_raw = quantize_mxfp4(self.w13), quantize_mxfp4(self.w2)
+            self.w13 = dequantize_mxfp4(*w13_ours).bfloat16()  # exact: E2M1 x 2^s fits BF16
+            self.w2 = dequantize_mxfp4(*w2_raw).bfloat16()
+            self.w2_ours = moegemm.prepare_mxfp4_weights(*w2_raw)
         self.prepared = moegemm.prepare_moe_weights(
-            self.w13, activation=m.activation, w13_bias=self.b13
+            w13_ours, activation=m.activation, w13_bias=self.b13
         )
 
     def routing(self, t: int, seed: int):
@@ -119,29 +131,36 @@ def moegemm_grouped_mm(a, b, offs):
 
 def run_row(layer: Layer, t: int) -> dict:
     m = layer.m
-    row = {"model": m.name, "tokens": t, "regime": regime_for(t)}
+    row = {
+        "model": m.name,
+        "tokens": t,
+        "regime": regime_for(t),
+        "weights": "mxfp4" if layer.mxfp4 else "bf16",
+    }
     sets = [layer.routing(t, seed) for seed in range(ROUTINGS)]
-    ws = moegemm.MoEWorkspace(t, m.top_k, m.experts, m.hidden, m.intermediate)
+    dtype = "mxfp4" if layer.mxfp4 else "bf16"
+    ws = moegemm.MoEWorkspace(t, m.top_k, m.experts, m.hidden, m.intermediate, dtype)
     row["workspace_bytes"] = ws.nbytes
     outs = [torch.empty(t, m.hidden, device="cuda", dtype=torch.bfloat16) for _ in sets]
 
     def ours(i: int):
         x, ids, w = sets[i]
-        return lambda: moegemm.fused_moe(x, layer.prepared, layer.w2, w, ids, w2_bias=layer.b2,
-                                         out=outs[i], workspace=ws)  # fmt: skip
+        return lambda: moegemm.fused_moe(x, layer.prepared, layer.w2_ours, w, ids,
+                                         w2_bias=layer.b2, out=outs[i], workspace=ws)  # fmt: skip
 
     x, ids, w = sets[0]
     outs[0].fill_(float("nan"))
     ours(0)()
-    want = fused_moe_reference(x, layer.w13, layer.w2, w, ids, m.activation, layer.b13, layer.b2)
+    reference = fused_moe_reference_fp8 if layer.mxfp4 else fused_moe_reference
+    want = reference(x, layer.w13, layer.w2, w, ids, m.activation, layer.b13, layer.b2)
     diff = calc_diff(outs[0].float(), want)
     row["calc_diff"] = diff
-    if not diff < TOL:
+    if not diff < (TOL_MXFP4 if layer.mxfp4 else TOL):
         row["error"] = f"calc_diff {diff:.2e}"
         return row
     row["ours_us"] = time_graph([ours(i) for i in range(ROUTINGS)])
     touched = [int(torch.unique(s[1]).numel()) for s in sets]  # outside timing
-    row["touched_bytes"] = sum(touched) / len(touched) * m.expert_bytes()
+    row["touched_bytes"] = sum(touched) / len(touched) * m.expert_bytes(dtype)
     row["flops"] = m.flops(t * m.top_k)
     for name, mm in (("torch_us", torch_grouped_mm), ("moegemm_comp_us", moegemm_grouped_mm)):
         try:
@@ -181,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--tokens", default=",".join(map(str, TOKENS)))
+    parser.add_argument("--weights", choices=("bf16", "mxfp4"), default="bf16")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     models = [MODELS[name] for name in args.models.split(",")]
@@ -192,12 +212,13 @@ def main(argv: list[str] | None = None) -> int:
     head = f"{'model':14} {'T':>5} {'ours us':>9} {'torch':>9} {'comp':>9} {'xtorch':>6} "
     print(head + f"{'xcomp':>6} {'%copy':>6} {'%cuBL':>6} {'ws MiB':>8} diff", flush=True)
     for m in models:
-        layer = Layer(m)
+        layer = Layer(m, args.weights)
         for t in tokens:
             try:
                 row = run_row(layer, t)
             except Exception as exc:  # noqa: BLE001 - the row keeps the reason
                 row = {"model": m.name, "tokens": t, "error": f"{type(exc).__name__}: {exc}"}
+            row["weights"] = args.weights
             add_metrics(row, copy_gbps, cublas_tflops)
             rows.append(row)
             print(format_row(row), flush=True)

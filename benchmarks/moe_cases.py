@@ -23,9 +23,11 @@ class MoeModel:
     activation: str = "silu"
     bias: bool = False
 
-    def expert_bytes(self) -> int:
-        """BF16 bytes of one expert's w13 and w2."""
-        return 2 * 3 * self.hidden * self.intermediate
+    def expert_bytes(self, weights: str = "bf16") -> float:
+        """Bytes of one expert's w13 and w2: BF16, or MXFP4 (half a byte a weight and a scale
+        byte per 32)."""
+        per_weight = 2.0 if weights == "bf16" else 0.5 + 1 / 32
+        return per_weight * 3 * self.hidden * self.intermediate
 
     def flops(self, kept_slots: int) -> float:
         """Real FLOPs of the layer's two GEMMs for kept (token, choice) slots."""

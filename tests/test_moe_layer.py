@@ -252,9 +252,13 @@ def test_warmup_layer_flag(capsys, tmp_path) -> None:
     base = ["--warmup", "--dry-run", "--cache-dir", str(tmp_path), "--tokens", "1,8"]
     assert main([*base, "--model", "qwen3-30b-a3b", "--layer"]) == 0
     out = capsys.readouterr().out
-    assert "fused layer (silu)" in out and "moe_route_gather" in out and "_swiglu" in out
-    assert main([*base, "--model", "gpt-oss-20b", "--layer"]) == 2  # MXFP4 preset
-    assert "not built yet" in capsys.readouterr().err
+    assert (
+        "fused layer (silu, bf16 experts)" in out and "moe_route_gather" in out and "_swiglu" in out
+    )
+    assert main([*base, "--model", "gpt-oss-20b", "--layer"]) == 0  # MXFP4 preset
+    out = capsys.readouterr().out
+    assert "mxfp4 experts" in out and "moe_route_gather_t512_fp8" in out
+    assert "moe_quantize_rows" in out and "_prepared_swiglu_oai" in out and "_raw_row_scale" in out
     assert main([*base, "--model", "gpt-oss-20b", "--weights", "bf16", "--layer"]) == 0
     assert "swiglu_oai" in capsys.readouterr().out
     shapes = tmp_path / "s.json"
@@ -358,3 +362,21 @@ def test_mxfp4_layer_checks_and_gemms() -> None:
     for d in (d1, d2):
         spec = kernel_spec(d, select_config(d, SM90))
         assert "kMoeEpilogue" in spec.source and spec.name.endswith(d.epilogue)
+
+
+def test_mxfp4_layer_gemms_are_warmed() -> None:
+    from moegemm.moe.mxfp4 import mxfp4_layer_gemms
+    from moegemm.moe.weights import PreparedW13
+    from moegemm.warmup.layer_specs import layer_specs, model_layer
+
+    model = "gpt_oss_20b"
+    e, h, i, top_k, act = model_layer(model)
+    tokens = [1, 7, 64]
+    warmed = set(layer_specs(model, tokens, "sm_90a", 132, weights="mxfp4"))
+    for prepared in (False, True):
+        w13 = PreparedW13(torch.empty(e, 2 * i, h // 2, dtype=torch.uint8, device="meta"), None,
+                          act, torch.empty(1, device="meta"), prepared)  # fmt: skip
+        for t in tokens:
+            sizes = {"tokens": t, "top_k": top_k, "experts": e, "hidden": h, "intermediate": i}
+            for desc, _ in mxfp4_layer_gemms(sizes, w13, prepared):
+                assert kernel_spec(desc, select_config(desc, SM90)) in warmed

@@ -79,3 +79,53 @@ def route_reference(topk_ids: torch.Tensor, num_experts: int) -> dict[str, torch
         "slot_row": slot_row.to(torch.int32),
         "row_slot": row_slot.to(torch.int32),
     }
+
+
+def fp8_round_trip(x: torch.Tensor) -> torch.Tensor:
+    """x quantized per token per 128 (per_token_cast_to_fp8) and dequantized, in FP32."""
+    from ..quant import per_token_cast_to_fp8
+
+    a, sfa = per_token_cast_to_fp8(x)
+    return a.float() * sfa.repeat_interleave(128, dim=-1)[..., : x.shape[-1]]
+
+
+def expert_forward_fp8(
+    x: torch.Tensor,
+    w13: torch.Tensor,
+    w2: torch.Tensor,
+    activation: str,
+    b13: torch.Tensor | None = None,
+    b2: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """expert_forward with the MXFP4 layer's roundings: x through FP8 per 128, the SwiGLU
+    output rounded to BF16 and through FP8 per 128 again; w13, w2 the dequantized FP32 weights
+    in source order."""
+    hu = fp8_round_trip(x) @ w13.float().t()
+    if b13 is not None:
+        hu = hu + b13.float()
+    if activation == "silu":
+        gate, up = hu.chunk(2, dim=-1)
+    else:
+        gate, up = hu[:, 0::2], hu[:, 1::2]
+    h = swiglu(gate, up, activation).bfloat16()
+    y = fp8_round_trip(h) @ w2.float().t()
+    return y + b2.float() if b2 is not None else y
+
+
+def fused_moe_reference_fp8(
+    x, w13, w2, topk_weights, topk_ids, activation="silu", b13=None, b2=None
+) -> torch.Tensor:
+    """fused_moe_reference with expert_forward_fp8 (MXFP4 experts, dequantized weights)."""
+    t, h = x.shape
+    out = torch.zeros(t, h, dtype=torch.float32, device=x.device)
+    ids = topk_ids.long()
+    for expert in range(w13.shape[0]):
+        tokens, choice = (ids == expert).nonzero(as_tuple=True)
+        if tokens.numel() == 0:
+            continue
+        y = expert_forward_fp8(
+            x[tokens], w13[expert], w2[expert], activation,
+            None if b13 is None else b13[expert], None if b2 is None else b2[expert],
+        )  # fmt: skip
+        out.index_add_(0, tokens, y * topk_weights[tokens, choice].float()[:, None])
+    return out

@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--layer",
         action="store_true",
         help="also build the fused MoE layer's kernels (fused_moe, fused_moe_masked) of the "
-        "--model preset (BF16 experts)",
+        "--model preset, for its --weights",
     )
     p.add_argument("--dry-run", action="store_true", help="list what would be compiled")
     p.add_argument("--no-check", action="store_true", help="skip the GPU check after the build")
@@ -402,16 +402,12 @@ def _layer(
     """The fused layer's kernels of `--layer` (layer_specs.py)."""
     if not args.model:
         raise WarmupError("--layer needs --model (the layer's sizes and activation come from it)")
-    if workload.weights != "bf16":
-        raise WarmupError(
-            "--layer builds the fused layer's BF16 experts; its MXFP4 experts are not built yet "
-            "(add --weights bf16)"
-        )
     from .layer_specs import layer_specs
 
     key = presets.resolve_model(args.model)
-    specs = layer_specs(key, token_counts, args.arch, num_sms)
-    print(f"fused layer ({presets.model_activation(key)}): {len(specs)} kernels", flush=True)
+    specs = layer_specs(key, token_counts, args.arch, num_sms, weights=workload.weights)
+    what = f"{presets.model_activation(key)}, {workload.weights} experts"
+    print(f"fused layer ({what}): {len(specs)} kernels", flush=True)
     return specs
 
 

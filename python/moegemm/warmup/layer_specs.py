@@ -8,15 +8,23 @@ For each token count T the layer runs S = T x top_k slots through
   GEMM2: the same rows, N = H, K = I (linear2), epilogue "row_scale";
 and fused_moe_masked the masked twins of both over the buffers of specs.masked_max_ms, with the
 hint the mean (min(ceil(S / E), max_m)); plus the route-and-gather and combine kernels, which
-do not depend on the sizes. BF16 experts only (the layer's MXFP4 experts are not built)."""
+do not depend on the sizes. With MXFP4 experts (weights="mxfp4") the same GEMMs as FP8 x FP4
+kernels for both weight layouts (checkpoint and prepared), the FP8 route kernel and the
+intermediate's quantization kernel."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator, Sequence
 
 from ..heuristics import GemmDesc, arch_for
-from ..jit.codegen import kernel_spec, moe_combine_spec, moe_route_gather_spec
+from ..jit.codegen import (
+    kernel_spec,
+    moe_combine_spec,
+    moe_quantize_rows_spec,
+    moe_route_gather_spec,
+)
 from ..jit.spec import KernelSpec
 from ..moe.weights import EPILOGUE_OF
 from . import presets
@@ -54,23 +62,33 @@ def model_layer(model: str) -> tuple[int, int, int, int, str]:
 
 def layer_specs(
     model: str, token_counts: Sequence[int], arch: str, num_sms: int,
-    picker: Picker | None = None,
+    picker: Picker | None = None, weights: str = "bf16",
 ) -> list[KernelSpec]:  # fmt: skip
-    """Every kernel fused_moe / fused_moe_masked pick for `model` at `token_counts`."""
+    """Every kernel fused_moe / fused_moe_masked pick for `model` at `token_counts`, for BF16
+    or MXFP4 (`weights`) experts."""
     e, h, i, top_k, activation = model_layer(model)
     check_arguments(token_counts, top_k, num_sms)
     spec_arch = arch_for(arch, num_sms)
     if spec_arch.name != "sm_90a":
         return []
     pick = picker if picker is not None and picker.arch == spec_arch else Picker(spec_arch)
+    mxfp4 = weights == "mxfp4"
     specs: dict[KernelSpec, None] = {
-        moe_route_gather_spec(spec_arch.name): None,
+        moe_route_gather_spec(spec_arch.name, fp8=mxfp4): None,
         moe_combine_spec(spec_arch.name): None,
     }
+    if mxfp4:
+        specs[moe_quantize_rows_spec(spec_arch.name)] = None
     seen: set[tuple] = set()
     for desc in layer_gemm_descs(e, h, i, top_k, EPILOGUE_OF[activation], token_counts):
-        config = pick(desc)
-        if (desc.kind, desc.epilogue, config) not in seen:
-            seen.add((desc.kind, desc.epilogue, config))
-            specs[kernel_spec(desc, config)] = None
+        forms = (
+            [dataclasses.replace(desc, ab_dtype="fp8_fp4", weights=f) for f in ("raw", "prepared")]
+            if mxfp4
+            else [desc]
+        )
+        for d in forms:
+            config = pick(d)
+            if (d.kind, d.ab_dtype, d.weights, d.epilogue, config) not in seen:
+                seen.add((d.kind, d.ab_dtype, d.weights, d.epilogue, config))
+                specs[kernel_spec(d, config)] = None
     return list(specs)

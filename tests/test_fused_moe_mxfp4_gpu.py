@@ -1,0 +1,131 @@
+"""The fused MoE layer with MXFP4 experts on the H200: against an FP32 reference on the
+dequantized weights with the layer's own roundings (x and the intermediate through FP8 per 128,
+the intermediate in BF16 first: moegemm.testing.moe_reference.fused_moe_reference_fp8),
+calc_diff < 1e-4; both weight layouts; the gathered FP8 rows bitwise against
+per_token_cast_to_fp8; gpt-oss shapes (swiglu_oai, biases); graphs; the masked variant."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import moegemm
+from moegemm.quant import dequantize_mxfp4, per_token_cast_to_fp8, quantize_mxfp4
+from moegemm.testing import calc_diff
+from moegemm.testing.moe_reference import (
+    expert_forward_fp8,
+    fused_moe_reference_fp8,
+    route_reference,
+)
+
+pytestmark = pytest.mark.gpu
+TOL = 1e-4
+
+
+def gen(seed: int) -> torch.Generator:
+    return torch.Generator(device="cuda").manual_seed(seed)
+
+
+def mxfp4_layer(e, h, i, activation, bias, layout, seed=0):
+    g = gen(seed)
+    w13 = torch.randn(e, 2 * i, h, device="cuda", generator=g) / h**0.5
+    w2 = torch.randn(e, h, i, device="cuda", generator=g) / i**0.5
+    b13q, w2q = quantize_mxfp4(w13), quantize_mxfp4(w2)
+    b13 = torch.randn(e, 2 * i, device="cuda", generator=g) * 0.1 if bias else None
+    b2 = torch.randn(e, h, device="cuda", generator=g) * 0.1 if bias else None
+    prepared = moegemm.prepare_moe_weights(
+        b13q, activation=activation, w13_bias=b13, mxfp4_layout=layout
+    )
+    w2_arg = moegemm.prepare_mxfp4_weights(*w2q) if layout == "prepared" else w2q
+    return dequantize_mxfp4(*b13q), dequantize_mxfp4(*w2q), b13, b2, prepared, w2_arg
+
+
+def routing(t, k, e, seed, drop=0.0):
+    g = gen(seed)
+    load = 1.0 / torch.arange(1, e + 1, device="cuda", dtype=torch.float32) ** 1.2
+    ids = torch.multinomial(load.expand(max(t, 1), e), k, replacement=False, generator=g)[:t]
+    ids = ids.to(torch.int32)
+    if drop:
+        ids[torch.rand(t, k, device="cuda", generator=g) < drop] = -1
+    w = torch.rand(t, k, device="cuda", generator=g)
+    return ids.contiguous(), (w / w.sum(-1, keepdim=True)).contiguous()
+
+
+def run_and_check(t, k, e, h, i, activation, bias, layout, drop=0.0, seed=0):
+    w13f, w2f, b13, b2, prepared, w2 = mxfp4_layer(e, h, i, activation, bias, layout, seed)
+    ids, weights = routing(t, k, e, seed + 1, drop)
+    x = torch.randn(t, h, device="cuda", generator=gen(seed + 2)).bfloat16()
+    ws = moegemm.MoEWorkspace(t, k, e, h, i, weight_dtype="mxfp4")
+    ws.h.fill_(float("nan"))
+    ws.y.fill_(float("nan"))
+    out = torch.full((t, h), float("nan"), device="cuda", dtype=torch.bfloat16)
+    moegemm.fused_moe(x, prepared, w2, weights, ids, w2_bias=b2, out=out, workspace=ws)
+    want = fused_moe_reference_fp8(x, w13f, w2f, weights, ids, activation, b13, b2)
+    assert not out.isnan().any()
+    assert calc_diff(out.float(), want) < TOL, calc_diff(out.float(), want)
+    ref = route_reference(ids, e)
+    kept = ref["row_slot"].numel()
+    assert torch.equal(ws.offs, ref["offs"])
+    tokens = ref["row_slot"].long() // k
+    a, sfa = per_token_cast_to_fp8(x)
+    assert torch.equal(ws.x_sorted[:kept].view(torch.uint8), a[tokens].view(torch.uint8))
+    assert torch.equal(ws.sfa_x[:kept], sfa[tokens])
+
+
+@pytest.mark.parametrize("layout", ["raw", "prepared"])
+@pytest.mark.parametrize("t,k", [(1, 1), (3, 2), (64, 4), (1000, 8)])
+def test_small_experts(t: int, k: int, layout: str) -> None:
+    run_and_check(t, k, 16, 256, 128, "silu", False, layout, drop=0.1, seed=t + k)
+
+
+@pytest.mark.parametrize("layout", ["raw", "prepared"])
+@pytest.mark.parametrize("t", [1, 3, 64])
+def test_gpt_oss_20b(t: int, layout: str) -> None:
+    run_and_check(t, 4, 32, 2880, 2880, "swiglu_oai", True, layout, drop=0.05, seed=40 + t)
+
+
+def test_cuda_graph_replays_with_new_routing() -> None:
+    max_t, k, e, h, i = 32, 4, 16, 512, 256
+    w13f, w2f, b13, b2, prepared, w2 = mxfp4_layer(e, h, i, "swiglu_oai", True, "prepared")
+    ws = moegemm.MoEWorkspace(max_t, k, e, h, i, weight_dtype="mxfp4")
+    x = torch.zeros(max_t, h, device="cuda", dtype=torch.bfloat16)
+    ids = torch.full((max_t, k), -1, device="cuda", dtype=torch.int32)
+    weights = torch.zeros(max_t, k, device="cuda")
+    out = torch.empty(max_t, h, device="cuda", dtype=torch.bfloat16)
+
+    def call() -> None:
+        moegemm.fused_moe(x, prepared, w2, weights, ids, w2_bias=b2, out=out, workspace=ws)
+
+    call()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        call()
+    torch.cuda.current_stream().wait_stream(stream)
+    for seed, t in ((50, 32), (51, 3)):
+        new_ids, new_weights = routing(t, k, e, seed)
+        ids.fill_(-1)
+        ids[:t], weights[:t] = new_ids, new_weights
+        x.zero_()
+        x[:t] = torch.randn(t, h, device="cuda", generator=gen(seed)).bfloat16()
+        graph.replay()
+        torch.cuda.synchronize()
+        want = fused_moe_reference_fp8(x[:t], w13f, w2f, weights[:t], ids[:t], "swiglu_oai",
+                                       b13, b2)  # fmt: skip
+        assert calc_diff(out[:t].float(), want) < TOL
+
+
+def test_masked_variant_max_m_90() -> None:
+    e, max_m, h, i = 6, 90, 512, 256
+    w13f, w2f, b13, b2, prepared, w2 = mxfp4_layer(e, h, i, "silu", True, "raw", seed=60)
+    masked_m = torch.tensor([0, 1, 90, 37, 200, 64], device="cuda", dtype=torch.int32)
+    x = torch.randn(e, max_m, h, device="cuda", generator=gen(61)).bfloat16()
+    out = torch.full((e, max_m, h), float("nan"), device="cuda", dtype=torch.bfloat16)
+    moegemm.fused_moe_masked(x, masked_m, prepared, w2, 48, w2_bias=b2, out=out)
+    for g in range(e):
+        rows = min(int(masked_m[g]), max_m)
+        if rows:
+            want = expert_forward_fp8(x[g, :rows], w13f[g], w2f[g], "silu", b13[g], b2[g])
+            assert calc_diff(out[g, :rows].float(), want) < TOL, g
+        assert out[g, rows:].isnan().all()
