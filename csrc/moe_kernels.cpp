@@ -87,9 +87,8 @@ struct MoeQuantizeRows {
       "for every row; bind(device, rows, cols, ld_src) fixes the integers. Never synchronizes.";
 
   static void check_shape(const LaunchShape& shape) {
-    MoeRouteGather::check_shape(shape);
-    if (shape.num_threads % 32 != 0) {
-      throw std::invalid_argument(std::string(kName) + ": whole warps");
+    if (shape.cluster_m != 1 || shape.cluster_n != 1 || shape.num_threads % 32 != 0) {
+      throw std::invalid_argument(std::string(kName) + ": no clusters, whole warps");
     }
   }
 

@@ -380,3 +380,20 @@ def test_mxfp4_layer_gemms_are_warmed() -> None:
             sizes = {"tokens": t, "top_k": top_k, "experts": e, "hidden": h, "intermediate": i}
             for desc, _ in mxfp4_layer_gemms(sizes, w13, prepared):
                 assert kernel_spec(desc, select_config(desc, SM90)) in warmed
+
+
+def test_a_workspace_of_the_other_weight_kind_is_refused() -> None:
+    """A BF16-expert call with an MXFP4 workspace (FP8 x_sorted, half the bytes) would write
+    past it: refused before any launch (CPU tensors: the refusal comes first)."""
+    from moegemm.moe.layer import _workspace_for
+
+    x = torch.zeros(3, H, dtype=torch.bfloat16)
+    fp8 = moegemm.MoEWorkspace(4, 2, E, H, I, weight_dtype="mxfp4", device="cpu")
+    with pytest.raises(ValueError, match="weight_dtype"):
+        _workspace_for(fp8, 3, 2, E, H, I, x)
+    bf16 = moegemm.MoEWorkspace(4, 2, E, H, I, device="cpu")
+    with pytest.raises(ValueError, match="weight_dtype"):
+        _workspace_for(bf16, 3, 2, E, H, I, x, "mxfp4")
+    with pytest.raises(ValueError, match="max_tokens"):
+        _workspace_for(bf16, 5, 2, E, H, I, x)
+    assert _workspace_for(bf16, 3, 2, E, H, I, x) is bf16

@@ -19,6 +19,12 @@ constexpr uint32_t kFp8Block = 128;
 constexpr float kFp8Max = 448.0f;
 constexpr float kFp8AmaxEps = 1e-4f;
 
+// max that keeps a NaN (fmaxf drops it), as torch's amax and clamp do: a block holding a NaN
+// gets a NaN scale and NaN codes, as per_token_cast_to_fp8 gives it.
+__device__ __forceinline__ float nan_max(float a, float b) {
+  return a != a ? a : (b != b ? b : fmaxf(a, b));
+}
+
 // Every lane of the warp calls it (full-mask shuffles); `active` lanes hold a real block.
 __device__ __forceinline__ void quantize_block(const __nv_bfloat16* src, uint8_t* dst,
                                                float* scale_out, uint32_t cols, uint32_t block,
@@ -42,15 +48,16 @@ __device__ __forceinline__ void quantize_block(const __nv_bfloat16* src, uint8_t
   }
   float amax = 0.0f;
 #pragma unroll
-  for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
+  for (int i = 0; i < 8; ++i) amax = nan_max(amax, fabsf(v[i]));
 #pragma unroll
-  for (uint32_t d = 1; d < 16; d *= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, d));
-  const float scale = fmaxf(amax, kFp8AmaxEps) * (1.0f / kFp8Max);
+  for (uint32_t d = 1; d < 16; d *= 2) amax = nan_max(amax, __shfl_xor_sync(0xffffffffu, amax, d));
+  const float scale = nan_max(amax, kFp8AmaxEps) * (1.0f / kFp8Max);
   if (!in) return;
   uint32_t word[2] = {0u, 0u};
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    const float q = fminf(fmaxf(__fdiv_rn(v[i], scale), -kFp8Max), kFp8Max);
+    float q = __fdiv_rn(v[i], scale);
+    q = q > kFp8Max ? kFp8Max : (q < -kFp8Max ? -kFp8Max : q);  // a NaN stays NaN
     const __nv_fp8_e4m3 e(q);
     word[i / 4] |= uint32_t{*reinterpret_cast<const uint8_t*>(&e)} << (8 * (i % 4));
   }

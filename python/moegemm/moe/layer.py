@@ -16,8 +16,8 @@ fused_moe_masked runs steps 2 and 3 on inputs already dispatched per expert ([E,
 valid rows per expert on the device), the layout expert-parallel low-latency dispatch delivers;
 its output rows are unweighted (the dispatcher's combine applies the routing weights).
 
-BF16 experts only so far; MXFP4 experts (the FP8 x FP4 kernels with an FP8-quantizing SwiGLU
-epilogue) are not built yet: the workspace refuses them.
+MXFP4 experts (w13 from prepare_moe_weights of (blocks, scales), w2 MXFP4) run the FP8 x FP4
+kernels in five launches: moe/mxfp4.py.
 """
 
 from __future__ import annotations
@@ -183,11 +183,20 @@ def _check_out(out: object, shape: tuple[int, ...]) -> None:
     checks.require_contiguous("out", out)
 
 
-def _workspace_for(ws: object, t: int, k: int, e: int, h: int, i: int, x) -> MoEWorkspace:
+def _workspace_for(
+    ws: object, t: int, k: int, e: int, h: int, i: int, x, weight_dtype: str = "bf16"
+) -> MoEWorkspace:
     if ws is None:
-        return MoEWorkspace(max(t, 1), k, e, h, i, device=x.device)
+        return MoEWorkspace(max(t, 1), k, e, h, i, weight_dtype, device=x.device)
     if not isinstance(ws, MoEWorkspace):
         raise TypeError(f"workspace must be a moegemm.MoEWorkspace, got {type(ws).__name__}")
+    if ws.weight_dtype != weight_dtype:
+        raise ValueError(
+            f"the experts are {weight_dtype} but the workspace was made with weight_dtype "
+            f"{ws.weight_dtype!r}"
+        )
+    if ws.device != x.device:
+        raise ValueError(f"workspace is on {ws.device}, x on {x.device}")
     if (ws.top_k, ws.num_experts, ws.hidden, ws.intermediate) != (k, e, h, i):
         raise ValueError(
             f"workspace was made for top_k {ws.top_k}, {ws.num_experts} experts, hidden "
@@ -289,8 +298,6 @@ def fused_moe(
     if t == 0:
         return out
     ws = _workspace_for(workspace, t, k, e, h, i, x)
-    if ws.device != x.device:
-        raise ValueError(f"workspace is on {ws.device}, x on {x.device}")
     key = (device, t, k, e, h, i, ldx, w2.stride(1), w2.stride(0), prepared.activation)
     plan = _plans.get(key)
     if plan is None:
@@ -317,11 +324,7 @@ def _fused_moe_mxfp4(x, w13: PreparedW13, w2, topk_weights, topk_ids, w2_bias, o
     )  # fmt: skip
     if t == 0:
         return out
-    if workspace is None:
-        workspace = MoEWorkspace(t, k, e, h, i, "mxfp4", device=x.device)
-    ws = _workspace_for(workspace, t, k, e, h, i, x)
-    if ws.weight_dtype != "mxfp4":
-        raise ValueError("MXFP4 experts need a MoEWorkspace made with weight_dtype='mxfp4'")
+    ws = _workspace_for(workspace, t, k, e, h, i, x, "mxfp4")
     key = (device, t, k, e, h, i, ldx, w13.activation, w13.mxfp4_prepared, w2_prepared)
     plan = _plans.get(key)
     if plan is None:
@@ -391,6 +394,8 @@ def fused_moe_masked(
     else:
         if not isinstance(workspace, MoEWorkspace):
             raise TypeError(f"workspace must be a moegemm.MoEWorkspace, got {type(workspace)}")
+        if workspace.device != x.device:
+            raise ValueError(f"workspace is on {workspace.device}, x on {x.device}")
         if workspace.intermediate != i or workspace.h.shape[0] < rows:
             raise ValueError(
                 f"workspace holds {workspace.h.shape[0]} x {workspace.intermediate} intermediate "

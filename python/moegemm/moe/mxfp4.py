@@ -133,10 +133,11 @@ class Mxfp4LayerPlan:
         self.gemm1 = plans.make_plan(device, d1, args1)
         self.quantize = quantize_launch(device, slots, i, i)
         self.gemm2 = plans.make_plan(device, d2, args2)
-        chunks = math.ceil(h / 8 / 128)
+        chunks = math.ceil(h / 8 / MOE_COMBINE_THREADS)
         combine = _C.MoeCombineLauncher(
             load_kernel(moe_combine_spec(arch.name)), 1, 1, 1,
-            max(1, min(t * chunks, arch.num_sms * COMBINE_CTAS_PER_SM)), 128, 0, 1, 1,
+            max(1, min(t * chunks, arch.num_sms * COMBINE_CTAS_PER_SM)), MOE_COMBINE_THREADS, 0,
+            1, 1,
         )  # fmt: skip
         self.combine = combine.bind(device, t, k, h, p["ldo"])
         self.configs = (self.gemm1.config, self.gemm2.config)
@@ -202,11 +203,19 @@ def masked_buffers(ws: MoEWorkspace | None, rows: int, h: int, i: int, device) -
     """The MXFP4 masked path's FP8 copies of x and h and their scales, from the workspace (its
     x_sorted / sfa_x / h / h8 / sfa_h, which need rows of room) or allocated."""
     if ws is not None:
-        if ws.weight_dtype != "mxfp4" or ws.x_sorted.shape[0] < rows:
+        if not isinstance(ws, MoEWorkspace):
+            raise TypeError(f"workspace must be a moegemm.MoEWorkspace, got {type(ws).__name__}")
+        if (
+            ws.weight_dtype != "mxfp4"
+            or ws.x_sorted.shape[0] < rows
+            or (ws.hidden, ws.intermediate) != (h, i)
+        ):
             raise ValueError(
-                f"an MXFP4 fused_moe_masked call needs a weight_dtype 'mxfp4' workspace with "
-                f"{rows} rows; got {ws!r}"
+                f"an MXFP4 fused_moe_masked call needs a weight_dtype 'mxfp4' workspace of "
+                f"hidden {h}, intermediate {i} and {rows} rows; got {ws!r}"
             )
+        if ws.device != device:
+            raise ValueError(f"workspace is on {ws.device}, x on {device}")
         return {"x8": ws.x_sorted, "sfa_x": ws.sfa_x, "h": ws.h, "h8": ws.h8, "sfa_h": ws.sfa_h}
     fp8 = torch.float8_e4m3fn
     return {
