@@ -24,6 +24,7 @@ from ..api.device import arch_for_device
 from ..api.fp8_fp4 import unpack_weights
 from ..heuristics import GemmDesc
 from ..jit.codegen import (
+    MOE_COMBINE_THREADS,
     MOE_QUANTIZE_THREADS,
     MOE_ROUTE_THREADS,
     moe_combine_spec,
