@@ -317,10 +317,12 @@ def _fused_moe_mxfp4(x, w13: PreparedW13, w2, topk_weights, topk_ids, w2_bias, o
         raise NotImplementedError("torch.compile of fused_moe with MXFP4 experts is not built yet")
     t, k, e, h, i, ldx = sizes
     w2b, w2s, w2_prepared = _check_any_w2(w13, w2, w2_bias, e, h, i)
+    # The FP8 x FP4 launcher takes the scale bytes on 16-byte boundaries too.
     device = checks.require_placement(
-        {"x": x, "w13 blocks": w13.weight, "w2 blocks": w2b, "out": out},
+        {"x": x, "w13 blocks": w13.weight, "w2 blocks": w2b, "out": out,
+         "w13 scales": w13.scales, "w2 scales": w2s},
         {"topk_ids": topk_ids, "topk_weights": topk_weights, "w2_bias": w2_bias,
-         "w13 bias": w13.bias, "w13 scales": w13.scales, "w2 scales": w2s},
+         "w13 bias": w13.bias},
     )  # fmt: skip
     if t == 0:
         return out
@@ -379,9 +381,9 @@ def fused_moe_masked(
     _check_out(out, (e, max_m, h))
     w2_main = w2 if mxfp4 is None else mxfp4[0]
     device = checks.require_placement(
-        {"x": x, "w13": prepared.weight, "w2": w2_main, "out": out},
-        {"masked_m": masked_m, "w2_bias": w2_bias, "w13 bias": prepared.bias,
+        {"x": x, "w13": prepared.weight, "w2": w2_main, "out": out,
          "w13 scales": prepared.scales, "w2 scales": None if mxfp4 is None else mxfp4[1]},
+        {"masked_m": masked_m, "w2_bias": w2_bias, "w13 bias": prepared.bias},
     )  # fmt: skip
     rows = e * max_m
     if rows == 0:
