@@ -80,8 +80,31 @@ def test_small_experts(t: int, k: int, layout: str) -> None:
 
 @pytest.mark.parametrize("layout", ["raw", "prepared"])
 @pytest.mark.parametrize("t", [1, 3, 64])
-def test_gpt_oss_20b(t: int, layout: str) -> None:
-    run_and_check(t, 4, 32, 2880, 2880, "swiglu_oai", True, layout, drop=0.05, seed=40 + t)
+@pytest.mark.parametrize("experts", [32, 128])  # gpt-oss-20b, gpt-oss-120b
+def test_gpt_oss(experts: int, t: int, layout: str) -> None:
+    run_and_check(t, 4, experts, 2880, 2880, "swiglu_oai", True, layout, drop=0.05, seed=40 + t)
+
+
+def test_deterministic_sync_free_and_allocation_free() -> None:
+    t, k, e, h, i = 256, 4, 32, 1024, 512
+    _, _, _, b2, prepared, w2 = mxfp4_layer(e, h, i, "swiglu_oai", True, "prepared", seed=70)
+    ids, weights = routing(t, k, e, 71)
+    x = torch.randn(t, h, device="cuda", generator=gen(72)).bfloat16()
+    ws = moegemm.MoEWorkspace(t, k, e, h, i, weight_dtype="mxfp4")
+    out = torch.empty(t, h, device="cuda", dtype=torch.bfloat16)
+    moegemm.fused_moe(x, prepared, w2, weights, ids, w2_bias=b2, out=out, workspace=ws)
+    first = out.clone()
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_stats()["allocation.all.allocated"]
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(3):
+            moegemm.fused_moe(x, prepared, w2, weights, ids, w2_bias=b2, out=out, workspace=ws)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_stats()["allocation.all.allocated"] == before
+    assert torch.equal(out, first)
 
 
 def test_cuda_graph_replays_with_new_routing() -> None:
