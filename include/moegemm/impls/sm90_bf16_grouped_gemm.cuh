@@ -8,7 +8,7 @@
 //              B it uses and the row bound its stores respect,
 //   epilogue   Identity or AddC (Config::kWithC), TMA stores (Config::kStoreCols != 0) or
 //              register stores; for the fused MoE layer (Config::kMoeEpilogue) SwiGLU
-//              (epilogue/sm90_swiglu_store.cuh, D has N / 2 columns) or RowScale, from registers.
+//              (epilogue/moe_stores.cuh, D has N / 2 columns) or RowScale, from registers.
 //
 // Warp roles (kNumMathWG + 1 warpgroups of 128 threads, one more with a transform):
 //   warpgroup 0      producer. Warp 0 walks the tile schedule; one elected lane issues the TMA
@@ -53,7 +53,7 @@
 #include <moegemm/common/sm90_gemm_params.h>
 #include <moegemm/epilogue/functors.cuh>
 #include <moegemm/epilogue/sm90_register_store.cuh>
-#include <moegemm/epilogue/sm90_swiglu_store.cuh>
+#include <moegemm/epilogue/moe_stores.cuh>
 #include <moegemm/epilogue/sm90_tma_store.cuh>
 #include <moegemm/kernels/config_traits.cuh>
 #include <moegemm/kernels/sm90_persistent_gemm.cuh>
@@ -135,26 +135,10 @@ struct Bf16GemmKernel {
         return;
       }
     }
-    if constexpr (kMoe == kMoeSwiGluSilu || kMoe == kMoeSwiGluOai) {
-      const float* bias =
-          params.bias != nullptr ? params.bias + uint64_t{tile.group} * params.n : nullptr;
+    if constexpr (kMoe != kMoeNone) {
 #pragma unroll
-      for (uint32_t a = 0; a < kAtomsM; ++a) {
-        store_swiglu<BLOCK_N, kMoe>(acc.v[a], static_cast<__nv_bfloat16*>(params.d), params.ldd,
-                                    tile.row_end, params.n / 2, row0 + a * 64,
-                                    tile.n_block * BLOCK_N, bias);
-      }
-      return;
-    } else if constexpr (kMoe == kMoeRowScale) {
-      const RowScale functor{
-          params.bias != nullptr ? params.bias + uint64_t{tile.group} * params.n : nullptr,
-          params.row_scale};
-#pragma unroll
-      for (uint32_t a = 0; a < kAtomsM; ++a) {
-        store_accumulators<BLOCK_N, OutT>(acc.v[a], static_cast<OutT*>(params.d), params.ldd,
-                                          tile.row_end, params.n, row0 + a * 64,
-                                          tile.n_block * BLOCK_N, functor);
-      }
+      for (uint32_t a = 0; a < kAtomsM; ++a)
+        store_moe_block<BLOCK_N, kMoe>(acc.v[a], params, tile, row0 + a * 64);
       return;
     }
     Epilogue functor{};

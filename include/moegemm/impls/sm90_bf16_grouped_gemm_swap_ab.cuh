@@ -29,7 +29,7 @@
 #include <moegemm/common/sm90_gemm_params.h>
 #include <moegemm/epilogue/functors.cuh>
 #include <moegemm/epilogue/sm90_swap_ab_store.cuh>
-#include <moegemm/epilogue/sm90_swiglu_store.cuh>
+#include <moegemm/epilogue/moe_stores.cuh>
 #include <moegemm/kernels/config_traits.cuh>
 #include <moegemm/kernels/sm90_persistent_gemm.cuh>
 #include <moegemm/loader/tma_loaders.cuh>
@@ -86,18 +86,11 @@ struct Bf16SwapAbGemmKernel {
                                                   const Tile& tile, uint32_t math_wg,
                                                   uint8_t* /*smem_d*/) {
     const uint32_t n0 = tile.n_block * BLOCK_N + math_wg * 64;
-    auto* d = static_cast<__nv_bfloat16*>(params.d);
-    const float* bias =
-        params.bias != nullptr ? params.bias + uint64_t{tile.group} * params.n : nullptr;
-    if constexpr (kMoe == kMoeSwiGluSilu || kMoe == kMoeSwiGluOai) {
-      store_swiglu_transposed<BLOCK_M, kMoe>(acc.v[0], d, params.ldd, tile.row0, tile.row_end,
-                                             n0, params.n / 2, bias);
-    } else if constexpr (kMoe == kMoeRowScale) {
-      store_transposed<BLOCK_M>(acc.v[0], d, params.ldd, tile.row0, tile.row_end, n0, params.n,
-                                RowScale{bias, params.row_scale});
+    if constexpr (kMoe != kMoeNone) {
+      store_moe_transposed<BLOCK_M, kMoe>(acc.v[0], params, tile, n0);
     } else {
-      store_transposed<BLOCK_M>(acc.v[0], d, params.ldd, tile.row0, tile.row_end, n0, params.n,
-                                Identity{});
+      store_transposed<BLOCK_M>(acc.v[0], static_cast<__nv_bfloat16*>(params.d), params.ldd,
+                                tile.row0, tile.row_end, n0, params.n, Identity{});
     }
   }
 };

@@ -35,7 +35,7 @@
 
 #include <moegemm/common/sm90_fp8_fp4_params.h>
 #include <moegemm/epilogue/functors.cuh>
-#include <moegemm/epilogue/sm90_swiglu_store.cuh>
+#include <moegemm/epilogue/moe_stores.cuh>
 #include <moegemm/kernels/config_traits.cuh>
 #include <moegemm/epilogue/sm90_register_store.cuh>
 #include <moegemm/epilogue/sm90_tma_store.cuh>
@@ -115,19 +115,12 @@ struct Fp8Fp4GemmKernel {
         return;
       }
     }
-    auto* d = static_cast<__nv_bfloat16*>(params.d);
-    const float* bias =
-        params.bias != nullptr ? params.bias + uint64_t{tile.group} * params.n : nullptr;
-    if constexpr (kMoe == kMoeSwiGluSilu || kMoe == kMoeSwiGluOai) {
-      store_swiglu<BLOCK_N, kMoe>(acc.v[0], d, params.ldd, tile.row_end, params.n / 2, row0,
-                                  tile.n_block * BLOCK_N, bias);
-    } else if constexpr (kMoe == kMoeRowScale) {
-      store_accumulators<BLOCK_N, __nv_bfloat16>(acc.v[0], d, params.ldd, tile.row_end, params.n,
-                                                 row0, tile.n_block * BLOCK_N,
-                                                 RowScale{bias, params.row_scale});
+    if constexpr (kMoe != kMoeNone) {
+      store_moe_block<BLOCK_N, kMoe>(acc.v[0], params, tile, row0);
     } else {
-      store_accumulators<BLOCK_N, __nv_bfloat16>(acc.v[0], d, params.ldd, tile.row_end, params.n,
-                                                 row0, tile.n_block * BLOCK_N, Identity{});
+      store_accumulators<BLOCK_N, __nv_bfloat16>(acc.v[0], static_cast<__nv_bfloat16*>(params.d),
+                                                 params.ldd, tile.row_end, params.n, row0,
+                                                 tile.n_block * BLOCK_N, Identity{});
     }
   }
 };

@@ -49,8 +49,33 @@ _plans: dict[tuple, _LayerPlan] = plans.new_plan_cache()
 _masked_plans: dict[tuple, _MaskedPlan] = plans.new_plan_cache()
 
 
-def _launcher(launcher_type: Any, kernel: Any, num_blocks: int, threads: int, smem: int) -> Any:
-    return launcher_type(kernel, 1, 1, 1, num_blocks, threads, smem, 1, 1)
+def route_launch(device: int, p: dict[str, int], fp8: bool = False) -> Any:
+    """The bound route-and-gather launch of one signature (fp8: the MXFP4 layer's FP8 gather):
+    each CTA places and gathers about slots / SMs slots, at most MAX_SLOTS_PER_CTA."""
+    from .. import _C
+
+    arch = arch_for_device(device)
+    slots, e = p["tokens"] * p["top_k"], p["experts"]
+    spc = min(MAX_SLOTS_PER_CTA, max(1, math.ceil(slots / arch.num_sms)))
+    smem = 4 * (e * (2 + ROUTE_WARPS) + spc)  # route_gather.cuh's tables
+    kernel = load_kernel(moe_route_gather_spec(arch.name, fp8=fp8))
+    launcher = _C.MoeRouteGatherLauncher(
+        kernel, 1, 1, 1, math.ceil(slots / spc), MOE_ROUTE_THREADS, smem, 1, 1
+    )
+    return launcher.bind(device, p["tokens"], p["top_k"], e, p["hidden"], p["ldx"], spc)
+
+
+def combine_launch(device: int, p: dict[str, int]) -> Any:
+    """The bound combine launch of one signature: (token, column chunk) items, grid-stride."""
+    from .. import _C
+
+    arch = arch_for_device(device)
+    t, h = p["tokens"], p["hidden"]
+    chunks = math.ceil(h / 8 / MOE_COMBINE_THREADS)
+    ctas = max(1, min(t * chunks, arch.num_sms * COMBINE_CTAS_PER_SM))
+    kernel = load_kernel(moe_combine_spec(arch.name))
+    launcher = _C.MoeCombineLauncher(kernel, 1, 1, 1, ctas, MOE_COMBINE_THREADS, 0, 1, 1)
+    return launcher.bind(device, t, p["top_k"], h, p["ldo"])
 
 
 def layer_gemms(sizes: dict[str, int], activation: str) -> tuple:
@@ -85,35 +110,11 @@ class _LayerPlan:
     """The four bound launches of one fused_moe signature."""
 
     def __init__(self, device: int, p: dict[str, int], activation: str) -> None:
-        from .. import _C
-
-        arch = arch_for_device(device)
-        t, k, e, h = p["tokens"], p["top_k"], p["experts"], p["hidden"]
-        slots = t * k
-        spc = min(MAX_SLOTS_PER_CTA, max(1, math.ceil(slots / arch.num_sms)))
-        route_ctas = math.ceil(slots / spc)
-        route_smem = 4 * (e * (2 + ROUTE_WARPS) + spc)
-        route = _launcher(
-            _C.MoeRouteGatherLauncher,
-            load_kernel(moe_route_gather_spec(arch.name)),
-            route_ctas,
-            MOE_ROUTE_THREADS,
-            route_smem,
-        )
-        self.route = route.bind(device, t, k, e, h, p["ldx"], spc)
+        self.route = route_launch(device, p)
         (d1, args1), (d2, args2) = layer_gemms(p, activation)
         self.gemm1 = plans.make_plan(device, d1, args1)
         self.gemm2 = plans.make_plan(device, d2, args2)
-        chunks = math.ceil(h / 8 / MOE_COMBINE_THREADS)
-        combine_ctas = max(1, min(t * chunks, arch.num_sms * COMBINE_CTAS_PER_SM))
-        combine = _launcher(
-            _C.MoeCombineLauncher,
-            load_kernel(moe_combine_spec(arch.name)),
-            combine_ctas,
-            MOE_COMBINE_THREADS,
-            0,
-        )
-        self.combine = combine.bind(device, t, k, h, p["ldo"])
+        self.combine = combine_launch(device, p)
         self.configs = (self.gemm1.config, self.gemm2.config)
 
     def run(self, x, w13: PreparedW13, w2, w2_bias, ids, weights, out, ws: MoEWorkspace) -> None:
@@ -150,17 +151,13 @@ def _check_w13(w13: object, activation: str | None, w13_bias: object) -> Prepare
     return w13
 
 
-def _check_w2(w2: object, w2_bias: object, e: int, h: int, i: int) -> None:
+def _check_w2(w2: object, e: int, h: int, i: int) -> None:
     checks.require_tensor("w2", w2, (torch.bfloat16,), 3)
     checks.require_shape("w2", w2, (e, h, i))
     if w2.stride(2) != 1 or (w2.stride(1) * 2) % 16 or (w2.stride(0) * 2) % 16:
         raise ValueError(
             f"w2 must be row-major with 16-byte aligned rows and experts, got strides {w2.stride()}"
         )
-    if w2_bias is not None:
-        checks.require_tensor("w2_bias", w2_bias, (torch.float32,), 2)
-        checks.require_shape("w2_bias", w2_bias, (e, h))
-        checks.require_contiguous("w2_bias", w2_bias)
 
 
 def _check_routing(topk_ids: object, topk_weights: object, t: int) -> int:
@@ -215,8 +212,9 @@ def check_fused_moe(
     topk_ids: object,
     w2_bias: object,
     out: object,
-) -> tuple[int, ...]:
-    """The structure of a fused_moe call (types, dtypes, shapes, strides): (T, k, E, H, I, ldx).
+) -> tuple[tuple[int, ...], tuple | None]:
+    """The structure of a fused_moe call (types, dtypes, shapes, strides): ((T, k, E, H, I,
+    ldx), MXFP4 w2 as (blocks, scales, prepared) or None for BF16 experts).
     The custom op's fake implementation runs this alone; placement is the caller's."""
     prepared = w13
     e, i, h = prepared.num_experts, prepared.intermediate, prepared.hidden
@@ -226,30 +224,29 @@ def check_fused_moe(
         raise ValueError(f"x has {x.shape[1]} columns, w13 was prepared for hidden {h}")
     ldx = checks.row_stride("x", x)
     k = _check_routing(topk_ids, topk_weights, t)
-    _check_any_w2(prepared, w2, w2_bias, e, h, i)
+    packed_w2 = _check_any_w2(prepared, w2, w2_bias, e, h, i)
     if e > MAX_EXPERTS:
         raise ValueError(f"at most {MAX_EXPERTS} experts, got {e}")
     if out is not None:
         _check_out(out, (t, h))
-    return t, k, e, h, i, ldx
+    return (t, k, e, h, i, ldx), packed_w2
 
 
 def _check_any_w2(prepared: PreparedW13, w2: object, w2_bias: object, e: int, h: int, i: int):
     """w2 of the experts' kind: BF16 [E, H, I], or MXFP4 (blocks, scales) / Mxfp4Weights with
     MXFP4 w13. Returns (blocks, scales, prepared) for MXFP4, None for BF16."""
+    if w2_bias is not None:
+        checks.require_tensor("w2_bias", w2_bias, (torch.float32,), 2)
+        checks.require_shape("w2_bias", w2_bias, (e, h))
+        checks.require_contiguous("w2_bias", w2_bias)
     if not prepared.is_mxfp4:
-        _check_w2(w2, w2_bias, e, h, i)
+        _check_w2(w2, e, h, i)
         return None
     from .mxfp4 import check_w2_mxfp4
 
     if isinstance(w2, torch.Tensor):
         raise TypeError("w13 holds MXFP4 experts: w2 must be MXFP4 too, (blocks, scales)")
-    packed = check_w2_mxfp4(w2, e, h, i)
-    if w2_bias is not None:
-        checks.require_tensor("w2_bias", w2_bias, (torch.float32,), 2)
-        checks.require_shape("w2_bias", w2_bias, (e, h))
-        checks.require_contiguous("w2_bias", w2_bias)
-    return packed
+    return check_w2_mxfp4(w2, e, h, i)
 
 
 def fused_moe(
@@ -276,12 +273,13 @@ def fused_moe(
     call if None; pass one to allocate nothing, e.g. under CUDA graphs). Never synchronizes.
     Under torch.compile the call is the custom op moegemm::fused_moe (moe/ops.py)."""
     prepared = _check_w13(w13, activation, w13_bias)
-    t, k, e, h, i, ldx = check_fused_moe(x, prepared, w2, topk_weights, topk_ids, w2_bias, out)
+    sizes, packed_w2 = check_fused_moe(x, prepared, w2, topk_weights, topk_ids, w2_bias, out)
+    t, k, e, h, i, ldx = sizes
     if out is None:
         out = torch.empty(t, h, dtype=torch.bfloat16, device=x.device)
     if prepared.is_mxfp4:
-        return _fused_moe_mxfp4(x, prepared, w2, topk_weights, topk_ids, w2_bias, out, workspace,
-                                (t, k, e, h, i, ldx))  # fmt: skip
+        return _fused_moe_mxfp4(x, prepared, packed_w2, topk_weights, topk_ids, w2_bias, out,
+                                workspace, sizes)  # fmt: skip
     if torch.compiler.is_compiling():
         ws = _workspace_for(workspace, t, k, e, h, i, x)
         torch.ops.moegemm.fused_moe(
@@ -316,7 +314,7 @@ def _fused_moe_mxfp4(x, w13: PreparedW13, w2, topk_weights, topk_ids, w2_bias, o
     if torch.compiler.is_compiling():
         raise NotImplementedError("torch.compile of fused_moe with MXFP4 experts is not built yet")
     t, k, e, h, i, ldx = sizes
-    w2b, w2s, w2_prepared = _check_any_w2(w13, w2, w2_bias, e, h, i)
+    w2b, w2s, w2_prepared = w2  # checked: (blocks, scales, prepared)
     # The FP8 x FP4 launcher takes the scale bytes on 16-byte boundaries too.
     device = checks.require_placement(
         {"x": x, "w13 blocks": w13.weight, "w2 blocks": w2b, "out": out,

@@ -24,12 +24,8 @@ from ..api.device import arch_for_device
 from ..api.fp8_fp4 import unpack_weights
 from ..heuristics import GemmDesc
 from ..jit.codegen import (
-    MOE_COMBINE_THREADS,
     MOE_QUANTIZE_THREADS,
-    MOE_ROUTE_THREADS,
-    moe_combine_spec,
     moe_quantize_rows_spec,
-    moe_route_gather_spec,
 )
 from ..jit.runtime import load_kernel
 from .weights import EPILOGUE_OF, PreparedW13
@@ -118,29 +114,15 @@ class Mxfp4LayerPlan:
     """The five bound launches of one MXFP4 fused_moe signature."""
 
     def __init__(self, device: int, p: dict[str, int], w13: PreparedW13, w2_prepared: bool):
-        from .. import _C
-        from .layer import COMBINE_CTAS_PER_SM, MAX_SLOTS_PER_CTA, ROUTE_WARPS
+        from .layer import combine_launch, route_launch
 
-        arch = arch_for_device(device)
-        t, k, e, h, i = p["tokens"], p["top_k"], p["experts"], p["hidden"], p["intermediate"]
-        slots = t * k
-        spc = min(MAX_SLOTS_PER_CTA, max(1, math.ceil(slots / arch.num_sms)))
-        route = _C.MoeRouteGatherLauncher(
-            load_kernel(moe_route_gather_spec(arch.name, fp8=True)), 1, 1, 1,
-            math.ceil(slots / spc), MOE_ROUTE_THREADS, 4 * (e * (2 + ROUTE_WARPS) + spc), 1, 1,
-        )  # fmt: skip
-        self.route = route.bind(device, t, k, e, h, p["ldx"], spc)
+        slots, i = p["tokens"] * p["top_k"], p["intermediate"]
+        self.route = route_launch(device, p, fp8=True)
         (d1, args1), (d2, args2) = mxfp4_layer_gemms(p, w13, w2_prepared)
         self.gemm1 = plans.make_plan(device, d1, args1)
         self.quantize = quantize_launch(device, slots, i, i)
         self.gemm2 = plans.make_plan(device, d2, args2)
-        chunks = math.ceil(h / 8 / MOE_COMBINE_THREADS)
-        combine = _C.MoeCombineLauncher(
-            load_kernel(moe_combine_spec(arch.name)), 1, 1, 1,
-            max(1, min(t * chunks, arch.num_sms * COMBINE_CTAS_PER_SM)), MOE_COMBINE_THREADS, 0,
-            1, 1,
-        )  # fmt: skip
-        self.combine = combine.bind(device, t, k, h, p["ldo"])
+        self.combine = combine_launch(device, p)
         self.configs = (self.gemm1.config, self.gemm2.config)
 
     def run(self, x, w13: PreparedW13, w2b, w2s, w2_bias, ids, weights, out, ws: MoEWorkspace):
