@@ -295,11 +295,8 @@ def fp8_fp4_gemm_nt(
         plan = _dense_plans.get(key) if config is None else None
     except (AttributeError, TypeError, RuntimeError):  # not pairs of tensors, nested, ...
         key = plan = None
-    if plan is not None:
-        ptrs = (a_.data_ptr(), b_.data_ptr(), d.data_ptr(), sfa.data_ptr(), sfb.data_ptr(), 0)
-        # False: an operand base off a 16-byte boundary, or another current device (plans.py).
-        if plan.launch(*ptrs, raw_stream(plan.device)):
-            return d
+    if plan is not None and _launch_hit(plan, a_, sfa, b_, sfb, d, 0):
+        return d
     a_, sfa = unpack_activations(a)
     b_, sfb, prepared = unpack_weights(b)
     p = check_dense(a_, sfa, b_, sfb, d)
@@ -346,11 +343,8 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(
         plan = cache.get(key) if config is None else None
     except (AttributeError, TypeError, RuntimeError):
         key = plan = None
-    if plan is not None:
-        ptrs = (a_.data_ptr(), b_.data_ptr(), d.data_ptr(), sfa.data_ptr(), sfb.data_ptr())
-        # False: an operand base off a 16-byte boundary, or another current device (plans.py).
-        if plan.launch(*ptrs, info.data_ptr(), raw_stream(plan.device)):
-            return d
+    if plan is not None and _launch_hit(plan, a_, sfa, b_, sfb, d, info.data_ptr()):
+        return d
     a_, sfa = unpack_activations(a)
     b_, sfb, prepared = unpack_weights(b)
     p = check_contiguous(a_, sfa, b_, sfb, d, m_indices, offs)
@@ -397,11 +391,8 @@ def m_grouped_fp8_fp4_gemm_nt_masked(
         plan = _masked_plans.get(key) if config is None and key is not None else None
     except (AttributeError, TypeError, RuntimeError):
         key = plan = None
-    if plan is not None:
-        ptrs = (a_.data_ptr(), b_.data_ptr(), d.data_ptr(), sfa.data_ptr(), sfb.data_ptr())
-        # False: an operand base off a 16-byte boundary, or another current device (plans.py).
-        if plan.launch(*ptrs, masked_m.data_ptr(), raw_stream(plan.device)):
-            return d
+    if plan is not None and _launch_hit(plan, a_, sfa, b_, sfb, d, masked_m.data_ptr()):
+        return d
     a_, sfa = unpack_activations(a)
     b_, sfb, prepared = unpack_weights(b)
     p = check_masked(a_, sfa, b_, sfb, d, masked_m, expected_m)
@@ -409,6 +400,13 @@ def m_grouped_fp8_fp4_gemm_nt_masked(
         return d
     desc = _desc("m_grouped_masked", p, prepared, min(expected_m, p.m))
     return _launch(key, _masked_plans, p, desc, config, a_, sfa, b_, sfb, d, masked_m)
+
+
+def _launch_hit(plan, a: Tensor, sfa: Tensor, b: Tensor, sfb: Tensor, d: Tensor, info: int) -> bool:
+    """A plan hit's launch; False (nothing launched) where an operand base is off a 16-byte
+    boundary or another device is current (plans.py): the call then takes the full checks."""
+    ptrs = (a.data_ptr(), b.data_ptr(), d.data_ptr(), sfa.data_ptr(), sfb.data_ptr(), info)
+    return plan.launch(*ptrs, raw_stream(plan.device))
 
 
 def _desc(kind: str, p: Fp8Fp4Problem, prepared: bool, expected_m: int = 0) -> GemmDesc:
