@@ -103,8 +103,9 @@ struct Sm90Bf16Gemm {
 };
 
 // The fused MoE layer's two GEMMs (python/moegemm/moe/): the m-grouped kernels built with a
-// Config::kMoeEpilogue, register stores only. GEMM1 (SwiGLU): n counts w13's weight rows, D has
-// n / 2 columns; GEMM2 (RowScale): the routing weight of every row. Bias [G, n] FP32 or 0.
+// Config::kMoeEpilogue, without clusters. GEMM1 (SwiGLU): n counts w13's weight rows, D has
+// d_cols = n / 2 columns; GEMM2 (RowScale): the routing weight of every row, d_cols = n. Bias
+// [G, n] FP32 or 0. With TMA stores (unswapped kernel) the D map spans d_cols columns.
 struct Sm90Bf16MoeGemm {
   using Params = Sm90Bf16GemmParams;
   static constexpr const char* kName = "Sm90Bf16MoeGemmLauncher";
@@ -112,14 +113,14 @@ struct Sm90Bf16MoeGemm {
   static constexpr const char* kDoc =
       "Launches sm90_bf16_grouped_gemm (or its swap-AB twin) built with a MoE epilogue. Call "
       "with (a_ptr, b_ptr, d_ptr, bias_ptr, row_scale_ptr, group_info_ptr, rows, m, n, k, "
-      "num_groups, lda, ldb, ldb_group, ldd, stream); bias and row scale 0 when absent; "
-      "bind(device, rows, ..., ldd) fixes the integers. Never synchronizes.";
+      "num_groups, lda, ldb, ldb_group, ldd, d_cols, stream); bias and row scale 0 when absent; "
+      "d_cols the columns of D (n / 2 for SwiGLU, n for RowScale); bind(device, rows, ..., "
+      "d_cols) fixes the integers. Never synchronizes.";
 
   static void check_shape(const LaunchShape& shape) {
     Sm90Bf16Gemm::check_shape(shape);
-    if (shape.store_cols != 0 || shape.cluster_m != 1 || shape.cluster_n != 1) {
-      throw std::invalid_argument(std::string(kName) +
-                                  ": MoE epilogues store from registers, without clusters");
+    if (shape.cluster_m != 1 || shape.cluster_n != 1) {
+      throw std::invalid_argument(std::string(kName) + ": MoE epilogues run without clusters");
     }
   }
 
@@ -127,10 +128,26 @@ struct Sm90Bf16MoeGemm {
                    uint64_t b_ptr, uint64_t d_ptr, uint64_t bias_ptr, uint64_t row_scale_ptr,
                    uint64_t group_info_ptr, int64_t rows, int64_t m, int64_t n, int64_t k,
                    int64_t num_groups, int64_t lda, int64_t ldb, int64_t ldb_group,
-                   int64_t ldd) {
-    if (!Sm90Bf16Gemm::fill(shape, params, tma, a_ptr, b_ptr, d_ptr, 0, group_info_ptr, rows, m,
-                            n, k, num_groups, lda, ldb, ldb_group, ldd, 0)) {
+                   int64_t ldd, int64_t d_cols) {
+    if (d_cols != n && 2 * d_cols != n) {
+      throw std::invalid_argument(std::string(kName) + ": d_cols must be n or n / 2, got " +
+                                  std::to_string(d_cols) + " with n " + std::to_string(n));
+    }
+    if (d_cols > ldd) {
+      throw std::invalid_argument(std::string(kName) + ": d_cols exceeds ldd");
+    }
+    LaunchShape operands = shape;
+    operands.store_cols = 0;  // the D map, if any, is this launcher's (d_cols wide)
+    if (!Sm90Bf16Gemm::fill(operands, params, tma, a_ptr, b_ptr, d_ptr, 0, group_info_ptr, rows,
+                            m, n, k, num_groups, lda, ldb, ldb_group, ldd, 0)) {
       return false;
+    }
+    if (shape.store_cols != 0) {
+      const uint32_t store_cols = checked_u32(shape.store_cols, "store_cols");
+      tma.add(params.tma_d,
+              tma_view_2d(as_ptr(d_ptr), kBf16, kBf16Bytes, params.rows,
+                          checked_u32(d_cols, "d_cols"), params.ldd, 64, store_cols,
+                          swizzle_from_bytes(static_cast<int>(2 * store_cols))));
     }
     params.bias = static_cast<const float*>(as_ptr(bias_ptr));
     params.row_scale = static_cast<const float*>(as_ptr(row_scale_ptr));

@@ -57,3 +57,7 @@ def test_layer_gemm_compiles(epilogue: str, rows: int) -> None:
     assert "HGMMA" in sass
     if epilogue != "row_scale":
         assert "MUFU.EX2" in sass, "the activation's exponential"
+    if rows == 512:  # prefill tiles stage their results and store them by TMA
+        assert config.store_cols and "STSM" in sass and "UTMASTG" in sass
+    else:
+        assert "UTMASTG" not in sass

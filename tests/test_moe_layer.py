@@ -4,6 +4,8 @@ the GEMM descriptions the layer builds (legal configs, kernel specs)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -16,6 +18,7 @@ from moegemm.heuristics import (
     select_config,
     selection_key,
 )
+from moegemm.heuristics.sm90_bf16 import smem_bytes_for
 from moegemm.jit.codegen import kernel_spec, sm90_bf16_gemm_spec
 from moegemm.moe.weights import kernel_order, source_order, split_gate_up
 from moegemm.testing.moe_reference import (
@@ -181,19 +184,33 @@ def test_route_reference_is_the_stable_expert_order() -> None:
 
 @pytest.mark.parametrize("epilogue", ["swiglu", "swiglu_oai", "row_scale"])
 @pytest.mark.parametrize("rows", [1, 8, 64, 1024])
-def test_layer_gemms_pick_register_stores_and_paired_tiles(epilogue: str, rows: int) -> None:
+def test_layer_gemms_pick_legal_stores_and_paired_tiles(epilogue: str, rows: int) -> None:
     n, k = (4096, 7168) if epilogue != "row_scale" else (7168, 2048)
+    swiglu = epilogue != "row_scale"
     for kind in ("m_grouped_offsets", "m_grouped_masked"):
         m = 8 * rows if kind == "m_grouped_offsets" else rows
         desc = GemmDesc(kind, m, n, k, 8, expected_m=rows, epilogue=epilogue)
         configs = list(enumerate_configs(desc, SM90))
         assert configs and all(is_legal(c, desc, SM90) for c in configs)
-        assert all(c.store_cols == 0 and c.layout.cluster_size == 1 for c in configs)
-        if epilogue != "row_scale":
+        assert all(c.layout.cluster_size == 1 for c in configs)
+        staged = [c for c in configs if c.store_cols]
+        assert staged and not any(c.layout.swap_ab for c in staged)
+        if swiglu:
             assert all(c.layout.block_n % 16 == 0 for c in configs)
+            assert all(c.layout.block_n % 32 == 0 for c in staged)
+            # The staging holds the tile's BLOCK_N / 2 outputs: less than the plain kernel's.
+            for c in staged:
+                lay = c.layout
+                assert c.pipeline.smem_bytes == smem_bytes_for(
+                    lay.block_m, lay.block_n, c.pipeline.num_stages, c.store_cols,
+                    out_cols=lay.block_n // 2,
+                )  # fmt: skip
+                assert (lay.block_n // 2) % c.store_cols == 0
         pick = select_config(desc, SM90)
         spec = kernel_spec(desc, pick)
         assert spec.name.endswith(epilogue) and "kMoeEpilogue" in spec.source
+        if rows >= 1024:
+            assert pick.store_cols, "prefill tiles stage their results for TMA stores"
         plain = GemmDesc(kind, m, n, k, 8, expected_m=rows)
         assert selection_key(desc, SM90) != selection_key(plain, SM90)
 
@@ -207,11 +224,20 @@ def test_moe_epilogues_refuse_other_kernels() -> None:
         sm90_bf16_gemm_spec(pick, "bf16", True, "m_grouped_offsets", epilogue="row_scale")
     with pytest.raises(ValueError, match="unknown epilogue"):
         GemmDesc("m_grouped_offsets", 8, 64, 64, epilogue="gelu")
+    # A plain TMA-store config stages whole BLOCK_N tiles: SwiGLU's staging is half that.
     tma = next(c for c in enumerate_configs(desc, SM90) if c.store_cols)
     moe = GemmDesc("m_grouped_offsets", 1024, 4096, 7168, 8, expected_m=128, epilogue="swiglu")
     assert not is_legal(tma, moe, SM90)
-    with pytest.raises(ValueError, match="register"):
-        sm90_bf16_gemm_spec(tma, "bf16", False, "m_grouped_offsets", epilogue="swiglu")
+    row_scale = GemmDesc("m_grouped_offsets", 1024, 4096, 7168, 8, expected_m=128,
+                         epilogue="row_scale")  # fmt: skip
+    assert is_legal(tma, row_scale, SM90)
+    # Staged SwiGLU outputs fill 16-column blocks: block_n 48 stages 24 columns, refused.
+    odd = next(c for c in enumerate_configs(moe, SM90) if c.layout.block_n == 48)
+    assert odd.store_cols == 0
+    staged48 = replace(odd, storage=replace(odd.storage, store_box_d=(16, 64), swizzle_d=32))
+    assert not is_legal(staged48, moe, SM90)
+    with pytest.raises(ValueError, match="of 32 with TMA stores"):
+        sm90_bf16_gemm_spec(staged48, "bf16", False, "m_grouped_offsets", epilogue="swiglu")
 
 
 def test_kernel_order_is_its_own_inverse_on_biases() -> None:
@@ -235,7 +261,7 @@ def test_the_layer_gemms_are_buildable_and_warmed() -> None:
         sizes = {"tokens": t, "top_k": top_k, "experts": e, "hidden": h, "intermediate": i,
                  "ldw2": i, "ldw2_group": h * i}  # fmt: skip
         for desc, args in layer_gemms(sizes, activation):
-            assert len(args) == 9 and args[0] == t * top_k
+            assert len(args) == 10 and args[0] == t * top_k
             assert kernel_spec(desc, select_config(desc, SM90)) in warmed
         for max_m in (t, max(tokens)):
             hint = min(max(1, -(-t * top_k // e)), max_m)

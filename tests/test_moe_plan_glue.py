@@ -105,10 +105,10 @@ def test_bf16_layer_launches(recorder) -> None:
     assert route["sfa_sorted_ptr"] == 0 and rints[:4] == (T, K, E, H)
     assert (g1["a_ptr"], g1["b_ptr"], g1["d_ptr"]) == (ptr(ws.x_sorted), ptr(w13.weight), ptr(ws.h))
     assert g1["group_info_ptr"] == ptr(ws.offs) and g1["row_scale_ptr"] == 0
-    assert i1 == (T * K, T * K, 2 * I, H, E, H, H, 2 * I * H, I)
+    assert i1 == (T * K, T * K, 2 * I, H, E, H, H, 2 * I * H, I, I)  # ldd, d_cols: SwiGLU halves
     assert (g2["a_ptr"], g2["b_ptr"], g2["d_ptr"]) == (ptr(ws.h), ptr(w2), ptr(ws.x_sorted))
     assert g2["row_scale_ptr"] == ptr(ws.row_weight)
-    assert i2 == (T * K, T * K, H, I, E, I, I, H * I, H)
+    assert i2 == (T * K, T * K, H, I, E, I, I, H * I, H, H)
     assert comb == {"y_ptr": ptr(ws.x_sorted), "out_ptr": ptr(out),
                     "slot_row_ptr": ptr(ws.slot_row)}  # fmt: skip
 

@@ -259,8 +259,8 @@ class Sm90Fp8Fp4GemmLauncher:
 
 class Sm90Bf16MoeGemmLauncher:
     """Launches sm90_bf16_grouped_gemm (or its swap-AB twin) built with a fused-MoE epilogue
-    (Config::kMoeEpilogue: SwiGLU, D with n / 2 columns, or RowScale); register stores, no
-    clusters."""
+    (Config::kMoeEpilogue: SwiGLU, D with n / 2 columns, or RowScale); register or TMA stores
+    (store_cols), no clusters."""
 
     def __init__(
         self,
@@ -292,6 +292,7 @@ class Sm90Bf16MoeGemmLauncher:
         ldb: int,
         ldb_group: int,
         ldd: int,
+        d_cols: int,
         stream: int,
         /,
     ) -> None:
@@ -310,6 +311,7 @@ class Sm90Bf16MoeGemmLauncher:
         ldb: int,
         ldb_group: int,
         ldd: int,
+        d_cols: int,
         /,
     ) -> Callable[[int, int, int, int, int, int, int], bool]:
         """launch(a_ptr, b_ptr, d_ptr, bias_ptr, row_scale_ptr, group_info_ptr, stream, /) -> bool."""

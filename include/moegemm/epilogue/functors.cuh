@@ -61,6 +61,19 @@ struct RowScale {
   }
 };
 
+// RowScale for the TMA-store path, which applies the functor to every pair of the tile: pairs
+// at or past column n (the last n-block's tail, clipped by TMA) read no bias.
+struct RowScaleInN {
+  static constexpr bool kReadsMemory = true;
+  RowScale row_scale;
+  uint32_t n;
+
+  __device__ __forceinline__ void operator()(float& x, float& y, uint32_t row,
+                                             uint32_t col) const {
+    if (col < n) row_scale(x, y, row, col);
+  }
+};
+
 struct Identity {
   static constexpr bool kReadsMemory = false;
   __device__ __forceinline__ void operator()(float&, float&, uint32_t, uint32_t) const {}

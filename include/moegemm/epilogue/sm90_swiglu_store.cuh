@@ -18,6 +18,11 @@
 #include <stdint.h>
 
 #include <moegemm/epilogue/functors.cuh>
+#include <moegemm/epilogue/sm90_register_store.cuh>  // pack_bf16x2
+#include <moegemm/epilogue/sm90_tma_store.cuh>        // TmaStoreLayout
+#include <moegemm/ptx/barrier.cuh>
+#include <moegemm/ptx/smem.cuh>
+#include <moegemm/ptx/tma.cuh>
 
 namespace moegemm::sm90 {
 
@@ -53,6 +58,79 @@ __device__ __forceinline__ void store_swiglu(const float* acc, __nv_bfloat16* d,
       *reinterpret_cast<__nv_bfloat162*>(d + static_cast<uint64_t>(row) * ldd + col) =
           __floats2bfloat162_rn(lo, hi);
     }
+  }
+}
+
+// kAtomsM unswapped m64 x BLOCK_N accumulator blocks (rows row0 + 64 a, weight rows col0 + ..,
+// col0 a multiple of 16) through the TMA-store staging of epilogue/sm90_tma_store.cuh: each
+// block becomes m64 x BLOCK_N / 2 BF16 outputs, staged swizzled in `smem_buf` and written by
+// TMA stores of kStoreCols columns (the D map has n_out columns and clips the N tail). The
+// same three steps and named barrier as store_accumulators_tma. Every row must lie inside the
+// tile's group (the caller's rule): rows of another group would be overwritten.
+// A thread's output slices 2 jj and 2 jj + 1 (SwiGLU of accumulator slices 4 jj .. 4 jj + 3)
+// sit in the registers stmatrix x4 takes for a 16 x 16 block, as in the plain path.
+template <uint32_t BLOCK_N, uint32_t kStoreCols, uint32_t kAtomsM, uint32_t kAct>
+__device__ __forceinline__ void store_swiglu_tma(const float (*acc)[BLOCK_N / 2],
+                                                 uint8_t* smem_buf, const void* tma_d,
+                                                 uint32_t row0, uint32_t col0, uint32_t n_out,
+                                                 const float* bias, uint32_t barrier_id) {
+  constexpr uint32_t kOutCols = BLOCK_N / 2;
+  static_assert(kOutCols % 16 == 0, "whole 16-column stmatrix blocks of outputs");
+  using L = TmaStoreLayout<kOutCols, kStoreCols>;
+  const uint32_t t = threadIdx.x % 128;
+  if (t == 0) tma_store_wait_read();
+  named_barrier_sync(barrier_id, 128);
+
+  const uint32_t lane = t % 32;
+  const uint32_t row = 16 * (t / 32) + (lane % 8) + 8 * ((lane / 8) % 2);
+  const uint32_t col_in_16 = 8 * (lane / 16);
+  const uint32_t in_slice = 2 * (t % 4);
+  const uint32_t out0 = col0 / 2;
+  const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem_buf));
+#pragma unroll
+  for (uint32_t jj = 0; jj < kOutCols / 16; ++jj) {
+    // Bias of this thread's two output slices (gate and up rows), zero past n_out.
+    float bg[2][2] = {}, bu[2][2] = {};
+#pragma unroll
+    for (uint32_t s = 0; s < 2; ++s) {
+      const uint32_t j2 = 2 * jj + s;
+      if (bias != nullptr && out0 + 8 * j2 + in_slice < n_out) {
+        const uint32_t gate_row = col0 + 16 * j2 + in_slice;
+        const float2 g = *reinterpret_cast<const float2*>(bias + gate_row);
+        const float2 u = *reinterpret_cast<const float2*>(bias + gate_row + 8);
+        bg[s][0] = g.x, bg[s][1] = g.y, bu[s][0] = u.x, bu[s][1] = u.y;
+      }
+    }
+#pragma unroll
+    for (uint32_t a = 0; a < kAtomsM; ++a) {
+      float v[8];  // v[4 s + 2 h + e]: output slice 2 jj + s, row r + 8 h, column e of the pair
+#pragma unroll
+      for (uint32_t s = 0; s < 2; ++s)
+#pragma unroll
+        for (uint32_t h = 0; h < 2; ++h)
+#pragma unroll
+          for (uint32_t e = 0; e < 2; ++e) {
+            const uint32_t j2 = 2 * jj + s;
+            v[4 * s + 2 * h + e] = SwiGlu<kAct>::apply(acc[a][8 * j2 + 2 * h + e] + bg[s][e],
+                                                       acc[a][8 * j2 + 4 + 2 * h + e] + bu[s][e]);
+          }
+      stmatrix_x4(smem_base + a * L::kAtomBytes + L::offset(row, 16 * jj + col_in_16),
+                  pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]), pack_bf16x2(v[4], v[5]),
+                  pack_bf16x2(v[6], v[7]));
+    }
+  }
+  fence_async_shared();
+  named_barrier_sync(barrier_id, 128);
+
+  if (t == 0) {
+#pragma unroll
+    for (uint32_t a = 0; a < kAtomsM; ++a)
+#pragma unroll
+      for (uint32_t c = 0; c < L::kNumChunks; ++c)
+        tma_store_2d(tma_d, smem_buf + a * L::kAtomBytes + c * L::kChunkBytes,
+                     static_cast<int32_t>(out0 + c * kStoreCols),
+                     static_cast<int32_t>(row0 + 64 * a));
+    tma_store_commit();
   }
 }
 

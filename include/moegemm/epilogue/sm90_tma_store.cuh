@@ -52,14 +52,17 @@ struct TmaStoreLayout {
 // Writes kAtomsM m64 x BLOCK_N accumulator blocks (rows row0 + 64 a) through `smem_buf`
 // (kAtomsM * kAtomBytes, 1024-aligned). All 128 threads of the warpgroup call it. The rows are
 // either all inside the output or the output's last (TMA clips them), so the functor must read
-// no memory (the kernels assert it).
-template <uint32_t BLOCK_N, uint32_t kStoreCols, uint32_t kAtomsM, typename Epilogue>
+// no memory, unless the caller guarantees every row lies inside (kRowsValid: the fused MoE
+// layer's RowScale, whose functor also bounds its columns).
+template <uint32_t BLOCK_N, uint32_t kStoreCols, uint32_t kAtomsM, bool kRowsValid = false,
+          typename Epilogue>
 __device__ __forceinline__ void store_accumulators_tma(const float (*acc)[BLOCK_N / 2],
                                                        uint8_t* smem_buf, const void* tma_d,
                                                        uint32_t row0, uint32_t col0,
                                                        uint32_t barrier_id,
                                                        const Epilogue& epilogue) {
-  static_assert(!Epilogue::kReadsMemory, "TMA-clipped rows may lie past the output");
+  static_assert(!Epilogue::kReadsMemory || kRowsValid,
+                "TMA-clipped rows may lie past the output");
   using L = TmaStoreLayout<BLOCK_N, kStoreCols>;
   const uint32_t t = threadIdx.x % 128;
   if (t == 0) tma_store_wait_read();

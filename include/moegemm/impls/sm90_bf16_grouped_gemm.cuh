@@ -8,7 +8,7 @@
 //              B it uses and the row bound its stores respect,
 //   epilogue   Identity or AddC (Config::kWithC), TMA stores (Config::kStoreCols != 0) or
 //              register stores; for the fused MoE layer (Config::kMoeEpilogue) SwiGLU
-//              (epilogue/moe_stores.cuh, D has N / 2 columns) or RowScale, from registers.
+//              (epilogue/moe_stores.cuh, D has N / 2 columns) or RowScale, by either path.
 //
 // Warp roles (kNumMathWG + 1 warpgroups of 128 threads, one more with a transform):
 //   warpgroup 0      producer. Warp 0 walks the tile schedule; one elected lane issues the TMA
@@ -38,7 +38,9 @@
 //   where TMA clips) stages BF16 results in its own D buffer and issues TMA stores
 //   (epilogue/sm90_tma_store.cuh, NamedBarrier::kStoreBf16 + warpgroup), then starts the next tile while
 //   the copy engine writes; a warpgroup whose rows cross into another group stores from
-//   registers, so no row outside the tile's bound is ever written.
+//   registers, so no row outside the tile's bound is ever written. MoE epilogues stage only
+//   warpgroups whose rows all lie below the bound (RowScale reads each row's scale), SwiGLU's
+//   staging holds BLOCK_N / 2 output columns.
 // Tails: TMA zero-fills reads past the rows, N and K, so the mainloop needs no bounds checks;
 //   rows of a neighbouring group that a tile's A box covers are read but never stored: the
 //   epilogue checks rows against the tile's bound and columns against N. A math warpgroup with
@@ -91,19 +93,20 @@ struct Bf16GemmKernel {
   static constexpr bool kTmaStore = kStoreCols != 0;
   static_assert(!kTmaStore || (!kWithC && sizeof(OutT) == 2),
                 "the TMA-store epilogue writes BF16 without C");
-  static constexpr uint32_t kEpilogueSmemBytes = kTmaStore ? BLOCK_M * BLOCK_N * 2 : 0;
-  static constexpr uint32_t kBytesDPerWG = kEpilogueSmemBytes / kNumMathWG;
 
   using Loader = KMajorLoader<__nv_bfloat16, BLOCK_M, BLOCK_N, BLOCK_K, kClusterM, kClusterN>;
   using Transform = transform_of_t<Config>;
   using Mma = KMajorMma<__nv_bfloat16, BLOCK_N, BLOCK_K, kAtomsM>;
   using Epilogue = std::conditional_t<kWithC, AddC, Identity>;
-  // The fused MoE layer's epilogues: register stores of BF16, no C.
+  // The fused MoE layer's epilogues: BF16 without C.
   static constexpr uint32_t kMoe = moe_epilogue_of<Config>::value;
-  static_assert(kMoe == kMoeNone || (!kTmaStore && !kWithC && sizeof(OutT) == 2),
-                "MoE epilogues store BF16 from registers, without C");
-  static_assert(kMoe != kMoeSwiGluSilu && kMoe != kMoeSwiGluOai || BLOCK_N % 16 == 0,
-                "SwiGLU pairs 8 gate with 8 up columns");
+  static constexpr bool kSwiGlu = kMoe == kMoeSwiGluSilu || kMoe == kMoeSwiGluOai;
+  static_assert(kMoe == kMoeNone || (!kWithC && sizeof(OutT) == 2), "MoE epilogues: BF16, no C");
+  static_assert(!kSwiGlu || BLOCK_N % (kTmaStore ? 32 : 16) == 0,
+                "SwiGLU pairs 8 gate with 8 up columns (staged: whole 16-column outputs)");
+  static constexpr uint32_t kOutCols = kSwiGlu ? BLOCK_N / 2 : BLOCK_N;  // D columns a tile
+  static constexpr uint32_t kEpilogueSmemBytes = kTmaStore ? BLOCK_M * kOutCols * 2 : 0;
+  static constexpr uint32_t kBytesDPerWG = kEpilogueSmemBytes / kNumMathWG;
 
   __device__ __forceinline__ static Scheduler make_scheduler(const Params& params) {
     return Scheduler(GroupingArgs{params.m, params.n, params.num_groups, params.group_info});
@@ -127,7 +130,23 @@ struct Bf16GemmKernel {
                                                   const Tile& tile, uint32_t math_wg,
                                                   uint8_t* smem_d) {
     const uint32_t row0 = tile.row0 + math_wg * kWgRows;
-    if constexpr (kTmaStore) {
+    if constexpr (kTmaStore && kMoe != kMoeNone) {
+      if (row0 + kWgRows <= tile.row_end) {
+        uint8_t* staging = smem_d + math_wg * kBytesDPerWG;
+        const uint32_t barrier = NamedBarrier::kStoreBf16 + math_wg;
+        if constexpr (kSwiGlu) {
+          store_swiglu_tma<BLOCK_N, kStoreCols, kAtomsM, kMoe>(
+              acc.v, staging, &params.tma_d, row0, tile.n_block * BLOCK_N, params.n / 2,
+              group_bias(params, tile), barrier);
+        } else {
+          const RowScaleInN functor{RowScale{group_bias(params, tile), params.row_scale},
+                                    params.n};
+          store_accumulators_tma<BLOCK_N, kStoreCols, kAtomsM, true>(
+              acc.v, staging, &params.tma_d, row0, tile.n_block * BLOCK_N, barrier, functor);
+        }
+        return;
+      }
+    } else if constexpr (kTmaStore) {
       if (row0 + kWgRows <= tile.row_end || tile.row_end >= params.rows) {
         store_accumulators_tma<BLOCK_N, kStoreCols, kAtomsM>(
             acc.v, smem_d + math_wg * kBytesDPerWG, &params.tma_d, row0, tile.n_block * BLOCK_N,

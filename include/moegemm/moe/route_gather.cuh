@@ -3,8 +3,9 @@
 //
 // One kernel, kThreads threads a CTA, any number of CTAs (the host picks it from T * top_k);
 // CTA c owns slots [c * slots_per_cta, (c + 1) * slots_per_cta). Every CTA
-//   1. counts every slot's expert (shared-memory histogram; integer sums, so the counts do not
-//      depend on timing) and, separately, the slots before its own range;
+//   1. counts every slot's expert (shared-memory histogram, one atomic per expert a warp sees;
+//      integer sums, so the counts do not depend on timing) and, separately, the slots before
+//      its own range;
 //   2. scans the counts into each expert's first row (CTA 0 writes offs, the end rows);
 //   3. places its slots in order, kThreads at a time: a slot's row is its expert's first row +
 //      the expert's slots before this range + those earlier in this batch (earlier warps: a
@@ -46,13 +47,18 @@ __device__ __forceinline__ void route_gather(const MoeRouteParams& p) {
   for (uint32_t i = tid; i < E; i += kThreads) counts[i] = bases[i] = 0;
   for (uint32_t i = tid; i < kWarps * E; i += kThreads) warp_counts[i] = 0;
   __syncthreads();
-  // 1. Histograms: all slots, and the slots before this CTA's range.
-  for (uint32_t s = tid; s < num_slots; s += kThreads) {
-    const int32_t e = p.topk_ids[s];
-    if (kept(e, E)) {
-      atomicAdd(&counts[e], 1);
-      if (s < first) atomicAdd(&bases[e], 1);
-    }
+  // 1. Histograms: all slots, and the slots before this CTA's range. A warp's lanes of one
+  //    expert add their count once (its lowest lane): skewed routing sends most lanes of a
+  //    warp to a few hot experts, and same-address shared atomics would serialize.
+  for (uint32_t base = 0; base < num_slots; base += kThreads) {  // uniform trip count
+    const uint32_t s = base + tid;
+    const int32_t e = s < num_slots ? p.topk_ids[s] : -1;
+    const bool keep = s < num_slots && kept(e, E);
+    const uint32_t peers = __match_any_sync(0xffffffffu, keep ? static_cast<uint32_t>(e)
+                                                              : 0xffffffffu);
+    const uint32_t earlier = peers & __ballot_sync(0xffffffffu, s < first);
+    if (keep && lane == __ffs(peers) - 1) atomicAdd(&counts[e], __popc(peers));
+    if (keep && s < first && lane == __ffs(earlier) - 1) atomicAdd(&bases[e], __popc(earlier));
   }
   __syncthreads();
   // 2. Exclusive scan of the counts by warp 0, 32 consecutive experts' chunks a lane.

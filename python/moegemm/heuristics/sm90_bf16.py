@@ -115,19 +115,29 @@ def math_warpgroups_for(block_m: int) -> int:
 
 
 def smem_bytes_for(
-    block_m: int, block_n: int, num_stages: int, store_cols: int = 0, k_grouped: bool = False
+    block_m: int,
+    block_n: int,
+    num_stages: int,
+    store_cols: int = 0,
+    k_grouped: bool = False,
+    out_cols: int | None = None,
 ) -> int:
     """Shared memory of a kernel (its Traits::kSmemBytes): the stage ring plus the TMA-store
-    epilogue's staging, one BF16 tile (m-grouped) or two 64 x 32 FP32 chunks per warpgroup
-    (k-grouped)."""
+    epilogue's staging, one BF16 tile of `out_cols` columns (m-grouped; block_n unless SwiGLU
+    halves it) or two 64 x 32 FP32 chunks per warpgroup (k-grouped)."""
     per_stage = (block_m + block_n) * BLOCK_K * 2 + BARRIER_BYTES_PER_STAGE
     if not store_cols:
         staging = 0
     elif k_grouped:
         staging = block_m // 64 * 2 * 64 * store_cols * 4
     else:
-        staging = block_m * block_n * 2
+        staging = block_m * (block_n if out_cols is None else out_cols) * 2
     return num_stages * per_stage + staging
+
+
+def out_cols_of(block_n: int, desc: GemmDesc) -> int:
+    """D columns a tile writes: half its weight rows under a SwiGLU epilogue (gate/up pairs)."""
+    return block_n // 2 if desc.epilogue.startswith("swiglu") else block_n
 
 
 def tma_store_cols(block_n: int, desc: GemmDesc) -> int:
@@ -135,18 +145,21 @@ def tma_store_cols(block_n: int, desc: GemmDesc) -> int:
     bytes); BF16 takes the widest of 64/32/16 that tiles block_n."""
     if desc.kind == "k_grouped":
         return 32
-    return next(cols for cols in TMA_STORE_COLS if block_n % cols == 0)
+    out_cols = out_cols_of(block_n, desc)
+    return next((cols for cols in TMA_STORE_COLS if out_cols % cols == 0), 0)
 
 
 def tma_store_possible(desc: GemmDesc) -> bool:
     if desc.kind == "k_grouped":
         return True  # FP32 out, C read from global memory
-    return desc.d_dtype == "bf16" and not desc.with_c and desc.epilogue == "none"
+    moe_ok = desc.epilogue == "none" or desc.kind in WALK_KINDS
+    return desc.d_dtype == "bf16" and not desc.with_c and moe_ok
 
 
 def moe_epilogue_legal(config: GemmConfig, desc: GemmDesc) -> bool:
-    """The fused MoE layer's epilogues (GemmDesc.epilogue) store BF16 from registers on the
-    grouped walk without clusters; SwiGLU pairs 8 gate with 8 up rows of a 16-row group."""
+    """The fused MoE layer's epilogues (GemmDesc.epilogue) store BF16 on the grouped walk
+    without clusters, from registers or (unswapped) staged for TMA stores; SwiGLU pairs 8 gate
+    with 8 up rows of a 16-row group, and its staged outputs fill whole 16-column blocks."""
     if desc.epilogue == "none":
         return True
     lay = config.layout
@@ -155,9 +168,10 @@ def moe_epilogue_legal(config: GemmConfig, desc: GemmDesc) -> bool:
         desc.kind in WALK_KINDS
         and desc.d_dtype == "bf16"
         and not desc.with_c
-        and config.store_cols == 0
+        and (config.store_cols == 0 or not lay.swap_ab)
         and lay.cluster_size == 1
         and (not swiglu or (lay.block_n % 16 == 0 and desc.n % 16 == 0))
+        and (not swiglu or config.store_cols == 0 or lay.block_n % 32 == 0)
     )
 
 
@@ -191,6 +205,7 @@ def make_config(
     cluster: tuple[int, int] = (1, 1),
     swap_ab: bool = False,
     stripe_m: int = 0,
+    out_cols: int | None = None,
 ) -> GemmConfig:
     num_wg = block_n // 64 if swap_ab else math_warpgroups_for(block_m)
     cluster_m, cluster_n = cluster
@@ -215,7 +230,9 @@ def make_config(
         ),
         pipeline=PipelineConfig(
             num_stages=num_stages,
-            smem_bytes=smem_bytes_for(block_m, block_n, num_stages, store_cols, k_grouped),
+            smem_bytes=smem_bytes_for(
+                block_m, block_n, num_stages, store_cols, k_grouped, out_cols
+            ),
         ),
         launch=LaunchConfig(
             num_sms=arch.num_sms, num_threads=128 * (num_wg + 1), num_math_warpgroups=num_wg
@@ -234,18 +251,21 @@ def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> Iterator[GemmConfig]:
                 continue
             if desc.epilogue.startswith("swiglu") and block_n % 16:
                 continue
-            epilogues = (0, tma_store_cols(block_n, desc)) if tma_store_possible(desc) else (0,)
+            store = tma_store_cols(block_n, desc) if tma_store_possible(desc) else 0
+            epilogues = (0, store) if store else (0,)
             k_grouped = desc.kind == "k_grouped"
+            out_cols = out_cols_of(block_n, desc)
             for store_cols in epilogues:
                 per_stage = smem_bytes_for(block_m, block_n, 1)
-                staging = smem_bytes_for(block_m, block_n, 0, store_cols, k_grouped)
+                staging = smem_bytes_for(block_m, block_n, 0, store_cols, k_grouped, out_cols)
                 num_stages = min(MAX_STAGES, (arch.smem_budget - staging) // per_stage)
                 if num_stages < MIN_STAGES:
                     continue
                 stripe_m = walk_stripe_m(desc, block_m)
                 yield make_config(
-                    block_m, block_n, num_stages, arch, store_cols, k_grouped, stripe_m=stripe_m
-                )
+                    block_m, block_n, num_stages, arch, store_cols, k_grouped, stripe_m=stripe_m,
+                    out_cols=out_cols,
+                )  # fmt: skip
     if swap_ab_possible(desc):
         for block_m in SWAP_AB_BLOCK_M:
             for block_n in SWAP_AB_BLOCK_N:
@@ -313,6 +333,7 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
             config.pipeline.num_stages,
             config.store_cols,
             desc.kind == "k_grouped",
+            out_cols_of(lay.block_n, desc),
         )
         and config.pipeline.smem_bytes <= arch.smem_budget
         and config.pipeline.num_stages >= MIN_STAGES
@@ -336,6 +357,7 @@ def _store_cols_legal(config: GemmConfig, desc: GemmDesc) -> bool:
         return config.storage.swizzle_d == 0
     return (
         tma_store_possible(desc)
+        and not config.layout.swap_ab
         and cols == tma_store_cols(config.layout.block_n, desc)
         and config.storage.store_box_d == (cols, 64)
         and config.storage.swizzle_d == 2 * cols
@@ -424,7 +446,7 @@ def epilogue_cycles(config: GemmConfig, desc: GemmDesc) -> float:
     if desc.kind in RAGGED_KINDS:
         return _grouped_epilogue(
             lay.block_m,
-            lay.block_n,
+            out_cols_of(lay.block_n, desc),
             config.launch.num_math_warpgroups,
             bool(config.store_cols),
             out_bytes,

@@ -217,15 +217,17 @@ def _moe_member(
         or d_dtype != "bf16"
         or with_c
         or transform is not None
-        or config.store_cols
         or lay.cluster_size != 1
     ):
         raise ValueError(
-            f"epilogue {epilogue}: offsets or masked layouts, BF16 out without C, register "
-            "stores, no clusters and no transform"
+            f"epilogue {epilogue}: offsets or masked layouts, BF16 out without C, no clusters "
+            "and no transform"
         )
-    if epilogue.startswith("swiglu") and lay.block_n % 16:
-        raise ValueError(f"epilogue {epilogue}: block_n must pair 8 gate with 8 up rows")
+    if epilogue.startswith("swiglu") and lay.block_n % (32 if config.store_cols else 16):
+        raise ValueError(
+            f"epilogue {epilogue}: block_n must pair 8 gate with 8 up rows (a multiple of 16; "
+            "of 32 with TMA stores, whose staged outputs fill 16-column blocks)"
+        )
     return f"  static constexpr uint32_t kMoeEpilogue = {MOE_EPILOGUE_IDS[epilogue]};"
 
 

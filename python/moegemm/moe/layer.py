@@ -89,8 +89,9 @@ def layer_gemms(sizes: dict[str, int], activation: str) -> tuple:
     d1 = GemmDesc("m_grouped_offsets", slots, 2 * i, h, e, expected_m=expected,
                   epilogue=EPILOGUE_OF[activation])  # fmt: skip
     d2 = GemmDesc("m_grouped_offsets", slots, h, i, e, expected_m=expected, epilogue="row_scale")
-    args1 = (slots, slots, 2 * i, h, e, h, h, 2 * i * h, i)
-    args2 = (slots, slots, h, i, e, i, sizes["ldw2"], sizes["ldw2_group"], h)
+    # The MoE launcher's integers end with ldd and d_cols (SwiGLU writes i of 2i columns).
+    args1 = (slots, slots, 2 * i, h, e, h, h, 2 * i * h, i, i)
+    args2 = (slots, slots, h, i, e, i, sizes["ldw2"], sizes["ldw2_group"], h, h)
     return (d1, args1), (d2, args2)
 
 
@@ -101,8 +102,8 @@ def masked_gemms(e: int, max_m: int, h: int, i: int, expected: int, activation: 
     d1 = GemmDesc("m_grouped_masked", max_m, 2 * i, h, e, expected_m=expected,
                   epilogue=EPILOGUE_OF[activation])  # fmt: skip
     d2 = GemmDesc("m_grouped_masked", max_m, h, i, e, expected_m=expected, epilogue="row_scale")
-    args1 = (rows, max_m, 2 * i, h, e, h, h, 2 * i * h, i)
-    args2 = (rows, max_m, h, i, e, i, ldw2, ldw2_group, h)
+    args1 = (rows, max_m, 2 * i, h, e, h, h, 2 * i * h, i, i)
+    args2 = (rows, max_m, h, i, e, i, ldw2, ldw2_group, h, h)
     return (d1, args1), (d2, args2)
 
 
