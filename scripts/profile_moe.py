@@ -12,6 +12,7 @@ configs printed beside. Needs an SM90 GPU.
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 from collections import defaultdict
@@ -34,8 +35,60 @@ def kernel_times(fn, iters: int) -> dict[str, float]:
     per_name: dict[str, list[float]] = defaultdict(list)
     for ev in prof.events():
         if ev.device_type == torch.autograd.DeviceType.CUDA:
-            per_name[ev.name[:60]].append(ev.device_time)
+            per_name[short_kernel_name(ev.name)].append(ev.device_time)
     return {k: statistics.median(v) * len(v) / iters for k, v in per_name.items()}
+
+
+def short_kernel_name(name: str) -> str:
+    """moegemm's kernels by their JIT namespace (config and epilogue in it), others cut short."""
+    found = re.search(r"(sm90_\w+?|moe_\w+?)::", name) or re.search(r"(moe_\w+_kernel)", name)
+    return found.group(1) if found else name[:60]
+
+
+def profile_row(layer, t: int, weights: str, iters: int) -> None:
+    """Prints one (model, T) row set: the layer's launches, then the plain GEMMs (BF16)."""
+    import torch
+
+    import moegemm
+    from moegemm.moe.layer import _plans
+
+    m = layer.m
+    x, ids, w = layer.routing(t, 0)
+    ws = moegemm.MoEWorkspace(t, m.top_k, m.experts, m.hidden, m.intermediate, weights)
+    out = torch.empty(t, m.hidden, device="cuda", dtype=torch.bfloat16)
+    layer_t = kernel_times(
+        lambda: moegemm.fused_moe(x, layer.prepared, layer.w2_ours, w, ids, w2_bias=layer.b2,
+                                  out=out, workspace=ws),
+        iters,
+    )  # fmt: skip
+    counts = torch.bincount(ids.flatten().long(), minlength=m.experts)
+    rows = int(counts.sum())
+    print(f"== {m.name} T={t} rows={rows} max/mean rows per expert "
+          f"{int(counts.max())}/{rows / m.experts:.0f}, empty experts {int((counts == 0).sum())}")  # fmt: skip
+    for plan in _plans.values():
+        if getattr(plan, "configs", None) and plan.gemm1.args[0] == rows:
+            print("   configs", [c.short_name() for c in plan.configs])
+    for k, v in sorted(layer_t.items(), key=lambda kv: -kv[1]):
+        print(f"   layer  {v:9.1f} us  {k}")
+    print(f"   layer  {sum(layer_t.values()):9.1f} us  total")
+    if weights != "bf16":
+        return
+    offs = ws.offs.clone()
+    a1 = ws.x_sorted[:rows].clone()
+    d1 = torch.empty(rows, layer.w13.shape[1], device="cuda", dtype=torch.bfloat16)
+    a2 = torch.randn(rows, m.intermediate, device="cuda").bfloat16()
+    d2 = torch.empty(rows, m.hidden, device="cuda", dtype=torch.bfloat16)
+    peers = {
+        "moegemm gemm1": lambda: moegemm.m_grouped_bf16_gemm_nt_contiguous(
+            a1, layer.w13, d1, offs=offs),
+        "moegemm gemm2": lambda: moegemm.m_grouped_bf16_gemm_nt_contiguous(
+            a2, layer.w2, d2, offs=offs),
+        "torch gemm1": lambda: torch._grouped_mm(a1, layer.w13.transpose(-2, -1), offs=offs),
+        "torch gemm2": lambda: torch._grouped_mm(a2, layer.w2.transpose(-2, -1), offs=offs),
+    }  # fmt: skip
+    for label, fn in peers.items():
+        print(f"   {label:14} {sum(kernel_times(fn, iters).values()):9.1f} us")
+    print(f"   ideal at 790 TFLOP/s: {m.flops(rows) / 790e6:9.1f} us")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,54 +104,12 @@ def main(argv: list[str] | None = None) -> int:
     from moe_cases import MODELS
 
     import moegemm
-    from moegemm.moe.layer import _plans
 
+    print(f"# PDL {'on' if moegemm.get_pdl() else 'off'}")
     for name in args.models.split(","):
-        m = MODELS[name]
-        layer = Layer(m, args.weights)
+        layer = Layer(MODELS[name], args.weights)
         for t in map(int, args.tokens.split(",")):
-            x, ids, w = layer.routing(t, 0)
-            ws = moegemm.MoEWorkspace(t, m.top_k, m.experts, m.hidden, m.intermediate,
-                                      args.weights)  # fmt: skip
-            out = torch.empty(t, m.hidden, device="cuda", dtype=torch.bfloat16)
-
-            def ours():
-                moegemm.fused_moe(x, layer.prepared, layer.w2_ours, w, ids, w2_bias=layer.b2,
-                                  out=out, workspace=ws)  # fmt: skip
-
-            layer_t = kernel_times(ours, args.iters)
-            counts = torch.bincount(ids.flatten().long(), minlength=m.experts)
-            rows = int(counts.sum())
-            print(f"== {name} T={t} rows={rows} max/mean rows per expert "
-                  f"{int(counts.max())}/{rows / m.experts:.0f}, "
-                  f"empty experts {int((counts == 0).sum())}")  # fmt: skip
-            for plan in _plans.values():
-                if getattr(plan, "configs", None) and plan.gemm1.args[0] == rows:
-                    print("   configs", [c.short_name() for c in plan.configs])
-            for k, v in sorted(layer_t.items(), key=lambda kv: -kv[1]):
-                print(f"   layer  {v:9.1f} us  {k}")
-            print(f"   layer  {sum(layer_t.values()):9.1f} us  total")
-            if args.weights != "bf16":
-                continue
-            offs = ws.offs.clone()
-            a1 = ws.x_sorted[:rows].clone()
-            w13 = layer.w13
-            d1 = torch.empty(rows, w13.shape[1], device="cuda", dtype=torch.bfloat16)
-            a2 = torch.randn(rows, m.intermediate, device="cuda").bfloat16()
-            d2 = torch.empty(rows, m.hidden, device="cuda", dtype=torch.bfloat16)
-            for label, fn in (
-                ("moegemm gemm1", lambda: moegemm.m_grouped_bf16_gemm_nt_contiguous(
-                    a1, w13, d1, offs=offs)),
-                ("moegemm gemm2", lambda: moegemm.m_grouped_bf16_gemm_nt_contiguous(
-                    a2, layer.w2, d2, offs=offs)),
-                ("torch gemm1", lambda: torch._grouped_mm(a1, w13.transpose(-2, -1), offs=offs)),
-                ("torch gemm2", lambda: torch._grouped_mm(a2, layer.w2.transpose(-2, -1),
-                                                          offs=offs)),
-            ):  # fmt: skip
-                print(f"   {label:14} {sum(kernel_times(fn, args.iters).values()):9.1f} us")
-            flops = m.flops(rows)
-            print(f"   ideal at 790 TFLOP/s: {flops / 790e6:9.1f} us")
-            del ws
+            profile_row(layer, t, args.weights, args.iters)
             torch.cuda.empty_cache()
     return 0
 

@@ -101,6 +101,22 @@ def test_prefill_qwen3_1000_tokens() -> None:
     run_and_check(1000, k, e, h, i, act, bias, seed=5)
 
 
+def test_prefill_staged_epilogues_with_bias_and_n_tails() -> None:
+    """gpt-oss-20b at prefill: both GEMMs stage their results for TMA stores (SwiGLU with
+    biases, 5760 weight rows in 224-row tiles and 2880 columns in 208/224-wide tiles: the last
+    n-block of each is clipped), the route kernel's histograms at a few thousand slots."""
+    from moegemm.heuristics import SM90, select_config
+    from moegemm.moe.layer import layer_gemms
+
+    e, k, h, i, act, bias = MODELS["gpt-oss-20b"]
+    t = 1024
+    sizes = {"tokens": t, "top_k": k, "experts": e, "hidden": h, "intermediate": i,
+             "ldw2": i, "ldw2_group": h * i}  # fmt: skip
+    picks = [select_config(desc, SM90) for desc, _ in layer_gemms(sizes, act)]
+    assert all(c.store_cols and not c.layout.swap_ab for c in picks), picks
+    run_and_check(t, k, e, h, i, act, bias, drop=0.05, seed=31)
+
+
 def test_ids_out_of_range_are_dropped_and_nothing_outside_out_is_written() -> None:
     t, k, e, h, i = 40, 4, 16, 256, 128
     w13, w2, _, _, prepared = layer(e, h, i)
@@ -198,6 +214,29 @@ def test_masked_variant(activation: str, bias: bool) -> None:
                 None if b13 is None else b13[g],
                 None if b2 is None else b2[g],
             )
+            assert calc_diff(out[g, :rows].float(), want) < TOL, g
+        assert out[g, rows:].isnan().all(), (g, "rows past masked_m written")
+
+
+def test_masked_variant_staged_prefill_tiles() -> None:
+    """Large masked groups: both GEMMs stage results for TMA stores where a warpgroup's rows all
+    lie below masked_m and store from registers across it; rows past masked_m stay untouched."""
+    from moegemm.heuristics import SM90, select_config
+    from moegemm.moe.layer import masked_gemms
+
+    e, max_m, h, i, expected = 6, 300, 512, 256, 200
+    picks = [select_config(d, SM90)
+             for d, _ in masked_gemms(e, max_m, h, i, expected, "swiglu_oai", i, h * i)]  # fmt: skip
+    assert all(c.store_cols for c in picks), picks
+    w13, w2, b13, b2, prepared = layer(e, h, i, "swiglu_oai", True, seed=40)
+    masked_m = torch.tensor([0, 1, 300, 137, 450, 64], device="cuda", dtype=torch.int32)
+    x = torch.randn(e, max_m, h, device="cuda", generator=gen(41)).bfloat16()
+    out = torch.full((e, max_m, h), float("nan"), device="cuda", dtype=torch.bfloat16)
+    moegemm.fused_moe_masked(x, masked_m, prepared, w2, expected, w2_bias=b2, out=out)
+    for g in range(e):
+        rows = min(int(masked_m[g]), max_m)
+        if rows:
+            want = expert_forward(x[g, :rows], w13[g], w2[g], "swiglu_oai", b13[g], b2[g])
             assert calc_diff(out[g, :rows].float(), want) < TOL, g
         assert out[g, rows:].isnan().all(), (g, "rows past masked_m written")
 
