@@ -76,11 +76,14 @@ class Layer:
         self.w2_ours = self.w2
         w13_ours = self.w13
         if self.mxfp4:
-            from moegemm.quant import dequantize_mxfp4, quantize_mxfp4
+            from moegemm.quant import dequantize_mxfp4
 
-            w13_ours, w2_raw = quantize_mxfp4(self.w13), quantize_mxfp4(self.w2)
-            self.w13 = dequantize_mxfp4(*w13_ours).bfloat16()  # exact: E2M1 x 2^s fits BF16
-            self.w2 = dequantize_mxfp4(*w2_raw).bfloat16()
+            w13_ours, w2_raw = quantize_by_expert(self.w13), quantize_by_expert(self.w2)
+            # Exact: E2M1 x 2^s fits BF16. Expert by expert, as quantized, to bound temporaries.
+            self.w13 = torch.cat([dequantize_mxfp4(b, s).bfloat16()
+                                  for b, s in zip(*map(chunks, w13_ours))])  # fmt: skip
+            self.w2 = torch.cat([dequantize_mxfp4(b, s).bfloat16()
+                                 for b, s in zip(*map(chunks, w2_raw))])  # fmt: skip
             self.w2_ours = moegemm.prepare_mxfp4_weights(*w2_raw)
         self.prepared = moegemm.prepare_moe_weights(
             w13_ours, activation=m.activation, w13_bias=self.b13
@@ -118,6 +121,21 @@ class Layer:
         y = y * weights.reshape(-1)[order, None]
         out = torch.zeros(t, self.m.hidden, device="cuda", dtype=torch.float32)
         return out.index_add_(0, tokens, y).bfloat16()
+
+
+QUANT_CHUNK = 16  # experts quantized at a time: DeepSeek-V3's whole w13 needs ~90 GB of temporaries
+
+
+def chunks(t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return torch.split(t, QUANT_CHUNK)
+
+
+def quantize_by_expert(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """quantize_mxfp4 of [E, N, K] weights, QUANT_CHUNK experts at a time."""
+    from moegemm.quant import quantize_mxfp4
+
+    parts = [quantize_mxfp4(c) for c in chunks(w)]
+    return torch.cat([b for b, _ in parts]), torch.cat([s for _, s in parts])
 
 
 def torch_grouped_mm(a, b, offs):
