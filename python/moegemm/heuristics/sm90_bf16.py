@@ -42,6 +42,11 @@ K_GROUPED_BLOCK_N = (64, 128, 192, 256)  # B of the k-grouped kernel loads in 64
 CONTIGUOUS_ALIGNMENT = 128  # rows; each m_indices segment starts on a multiple of this
 MAX_ACCUM_REGS = 128  # FP32 accumulators per math thread that fit under setmaxnreg 232
 MIN_STAGES, MAX_STAGES = 3, 8
+# Stages of 48 KB (m128 x n256, m256 x n128) stop at three: on DeepSeek-V3's GEMM1 at 8192
+# tokens (K = 7168, skewed groups; scripts/profile_moe.py, e8be87e) a fourth made the m128n256
+# kernel 27% slower with either epilogue (register stores 9.11 vs 7.22 ms, staged SwiGLU 9.36
+# vs 7.35 ms). Not measured for the k-grouped kernel, which keeps its own count.
+WIDE_STAGE_BYTES, WIDE_MAX_STAGES = 48 * 1024, 3
 BARRIER_BYTES_PER_STAGE = 16
 PIPELINE_FILL_CYCLES = 1500  # first TMA round trip before the first wgmma
 TILE_OVERHEAD_CYCLES = 300
@@ -258,7 +263,8 @@ def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> Iterator[GemmConfig]:
             for store_cols in epilogues:
                 per_stage = smem_bytes_for(block_m, block_n, 1)
                 staging = smem_bytes_for(block_m, block_n, 0, store_cols, k_grouped, out_cols)
-                num_stages = min(MAX_STAGES, (arch.smem_budget - staging) // per_stage)
+                num_stages = min(max_stages(block_m, block_n, k_grouped),
+                                 (arch.smem_budget - staging) // per_stage)  # fmt: skip
                 if num_stages < MIN_STAGES:
                     continue
                 stripe_m = walk_stripe_m(desc, block_m)
@@ -273,6 +279,12 @@ def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> Iterator[GemmConfig]:
                     MAX_STAGES, arch.smem_budget // smem_bytes_for(block_m, block_n, 1)
                 )
                 yield make_config(block_m, block_n, num_stages, arch, swap_ab=True)
+
+
+def max_stages(block_m: int, block_n: int, k_grouped: bool = False) -> int:
+    """The most stages enumerated for a tile: WIDE_MAX_STAGES for 48 KB stages (see there)."""
+    wide = not k_grouped and (block_m + block_n) * BLOCK_K * 2 >= WIDE_STAGE_BYTES
+    return WIDE_MAX_STAGES if wide else MAX_STAGES
 
 
 def swap_ab_possible(desc: GemmDesc) -> bool:
