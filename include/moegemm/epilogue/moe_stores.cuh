@@ -1,6 +1,8 @@
 // The fused MoE layer's epilogue stores, for every kernel built with a Config::kMoeEpilogue
 // (BF16 and FP8 x FP4, both orientations): SwiGLU (epilogue/sm90_swiglu_store.cuh, D with
-// N / 2 columns) or RowScale through the register or swapped stores. Params is the kernel's
+// N / 2 columns) or RowScale through the register or swapped stores. The BF16 unswapped kernel
+// also stages them for TMA stores (store_swiglu_tma, store_accumulators_tma with RowScaleInN)
+// where a warpgroup's rows all lie inside the group; these are its register fallback. Params is the kernel's
 // parameter struct: d, ldd, n, bias (FP32 [G, n] or nullptr), row_scale.
 #pragma once
 
