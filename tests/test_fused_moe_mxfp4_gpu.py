@@ -152,3 +152,23 @@ def test_masked_variant_max_m_90() -> None:
             want = expert_forward_fp8(x[g, :rows], w13f[g], w2f[g], "silu", b13[g], b2[g])
             assert calc_diff(out[g, :rows].float(), want) < TOL, g
         assert out[g, rows:].isnan().all()
+
+
+@pytest.mark.parametrize("layout", ["raw", "prepared"])
+def test_torch_compile_of_a_module_calling_it(layout: str) -> None:
+    """torch.compile(fullgraph=True) over MXFP4 experts (moegemm::fused_moe_mxfp4): the compiled
+    module's output equals the eager one bitwise. Written 2026-12-02 after the session's GPU
+    time was spent: first run due next session."""
+    t, k, e, h, i = 48, 4, 16, 256, 128
+    _, _, _, b2, prepared, w2 = mxfp4_layer(e, h, i, "swiglu_oai", True, layout, seed=50)
+    ids, weights = routing(t, k, e, 51)
+    x = torch.randn(t, h, device="cuda", generator=gen(52)).bfloat16()
+    ws = moegemm.MoEWorkspace(t, k, e, h, i, weight_dtype="mxfp4")
+
+    class Experts(torch.nn.Module):
+        def forward(self, x, ids, weights):
+            return moegemm.fused_moe(x, prepared, w2, weights, ids, w2_bias=b2, workspace=ws) * 2
+
+    eager = Experts()(x, ids, weights)
+    compiled = torch.compile(Experts(), fullgraph=True)(x, ids, weights)
+    assert torch.equal(eager, compiled)

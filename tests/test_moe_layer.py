@@ -328,6 +328,54 @@ def test_fullgraph_compile_sees_one_fused_moe_op() -> None:
         torch.compile(Experts(), fullgraph=True, backend=backend)(*bad)
 
 
+@pytest.mark.parametrize("w2_prepared", [False, True])
+def test_fullgraph_compile_sees_one_fused_moe_mxfp4_op(w2_prepared: bool) -> None:
+    """The same with MXFP4 experts (gpt-oss's activation and biases): one moegemm::fused_moe_mxfp4
+    node, the workspace's FP8 buffers among its mutated arguments; the fake implementation's
+    checks reject a w2 of the wrong size while Dynamo traces."""
+    dev, u8 = "meta", torch.uint8
+    E, I, H = 4, 64, 128  # MXFP4 needs H and I multiples of 32
+    blocks = torch.zeros(E, 2 * I, H // 2, dtype=u8, device=dev)
+    scales = torch.zeros(E, 2 * I, H // 32, dtype=u8, device=dev)
+    bias = torch.zeros(E, 2 * I, device=dev)
+    w13 = moegemm.prepare_moe_weights((blocks, scales), activation="swiglu_oai", w13_bias=bias,
+                                      mxfp4_layout="raw")  # fmt: skip
+    w2b = torch.zeros(E, H, I // 2, dtype=u8, device=dev)
+    w2s = torch.zeros(E, H, I // 32, dtype=u8, device=dev)
+    w2 = moegemm.Mxfp4Weights(w2b, w2s, True) if w2_prepared else (w2b, w2s)
+    b2 = torch.zeros(E, H, device=dev)
+    ws = moegemm.MoEWorkspace(5, 2, E, H, I, "mxfp4", device=dev)
+
+    class Experts(torch.nn.Module):
+        def __init__(self, w2) -> None:
+            super().__init__()
+            self.w2 = w2
+
+        def forward(self, x, ids, weights):
+            return moegemm.fused_moe(x, w13, self.w2, weights, ids, w2_bias=b2, workspace=ws)
+
+    args = (
+        torch.zeros(5, H, dtype=torch.bfloat16, device=dev),
+        torch.zeros(5, 2, dtype=torch.int32, device=dev),
+        torch.zeros(5, 2, device=dev),
+    )
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    out = torch.compile(Experts(w2), fullgraph=True, backend=backend)(*args)
+    assert out.shape == (5, H) and len(graphs) == 1
+    nodes = [n for n in graphs[0].graph.nodes if "moegemm" in str(n.target)]
+    assert [str(n.target) for n in nodes] == ["moegemm.fused_moe_mxfp4"]
+    assert nodes[0].args[-3:] == ("swiglu_oai", False, w2_prepared)
+    assert torch.compile(Experts(w2), fullgraph=True, backend="aot_eager")(*args).shape == (5, H)
+    short = (w2b[:, :, : I // 4], w2s)
+    with pytest.raises((ValueError, torch._dynamo.exc.Unsupported), match="w2 blocks"):
+        torch.compile(Experts(short), fullgraph=True, backend=backend)(*args)
+
+
 def _mxfp4_pair(e: int, n: int, k: int, seed: int):
     from moegemm.quant import quantize_mxfp4
 

@@ -312,10 +312,16 @@ def _fused_moe_mxfp4(x, w13: PreparedW13, w2, topk_weights, topk_ids, w2_bias, o
     """fused_moe with MXFP4 experts (moe/mxfp4.py), after the structural checks."""
     from .mxfp4 import Mxfp4LayerPlan
 
-    if torch.compiler.is_compiling():
-        raise NotImplementedError("torch.compile of fused_moe with MXFP4 experts is not built yet")
     t, k, e, h, i, ldx = sizes
     w2b, w2s, w2_prepared = w2  # checked: (blocks, scales, prepared)
+    if torch.compiler.is_compiling():
+        ws = _workspace_for(workspace, t, k, e, h, i, x, "mxfp4")
+        torch.ops.moegemm.fused_moe_mxfp4(
+            x, w13.weight, w13.scales, w13.bias, w2b, w2s, w2_bias, topk_weights, topk_ids, out,
+            ws.x_sorted, ws.sfa_x, ws.h, ws.h8, ws.sfa_h, ws.y, ws.offs, ws.row_slot,
+            ws.row_weight, ws.slot_row, w13.activation, w13.mxfp4_prepared, w2_prepared,
+        )  # fmt: skip
+        return out
     # The FP8 x FP4 launcher takes the scale bytes on 16-byte boundaries too.
     device = checks.require_placement(
         {"x": x, "w13 blocks": w13.weight, "w2 blocks": w2b, "out": out,

@@ -1,13 +1,15 @@
-"""fused_moe as the `torch.library` custom op moegemm::fused_moe, for torch.compile (as the
-GEMMs' ops in api/ops.py): while Dynamo traces, fused_moe calls it with the prepared weights and
-the workspace as tensors; it mutates `out` and the workspace's buffers and returns nothing. The
-fake implementation runs the structural checks; the real one is the eager path."""
+"""fused_moe as the `torch.library` custom ops moegemm::fused_moe (BF16 experts) and
+moegemm::fused_moe_mxfp4 (MXFP4 experts), for torch.compile (as the GEMMs' ops in api/ops.py):
+while Dynamo traces, fused_moe calls one with the prepared weights and the workspace as tensors;
+it mutates `out` and the workspace's buffers and returns nothing. The fake implementations run
+the structural checks; the real ones are the eager path."""
 
 # No `from __future__ import annotations`: torch.library reads the annotations as types.
 
 import torch
 from torch import Tensor
 
+from ..api.mxfp4_weights import Mxfp4Weights
 from ..api.ops import NAMESPACE
 from .layer import check_fused_moe, fused_moe
 from .weights import PreparedW13
@@ -60,3 +62,79 @@ def _(
 ) -> None:
     prepared = PreparedW13(w13, w13_bias, activation)
     check_fused_moe(x, prepared, w2, topk_weights, topk_ids, w2_bias, out)
+
+
+_MUTATED_MXFP4 = ("out", "x_sorted", "sfa_x", "h", "h8", "sfa_h", "y", "offs", "row_slot",
+                  "row_weight", "slot_row")  # fmt: skip
+
+
+def _mxfp4_operands(w13, w13_scales, w13_bias, w2, w2_scales, activation, w13_prepared,
+                    w2_prepared):  # fmt: skip
+    prepared = PreparedW13(w13, w13_bias, activation, w13_scales, w13_prepared)
+    packed_w2 = Mxfp4Weights(w2, w2_scales, True) if w2_prepared else (w2, w2_scales)
+    return prepared, packed_w2
+
+
+@torch.library.custom_op(f"{NAMESPACE}::fused_moe_mxfp4", mutates_args=_MUTATED_MXFP4)
+def fused_moe_mxfp4_op(
+    x: Tensor,
+    w13: Tensor,
+    w13_scales: Tensor,
+    w13_bias: Tensor | None,
+    w2: Tensor,
+    w2_scales: Tensor,
+    w2_bias: Tensor | None,
+    topk_weights: Tensor,
+    topk_ids: Tensor,
+    out: Tensor,
+    x_sorted: Tensor,
+    sfa_x: Tensor,
+    h: Tensor,
+    h8: Tensor,
+    sfa_h: Tensor,
+    y: Tensor,
+    offs: Tensor,
+    row_slot: Tensor,
+    row_weight: Tensor,
+    slot_row: Tensor,
+    activation: str,
+    w13_prepared: bool,
+    w2_prepared: bool,
+) -> None:
+    ws = MoEWorkspace.of_buffers(x_sorted, h, offs, row_slot, row_weight, slot_row,
+                                 topk_ids.shape[1], mxfp4=(sfa_x, h8, sfa_h, y))  # fmt: skip
+    prepared, packed_w2 = _mxfp4_operands(w13, w13_scales, w13_bias, w2, w2_scales, activation,
+                                          w13_prepared, w2_prepared)  # fmt: skip
+    fused_moe(x, prepared, packed_w2, topk_weights, topk_ids, w2_bias=w2_bias, out=out,
+              workspace=ws)  # fmt: skip
+
+
+@fused_moe_mxfp4_op.register_fake
+def _(
+    x: Tensor,
+    w13: Tensor,
+    w13_scales: Tensor,
+    w13_bias: Tensor | None,
+    w2: Tensor,
+    w2_scales: Tensor,
+    w2_bias: Tensor | None,
+    topk_weights: Tensor,
+    topk_ids: Tensor,
+    out: Tensor,
+    x_sorted: Tensor,
+    sfa_x: Tensor,
+    h: Tensor,
+    h8: Tensor,
+    sfa_h: Tensor,
+    y: Tensor,
+    offs: Tensor,
+    row_slot: Tensor,
+    row_weight: Tensor,
+    slot_row: Tensor,
+    activation: str,
+    w13_prepared: bool,
+    w2_prepared: bool,
+) -> None:
+    prepared, packed_w2 = _mxfp4_operands(w13, w13_scales, w13_bias, w2, w2_scales, activation,
+                                          w13_prepared, w2_prepared)  # fmt: skip
+    check_fused_moe(x, prepared, packed_w2, topk_weights, topk_ids, w2_bias, out)

@@ -68,17 +68,20 @@ class MoEWorkspace:
 
     @classmethod
     def of_buffers(
-        cls, x_sorted, h, offs, row_slot, row_weight, slot_row, top_k: int
+        cls, x_sorted, h, offs, row_slot, row_weight, slot_row, top_k: int, mxfp4=None
     ) -> MoEWorkspace:
-        """A workspace over existing buffers (the custom op's real implementation gets them as
-        tensors): sizes read from their shapes."""
+        """A workspace over existing buffers (the custom ops' real implementations get them as
+        tensors): sizes read from their shapes. mxfp4: the MXFP4 experts' (sfa_x, h8, sfa_h, y)."""
         ws = cls.__new__(cls)
         rows, ws.hidden = x_sorted.shape
         ws.top_k, ws.num_experts, ws.intermediate = top_k, offs.shape[0], h.shape[1]
-        ws.max_tokens, ws.weight_dtype = rows // top_k, "bf16"
+        ws.max_tokens, ws.weight_dtype = rows // top_k, "bf16" if mxfp4 is None else "mxfp4"
         ws.x_sorted, ws.h, ws.offs = x_sorted, h, offs
         ws.row_slot, ws.row_weight, ws.slot_row = row_slot, row_weight, slot_row
-        ws.y, ws.sfa_x, ws.h8, ws.sfa_h = x_sorted, None, None, None
+        if mxfp4 is None:
+            ws.y, ws.sfa_x, ws.h8, ws.sfa_h = x_sorted, None, None, None
+        else:
+            ws.sfa_x, ws.h8, ws.sfa_h, ws.y = mxfp4
         ws.device = x_sorted.device
         return ws
 
