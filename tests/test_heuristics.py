@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 
 import pytest
 
@@ -294,5 +295,22 @@ def test_picks_equal_the_baseline(tmp_path) -> None:
         repr(sm90.select(d, arch_for("sm_90a", sms))).replace(", transform_stages=0)", ")")
         for d, sms in cases
     ]
-    differ = [(cases[i][0], b, o) for i, (b, o) in enumerate(zip(baseline, ours)) if b != o]
+    differ = [
+        (cases[i][0], b, o)
+        for i, (b, o) in enumerate(zip(baseline, ours))
+        if b != o and o != _capped_at_three_wide_stages(b)
+    ]
     assert not differ, f"{len(differ)} of {len(cases)} picks moved, first: {differ[0]}"
+
+
+def _capped_at_three_wide_stages(pick: str) -> str:
+    """A baseline pick as the 48 KB-stage cap (sm90_bf16.WIDE_MAX_STAGES, 4f946a9) makes it: an
+    m128n256 tile with a fourth stage keeps three (the only deliberate move since the baseline;
+    it moves the dense FP32-out picks of K = 7168-like shapes)."""
+    wide = "block_m=128, block_n=256,"
+    per_stage = (128 + 256) * 64 * 2 + 16
+    found = re.search(r"num_stages=4, smem_bytes=(\d+)", pick)
+    if wide not in pick or found is None:
+        return pick
+    smem = int(found.group(1))
+    return pick.replace(found.group(0), f"num_stages=3, smem_bytes={smem - per_stage}")
