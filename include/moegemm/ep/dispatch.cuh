@@ -26,7 +26,7 @@
 //   5. arrives (above); the last CTA waits for every rank's arrivals, then publishes the epoch
 //      in EpState (every CTA of this rank read it before arriving).
 // A wait past timeout_ns records kEpStatusTimeout with the phase and the missing rank and
-// gives up (no hang); once a failure is recorded, later waits give up at once.
+// gives up (no hang); once a wait on this rank has timed out, later waits give up at once.
 // Shared memory: counts [E], bases [E], warp counts [kThreads / 32][E], the range's rows
 // [slots_per_cta], int32. No host synchronization: graph-capturable.
 #pragma once

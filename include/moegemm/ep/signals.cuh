@@ -50,17 +50,25 @@ __device__ __forceinline__ T* peer_ptr(const uint64_t* peer_base, uint32_t r, ui
   return reinterpret_cast<T*>(static_cast<uintptr_t>(peer_base[r] + offset));
 }
 
+// The first failure wins, except that a timeout replaces an overflow (it is the worse news).
 __device__ __forceinline__ void record_status(EpState* state, uint32_t code, uint32_t phase,
                                               uint32_t rank) {
-  atomicCAS(&state->status, 0u, (code << 24) | (phase << 16) | (rank & 0xffffu));
+  const uint32_t word = (code << 24) | (phase << 16) | (rank & 0xffffu);
+  uint32_t seen = atomicCAS(&state->status, 0u, word);
+  while (seen != 0u && code == kEpStatusTimeout && (seen >> 24) != kEpStatusTimeout) {
+    const uint32_t prior = atomicCAS(&state->status, seen, word);
+    if (prior == seen) break;
+    seen = prior;
+  }
 }
 
-__device__ __forceinline__ bool failed(const EpState* state) {
-  return *reinterpret_cast<const volatile uint32_t*>(&state->status) != 0u;
+// Whether a wait has timed out on this rank (an overflow is not a reason to stop waiting).
+__device__ __forceinline__ bool timed_out(const EpState* state) {
+  return (*reinterpret_cast<const volatile uint32_t*>(&state->status) >> 24) == kEpStatusTimeout;
 }
 
 // One thread: wait until signals[r] >= target for every r < world_size (our own buffer), at
-// most timeout_ns. On a timeout, or when another CTA has already recorded a failure, records
+// most timeout_ns. On a timeout, or when a wait on this rank has already timed out, records
 // (first failure wins) and returns false: the kernel then finishes with wrong rows instead of
 // hanging, and the host's check() names the rank that never arrived.
 __device__ __forceinline__ bool wait_all(const uint64_t* signals, uint32_t world_size,
@@ -71,7 +79,7 @@ __device__ __forceinline__ bool wait_all(const uint64_t* signals, uint32_t world
     uint32_t spins = 0;
     while (ld_acquire_sys(signals + r) < target) {
       if ((++spins & 255u) == 0u) {
-        if (failed(state)) return false;
+        if (timed_out(state)) return false;
         if (global_timer_ns() - start > timeout_ns) {
           record_status(state, kEpStatusTimeout, phase, r);
           return false;
