@@ -113,11 +113,14 @@ class EPMoE:
         activation: str = "silu",
         max_m: int | None = None,
         timeout_s: float = 10.0,
+        sm_budget: int | None = None,
         device: torch.device | int | None = None,
     ) -> None:
         world, rank = _group_size_rank(group)
         check_ep_args(world, num_experts, top_k, hidden, intermediate, weight_dtype,
                       max_tokens_per_rank, activation, timeout_s, max_m)  # fmt: skip
+        if sm_budget is not None:
+            _require_int("sm_budget", sm_budget)
         if group is not None:
             require_multicast_off()
         self.group, self.world_size, self.rank = group, world, rank
@@ -132,7 +135,9 @@ class EPMoE:
         self.max_m = self.plan.max_m
         self.device = _resolve_device(device)
         self._allocate()
-        self._num_sms = self._agreed_num_sms()
+        # sm_budget caps the grids: two layers overlapped on two streams (micro-batches) must
+        # not fill every SM with CTAs that wait for the other layer's signals.
+        self._num_sms = min(self._agreed_num_sms(), sm_budget or 1 << 30)
         self._plans: dict[tuple, _ForwardPlan] = {}
 
     # -- construction ------------------------------------------------------------------------
@@ -149,7 +154,11 @@ class EPMoE:
             self.buffer = symm_mem.empty(plan.nbytes, dtype=torch.uint8, device=dev)
             self.buffer.zero_()  # signals start at epoch 0 on every rank
             handle = symm_mem.rendezvous(self.buffer, self.group)
-            peers = list(handle.buffer_ptrs)
+            _refuse_multicast(handle)
+            # buffer_ptrs are the peers' allocation bases; the tensor may sit at an offset in
+            # its allocation (a pooled one), the same on every rank (symmetric).
+            offset = self.buffer.data_ptr() - handle.buffer_ptrs[self.rank]
+            peers = [base + offset for base in handle.buffer_ptrs]
             torch.cuda.synchronize(dev)
             dist.barrier(group=self.group)  # no rank signals a peer before its zeroing
         self.peer_base = torch.tensor(peers, dtype=torch.int64, device=dev)
@@ -298,6 +307,24 @@ class EPMoE:
         )
 
 
+def expected_rows(t: int, world_size: int, top_k: int, num_experts: int, max_m: int) -> int:
+    """The rows a local expert holds on average if every rank had this rank's T and routing
+    were uniform: the masked GEMMs' expected_m (it steers their tiles, not their result)."""
+    return max(1, min(max_m, math.ceil(t * world_size * top_k / num_experts)))
+
+
+def _refuse_multicast(handle: Any) -> None:
+    """RuntimeError if torch symmetric memory set up an NVLink multicast object anyway."""
+    support = getattr(handle, "has_multicast_support", None)
+    if callable(support):
+        support = support()
+    if support:
+        raise RuntimeError(
+            "moegemm.ep keeps NVLink multicast off, but torch symmetric memory created a "
+            "multicast object: is TORCH_SYMM_MEM_DISABLE_MULTICAST=1 set in every process?"
+        )
+
+
 def _resolve_device(device: torch.device | int | str | None) -> torch.device:
     """The layer's device: the current CUDA device by default. A CPU device is accepted for
     host-only tests (tests/test_ep_glue.py), whose launchers are recorders."""
@@ -349,9 +376,7 @@ class _ForwardPlan:
             dev, ep.rank, ep.world_size, t, ep.top_k, ep.experts_per_rank, ep.hidden, ep.hidden,
             ep.max_m, p.slots_per_rank, timeout_ns, *p.offsets(),
         )  # fmt: skip
-        # The rows an expert holds on average if routing were uniform: steers the GEMM tiles.
-        self.expected_m = max(1, min(ep.max_m, math.ceil(t * ep.world_size * ep.top_k
-                                                         / ep.num_experts)))  # fmt: skip
+        self.expected_m = expected_rows(t, ep.world_size, ep.top_k, ep.num_experts, ep.max_m)
         self.mxfp4 = None
         if ep.fp8:
             from .experts import Mxfp4MaskedExperts
