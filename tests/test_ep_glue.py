@@ -167,7 +167,7 @@ def test_t_zero_still_launches_dispatch_and_combine(launches) -> None:
         ((E, K, H, I, 16, 4), {}, TypeError, "weight_dtype must be a str"),
         ((E, E + 1, H, I, "bf16", 4), {}, ValueError, "top_k 9 exceeds num_experts 8"),
         ((E, K, 100, I, "bf16", 4), {}, ValueError, "multiples of 8"),
-        ((E, K, H, 96, "mxfp4", 4), {}, ValueError, "multiples of 128"),
+        ((E, K, H, 80, "mxfp4", 4), {}, ValueError, "multiples of 32"),
         ((E, K, H, I, "bf16", 4), {"activation": "gelu"}, ValueError, "activation"),
         ((E, K, H, I, "bf16", 4), {"timeout_s": 0}, ValueError, "timeout_s"),
         ((E, K, H, I, "bf16", 4), {"timeout_s": "1"}, TypeError, "timeout_s"),

@@ -88,7 +88,8 @@ def check_ep_args(
         raise ValueError(f"num_experts {e} must be a multiple of the group's {world_size} ranks")
     if k > e:
         raise ValueError(f"top_k {k} exceeds num_experts {e}")
-    align = 128 if weight_dtype == "mxfp4" else 8
+    # MXFP4: K of both GEMMs in whole 32-blocks (gpt-oss's 2880 qualifies); BF16: 16-byte rows.
+    align = 32 if weight_dtype == "mxfp4" else 8
     if h % align or i % align:
         raise ValueError(
             f"hidden and intermediate must be multiples of {align} with {weight_dtype} experts, "
