@@ -45,6 +45,8 @@ __device__ __forceinline__ void combine(const EpCombineParams& p) {
       const int32_t src = ld_peer_written(recv_src + index);
       const uint32_t src_rank = static_cast<uint32_t>(src) / p.slots_per_rank;
       const uint32_t slot = static_cast<uint32_t>(src) % p.slots_per_rank;
+      // Only after a failure can a source be stale or torn; never write outside the buffers.
+      if (src < 0 || src_rank >= R) continue;
       uint4* dst = peer_ptr<uint4>(p.peer_base, src_rank, p.layout.combine_recv);
       for (uint32_t v = tid; v < vectors; v += kThreads) {
         dst[static_cast<uint64_t>(slot) * vectors + v] =

@@ -19,7 +19,8 @@
 //   3. thread 0 waits (acquire, bounded) for every rank's count_flag; then row of a slot =
 //      sum over ranks s' < s of counts[s'][e] (ranks in order) + this rank's slots of e before
 //      it, so an expert's rows are (source rank, slot) ordered, deterministic; CTA 0 writes
-//      masked_m = min(total, max_m) (an overflow is recorded, its rows dropped);
+//      masked_m = min(total, max_m) (an overflow is recorded, its rows dropped; 0 after a
+//      timeout, so the combine pushes nothing from counts it never received);
 //   4. pushes each kept slot's row to its owner: BF16 16-byte vectors, or with kFp8 quantized
 //      per 128 columns (moe/fp8_rows.cuh, per_token_cast_to_fp8's bits) with its scales, plus
 //      the routing weight (GEMM2's row scale) and the source (rank, slot) for the combine;
@@ -103,6 +104,7 @@ __device__ __forceinline__ void dispatch(const EpDispatchParams& p) {
     for (uint32_t le = tid; le < p.experts_per_rank; le += kThreads) {
       int32_t total = 0;
       for (uint32_t r = 0; r < R; ++r) total += ld_peer_written(all_counts + r * E + e0 + le);
+      if (!counts_ok) total = 0;  // a rank's counts never came: nothing is trusted, no rows
       if (total > static_cast<int32_t>(p.max_m)) {
         record_status(p.state, kEpStatusOverflow, 0, e0 + le);
         total = static_cast<int32_t>(p.max_m);
