@@ -65,7 +65,7 @@ def run_ranks(world: int, name: str, *args, tmp_path: Path, dies: int | None = N
         while not ctx.join(timeout=5):
             if time.monotonic() > deadline:
                 pytest.fail(f"{name}: ranks still running after {JOIN_TIMEOUT_S} s (a hang)")
-    except mp.ProcessRaisedException as e:
+    except (mp.ProcessRaisedException, mp.ProcessExitedException) as e:
         pytest.fail(f"{name}: {e}")
     finally:
         for p in ctx.processes:
