@@ -632,7 +632,6 @@ class EpDispatchLauncher:
     def num_blocks(self) -> int:
         """CTAs per launch."""
 
-
 class EpCombineLauncher:
     """Launches ep_combine (include/moegemm/ep/combine.cuh): expert rows pushed back to their
     source slots, then each token's rows summed in FP32 in choice order; block_m/n/k are unused
@@ -712,4 +711,3 @@ class EpCombineLauncher:
     @property
     def num_blocks(self) -> int:
         """CTAs per launch."""
-
