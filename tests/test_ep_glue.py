@@ -211,6 +211,16 @@ def test_forward_refuses(launches, edit, error, words) -> None:
     assert launches == []
 
 
+@pytest.mark.parametrize("weight_dtype", ["bf16", "mxfp4"])
+def test_nbytes_counts_every_buffer(launches, weight_dtype: str) -> None:
+    ep = EPMoE(None, E, K, H, I, weight_dtype, TMAX, device="cpu")
+    local = [ep.y, ep.h, ep.out, ep.masked_m, ep.slot_dest, ep.state, ep.peer_base]
+    if weight_dtype == "mxfp4":
+        local += [ep.h8, ep.sfa_h]
+    held = ep.buffer.nbytes + sum(t.nbytes for t in local)
+    assert ep.nbytes == held == ep.plan.nbytes + ep.plan.local_nbytes(I)
+
+
 def test_check_reports_the_status_word(launches) -> None:
     ep = EPMoE(None, E, K, H, I, "bf16", TMAX, device="cpu", timeout_s=2.5)
     ep.check()

@@ -127,13 +127,14 @@ class EPBufferPlan:
     def local_nbytes(self, intermediate: int) -> int:
         """The per-rank local buffers: y [E_local, max_m, H] BF16 (GEMM2's rows), the GEMM
         intermediate [E_local * max_m, I] BF16 (plus its FP8 copy and scales with FP8 rows),
-        masked_m, slot_dest, the state word and the peer table."""
+        the default output [max_tokens, H] BF16, masked_m, slot_dest, the state word and the
+        peer table."""
         rows = self.experts_per_rank * self.max_m
         per_row = 2 * self.hidden + 2 * intermediate
         if self.fp8:
             per_row += intermediate + 4 * math.ceil(intermediate / FP8_BLOCK)
         small = 4 * self.experts_per_rank + 4 * self.slots_per_rank + 16 + 8 * self.world_size
-        return rows * per_row + small
+        return rows * per_row + 2 * self.max_tokens_per_rank * self.hidden + small
 
     def dispatch_grid(self, num_sms: int) -> tuple[int, int, int]:
         """(CTAs, slots per CTA, shared-memory bytes) of the dispatch kernel: the same on every
