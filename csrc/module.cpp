@@ -24,6 +24,7 @@ namespace moegemm {
 void register_sm90_bf16_gemm(py::module_& m);
 void register_sm90_fp8_fp4_gemm(py::module_& m);
 void register_moe_kernels(py::module_& m);
+void register_ep_kernels(py::module_& m);
 
 namespace {
 
@@ -103,4 +104,5 @@ PYBIND11_MODULE(_C, m) {
   register_sm90_bf16_gemm(m);
   register_sm90_fp8_fp4_gemm(m);
   register_moe_kernels(m);
+  register_ep_kernels(m);
 }

@@ -545,3 +545,169 @@ class Sm90Fp8Fp4MoeGemmLauncher:
     @property
     def num_blocks(self) -> int:
         """CTAs per launch (the planned count: no clusters, no clamp)."""
+
+class EpDispatchLauncher:
+    """Launches ep_dispatch (include/moegemm/ep/dispatch.cuh): expert-parallel dispatch of
+    (token, choice) rows into the owners' masked layout over peer pointers; block_m/n/k are
+    unused (pass 1)."""
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        block_m: int,
+        block_n: int,
+        block_k: int,
+        num_blocks: int,
+        num_threads: int,
+        smem_bytes: int,
+        cluster_m: int,
+        cluster_n: int,
+        store_cols: int = 0,
+    ) -> None: ...
+    def __call__(
+        self,
+        x_ptr: int,
+        topk_ids_ptr: int,
+        topk_weights_ptr: int,
+        peer_base_ptr: int,
+        state_ptr: int,
+        masked_m_ptr: int,
+        slot_dest_ptr: int,
+        rank: int,
+        world_size: int,
+        num_tokens: int,
+        top_k: int,
+        num_experts: int,
+        experts_per_rank: int,
+        hidden: int,
+        ldx: int,
+        max_m: int,
+        slots_per_rank: int,
+        slots_per_cta: int,
+        timeout_ns: int,
+        off_x_recv: int,
+        off_sfa_recv: int,
+        off_recv_weight: int,
+        off_recv_src: int,
+        off_counts: int,
+        off_count_flag: int,
+        off_dispatch_arrive: int,
+        off_combine_arrive: int,
+        off_combine_recv: int,
+        stream: int,
+        /,
+    ) -> None:
+        """Counts exchange, then rows pushed (EpDispatchParams); launches even with no tokens
+        (every rank must signal). Asynchronous."""
+
+    def bind(
+        self,
+        device: int,
+        rank: int,
+        world_size: int,
+        num_tokens: int,
+        top_k: int,
+        num_experts: int,
+        experts_per_rank: int,
+        hidden: int,
+        ldx: int,
+        max_m: int,
+        slots_per_rank: int,
+        slots_per_cta: int,
+        timeout_ns: int,
+        off_x_recv: int,
+        off_sfa_recv: int,
+        off_recv_weight: int,
+        off_recv_src: int,
+        off_counts: int,
+        off_count_flag: int,
+        off_dispatch_arrive: int,
+        off_combine_arrive: int,
+        off_combine_recv: int,
+        /,
+    ) -> Callable[[int, int, int, int, int, int, int, int], bool]:
+        """launch(x_ptr, ..., slot_dest_ptr, stream, /) -> bool."""
+
+    @property
+    def num_blocks(self) -> int:
+        """CTAs per launch."""
+
+class EpCombineLauncher:
+    """Launches ep_combine (include/moegemm/ep/combine.cuh): expert rows pushed back to their
+    source slots, then each token's rows summed in FP32 in choice order; block_m/n/k are unused
+    (pass 1)."""
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        block_m: int,
+        block_n: int,
+        block_k: int,
+        num_blocks: int,
+        num_threads: int,
+        smem_bytes: int,
+        cluster_m: int,
+        cluster_n: int,
+        store_cols: int = 0,
+    ) -> None: ...
+    def __call__(
+        self,
+        y_ptr: int,
+        slot_dest_ptr: int,
+        masked_m_ptr: int,
+        peer_base_ptr: int,
+        state_ptr: int,
+        out_ptr: int,
+        rank: int,
+        world_size: int,
+        num_tokens: int,
+        top_k: int,
+        experts_per_rank: int,
+        hidden: int,
+        ldo: int,
+        max_m: int,
+        slots_per_rank: int,
+        timeout_ns: int,
+        off_x_recv: int,
+        off_sfa_recv: int,
+        off_recv_weight: int,
+        off_recv_src: int,
+        off_counts: int,
+        off_count_flag: int,
+        off_dispatch_arrive: int,
+        off_combine_arrive: int,
+        off_combine_recv: int,
+        stream: int,
+        /,
+    ) -> None:
+        """EpCombineParams; launches even with no tokens. Asynchronous."""
+
+    def bind(
+        self,
+        device: int,
+        rank: int,
+        world_size: int,
+        num_tokens: int,
+        top_k: int,
+        experts_per_rank: int,
+        hidden: int,
+        ldo: int,
+        max_m: int,
+        slots_per_rank: int,
+        timeout_ns: int,
+        off_x_recv: int,
+        off_sfa_recv: int,
+        off_recv_weight: int,
+        off_recv_src: int,
+        off_counts: int,
+        off_count_flag: int,
+        off_dispatch_arrive: int,
+        off_combine_arrive: int,
+        off_combine_recv: int,
+        /,
+    ) -> Callable[[int, int, int, int, int, int, int], bool]:
+        """launch(y_ptr, ..., out_ptr, stream, /) -> bool."""
+
+    @property
+    def num_blocks(self) -> int:
+        """CTAs per launch."""

@@ -363,13 +363,16 @@ def fused_moe_masked(
     w2_bias: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
     workspace: MoEWorkspace | None = None,
+    row_weight: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The experts on inputs already dispatched per expert: out[g, r] = SwiGLU(x[g, r] @
     w13[g]^T + b13[g]) @ w2[g]^T + b2[g] for r < masked_m[g] (clamped to [0, max_m] on the
     device); rows past it are not written. x [E, max_m, H] BF16 contiguous, masked_m int32 [E]
     on the device, expected_m the rows an expert is expected to hold (steers the tiles).
     workspace.h (or a per-call buffer) holds the [E * max_m, I] intermediate: a workspace needs
-    max_tokens * top_k >= E * max_m. Never synchronizes."""
+    max_tokens * top_k >= E * max_m. row_weight (float32 [E, max_m] on the device, optional)
+    multiplies each output row in GEMM2's epilogue after the bias, as fused_moe applies the
+    routing weights (expert parallelism, moegemm.ep). Never synchronizes."""
     prepared = _check_w13(w13, activation, w13_bias)
     e, i, h = prepared.num_experts, prepared.intermediate, prepared.hidden
     checks.require_tensor("x", x, (torch.bfloat16,), 3)
@@ -381,6 +384,10 @@ def fused_moe_masked(
     if isinstance(expected_m, bool) or not isinstance(expected_m, int) or expected_m <= 0:
         raise TypeError(f"expected_m must be a positive int, got {expected_m!r}")
     mxfp4 = _check_any_w2(prepared, w2, w2_bias, e, h, i)
+    if row_weight is not None:
+        checks.require_tensor("row_weight", row_weight, (torch.float32,), 2)
+        checks.require_shape("row_weight", row_weight, (e, max_m))
+        checks.require_contiguous("row_weight", row_weight)
     if out is None:
         out = torch.empty(e, max_m, h, dtype=torch.bfloat16, device=x.device)
     _check_out(out, (e, max_m, h))
@@ -388,14 +395,16 @@ def fused_moe_masked(
     device = checks.require_placement(
         {"x": x, "w13": prepared.weight, "w2": w2_main, "out": out,
          "w13 scales": prepared.scales, "w2 scales": None if mxfp4 is None else mxfp4[1]},
-        {"masked_m": masked_m, "w2_bias": w2_bias, "w13 bias": prepared.bias},
+        {"masked_m": masked_m, "w2_bias": w2_bias, "w13 bias": prepared.bias,
+         "row_weight": row_weight},
     )  # fmt: skip
     rows = e * max_m
+    scale2 = 0 if row_weight is None else row_weight.data_ptr()
     if rows == 0:
         return out
     if mxfp4 is not None:
         return _masked_mxfp4(x, masked_m, prepared, mxfp4, w2_bias, out, workspace,
-                             (device, e, max_m, h, i, min(expected_m, max_m)))  # fmt: skip
+                             (device, e, max_m, h, i, min(expected_m, max_m)), scale2)  # fmt: skip
     if workspace is None:
         inter = torch.empty(rows, i, dtype=torch.bfloat16, device=x.device)
     else:
@@ -425,13 +434,14 @@ def fused_moe_masked(
         x.data_ptr(), prepared.weight.data_ptr(), inter.data_ptr(), bias13, 0, info, stream
     )
     launched &= plan.gemm2.launch(
-        inter.data_ptr(), w2.data_ptr(), out.data_ptr(), bias2, 0, info, stream
+        inter.data_ptr(), w2.data_ptr(), out.data_ptr(), bias2, scale2, info, stream
     )
     plans.require_launched(launched, device)
     return out
 
 
-def _masked_mxfp4(x, masked_m, w13: PreparedW13, w2, w2_bias, out, workspace, sizes: tuple):
+def _masked_mxfp4(x, masked_m, w13: PreparedW13, w2, w2_bias, out, workspace, sizes: tuple,
+                  row_weight_ptr: int = 0):  # fmt: skip
     from .mxfp4 import Mxfp4MaskedPlan, masked_buffers
 
     device, e, max_m, h, i, expected = sizes
@@ -444,5 +454,5 @@ def _masked_mxfp4(x, masked_m, w13: PreparedW13, w2, w2_bias, out, workspace, si
         plan = _masked_plans[key] = Mxfp4MaskedPlan(
             device, e, max_m, h, i, expected, w13, w2_prepared
         )
-    plan.run(x, masked_m, w13, w2b, w2s, w2_bias, out, bufs)
+    plan.run(x, masked_m, w13, w2b, w2s, w2_bias, out, bufs, row_weight_ptr)
     return out

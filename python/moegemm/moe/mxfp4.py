@@ -163,7 +163,8 @@ class Mxfp4MaskedPlan:
         self.quantize_h = quantize_launch(device, rows, i, i)
         self.gemm2 = plans.make_plan(device, d2, args2)
 
-    def run(self, x, masked_m, w13: PreparedW13, w2b, w2s, w2_bias, out, bufs: dict) -> None:
+    def run(self, x, masked_m, w13: PreparedW13, w2b, w2s, w2_bias, out, bufs: dict,
+            row_weight_ptr: int = 0) -> None:  # fmt: skip
         device = x.device.index
         stream = plans.raw_stream(device)
         bias13 = 0 if w13.bias is None else w13.bias.data_ptr()
@@ -177,8 +178,9 @@ class Mxfp4MaskedPlan:
         )
         launched &= self.quantize_h(h, h8, sfa_h, 0, stream)
         launched &= self.gemm2.launch(
-            h8, w2b.data_ptr(), out.data_ptr(), sfa_h, w2s.data_ptr(), bias2, 0, info, stream
-        )
+            h8, w2b.data_ptr(), out.data_ptr(), sfa_h, w2s.data_ptr(), bias2, row_weight_ptr,
+            info, stream,
+        )  # fmt: skip
         plans.require_launched(launched, device)
 
 
