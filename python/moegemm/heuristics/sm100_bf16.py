@@ -240,4 +240,3 @@ def selection_key(desc: GemmDesc) -> tuple:
     block_ms = {c.layout.block_m for c in enumerate_configs(desc, SM100)}
     blocks = tuple(RaggedBlocks.of(desc, bm) for bm in sorted(block_ms))
     return (*base, expected_rows_per_group(desc), blocks)
-

@@ -7,7 +7,6 @@ Compiled and statically checked, not run on hardware.
 from __future__ import annotations
 
 from ..heuristics.config import GemmConfig, GemmDesc
-from ..heuristics.sm100_bf16 import NUM_THREADS
 from .codegen import _OUT_TYPES, _SCHEDULERS, config_struct
 from .spec import KernelSpec
 
@@ -31,16 +30,12 @@ def sm100_bf16_gemm_spec(
         raise ValueError("sm100 bf16: one CTA per tile, no walk stripes, register stores")
     if lay.swap_ab and with_c:
         raise ValueError("sm100 bf16: swapped tiles add no C")
-    if config.launch.num_threads != NUM_THREADS:
-        raise ValueError(f"sm100 bf16: {NUM_THREADS} threads, got {config.launch.num_threads}")
     scheduler_template, tag = _SCHEDULERS[kind]
     scheduler = "moegemm::" + scheduler_template.format(
         m=lay.block_m, n=lay.block_n, cm=1, cn=1, sp=0
     )
     name = f"sm100_bf16_{tag}_{config.short_name()}_{d_dtype}" + ("_c" if with_c else "")
-    body = config_struct(
-        config, out_type=_OUT_TYPES[d_dtype], with_c=with_c, scheduler=scheduler
-    )
+    body = config_struct(config, out_type=_OUT_TYPES[d_dtype], with_c=with_c, scheduler=scheduler)
     space = name.replace("-", "_")
     composition = f"moegemm::sm100::{_COMPOSITION}<{space}::Config>"
     source = (
