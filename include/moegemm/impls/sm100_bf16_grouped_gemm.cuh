@@ -13,7 +13,9 @@
 //              one BLOCK_N x 64 box of B, 128B swizzle, into one stage of the ring,
 //   MMA        UmmaBf16 (mma/sm100_umma.cuh): 4 x tcgen05.mma kind::f16 128 x N x 16 per k-block,
 //   epilogue   epilogue/sm100_tmem_store.cuh: tcgen05.ld 32x32b into registers, Identity or
-//              AddC (epilogue/functors.cuh), stores from registers.
+//              AddC (epilogue/functors.cuh), stores from registers; for the fused MoE layer
+//              (Config::kMoeEpilogue, swapped tiles, BF16 out) SwiGLU (D has N / 2 columns) or
+//              RowScale, with the group's bias.
 //
 // Warp roles (one CTA per SM, 256 threads = 8 warps):
 //   warp 0      TMA producer: walks the schedule, one elected lane arms and fills the stages.
@@ -54,6 +56,7 @@
 #include <moegemm/common/sm90_gemm_params.h>
 #include <moegemm/epilogue/functors.cuh>
 #include <moegemm/epilogue/sm100_tmem_store.cuh>
+#include <moegemm/kernels/config_traits.cuh>
 #include <moegemm/loader/tma_loaders.cuh>
 #include <moegemm/mma/sm100_umma.cuh>
 #include <moegemm/pipeline/ring.cuh>
@@ -94,6 +97,11 @@ struct Bf16Gemm {
   using Ring = PipelineRing<kNumStages>;
   using Mma = UmmaBf16<kUmmaM, kUmmaN, BLOCK_K>;
   using Epilogue = std::conditional_t<kWithC, AddC, Identity>;
+  static constexpr uint32_t kMoe = moe_epilogue_of<Config>::value;
+  static_assert(kMoe == kMoeNone || (kSwapAB && !kWithC && std::is_same_v<OutT, __nv_bfloat16>),
+                "MoE epilogues: swapped tiles, BF16 out, no C");
+  static_assert(kMoe != kMoeSwiGluSilu && kMoe != kMoeSwiGluOai || BLOCK_N % 16 == 0,
+                "SwiGLU pairs 8 gate with 8 up rows");
 
   static constexpr uint32_t kAccumStages = 2;
   static constexpr uint32_t kTmemCols = tmem_cols_for(Mma::kAccumCols, kAccumStages);
@@ -202,7 +210,13 @@ struct Bf16Gemm {
         tmem_full[accum.stage_idx].wait(accum.phase);
         tcgen05_fence_after_thread_sync();
         const uint32_t d_tmem = tmem_base + accum.stage_idx * Mma::kAccumCols;
-        if constexpr (kSwapAB) {
+        if constexpr (kMoe != kMoeNone) {
+          const float* bias =
+              params.bias != nullptr ? params.bias + uint64_t{tile.group} * params.n : nullptr;
+          store_tmem_transposed_moe<BLOCK_M, kMoe>(d_tmem, quadrant, tile.row0, tile.row_end,
+                                                   tile.n_block * BLOCK_N, params.n, d,
+                                                   params.ldd, bias, params.row_scale);
+        } else if constexpr (kSwapAB) {
           store_tmem_transposed<BLOCK_M, OutT>(d_tmem, quadrant, tile.row0, tile.row_end,
                                                tile.n_block * BLOCK_N, params.n, d, params.ldd);
         } else {

@@ -7,7 +7,8 @@ M = 128 from one CTA, accumulators double-buffered in tensor memory. Two orienta
 - swap-AB: the weights' block_n = 128 rows on the M side, block_m tokens (16..256) on N, so a
   decode group's few tokens are not padded to 128 rows.
 The m-grouped and masked layouts always take swap-AB (block_n 128) unless C is added (the
-transposed epilogue has no functor); the dense GEMM compares both orientations.
+transposed epilogue has no functor); the dense GEMM compares both orientations. The fused MoE
+layer's epilogues (SwiGLU, RowScale; offsets and masked) run on swapped tiles.
 
 The model charges a tile the slowest of the tensor core, shared memory feeding it and L2 feeding
 TMA; the epilogue of one tile overlaps the next tile's mainloop (two accumulators), so only the
@@ -67,8 +68,10 @@ def supported(desc: GemmDesc) -> str | None:
         return f"ab_dtype {desc.ab_dtype}"
     if desc.kind not in KINDS:
         return f"layout {desc.kind}"
-    if desc.epilogue != "none":
-        return f"the fused MoE epilogue {desc.epilogue}"
+    if desc.epilogue != "none" and (
+        desc.kind not in RAGGED_KINDS or desc.d_dtype != "bf16" or desc.with_c
+    ):
+        return f"the fused MoE epilogue {desc.epilogue} on {desc.kind} ({desc.d_dtype} out)"
     if desc.d_dtype not in ("bf16", "fp32"):
         return f"d_dtype {desc.d_dtype}"
     return None
@@ -178,6 +181,9 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
         and config.launch.num_math_warpgroups == EPILOGUE_WARPGROUPS
         and desc.n % 8 == 0
         and desc.k % 8 == 0
+        # The fused MoE layer's epilogues run on swapped tiles; SwiGLU pairs rows in 16s.
+        and (desc.epilogue == "none" or lay.swap_ab)
+        and (not desc.epilogue.startswith("swiglu") or desc.n % 16 == 0)
     )
 
 

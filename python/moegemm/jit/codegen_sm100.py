@@ -7,7 +7,7 @@ Compiled and statically checked, not run on hardware.
 from __future__ import annotations
 
 from ..heuristics.config import GemmConfig, GemmDesc
-from .codegen import _OUT_TYPES, _SCHEDULERS, config_struct
+from .codegen import _OUT_TYPES, _SCHEDULERS, _moe_member, config_struct
 from .spec import KernelSpec
 
 SM100_ARCH = "sm_100f"
@@ -18,9 +18,16 @@ _PARAMS = "Sm90Bf16GemmParams"  # the SM90 launcher's params: same TMA boxes
 
 
 def sm100_bf16_gemm_spec(
-    config: GemmConfig, d_dtype: str, with_c: bool, kind: str = "bf16_gemm_nt"
+    config: GemmConfig,
+    d_dtype: str,
+    with_c: bool,
+    kind: str = "bf16_gemm_nt",
+    *,
+    epilogue: str = "none",
 ) -> KernelSpec:
-    """The dense or m-grouped SM100 BF16 kernel for `config` (either orientation)."""
+    """The dense or m-grouped SM100 BF16 kernel for `config` (either orientation); `epilogue`
+    a fused MoE layer epilogue (GemmDesc.epilogue: offsets or masked, swapped tiles, BF16 out
+    without C; SwiGLU needs block_n % 16 == 0)."""
     if kind not in _SCHEDULERS:
         raise ValueError(f"kind must be one of {sorted(_SCHEDULERS)}, got {kind!r}")
     if d_dtype not in _OUT_TYPES:
@@ -30,12 +37,18 @@ def sm100_bf16_gemm_spec(
         raise ValueError("sm100 bf16: one CTA per tile, no walk stripes, register stores")
     if lay.swap_ab and with_c:
         raise ValueError("sm100 bf16: swapped tiles add no C")
+    moe = _moe_member(config, d_dtype, with_c, kind, epilogue, None)
+    if moe and not lay.swap_ab:
+        raise ValueError(f"sm100 bf16: epilogue {epilogue} runs on swapped tiles")
     scheduler_template, tag = _SCHEDULERS[kind]
     scheduler = "moegemm::" + scheduler_template.format(
         m=lay.block_m, n=lay.block_n, cm=1, cn=1, sp=0
     )
     name = f"sm100_bf16_{tag}_{config.short_name()}_{d_dtype}" + ("_c" if with_c else "")
-    body = config_struct(config, out_type=_OUT_TYPES[d_dtype], with_c=with_c, scheduler=scheduler)
+    name += "" if epilogue == "none" else f"_{epilogue}"
+    body = config_struct(
+        config, out_type=_OUT_TYPES[d_dtype], with_c=with_c, scheduler=scheduler, extra=moe
+    )
     space = name.replace("-", "_")
     composition = f"moegemm::sm100::{_COMPOSITION}<{space}::Config>"
     source = (
@@ -55,9 +68,8 @@ def sm100_bf16_gemm_spec(
 
 def sm100_kernel_spec(desc: GemmDesc, config: GemmConfig) -> KernelSpec:
     """The SM100 kernel a call of `desc` compiles for `config`."""
-    if desc.ab_dtype != "bf16" or desc.kind == "k_grouped" or desc.epilogue != "none":
-        raise ValueError(
-            f"moegemm has no SM100 kernel for {desc.ab_dtype} {desc.kind} "
-            f"(epilogue {desc.epilogue}) yet"
-        )
-    return sm100_bf16_gemm_spec(config, desc.d_dtype, desc.with_c, desc.kind)
+    if desc.ab_dtype != "bf16" or desc.kind == "k_grouped":
+        raise ValueError(f"moegemm has no SM100 kernel for {desc.ab_dtype} {desc.kind} yet")
+    return sm100_bf16_gemm_spec(
+        config, desc.d_dtype, desc.with_c, desc.kind, epilogue=desc.epilogue
+    )
