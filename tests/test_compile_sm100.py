@@ -236,6 +236,7 @@ def test_kernel_sass_and_elf(name: str, cubins, allocator_traps: int) -> None:
     assert sum(op.startswith("UTCHMMA") for op in ops) >= 4, "tcgen05.mma kind::f16: UTCHMMA"
     assert any(op.startswith("UTCBAR") for op in ops), "tcgen05.commit: UTCBAR"
     assert any(op.startswith("LDTM") for op in ops), "tcgen05.ld: LDTM"
+    assert any(op.startswith("UTMALDG") for op in ops), "TMA loads: UTMALDG"
     assert not any(op.startswith(("UTCQMMA", "UTCCP")) for op in ops), "FP8 x FP4 only"
     assert ".2CTA" not in sass, "no 2-CTA forms: every config is one CTA per tile"
     assert not any(op in ("LDL", "STL") or op.startswith(("LDL.", "STL.")) for op in ops)
@@ -244,9 +245,24 @@ def test_kernel_sass_and_elf(name: str, cubins, allocator_traps: int) -> None:
     fields = dict(re.findall(r"(\w+):(\d+)", usage.split("Function", 1)[1]))
     assert fields["LOCAL"] == "0" and fields["STACK"] == "0"
     assert int(fields["SHARED"]) <= 1024, "no static shared memory beyond the reserved 1 KB"
-    assert config.pipeline.smem_bytes <= SMEM_OPT_IN
+    # What the launch opts into plus the static part: within one block's limit.
+    assert config.pipeline.smem_bytes + int(fields["SHARED"]) <= SMEM_OPT_IN
     # The generated source ties the kernel's own shared memory and threads to the config.
     assert f"kSmemBytes = {config.pipeline.smem_bytes};" in spec.source
+
+
+def test_a_target_without_a_or_f_is_refused(tmp_path) -> None:
+    """Built for plain sm_100 (neither `a` nor `f`), tcgen05 does not exist; CuTe's wrappers
+    would compile to traps there. The kernel header refuses such a target at compile time."""
+    spec, _ = next(iter(emitted().values()))
+    source = tmp_path / "plain_sm100.cu"
+    source.write_text(spec.source)
+    command = [str(find_nvcc()), "-std=c++17", "--expt-relaxed-constexpr", "-cubin"]
+    command += ["-gencode=arch=compute_100,code=sm_100", *include_flags(), str(source)]
+    command += ["-o", str(tmp_path / "plain.cubin")]
+    proc = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert proc.returncode != 0
+    assert "need an arch- or family-specific target" in proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize("fp8", [False, True])

@@ -25,7 +25,10 @@
 //               Also initialises the barriers.
 //   warp 2      tensor-memory allocator: tcgen05.alloc of kTmemCols columns at start, then
 //               relinquish_alloc_permit (a CTA of the next kernel may allocate as soon as this
-//               one deallocates), tcgen05.dealloc after the final CTA barrier.
+//               one deallocates), tcgen05.dealloc after the final CTA barrier. The alloc spins
+//               while the columns are taken: every config the heuristics emit uses over half of
+//               the shared memory, so no second CTA of this kernel shares the SM; a CTA of the
+//               previous kernel (PDL) holding columns only delays this one until it exits.
 //   warp 3      idle (keeps the epilogue warpgroup aligned to warps 4..7).
 //   warps 4..7  epilogue warpgroup: warp 4 + q reads tensor-memory lanes [32 q, 32 q + 32).
 // Pipelines:
