@@ -98,7 +98,7 @@ def build_launcher(device: int, desc: GemmDesc, config: GemmConfig | None = None
     if config is None:
         config = select_config(desc, arch)
     lay = config.layout
-    kernel = load_kernel(kernel_spec(desc, config))
+    kernel = load_kernel(kernel_spec(desc, config, arch.name))
     if desc.ab_dtype == "fp8_fp4":
         moe = desc.epilogue != "none"
         launcher_type = _C.Sm90Fp8Fp4MoeGemmLauncher if moe else _C.Sm90Fp8Fp4GemmLauncher

@@ -2,8 +2,9 @@
 
 Modules: config.py (problem and config types), arch.py (per-arch facts), ragged.py (ragged
 group statistics), waves.py (the wave model), search.py (ranking), and one module per arch x
-operand types with its configs and cycle model: sm90_bf16.py; sm100.py refuses until SM100
-kernels exist. FP8 x FP4 descs (GemmDesc.ab_dtype "fp8_fp4") go to sm90_fp8_fp4.py.
+operand types with its configs and cycle model: sm90_bf16.py, sm90_fp8_fp4.py (GemmDesc.ab_dtype
+"fp8_fp4"), sm100_bf16.py (compiled and statically checked, not run on hardware); sm100.py
+refuses what SM100 has no kernel for yet (FP8 x FP4).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 import sys
 from collections.abc import Iterator
 
-from . import sm90_bf16, sm90_fp8_fp4, sm100
+from . import sm90_bf16, sm90_fp8_fp4, sm100, sm100_bf16
 from .arch import ARCHS, SM90, SM100, ArchSpec, arch_for, arch_for_compute_capability
 from .config import GemmConfig, GemmDesc, LaunchConfig, Layout, PipelineConfig, StorageConfig
 from .sm90_bf16 import CONTIGUOUS_ALIGNMENT, SWAP_AB_KINDS, WALK_STRIPE_M
@@ -45,16 +46,17 @@ __all__ = [
 def _family(arch: ArchSpec, desc: GemmDesc):  # -> the family module
     if arch.name == "sm_90a":
         return sm90_fp8_fp4 if desc.ab_dtype == "fp8_fp4" else sm90_bf16
+    if arch.name == "sm_100f":
+        if desc.ab_dtype == "bf16":
+            return sm100_bf16
+        sm100.select_config(desc, arch)  # raises: no SM100 kernel for it yet
     raise ValueError(f"moegemm has no kernels for {arch.name} yet; SM90 (Hopper) is supported")
 
 
 @functools.cache
 def select_config(desc: GemmDesc, arch: ArchSpec) -> GemmConfig:
     """The config the heuristics pick; computed once per (problem, arch) signature."""
-    if arch.name == "sm_90a":
-        config = _family(arch, desc).select(desc, arch)
-    else:
-        config = sm100.select_config(desc, arch)
+    config = _family(arch, desc).select(desc, arch)
     if os.environ.get("MOEGEMM_PRINT_CONFIGS"):
         print(f"moegemm: {desc} -> {config.short_name()} on {arch.name}", file=sys.stderr)
     return config

@@ -33,8 +33,10 @@ SM90 = ArchSpec(
     l2_bytes_per_clk=48.0,
 )
 
+# Built for the family target sm_100f (B200/B300 and later SM10x parts run one cubin); nvcc
+# >= 12.9 knows it (jit/compiler.py refuses older ones). "sm_100a" is accepted as an alias.
 SM100 = ArchSpec(
-    name="sm_100a",
+    name="sm_100f",
     num_sms=148,
     smem_budget=232448,
     l2_bytes=126 * 1024 * 1024,
@@ -43,12 +45,13 @@ SM100 = ArchSpec(
     l2_bytes_per_clk=40.0,
 )
 
-ARCHS = {"sm_90a": SM90, "sm_100a": SM100}
+ARCHS = {"sm_90a": SM90, "sm_100f": SM100}
+ARCH_ALIASES = {"sm_100a": "sm_100f"}
 
 
 def arch_for(name: str, num_sms: int | None = None) -> ArchSpec:
     try:
-        spec = ARCHS[name]
+        spec = ARCHS[ARCH_ALIASES.get(name, name)]
     except KeyError:
         raise ValueError(f"unknown arch {name!r}; known: {sorted(ARCHS)}") from None
     return spec if num_sms is None else spec.with_num_sms(num_sms)
@@ -58,7 +61,7 @@ def arch_for_compute_capability(major: int, minor: int) -> str:
     if major == 9 and minor == 0:
         return "sm_90a"
     if major == 10 and minor == 0:
-        return "sm_100a"
+        return "sm_100f"
     raise ValueError(
         f"moegemm supports SM90 (Hopper) and SM100 (Blackwell) GPUs; this device is "
         f"sm_{major}{minor}"

@@ -1,4 +1,5 @@
-"""SM100 selection. No SM100 kernel exists yet: asking for one is a clear error, not a guess."""
+"""SM100 selection for what has no SM100 kernel yet (FP8 x FP4): a clear error, not a guess.
+BF16 has its kernels in sm100_bf16.py."""
 
 from __future__ import annotations
 
@@ -8,6 +9,6 @@ from .config import GemmConfig, GemmDesc
 
 def select_config(desc: GemmDesc, arch: ArchSpec) -> GemmConfig:
     raise ValueError(
-        f"moegemm has no SM100 kernel for {desc.kind} yet (arch {arch.name}); "
-        "SM90 (Hopper) is supported"
+        f"moegemm has no SM100 kernel for {desc.ab_dtype} {desc.kind} yet (arch {arch.name}); "
+        "SM90 (Hopper) supports it"
     )

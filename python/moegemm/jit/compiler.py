@@ -23,7 +23,12 @@ _DIAG_SUPPRESS = "--diag-suppress=177,550,20012"
 _GENCODE = {
     "sm_90a": "-gencode=arch=compute_90a,code=sm_90a",
     "sm_100a": "-gencode=arch=compute_100a,code=sm_100a",
+    # The family target: runs on every SM10x part; nvcc knows it from 12.9 on.
+    "sm_100f": "-gencode=arch=compute_100f,code=sm_100f",
 }
+# The oldest nvcc that compiles each family target (arch -> (major, minor)).
+_MIN_NVCC = {"sm_100f": (12, 9)}
+_RELEASE_RE = re.compile(r"release (\d+)\.(\d+)")
 _PTXAS_PROPS_RE = re.compile(
     r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads"
 )
@@ -194,9 +199,31 @@ def check_ptxas_report(output: str) -> list[str]:
     return problems
 
 
+def nvcc_release(version_line: str) -> tuple[int, int] | None:
+    """(major, minor) of an `nvcc --version` release line, None when it has none."""
+    m = _RELEASE_RE.search(version_line)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def check_nvcc_for(flags: Sequence[str]) -> None:
+    """CompileError when the flags target an arch this nvcc is too old for (sm_100f needs
+    12.9). Asked only before a compile, never on a cache lookup."""
+    for arch, oldest in _MIN_NVCC.items():
+        if _GENCODE[arch] not in flags:
+            continue
+        version = compiler_identity()["version"]
+        release = nvcc_release(version)
+        if release is None or release < oldest:
+            raise CompileError(
+                f"{arch} needs nvcc >= {oldest[0]}.{oldest[1]}; {find_nvcc()} is {version!r}. "
+                "Install a newer CUDA toolkit or point MOEGEMM_NVCC at one."
+            )
+
+
 def compile_cubin(source_path: Path, cubin_path: Path, flags: Sequence[str]) -> CompileResult:
     """Runs nvcc in the source's folder (so stray headers in the caller's cwd cannot shadow
     system headers); raises CompileError carrying the command and nvcc's output."""
+    check_nvcc_for(flags)
     command = [str(find_nvcc()), *flags, str(source_path), "-o", str(cubin_path)]
     debug_log(f"compile: {shlex.join(command)}")
     start = time.perf_counter()

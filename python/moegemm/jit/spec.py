@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-SUPPORTED_ARCHS = ("sm_90a", "sm_100a")
+SUPPORTED_ARCHS = ("sm_90a", "sm_100a", "sm_100f")
 
 
 @dataclass(frozen=True)
 class KernelSpec:
     """A kernel to compile: a short name (used in cache folder names), its full generated `.cu`
-    source, the target arch (`sm_90a` or `sm_100a`) and extra nvcc flags.
+    source, the target arch (`sm_90a`, `sm_100f`, or `sm_100a`) and extra nvcc flags.
 
     The source includes `moegemm/...` headers by angle brackets; everything else the cubin
     depends on (include tree, CUTLASS version, flags) enters the cache key."""

@@ -30,6 +30,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
+from ..heuristics import arch_for
 from ..jit import cache, compiler
 from ..jit.spec import SUPPORTED_ARCHS, KernelSpec
 from . import presets
@@ -102,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--arch",
         default="sm_90a",
         choices=SUPPORTED_ARCHS,
-        help="target (default sm_90a; sm_100a has no kernels yet)",
+        help="target (default sm_90a); sm_100f (alias sm_100a) builds the SM100 BF16 kernels, "
+        "compiled and statically checked, not run on hardware",
     )
     tokens = p.add_mutually_exclusive_group()
     tokens.add_argument(
@@ -343,6 +345,9 @@ def _target_sms(args: argparse.Namespace) -> tuple[int, str, GpuProbe | None]:
     """(num_sms, how the report names it, the GPU probe if one was made)."""
     if args.num_sms is not None:
         return args.num_sms, f"{args.num_sms} SMs", None
+    if args.arch != "sm_90a":  # built for a GPU that is not this one: its arch's SM count
+        sms = arch_for(args.arch).num_sms
+        return sms, f"{sms} SMs (B200; --num-sms for another GPU)", None
     gpu = probe_gpu()
     if gpu.num_sms is not None:
         return gpu.num_sms, f"{gpu.num_sms} SMs of this GPU", gpu
@@ -425,13 +430,11 @@ def _build_missing(missing: Sequence[KernelSpec], root: Path, jobs: int | None) 
 
 def run_warmup(args: argparse.Namespace) -> int:
     start = time.perf_counter()
-    if args.arch != "sm_90a":
-        raise WarmupError(
-            f"no {args.arch} kernels exist yet: moegemm builds sm_90a only (--arch sm_90a)"
-        )
     if args.cache_dir:
         os.environ["MOEGEMM_CACHE_DIR"] = str(Path(args.cache_dir).expanduser().resolve())
     workload = collect_workload(args)
+    if args.arch != "sm_90a" and workload.weights == "mxfp4":
+        raise WarmupError(f"no {args.arch} FP8 x FP4 kernels exist yet (--arch sm_90a)")
     root = cache.cache_root().absolute()
     if not args.dry_run:
         create_cache_dir(root)
@@ -485,6 +488,9 @@ def _check(
         return 0
     if hooked:
         print(f"check: skipped ({SPECS_FN_ENV} replaced moegemm's kernels)")
+        return 0
+    if args.arch != "sm_90a":
+        print(f"check: skipped, {args.arch} kernels are compiled and statically checked only")
         return 0
     gpu = gpu or probe_gpu()
     if gpu.num_sms is None:

@@ -65,12 +65,13 @@ def layer_specs(
     picker: Picker | None = None, weights: str = "bf16",
 ) -> list[KernelSpec]:  # fmt: skip
     """Every kernel fused_moe / fused_moe_masked pick for `model` at `token_counts`, for BF16
-    or MXFP4 (`weights`) experts."""
+    or MXFP4 (`weights`) experts; on sm_100f BF16 experts only (compiled and statically
+    checked, not run on hardware)."""
     e, h, i, top_k, activation = model_layer(model)
     check_arguments(token_counts, top_k, num_sms)
     spec_arch = arch_for(arch, num_sms)
-    if spec_arch.name != "sm_90a":
-        return []
+    if spec_arch.name != "sm_90a" and weights == "mxfp4":
+        return []  # no SM100 FP8 x FP4 kernel yet
     pick = picker if picker is not None and picker.arch == spec_arch else Picker(spec_arch)
     mxfp4 = weights == "mxfp4"
     specs: dict[KernelSpec, None] = {
@@ -90,5 +91,5 @@ def layer_specs(
             config = pick(d)
             if (d.kind, d.ab_dtype, d.weights, d.epilogue, config) not in seen:
                 seen.add((d.kind, d.ab_dtype, d.weights, d.epilogue, config))
-                specs[kernel_spec(d, config)] = None
+                specs[kernel_spec(d, config, spec_arch.name)] = None
     return list(specs)

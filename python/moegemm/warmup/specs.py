@@ -53,6 +53,7 @@ from ..heuristics import (
     arch_for,
     select_config,
     selection_key,
+    sm100_bf16,
 )
 from ..jit.codegen import kernel_spec
 from ..jit.spec import KernelSpec
@@ -198,7 +199,9 @@ def warmup_specs(
     num_groups 1 = a dense / shared-expert GEMM) at every count of `token_counts` (the CLI
     passes range(1, max_tokens + 1)) with `top_k` experts per token, in every layout of the
     module doc: BF16 kernels, or with weights="mxfp4" the FP8 x FP4 ones for both weight forms.
-    Deduplicated, in first-pick order; [] for an arch without kernels (sm_100a).
+    Deduplicated, in first-pick order. On sm_100f (alias sm_100a) the BF16 layouts SM100 has
+    kernels for (heuristics/sm100_bf16.py: not k-grouped) and [] for MXFP4 weights: compiled
+    and statically checked kernels, not run on hardware.
     TypeError / ValueError on a bad argument (check_shape, check_arguments, check_weights,
     check_mxfp4_shape). `picker` (tests) shares the selections with the caller."""
     check_arguments(token_counts, top_k, num_sms)
@@ -208,8 +211,9 @@ def warmup_specs(
         for shape, (_, k, _) in zip(shapes, checked):
             check_mxfp4_shape(shape, k)
     spec_arch = arch_for(arch, num_sms)
-    if spec_arch.name != "sm_90a":
-        return []
+    sm100 = spec_arch.name == "sm_100f"
+    if sm100 and weights == "mxfp4":
+        return []  # no SM100 FP8 x FP4 kernel yet
     pick = picker if picker is not None and picker.arch == spec_arch else Picker(spec_arch)
     specs: dict[KernelSpec, None] = {}
     seen: dict[tuple, None] = {}
@@ -221,9 +225,11 @@ def warmup_specs(
         else:
             descs = layer_descs(n, k, groups, token_counts, top_k)
         for desc in descs:
+            if sm100 and sm100_bf16.supported(desc) is not None:
+                continue  # e.g. the k-grouped weight gradient: no SM100 kernel yet
             config = pick(desc)
             ident = (desc.kind, desc.ab_dtype, desc.weights, desc.d_dtype, desc.with_c, config)
             if ident not in seen:  # building the spec renders source: once per kernel
                 seen[ident] = None
-                specs[kernel_spec(desc, config)] = None
+                specs[kernel_spec(desc, config, spec_arch.name)] = None
     return list(specs)
