@@ -156,6 +156,41 @@ def test_t_zero_still_launches_dispatch_and_combine(launches) -> None:
     assert out.shape == (0, H)
     names = [n for n, *_ in launches]
     assert names[0] == "EpDispatchLauncher" and names[-1] == "EpCombineLauncher"
+    assert launches[0][1]["x_ptr"] == 0, "an empty x's pointer is never passed"
+
+
+@pytest.mark.parametrize("mxfp4", [False, True])
+def test_warmup_builds_every_kernel_and_launches_nothing(launches, monkeypatch, mxfp4) -> None:
+    """warmup() compiles what forward launches without launching; forwards at any T then build
+    no GEMM plan (no rank compiles while its peers wait), and the GEMMs' expected_m comes from
+    max_tokens_per_rank, which every rank shares, not from the local T."""
+    from moegemm.api import plans as plans_mod
+
+    ep = EPMoE(None, E, K, H, I, "mxfp4" if mxfp4 else "bf16", TMAX, device="cpu")
+    w13, w2 = weights(mxfp4)
+    ep.warmup(w13, w2)
+    assert launches == []
+    built = []
+    original = plans_mod.make_plan
+    monkeypatch.setattr(
+        plans_mod, "make_plan", lambda *a, **k: built.append(a) or original(*a, **k)
+    )
+    for t in (1, 3, TMAX):
+        ep.forward(*inputs(t), w13, w2)
+    assert built == [] or mxfp4, "BF16: the masked GEMM plan was built by warmup"
+    assert len({plan.expected_m for plan in ep._plans.values()}) == 1
+
+
+def test_dispatch_that_did_not_launch_stops_the_forward(launches, monkeypatch) -> None:
+    ep = EPMoE(None, E, K, H, I, "bf16", TMAX, device="cpu")
+    w13, w2 = weights(False)
+    ep.forward(*inputs(2), w13, w2)
+    plan = next(iter(ep._plans.values()))
+    monkeypatch.setattr(plan, "dispatch", lambda *a: False)
+    launches.clear()
+    with pytest.raises(RuntimeError, match="CUDA context"):
+        ep.forward(*inputs(2), w13, w2)
+    assert launches == [], "no GEMM or combine after a dispatch that did not launch"
 
 
 @pytest.mark.parametrize(

@@ -175,7 +175,7 @@ def split_reference(inputs, w13, w2, rank: int, world: int, max_m: int, dev) -> 
                 x_recv[le, row] = x_s[slot // K].to(dev)
                 row_w[le, row] = w_s.reshape(-1)[slot]
         masked = place.masked_m[d].int().to(dev)
-        expected = expected_rows(inputs[d][0].shape[0], world, K, E, max_m)
+        expected = expected_rows(TMAX, world, K, E, max_m)  # as EPMoE: from max_tokens_per_rank
         y = moegemm.fused_moe_masked(x_recv, masked, w13_d, w2_d, expected, row_weight=row_w)
         for le in range(el):
             for row, (s, slot) in enumerate(place.src[d][le].tolist()):

@@ -139,6 +139,11 @@ class EPMoE:
         # sm_budget caps the grids: two layers overlapped on two streams (micro-batches) must
         # not fill every SM with CTAs that wait for the other layer's signals.
         self._num_sms = min(self._agreed_num_sms(), sm_budget or 1 << 30)
+        # From sizes every rank shares (not the local T): one GEMM plan per layer, the same
+        # kernels on every rank, built before the first dispatch (warmup() or the first forward).
+        self.expected_m = expected_rows(max_tokens_per_rank, world, top_k, num_experts,
+                                        self.max_m)  # fmt: skip
+        self._require_same_layout()
         self._plans: dict[tuple, _ForwardPlan] = {}
 
     # -- construction ------------------------------------------------------------------------
@@ -158,7 +163,8 @@ class EPMoE:
             _refuse_multicast(handle)
             # buffer_ptrs are the peers' allocation bases; the tensor may sit at an offset in
             # its allocation (a pooled one), the same on every rank (symmetric).
-            offset = self.buffer.data_ptr() - handle.buffer_ptrs[self.rank]
+            self._alloc_base = handle.buffer_ptrs[self.rank]
+            offset = self.buffer.data_ptr() - self._alloc_base
             peers = [base + offset for base in handle.buffer_ptrs]
             torch.cuda.synchronize(dev)
             dist.barrier(group=self.group)  # no rank signals a peer before its zeroing
@@ -202,6 +208,44 @@ class EPMoE:
         t = torch.tensor([num_sms], dtype=torch.int32, device=self.device)
         dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.group)
         return int(t.item())  # construction only
+
+    def _require_same_layout(self) -> None:
+        """ValueError unless every rank built the same layout: peers write at offsets and
+        compare arrive counts computed from these (construction only: a host sync)."""
+        if self.group is None:
+            return
+        import torch.distributed as dist
+
+        offset = self.buffer.data_ptr() - self._alloc_base
+        mine = [self.num_experts, self.top_k, self.hidden, self.intermediate,
+                self.max_tokens_per_rank, self.max_m, int(self.fp8), self._num_sms,
+                self.plan.nbytes, offset, ACTIVATIONS.index(self.activation)]  # fmt: skip
+        local = torch.tensor(mine, dtype=torch.int64, device=self.device)
+        every = torch.empty(self.world_size, len(mine), dtype=torch.int64, device=self.device)
+        dist.all_gather_into_tensor(every, local, group=self.group)
+        rows = every.tolist()
+        names = ("num_experts", "top_k", "hidden", "intermediate", "max_tokens_per_rank",
+                 "max_m", "mxfp4", "SMs after sm_budget", "symmetric bytes",
+                 "symmetric offset", "activation")  # fmt: skip
+        for col, name in enumerate(names):
+            values = [row[col] for row in rows]
+            if len(set(values)) != 1:
+                raise ValueError(f"moegemm.ep: the ranks disagree on {name}: {values} (rank "
+                                 f"order); every rank must build EPMoE alike")  # fmt: skip
+
+    def warmup(self, w13_local: PreparedW13, w2_local: Any) -> None:
+        """Builds (compiles, loads) every kernel forward launches, then waits for the group:
+        collective, once, before the first forward, so that no rank compiles while its peers
+        wait on its signals (a compile can outlast timeout_s). A host sync: not in forward."""
+        x = torch.empty(0, self.hidden, dtype=torch.bfloat16, device=self.device)
+        ids = torch.empty(0, self.top_k, dtype=torch.int32, device=self.device)
+        w = torch.empty(0, self.top_k, dtype=torch.float32, device=self.device)
+        _, ldx, w2_key, _ = self._check_forward(x, ids, w, w13_local, w2_local, None, None)
+        self._plans.setdefault((0, ldx, w2_key), _ForwardPlan(self, 0, ldx, w13_local, w2_key))
+        if self.group is not None:
+            import torch.distributed as dist
+
+            dist.barrier(group=self.group)
 
     @property
     def nbytes(self) -> int:
@@ -316,10 +360,9 @@ def expected_rows(t: int, world_size: int, top_k: int, num_experts: int, max_m: 
 
 def _refuse_multicast(handle: Any) -> None:
     """RuntimeError if torch symmetric memory set up an NVLink multicast object anyway."""
-    support = getattr(handle, "has_multicast_support", None)
-    if callable(support):
-        support = support()
-    if support:
+    # multicast_ptr is 0 unless a multicast object was bound (has_multicast_support is a
+    # static method about the device, not about this handle).
+    if getattr(handle, "multicast_ptr", 0):
         raise RuntimeError(
             "moegemm.ep keeps NVLink multicast off, but torch symmetric memory created a "
             "multicast object: is TORCH_SYMM_MEM_DISABLE_MULTICAST=1 set in every process?"
@@ -377,8 +420,13 @@ class _ForwardPlan:
             dev, ep.rank, ep.world_size, t, ep.top_k, ep.experts_per_rank, ep.hidden, ep.hidden,
             ep.max_m, p.slots_per_rank, timeout_ns, *p.offsets(),
         )  # fmt: skip
-        self.expected_m = expected_rows(t, ep.world_size, ep.top_k, ep.num_experts, ep.max_m)
+        self.expected_m = ep.expected_m
         self.mxfp4 = None
+        if not ep.fp8:
+            from ..moe.layer import masked_plan
+
+            masked_plan(dev, ep.experts_per_rank, ep.max_m, ep.hidden, ep.intermediate,
+                        self.expected_m, ep.activation, *w2_key)  # fmt: skip
         if ep.fp8:
             from .experts import Mxfp4MaskedExperts
 
@@ -392,9 +440,11 @@ class _ForwardPlan:
         stream = plans.raw_stream(dev)
         state, masked, dest = ep.state.data_ptr(), ep.masked_m.data_ptr(), ep.slot_dest.data_ptr()
         peers = ep.peer_base.data_ptr()
+        x_ptr = x.data_ptr() if x.shape[0] else 0  # an empty x's pointer may be unaligned
         launched = self.dispatch(
-            x.data_ptr(), ids.data_ptr(), weights.data_ptr(), peers, state, masked, dest, stream
+            x_ptr, ids.data_ptr(), weights.data_ptr(), peers, state, masked, dest, stream
         )
+        plans.require_launched(launched, dev)  # nothing after a dispatch that did not launch
         if self.mxfp4 is None:
             from ..moe.layer import fused_moe_masked
 

@@ -351,6 +351,20 @@ class _MaskedPlan:
         self.gemm2 = plans.make_plan(device, d2, args2)
 
 
+def masked_plan(device: int, e: int, max_m: int, h: int, i: int, expected: int,
+                activation: str, ldw2: int, ldw2_group: int) -> _MaskedPlan:  # fmt: skip
+    """fused_moe_masked's plan (BF16 experts) of one signature, built if new: its kernels
+    compiled and loaded. moegemm.ep builds it before its dispatch launch, so that no rank
+    compiles while its peers wait on its signals."""
+    key = (device, e, max_m, h, i, expected, ldw2, ldw2_group, activation)
+    plan = _masked_plans.get(key)
+    if plan is None:
+        plan = _masked_plans[key] = _MaskedPlan(
+            device, e, max_m, h, i, expected, activation, ldw2, ldw2_group
+        )
+    return plan
+
+
 def fused_moe_masked(
     x: torch.Tensor,
     masked_m: torch.Tensor,
@@ -418,14 +432,8 @@ def fused_moe_masked(
                 f"rows; this call needs {rows} x {i}"
             )
         inter = workspace.h
-    key = (device, e, max_m, h, i, min(expected_m, max_m), w2.stride(1), w2.stride(0),
-           prepared.activation)  # fmt: skip
-    plan = _masked_plans.get(key)
-    if plan is None:
-        plan = _masked_plans[key] = _MaskedPlan(
-            device, e, max_m, h, i, min(expected_m, max_m), prepared.activation,
-            w2.stride(1), w2.stride(0),
-        )  # fmt: skip
+    plan = masked_plan(device, e, max_m, h, i, min(expected_m, max_m), prepared.activation,
+                       w2.stride(1), w2.stride(0))  # fmt: skip
     stream = plans.raw_stream(device)
     bias13 = 0 if prepared.bias is None else prepared.bias.data_ptr()
     bias2 = 0 if w2_bias is None else w2_bias.data_ptr()
