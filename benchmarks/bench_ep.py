@@ -220,6 +220,7 @@ def measure(model, t, world, rank, el, w13, w2, args, group, ep_class, p2p: floa
     max_m = max_m_for(model, t, world, cap)
     ep = ep_class(group, model.experts, model.top_k, model.hidden, model.intermediate,
                   args.weights, t, activation=model.activation, max_m=max_m)  # fmt: skip
+    ep.warmup(w13, w2)
     x, ids, w = routing(model, t, seed=1000 * rank + t)
     out = torch.empty(t, model.hidden, dtype=torch.bfloat16, device="cuda")
     ep.forward(x, ids, w, w13, w2, out=out)
@@ -271,6 +272,8 @@ def overlapped_us(model, t, ep_class, args, group, max_m, x, ids, w, w13, w2) ->
     eps = [ep_class(group, model.experts, model.top_k, model.hidden, model.intermediate,
                     args.weights, half, activation=model.activation,
                     max_m=max(1, max_m // 2), sm_budget=budget) for _ in range(2)]  # fmt: skip
+    for ep in eps:
+        ep.warmup(w13, w2)
     streams = [torch.cuda.Stream(), torch.cuda.Stream()]
     outs = [torch.empty(half, model.hidden, dtype=torch.bfloat16, device="cuda") for _ in eps]
     parts = [(x[:half], ids[:half], w[:half]), (x[half:], ids[half:], w[half:])]
