@@ -66,6 +66,8 @@
 
 #include <cutlass/arch/barrier.h>
 
+#include <string.h>
+
 #include <type_traits>
 
 #include <moegemm/common/sm100_fp8_fp4_params.h>
@@ -86,8 +88,10 @@
 namespace moegemm::sm100 {
 
 // The UE8M0 cell (four equal bytes) of an FP32 activation scale: e + 127 for 2^e, else 0xFF.
-__device__ __forceinline__ uint32_t ue8m0_cell_of(float s) {
-  const uint32_t bits = __float_as_uint(s);
+// Host and device: the compile test checks it on the host.
+__host__ __device__ __forceinline__ uint32_t ue8m0_cell_of(float s) {
+  uint32_t bits;
+  memcpy(&bits, &s, sizeof(bits));
   const uint32_t field = bits >> 23;  // sign and exponent
   const bool pow2 = (bits & 0x7fffffu) == 0 && field >= 1 && field <= 254;
   const uint32_t byte = pow2 ? field : 0xffu;
