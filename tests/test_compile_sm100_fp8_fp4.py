@@ -347,3 +347,15 @@ def test_activation_scale_cells(host_report) -> None:
     want = [cell(127), cell(126), nan, nan, nan, nan, nan, cell(1), nan, cell(254), nan]
     assert cells == want
     assert struct.unpack("<I", struct.pack("<f", 0.5))[0] >> 23 == 126
+
+
+def test_warmup_builds_sm100_fp8_fp4_kernels_for_mxfp4() -> None:
+    """warmup_specs(..., "sm_100f", weights="mxfp4"): the SM100 FP8 x FP4 kernels of the
+    prepared form (one kernel per config: SM100 takes no raw weights), no BF16 ones."""
+    from moegemm.warmup.specs import warmup_specs
+
+    shapes = [{"n": 5760, "k": 2880, "num_groups": 32}, {"n": 2880, "k": 2880, "num_groups": 1}]
+    specs = warmup_specs(shapes, [1, 8, 64, 512], 4, "sm_100f", 148, weights="mxfp4")
+    assert specs and all(s.arch == "sm_100f" for s in specs)
+    assert all(s.name.startswith("sm100_fp8_fp4_") for s in specs), [s.name for s in specs]
+    assert {s.name.split("_")[3] for s in specs} >= {"dense", "offs", "masked", "contig"}
