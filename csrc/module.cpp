@@ -23,6 +23,7 @@ namespace moegemm {
 // a new kernel family adds a file and a line here.
 void register_sm90_bf16_gemm(py::module_& m);
 void register_sm90_fp8_fp4_gemm(py::module_& m);
+void register_sm100_fp8_fp4_gemm(py::module_& m);
 void register_moe_kernels(py::module_& m);
 void register_ep_kernels(py::module_& m);
 
@@ -103,6 +104,7 @@ PYBIND11_MODULE(_C, m) {
 
   register_sm90_bf16_gemm(m);
   register_sm90_fp8_fp4_gemm(m);
+  register_sm100_fp8_fp4_gemm(m);
   register_moe_kernels(m);
   register_ep_kernels(m);
 }

@@ -138,7 +138,7 @@ def test_unsupported_sm100_problems_are_clear_errors() -> None:
     for desc in (
         GemmDesc("k_grouped", m=128, n=128, k=128, num_groups=2, d_dtype="fp32"),
         GemmDesc("bf16_gemm_nt", 64, 256, 128, epilogue="swiglu"),
-        GemmDesc("bf16_gemm_nt", m=64, n=64, k=64, ab_dtype="fp8_fp4"),
+        GemmDesc("bf16_gemm_nt", m=64, n=64, k=64, ab_dtype="fp8_fp4", d_dtype="fp32"),
     ):
         with pytest.raises(ValueError, match="no SM100 kernel"):
             select_config(desc, ARCH)

@@ -92,11 +92,12 @@ def test_decode_prefers_more_ctas_than_prefill() -> None:
 def test_unknown_arch_and_sm100_are_clear_errors() -> None:
     with pytest.raises(ValueError, match="unknown arch"):
         arch_for("sm_80")
-    # SM100 (sm_100f, alias sm_100a) has BF16 kernels (tests/test_compile_sm100.py); FP8 x FP4
-    # is refused by name.
+    # SM100 (sm_100f, alias sm_100a) has BF16 and FP8 x FP4 kernels (tests/test_compile_sm100*.py);
+    # what neither serves (FP8 x FP4 with FP32 out) is refused by name.
     with pytest.raises(ValueError, match="no SM100 kernel"):
         select_config(
-            GemmDesc("bf16_gemm_nt", m=8, n=8, k=32, ab_dtype="fp8_fp4"), arch_for("sm_100a")
+            GemmDesc("bf16_gemm_nt", m=8, n=8, k=32, ab_dtype="fp8_fp4", d_dtype="fp32"),
+            arch_for("sm_100a"),
         )
 
 

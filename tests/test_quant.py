@@ -370,6 +370,30 @@ def test_per_token_cast_gran_k_and_values() -> None:
     assert a3.shape == (1, 1, 5) and torch.equal(sfa3[0], sfa)
 
 
+@pytest.mark.parametrize("k", [1, 200, 2880])
+def test_per_token_cast_ue8m0(k: int) -> None:
+    """ue8m0=True (the SM100 FP8 x FP4 convention): each scale is the smallest power of two
+    at or above the plain scale, checked with math.frexp on Python floats."""
+    gen = torch.Generator().manual_seed(7 + k)
+    x = torch.randn(3, 5, k, generator=gen) * torch.logspace(-4, 4, k)
+    x[1, 2] = 0
+    x[2, 0, 0] = 448.0 * 2.0**-3  # a block whose plain scale is exactly a power of two
+    x[2, 0, 1:128] = 0
+    a, sfa = per_token_cast_to_fp8(x, ue8m0=True)
+    _, plain = per_token_cast_to_fp8(x)
+    assert sfa.shape == plain.shape and a.shape == x.shape
+    for s, p in zip(sfa.flatten().tolist(), plain.flatten().tolist()):
+        mant, ex = math.frexp(p)  # p = mant * 2^ex, mant in [0.5, 1)
+        want = p if mant == 0.5 else math.ldexp(1.0, ex)
+        assert s == want, (s, p)
+    assert sfa[2, 0, 0].item() == 2.0**-3
+    scale = sfa.repeat_interleave(128, dim=-1)[..., :k]
+    assert torch.equal(a.float(), (x / scale).clamp(-448, 448).to(torch.float8_e4m3fn).float())
+    assert (a.float().abs() <= 448).all()
+    err = (a.float() * scale - x).abs()
+    assert (err <= x.abs() * (2.0**-4 + 1e-6) + scale * 2.0**-10 * (1 + 1e-6)).all()
+
+
 # ---- errors -------------------------------------------------------------------------------
 
 

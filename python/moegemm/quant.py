@@ -59,11 +59,26 @@ def _check_float(t: object, name: str, min_rank: int) -> torch.Tensor:
     return t
 
 
-def per_token_cast_to_fp8(x: torch.Tensor, gran_k: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+def _ceil_pow2(s: torch.Tensor) -> torch.Tensor:
+    """2^ceil(log2 s) for positive normal FP32 s, exactly, from the bits: an exact power of two
+    (mantissa 0) stays, anything else goes to the next exponent."""
+    bits = s.view(torch.int32)
+    exponent = (bits >> 23) & 0xFF
+    exponent = exponent + ((bits & 0x7FFFFF) != 0).to(torch.int32)
+    return (exponent << 23).view(torch.float32)
+
+
+def per_token_cast_to_fp8(
+    x: torch.Tensor, gran_k: int = 128, *, ue8m0: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Cast x [..., M, K] to (a float8_e4m3fn [..., M, K], sfa float32 [..., M, ceil(K/gran_k)]).
 
     Each token's K is cut into blocks of gran_k (the last may be partial); a block's scale is
     max(amax, 1e-4) * fp32(1/448) and a = x / scale, so x ~= a * scale within E4M3 precision.
+
+    ue8m0=True (what the SM100 FP8 x FP4 kernels need: they feed sfa to the tensor core as UE8M0
+    per 32 of K) rounds each scale up to a power of two, 2^ceil(log2 scale), and divides by that
+    instead (DeepGEMM's convention); |a| stays <= 448 since the scale only grew.
     """
     _check_float(x, "x", 2)
     if isinstance(gran_k, bool) or not isinstance(gran_k, int):
@@ -80,6 +95,8 @@ def per_token_cast_to_fp8(x: torch.Tensor, gran_k: int = 128) -> tuple[torch.Ten
     # A multiply by the FP32 reciprocal, not a division: CUDA's division by a scalar is itself
     # a multiply by the reciprocal, so this form gives the same bits on the CPU and the GPU.
     sfa = xb.abs().amax(dim=-1).clamp(min=FP8_AMAX_EPS) * (1.0 / FP8_E4M3_MAX)
+    if ue8m0:
+        sfa = _ceil_pow2(sfa)
     # x / scale can exceed 448 by an FP32 rounding step; the clamp keeps it off the NaN code.
     scaled = (xb / sfa.unsqueeze(-1)).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX)
     a = scaled.flatten(-2)[..., :k].to(torch.float8_e4m3fn)

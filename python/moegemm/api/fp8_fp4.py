@@ -1,5 +1,8 @@
 """FP8 x FP4 GEMMs: FP8 (E4M3) activations with per-token, per-128-K scales times MXFP4 weights
-(E2M1 codes with a UE8M0 scale per 32 of K), BF16 out, on SM90.
+(E2M1 codes with a UE8M0 scale per 32 of K), BF16 out, on SM90; on SM100 (compiled and
+statically checked, not run on hardware) a plan miss goes to fp8_fp4_sm100.py, which takes the
+weights only as prepare_mxfp4_weights(b, sfb, arch="sm_100f") and needs power-of-two sfa
+(per_token_cast_to_fp8(x, ue8m0=True); any other scale makes its row's outputs NaN).
 
     fp8_fp4_gemm_nt((a, sfa), (b, sfb), d)                        dense, one weight matrix
     m_grouped_fp8_fp4_gemm_nt_contiguous((a, sfa), (b, sfb), d, m_indices=None, *, offs=None)
@@ -30,6 +33,7 @@ import torch
 from torch import Tensor
 
 from ..heuristics import GemmConfig, GemmDesc
+from . import fp8_fp4_sm100
 from .checks import (
     batched_row_stride,
     contiguous_group_info,
@@ -298,6 +302,8 @@ def fp8_fp4_gemm_nt(
     if plan is not None and _launch_hit(plan, a_, sfa, b_, sfb, d, 0):
         return d
     a_, sfa = unpack_activations(a)
+    if _on_sm100(a_):
+        return fp8_fp4_sm100.call("bf16_gemm_nt", key, _dense_plans, config, a_, sfa, b, d)
     b_, sfb, prepared = unpack_weights(b)
     p = check_dense(a_, sfa, b_, sfb, d)
     if p.empty:
@@ -346,6 +352,11 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(
     if plan is not None and _launch_hit(plan, a_, sfa, b_, sfb, d, info.data_ptr()):
         return d
     a_, sfa = unpack_activations(a)
+    if _on_sm100(a_):
+        cache = _offs_plans if offs is not None else _indices_plans
+        return fp8_fp4_sm100.call(
+            "contiguous", key, cache, config, a_, sfa, b, d, m_indices=m_indices, offs=offs
+        )
     b_, sfb, prepared = unpack_weights(b)
     p = check_contiguous(a_, sfa, b_, sfb, d, m_indices, offs)
     if p.empty:
@@ -394,12 +405,35 @@ def m_grouped_fp8_fp4_gemm_nt_masked(
     if plan is not None and _launch_hit(plan, a_, sfa, b_, sfb, d, masked_m.data_ptr()):
         return d
     a_, sfa = unpack_activations(a)
+    if _on_sm100(a_):
+        return fp8_fp4_sm100.call(
+            "m_grouped_masked", key, _masked_plans, config, a_, sfa, b, d,
+            masked_m=masked_m, expected_m=expected_m,
+        )  # fmt: skip
     b_, sfb, prepared = unpack_weights(b)
     p = check_masked(a_, sfa, b_, sfb, d, masked_m, expected_m)
     if p.empty:
         return d
     desc = _desc("m_grouped_masked", p, prepared, min(expected_m, p.m))
     return _launch(key, _masked_plans, p, desc, config, a_, sfa, b_, sfb, d, masked_m)
+
+
+def _device_arch_name(t: object) -> str | None:
+    """The arch name (heuristics) of the CUDA device holding `t`; None off CUDA."""
+    if not isinstance(t, Tensor) or t.device.type != "cuda":
+        return None
+    from .device import device_info
+
+    try:
+        index = t.device.index if t.device.index is not None else torch.cuda.current_device()
+        return device_info(index).arch.name
+    except RuntimeError:  # no driver (fake tensors in tests): the SM90 path reports it
+        return None
+
+
+def _on_sm100(a: object) -> bool:
+    """Whether this call's activations sit on an SM100 device (asked on plan misses only)."""
+    return _device_arch_name(a) == "sm_100f"
 
 
 def _launch_hit(plan, a: Tensor, sfa: Tensor, b: Tensor, sfb: Tensor, d: Tensor, info: int) -> bool:

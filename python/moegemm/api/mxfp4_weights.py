@@ -19,6 +19,15 @@ conversion expands a word into two FP8 words (codes 0..3 and 4..7, one byte each
 logic op per 4 weights sets them instead of one per weight (../shared/FP4_ON_HOPPER.md,
 section 2). Only sign bits move: magnitudes stay where the checkpoint has them, and no value is
 re-rounded.
+
+SM100 (prepare_mxfp4_weights(b, sfb, arch="sm_100f"); compiled and statically checked kernels,
+not run on hardware): the tensor core reads E2M1 codes itself, so b keeps the checkpoint's
+nibbles, padded with zero codes to Kp = K rounded up to 128 ([.., N, Kp / 2], rows of a
+multiple of 64 bytes: what TMA's 16U4_ALIGN16B type needs); the scales become 32-bit words
+[.., Kp / 128, Np] (Np = N rounded up to 128, stored as uint8 [.., Kp / 128, 4 Np]): byte j of a
+word is the scale of the 32-block j of that 128 of K (1.0, byte 127, for padding), and inside
+each 128 rows word 4 i + j holds row 32 j + i, the order tcgen05.cp 32x128b.warpx4 copies into
+tensor memory. One TMA box of 512 bytes per tile and k-block loads them.
 """
 
 from __future__ import annotations
@@ -33,6 +42,12 @@ NAN_SCALE = 0xFF  # UE8M0's NaN
 # SIGN_HOME[j]: the nibble that carries code j's sign (the inverse permutation).
 SIGN_SOURCE = (0, 4, 1, 5, 2, 6, 3, 7)
 SIGN_HOME = tuple(SIGN_SOURCE.index(j) for j in range(8))
+SM90_ARCH = "sm_90a"
+SM100_ARCH = "sm_100f"
+ARCHS = {"sm_90a": SM90_ARCH, "sm_100f": SM100_ARCH, "sm_100a": SM100_ARCH}
+SM100_K_BLOCK = 128  # Kp: K padded to this; scale words hold 4 blocks of 32
+SM100_ROW_CHUNK = 128  # Np: N padded to this; the tcgen05.cp order permutes within it
+UNIT_SCALE = 127  # UE8M0 1.0
 
 
 @dataclass(frozen=True, eq=False)  # eq=False: tensors do not compare to a bool
@@ -45,10 +60,17 @@ class Mxfp4Weights:
     b: torch.Tensor
     sfb: torch.Tensor
     prepared: bool = True
+    # The architecture the layout is for: "sm_90a" (the layout above), or "sm_100f" (the SM100
+    # one of the module doc: b [.., N, Kp / 2], sfb uint8 [.., Kp / 128, 4 Np]; prepared only).
+    arch: str = SM90_ARCH
 
     def __post_init__(self) -> None:
         if not isinstance(self.prepared, bool):
             raise TypeError(f"prepared must be a bool, got {type(self.prepared).__name__}")
+        if self.arch not in (SM90_ARCH, SM100_ARCH):
+            raise ValueError(f"arch must be {SM90_ARCH!r} or {SM100_ARCH!r}, got {self.arch!r}")
+        if self.arch == SM100_ARCH and not self.prepared:
+            raise ValueError("SM100 weights are prepared weights (prepare_mxfp4_weights)")
 
 
 def _check_pair(b: object, sfb: object) -> tuple[torch.Tensor, torch.Tensor]:
@@ -97,10 +119,13 @@ def _sign_permuted(nibbles: torch.Tensor, source: tuple[int, ...]) -> torch.Tens
     return (nibbles & 0x7) | signs
 
 
-def prepare_mxfp4_weights(b: torch.Tensor, sfb: torch.Tensor) -> Mxfp4Weights:
+def prepare_mxfp4_weights(b: torch.Tensor, sfb: torch.Tensor, arch: str = "sm_90a") -> Mxfp4Weights:
     """The prepared layout of MXFP4 weights (b uint8 [.., N, K/2], sfb uint8 [.., N, K/32]), for
     the FP8 x FP4 functions; one-time, at load time (it allocates, and syncs once to refuse a
     NaN scale). Plain torch: runs on CPU and CUDA tensors alike.
+
+    arch: "sm_90a" (Hopper, the default) or "sm_100f" (alias "sm_100a": Blackwell, the only
+    form SM100 takes; the module doc's SM100 layout, Mxfp4Weights.arch "sm_100f").
 
     Returns Mxfp4Weights(b', sfb', prepared=True): b' a new contiguous tensor in the nibble
     layout of the module doc; sfb' is sfb itself where its last dim has unit stride (what the
@@ -109,10 +134,14 @@ def prepare_mxfp4_weights(b: torch.Tensor, sfb: torch.Tensor) -> Mxfp4Weights:
     second conversion pass). Raises ValueError for a scale byte 0xFF (NaN), which
     would make the block's outputs NaN, and for shapes the functions do not take.
     """
+    if arch not in ARCHS:
+        raise ValueError(f"arch must be one of {sorted(ARCHS)}, got {arch!r}")
     b, sfb = _check_pair(b, sfb)
     if bool((sfb == NAN_SCALE).any()):  # the sync a load-time call may afford
         bad = (sfb == NAN_SCALE).nonzero()[0].tolist()
         raise ValueError(f"sfb holds the NaN scale byte 0xFF (first at index {tuple(bad)})")
+    if ARCHS[arch] == SM100_ARCH:
+        return _prepare_sm100(b, sfb)
     out = _pack(_sign_permuted(_words(b), SIGN_SOURCE), b.shape)
     return Mxfp4Weights(out, _zero_block_scales_rebased(b, sfb), prepared=True)
 
@@ -142,12 +171,51 @@ def _zero_block_scales_rebased(b: torch.Tensor, sfb: torch.Tensor) -> torch.Tens
     return torch.where(zero, fill, sfb.to(torch.int32)).to(torch.uint8).contiguous()
 
 
+def _prepare_sm100(b: torch.Tensor, sfb: torch.Tensor) -> Mxfp4Weights:
+    """The SM100 layout (module doc) of checked (b, sfb)."""
+    n, nb = sfb.shape[-2], sfb.shape[-1]
+    k = nb * MXFP4_GROUP
+    kp = -(-k // SM100_K_BLOCK) * SM100_K_BLOCK
+    np_ = -(-n // SM100_ROW_CHUNK) * SM100_ROW_CHUNK
+    codes = torch.nn.functional.pad(b, (0, (kp - k) // 2)).contiguous()  # zero codes
+    blocks = kp // MXFP4_GROUP
+    scales = torch.full(
+        (*sfb.shape[:-2], np_, blocks), UNIT_SCALE, dtype=torch.uint8, device=sfb.device
+    )
+    scales[..., :n, :nb] = sfb
+    lead = scales.shape[:-2]
+    # [.., Np, Kp/128, 4] -> [.., Kp/128, Np/128, 4 (j), 32 (i), 4 bytes] -> word 4 i + j.
+    words = scales.unflatten(-1, (kp // SM100_K_BLOCK, 4)).transpose(-3, -2)
+    words = words.unflatten(-2, (np_ // SM100_ROW_CHUNK, 4, 32)).transpose(-3, -2)
+    out = words.reshape(*lead, kp // SM100_K_BLOCK, np_ * 4).contiguous()
+    return Mxfp4Weights(codes, out, prepared=True, arch=SM100_ARCH)
+
+
+def sm100_shape(weights: Mxfp4Weights) -> tuple[int, int]:
+    """(N, Kp) of SM100-prepared weights: N from the codes, Kp the padded K."""
+    return weights.b.shape[-2], weights.b.shape[-1] * 2
+
+
+def _unprepare_sm100(weights: Mxfp4Weights, k: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    b, words = weights.b, weights.sfb
+    n, kp = sm100_shape(weights)
+    k = kp if k is None else k
+    lead = words.shape[:-2]
+    nkb, np_ = words.shape[-2], words.shape[-1] // 4
+    w = words.reshape(*lead, nkb, np_ // SM100_ROW_CHUNK, 32, 4, 4).transpose(-3, -2)
+    w = w.reshape(*lead, nkb, np_, 4).transpose(-3, -2)  # [.., Np, Kp/128, 4]
+    sfb = w.reshape(*lead, np_, nkb * 4)[..., :n, : k // MXFP4_GROUP]
+    return b[..., : k // 2].contiguous(), sfb.contiguous()
+
+
 def unprepare_mxfp4_weights(weights: Mxfp4Weights) -> tuple[torch.Tensor, torch.Tensor]:
     """The checkpoint layout (b, sfb) of prepared weights (the inverse of
     prepare_mxfp4_weights; for tests and tools). Weights with prepared=False come back as
     they are."""
     if not isinstance(weights, Mxfp4Weights):
         raise TypeError(f"weights must be a moegemm.Mxfp4Weights, got {type(weights).__name__}")
+    if weights.arch == SM100_ARCH:  # the checkpoint K is not recorded: K padded to Kp comes back
+        return _unprepare_sm100(weights, None)
     b, sfb = _check_pair(weights.b, weights.sfb)
     if not weights.prepared:
         return b, sfb

@@ -3,8 +3,8 @@
 Modules: config.py (problem and config types), arch.py (per-arch facts), ragged.py (ragged
 group statistics), waves.py (the wave model), search.py (ranking), and one module per arch x
 operand types with its configs and cycle model: sm90_bf16.py, sm90_fp8_fp4.py (GemmDesc.ab_dtype
-"fp8_fp4"), sm100_bf16.py (compiled and statically checked, not run on hardware); sm100.py
-refuses what SM100 has no kernel for yet (FP8 x FP4).
+"fp8_fp4"), sm100_bf16.py and sm100_fp8_fp4.py (compiled and statically checked, not run on hardware);
+sm100.py refuses what SM100 has no kernel for.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Iterator
 
-from . import sm90_bf16, sm90_fp8_fp4, sm100, sm100_bf16
+from . import sm90_bf16, sm90_fp8_fp4, sm100, sm100_bf16, sm100_fp8_fp4
 from .arch import ARCHS, SM90, SM100, ArchSpec, arch_for, arch_for_compute_capability
 from .config import GemmConfig, GemmDesc, LaunchConfig, Layout, PipelineConfig, StorageConfig
 from .sm90_bf16 import CONTIGUOUS_ALIGNMENT, SWAP_AB_KINDS, WALK_STRIPE_M
@@ -49,6 +49,8 @@ def _family(arch: ArchSpec, desc: GemmDesc):  # -> the family module
     if arch.name == "sm_100f":
         if desc.ab_dtype == "bf16":
             return sm100_bf16
+        if desc.ab_dtype == "fp8_fp4":
+            return sm100_fp8_fp4
         sm100.select_config(desc, arch)  # raises: no SM100 kernel for it yet
     raise ValueError(f"moegemm has no kernels for {arch.name} yet; SM90 (Hopper) is supported")
 

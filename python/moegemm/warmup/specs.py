@@ -54,6 +54,7 @@ from ..heuristics import (
     select_config,
     selection_key,
     sm100_bf16,
+    sm100_fp8_fp4,
 )
 from ..jit.codegen import kernel_spec
 from ..jit.spec import KernelSpec
@@ -61,6 +62,7 @@ from ..jit.spec import KernelSpec
 DEFAULT_MAX_TOKENS = 16384
 WEIGHTS = ("bf16", "mxfp4")  # the expert weights a warmup builds for (check_weights)
 MXFP4_FORMS = ("raw", "prepared")  # GemmDesc.weights of the FP8 x FP4 family: both are built
+SM100_MXFP4_FORMS = ("prepared",)  # SM100 takes prepare_mxfp4_weights(..., arch="sm_100f") only
 MXFP4_GROUP = 32  # weights per UE8M0 scale: K must be a multiple of it
 
 
@@ -200,8 +202,9 @@ def warmup_specs(
     passes range(1, max_tokens + 1)) with `top_k` experts per token, in every layout of the
     module doc: BF16 kernels, or with weights="mxfp4" the FP8 x FP4 ones for both weight forms.
     Deduplicated, in first-pick order. On sm_100f (alias sm_100a) the BF16 layouts SM100 has
-    kernels for (heuristics/sm100_bf16.py: not k-grouped) and [] for MXFP4 weights: compiled
-    and statically checked kernels, not run on hardware.
+    kernels for (heuristics/sm100_bf16.py: not k-grouped), and for MXFP4 weights the FP8 x FP4
+    kernels (heuristics/sm100_fp8_fp4.py) of the SM100-prepared form only (SM100 refuses raw
+    weights): compiled and statically checked kernels, not run on hardware.
     TypeError / ValueError on a bad argument (check_shape, check_arguments, check_weights,
     check_mxfp4_shape). `picker` (tests) shares the selections with the caller."""
     check_arguments(token_counts, top_k, num_sms)
@@ -212,20 +215,20 @@ def warmup_specs(
             check_mxfp4_shape(shape, k)
     spec_arch = arch_for(arch, num_sms)
     sm100 = spec_arch.name == "sm_100f"
-    if sm100 and weights == "mxfp4":
-        return []  # no SM100 FP8 x FP4 kernel yet
     pick = picker if picker is not None and picker.arch == spec_arch else Picker(spec_arch)
     specs: dict[KernelSpec, None] = {}
     seen: dict[tuple, None] = {}
     for n, k, groups in dict.fromkeys(checked):
         if weights == "mxfp4":
             descs = itertools.chain.from_iterable(
-                fp8_fp4_layer_descs(n, k, groups, token_counts, top_k, form) for form in MXFP4_FORMS
+                fp8_fp4_layer_descs(n, k, groups, token_counts, top_k, form)
+                for form in (SM100_MXFP4_FORMS if sm100 else MXFP4_FORMS)
             )
         else:
             descs = layer_descs(n, k, groups, token_counts, top_k)
         for desc in descs:
-            if sm100 and sm100_bf16.supported(desc) is not None:
+            family = sm100_fp8_fp4 if desc.ab_dtype == "fp8_fp4" else sm100_bf16
+            if sm100 and family.supported(desc) is not None:
                 continue  # e.g. the k-grouped weight gradient: no SM100 kernel yet
             config = pick(desc)
             ident = (desc.kind, desc.ab_dtype, desc.weights, desc.d_dtype, desc.with_c, config)

@@ -1,0 +1,219 @@
+"""FP8 x FP4 on SM100 (tcgen05 kind::mxf8f6f4.block_scale): configs, legality, a cycle model.
+
+One kernel template (include/moegemm/impls/sm100_fp8_fp4_grouped_gemm.cuh): one CTA per SM,
+256 threads (TMA warp, MMA warp, allocator warp, activation-scale warp, epilogue warpgroup),
+MMA M = 128 from one CTA, accumulators double-buffered in tensor memory next to 8 columns of
+scales. The weights' side of a tile is always 128 rows (one 128-row chunk of the SM100-prepared
+scales). Two orientations, as the BF16 family:
+- unswapped: 128 token rows on the MMA's M side, the 128 weight rows on N;
+- swap-AB: the 128 weight rows on M, block_m tokens (32..128) on N (decode groups are not
+  padded to 128 rows). The m-grouped and masked layouts always swap; the dense GEMM compares.
+
+FP4 runs at the FP8 rate. The model charges a tile the slowest of the tensor core, shared
+memory and L2 (B counted packed: 64 bytes per row and k-block); only the last tile's epilogue
+is exposed (two accumulators). Compiled and statically checked for sm_100f, not run on hardware:
+the rates are datasheet-level assumptions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+from . import search
+from .arch import SM100, ArchSpec
+from .config import GemmConfig, GemmDesc, LaunchConfig, Layout, PipelineConfig, StorageConfig
+from .ragged import RAGGED_KINDS, expected_rows_per_group
+from .sm90_bf16 import CONTIGUOUS_ALIGNMENT
+from .waves import RaggedBlocks, count_tiles, expected_waves
+
+BLOCK_K = 128  # one 128-byte swizzle row of E4M3 / unpacked E2M1: four MMAs of K = 32
+UMMA_M = 128
+WEIGHT_ROWS = 128  # the weights' side of every tile
+NUM_THREADS = 256
+EPILOGUE_WARPGROUPS = 1
+TMEM_COLUMNS = 512
+ACCUM_STAGES = 2
+SCALE_COLUMNS = 8  # 4 for each operand's scales of one k-block
+SWAP_AB_BLOCK_M = (32, 64, 96, 128)
+MIN_STAGES, MAX_STAGES = 3, 10
+SCALE_STAGE_BYTES = 1024  # the tokens' and the weights' 128 scale cells, 512 bytes each
+FIXED_SMEM_BYTES = 2 * ACCUM_STAGES * 8 + 16
+BARRIER_BYTES_PER_STAGE = 16
+GROUPED_KINDS = ("m_grouped_contiguous", "m_grouped_offsets", "m_grouped_masked")
+KINDS = ("bf16_gemm_nt", *GROUPED_KINDS)
+MXFP4_GROUP = 32
+PIPELINE_FILL_CYCLES = 1500
+TILE_OVERHEAD_CYCLES = 200
+UMMA_ISSUE_CYCLES = 2
+STORE_BYTES_PER_CLK = 16
+
+
+def supported(desc: GemmDesc) -> str | None:
+    """Why the SM100 FP8 x FP4 kernel cannot compute `desc`, or None when it can."""
+    if desc.ab_dtype != "fp8_fp4":
+        return f"ab_dtype {desc.ab_dtype}"
+    if desc.kind not in KINDS:
+        return f"layout {desc.kind}"
+    if desc.epilogue != "none":
+        return f"the fused MoE epilogue {desc.epilogue} with FP8 x FP4"
+    if desc.d_dtype != "bf16" or desc.with_c:
+        return f"d_dtype {desc.d_dtype}" + (" with C" if desc.with_c else "")
+    return None
+
+
+def check_supported(desc: GemmDesc, arch: ArchSpec) -> None:
+    why = supported(desc)
+    if why is not None:
+        raise ValueError(f"moegemm has no SM100 kernel for {why} yet (arch {arch.name})")
+
+
+def stage_bytes(block_m: int) -> int:
+    """One stage: A (block_m x 128 E4M3), W (128 rows x 128 bytes unpacked), the scales."""
+    return block_m * BLOCK_K + WEIGHT_ROWS * BLOCK_K + SCALE_STAGE_BYTES
+
+
+def smem_bytes_for(block_m: int, num_stages: int) -> int:
+    """The kernel's Fp8Fp4Gemm::kSmemBytes."""
+    return num_stages * (stage_bytes(block_m) + BARRIER_BYTES_PER_STAGE) + FIXED_SMEM_BYTES
+
+
+def stages_for(block_m: int, arch: ArchSpec) -> int:
+    per_stage = stage_bytes(block_m) + BARRIER_BYTES_PER_STAGE
+    return min(MAX_STAGES, (arch.smem_budget - FIXED_SMEM_BYTES) // per_stage)
+
+
+def umma_n(config: GemmConfig) -> int:
+    return config.layout.block_m if config.layout.swap_ab else config.layout.block_n
+
+
+def tmem_columns(config: GemmConfig) -> int:
+    """Both FP32 accumulators and the 8 scale columns, as a power of two >= 32."""
+    cols = 32
+    while cols < ACCUM_STAGES * umma_n(config) + SCALE_COLUMNS:
+        cols *= 2
+    return cols
+
+
+def swap_ab_for(desc: GemmDesc) -> tuple[bool, ...]:
+    return (True,) if desc.kind in GROUPED_KINDS else (False, True)
+
+
+def swap_block_m_choices(desc: GemmDesc) -> tuple[int, ...]:
+    if desc.kind == "m_grouped_contiguous":
+        return tuple(bm for bm in SWAP_AB_BLOCK_M if CONTIGUOUS_ALIGNMENT % bm == 0)
+    return SWAP_AB_BLOCK_M
+
+
+def make_config(block_m: int, swap_ab: bool, arch: ArchSpec) -> GemmConfig:
+    num_stages = stages_for(block_m, arch)
+    return GemmConfig(
+        layout=Layout(block_m=block_m, block_n=WEIGHT_ROWS, block_k=BLOCK_K, swap_ab=swap_ab),
+        storage=StorageConfig(
+            load_box_a=(BLOCK_K, block_m),
+            load_box_b=(BLOCK_K, WEIGHT_ROWS),
+            swizzle_a=128,
+            swizzle_b=128,
+        ),
+        pipeline=PipelineConfig(
+            num_stages=num_stages, smem_bytes=smem_bytes_for(block_m, num_stages)
+        ),
+        launch=LaunchConfig(
+            num_sms=arch.num_sms, num_threads=NUM_THREADS, num_math_warpgroups=EPILOGUE_WARPGROUPS
+        ),
+    )
+
+
+def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> Iterator[GemmConfig]:
+    check_supported(desc, arch)
+    for swap_ab in swap_ab_for(desc):
+        if swap_ab:
+            for block_m in swap_block_m_choices(desc):
+                yield make_config(block_m, True, arch)
+        else:
+            yield make_config(UMMA_M, False, arch)
+
+
+def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
+    """Whether the SM100 FP8 x FP4 kernel of `config` computes `desc` on `arch`."""
+    if supported(desc) is not None:
+        return False
+    lay = config.layout
+    if lay.swap_ab:
+        shape_ok = lay.block_m in swap_block_m_choices(desc)
+    else:
+        shape_ok = lay.block_m == UMMA_M
+    stages = config.pipeline.num_stages
+    return (
+        shape_ok
+        and lay.block_n == WEIGHT_ROWS
+        and lay.block_k == BLOCK_K
+        and lay.cluster_size == 1
+        and lay.stripe_m == 0
+        and config.store_cols == 0
+        and config.storage.swizzle_d == 0
+        and config.storage.load_box_a == (BLOCK_K, lay.block_m)
+        and config.storage.load_box_b == (BLOCK_K, WEIGHT_ROWS)
+        and MIN_STAGES <= stages <= MAX_STAGES
+        and config.pipeline.smem_bytes == smem_bytes_for(lay.block_m, stages)
+        and config.pipeline.smem_bytes <= arch.smem_budget
+        and tmem_columns(config) <= TMEM_COLUMNS
+        and config.launch.num_threads == NUM_THREADS
+        and config.launch.num_math_warpgroups == EPILOGUE_WARPGROUPS
+        and desc.n % 8 == 0
+        and desc.k > 0
+        and desc.k % MXFP4_GROUP == 0
+    )
+
+
+def _rows_seen(desc: GemmDesc) -> int:
+    if desc.kind in RAGGED_KINDS:
+        return expected_rows_per_group(desc)
+    return math.ceil(desc.m / 32) * 32
+
+
+def _with_rows(desc: GemmDesc, m: int) -> GemmDesc:
+    return GemmDesc(
+        desc.kind, m, desc.n, desc.k, desc.num_groups, desc.ab_dtype, desc.d_dtype, desc.with_c
+    )
+
+
+def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> float:
+    """Cycles of the whole problem on `arch.num_sms` persistent CTAs."""
+    lay = config.layout
+    rows = _rows_seen(desc)
+    model_desc = desc if desc.kind in RAGGED_KINDS else _with_rows(desc, rows)
+    num_tiles = count_tiles(model_desc, lay.block_m, lay.block_n)
+    if num_tiles == 0:
+        return float(PIPELINE_FILL_CYCLES)
+    num_ctas = min(num_tiles, arch.num_sms)
+    waves = expected_waves(model_desc, lay.block_m, lay.block_n, arch.num_sms)
+    k_padded = math.ceil(desc.k / BLOCK_K) * BLOCK_K
+    n_side = umma_n(config)
+    k_steps = k_padded // 32
+    # FP8 rate: twice the BF16 tensor-core rate per clock.
+    mma = k_steps * (2 * UMMA_M * n_side * 32 / (2 * arch.mma_flops_per_clk) + UMMA_ISSUE_CYCLES)
+    smem = k_padded * (UMMA_M + n_side) / arch.smem_bytes_per_clk
+    l2_share = min(64.0, arch.l2_bytes_per_clk * arch.num_sms / num_ctas)
+    l2 = k_padded * (lay.block_m + lay.block_n / 2 + lay.block_n / 32) / l2_share
+    mainloop = max(mma, smem, l2) + TILE_OVERHEAD_CYCLES
+    epilogue = min(lay.block_m, rows) * lay.block_n * 2 / STORE_BYTES_PER_CLK
+    return waves * max(mainloop, epilogue) + epilogue + PIPELINE_FILL_CYCLES
+
+
+def select(desc: GemmDesc, arch: ArchSpec) -> GemmConfig:
+    candidates = [c for c in enumerate_configs(desc, arch) if is_legal(c, desc, arch)]
+    return search.best_config(
+        candidates, lambda c: estimate_cycles(c, desc, arch), f"SM100 FP8 x FP4 {desc}"
+    )
+
+
+def selection_key(desc: GemmDesc) -> tuple:
+    """Descs with equal keys get the same `select` (see sm100_bf16.selection_key)."""
+    base = (desc.kind, desc.n, desc.k, desc.num_groups, desc.ab_dtype, desc.d_dtype)
+    base += (desc.with_c, desc.epilogue)
+    if desc.kind not in RAGGED_KINDS:
+        return (*base, _rows_seen(desc))
+    block_ms = {c.layout.block_m for c in enumerate_configs(desc, SM100)}
+    blocks = tuple(RaggedBlocks.of(desc, bm) for bm in sorted(block_ms))
+    return (*base, expected_rows_per_group(desc), blocks)
