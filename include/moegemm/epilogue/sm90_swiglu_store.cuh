@@ -119,19 +119,7 @@ __device__ __forceinline__ void store_swiglu_tma(const float (*acc)[BLOCK_N / 2]
                   pack_bf16x2(v[6], v[7]));
     }
   }
-  fence_async_shared();
-  named_barrier_sync(barrier_id, 128);
-
-  if (t == 0) {
-#pragma unroll
-    for (uint32_t a = 0; a < kAtomsM; ++a)
-#pragma unroll
-      for (uint32_t c = 0; c < L::kNumChunks; ++c)
-        tma_store_2d(tma_d, smem_buf + a * L::kAtomBytes + c * L::kChunkBytes,
-                     static_cast<int32_t>(out0 + c * kStoreCols),
-                     static_cast<int32_t>(row0 + 64 * a));
-    tma_store_commit();
-  }
+  issue_staged_stores<L, kStoreCols, kAtomsM>(smem_buf, tma_d, row0, out0, barrier_id);
 }
 
 // One warpgroup's swapped accumulators acc[BLOCK_M / 2] (weight rows n0 + 0..63, n0 a multiple

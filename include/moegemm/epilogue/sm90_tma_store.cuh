@@ -49,6 +49,27 @@ struct TmaStoreLayout {
   }
 };
 
+// Steps 2-3's end for a warpgroup that has staged kAtomsM atoms of layout L in `smem_buf`
+// (first output column col0): the async-proxy fence, the barrier, then thread 0 issues one TMA
+// store per chunk and commits them as one bulk group.
+template <typename L, uint32_t kStoreCols, uint32_t kAtomsM>
+__device__ __forceinline__ void issue_staged_stores(uint8_t* smem_buf, const void* tma_d,
+                                                    uint32_t row0, uint32_t col0,
+                                                    uint32_t barrier_id) {
+  fence_async_shared();
+  named_barrier_sync(barrier_id, 128);
+  if (threadIdx.x % 128 == 0) {
+#pragma unroll
+    for (uint32_t a = 0; a < kAtomsM; ++a)
+#pragma unroll
+      for (uint32_t c = 0; c < L::kNumChunks; ++c)
+        tma_store_2d(tma_d, smem_buf + a * L::kAtomBytes + c * L::kChunkBytes,
+                     static_cast<int32_t>(col0 + c * kStoreCols),
+                     static_cast<int32_t>(row0 + 64 * a));
+    tma_store_commit();
+  }
+}
+
 // Writes kAtomsM m64 x BLOCK_N accumulator blocks (rows row0 + 64 a) through `smem_buf`
 // (kAtomsM * kAtomBytes, 1024-aligned). All 128 threads of the warpgroup call it. The rows are
 // either all inside the output or the output's last (TMA clips them), so the functor must read
@@ -92,19 +113,7 @@ __device__ __forceinline__ void store_accumulators_tma(const float (*acc)[BLOCK_
                   pack_bf16x2(v[6], v[7]));
     }
   }
-  fence_async_shared();
-  named_barrier_sync(barrier_id, 128);
-
-  if (t == 0) {
-#pragma unroll
-    for (uint32_t a = 0; a < kAtomsM; ++a)
-#pragma unroll
-      for (uint32_t c = 0; c < L::kNumChunks; ++c)
-        tma_store_2d(tma_d, smem_buf + a * L::kAtomBytes + c * L::kChunkBytes,
-                     static_cast<int32_t>(col0 + c * kStoreCols),
-                     static_cast<int32_t>(row0 + 64 * a));
-    tma_store_commit();
-  }
+  issue_staged_stores<L, kStoreCols, kAtomsM>(smem_buf, tma_d, row0, col0, barrier_id);
 }
 
 }  // namespace moegemm::sm90
