@@ -54,8 +54,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--no-overlap", action="store_true", help="skip the two-micro-batch column")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)  # fmt: skip
-    args.models = parse_list(args.models, tuple(MODELS), str)
-    args.tokens = parse_list(args.tokens)
+    try:
+        args.models = parse_list(args.models, tuple(MODELS), str)
+        args.tokens = parse_list(args.tokens)
+    except ValueError as err:  # one line and exit 2, not a traceback
+        ap.error(str(err))
     return args
 
 

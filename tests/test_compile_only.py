@@ -313,11 +313,11 @@ def test_transform_stage_runs_like_the_plain_kernel(monkeypatch) -> None:
     )  # fmt: skip
     real_spec = plans.kernel_spec
 
-    def spec_with_transform(desc, config):
+    def spec_with_transform(desc, config, arch="sm_90a"):
         if config == copied:
             return sm90_bf16_gemm_spec(config, desc.d_dtype, desc.with_c, desc.kind,
                                        transform=f"moegemm::CopyTransform<{out_stages}>")  # fmt: skip
-        return real_spec(desc, config)
+        return real_spec(desc, config, arch)
 
     monkeypatch.setattr(plans, "kernel_spec", spec_with_transform)
     torch.manual_seed(0)

@@ -44,3 +44,14 @@ def test_bytes_and_parsing() -> None:
     assert parse_list("1,8,32") == [1, 8, 32]
     with pytest.raises(ValueError, match="not among"):
         parse_list("3", (1, 2, 4))
+
+
+def test_cli_refuses_an_unknown_model_in_one_line(capsys) -> None:
+    pytest.importorskip("torch")
+    import bench_ep
+
+    with pytest.raises(SystemExit) as exc:
+        bench_ep.parse_args(["--models", "qwen3-30b-a3b"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "not among" in err and "Traceback" not in err
