@@ -132,6 +132,10 @@ def test_sm100a_is_an_alias_and_the_device_maps_to_sm100f() -> None:
 
     assert arch_for("sm_100a") == ARCH
     assert arch_for_compute_capability(10, 0) == "sm_100f"
+    assert arch_for_compute_capability(10, 3) == "sm_100f"  # B300: same family cubin
+    for major, minor in ((12, 0), (10, 1), (8, 0)):  # no tcgen05 kernels for these
+        with pytest.raises(ValueError, match="SM90"):
+            arch_for_compute_capability(major, minor)
 
 
 def test_unsupported_sm100_problems_are_clear_errors() -> None:

@@ -559,7 +559,7 @@ def _checked(
         return result
 
     monkeypatch.setattr(check, "run_check", fake_run_check)
-    monkeypatch.setattr(cli, "probe_gpu", lambda: gpu)
+    monkeypatch.setattr(cli, "probe_gpu", lambda arch="sm_90a": gpu)
     args = cli.build_parser().parse_args(["--warmup", *argv])
     workload = cli.collect_workload(args)
     return cli._check(args, workload, False, None, args.num_sms or 132), calls
@@ -590,3 +590,27 @@ def test_check_skips_and_says_why(
     assert "check: skipped, no GPU; the kernels are built and cached" in capsys.readouterr().out
     rc, calls = _checked(monkeypatch, ["--model", "deepseek-v3", "--no-check"], cli.GpuProbe(132))
     assert rc == 0 and calls == [] and "check: skipped (--no-check)" in capsys.readouterr().out
+
+
+def test_sm100_targets_this_gpus_sm_count_where_it_is_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--arch sm_100f on a B200/B300 builds for its own SM count; elsewhere for B200's 148."""
+    args = cli.build_parser().parse_args(["--warmup", "--arch", "sm_100f"])
+    monkeypatch.setattr(cli, "probe_gpu", lambda arch="sm_90a": cli.GpuProbe(160))
+    assert cli._target_sms(args)[:2] == (160, "160 SMs of this GPU")
+    monkeypatch.setattr(cli, "probe_gpu", lambda arch="sm_90a": cli.GpuProbe(None, "an H200"))
+    assert cli._target_sms(args)[0] == 148
+
+
+def test_probe_refuses_a_gpu_of_another_arch(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    props = type(
+        "Props", (), {"major": 9, "minor": 0, "name": "H200", "multi_processor_count": 132}
+    )
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: props)
+    assert cli.probe_gpu("sm_90a").num_sms == 132
+    refused = cli.probe_gpu("sm_100f")
+    assert refused.num_sms is None and "not sm_100f" in refused.why_not
+    props.major, props.minor = 10, 3  # B300 runs the sm_100f family's kernels
+    assert cli.probe_gpu("sm_100f").num_sms == 132 and cli.probe_gpu("sm_90a").num_sms is None

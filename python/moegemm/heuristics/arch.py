@@ -60,9 +60,9 @@ def arch_for(name: str, num_sms: int | None = None) -> ArchSpec:
 def arch_for_compute_capability(major: int, minor: int) -> str:
     if major == 9 and minor == 0:
         return "sm_90a"
-    if major == 10 and minor == 0:
+    if major == 10 and minor in (0, 3):  # B200 and B300: the sm_100f family runs one cubin
         return "sm_100f"
     raise ValueError(
-        f"moegemm supports SM90 (Hopper) and SM100 (Blackwell) GPUs; this device is "
-        f"sm_{major}{minor}"
+        f"moegemm supports SM90 (Hopper) and SM100/SM103 (Blackwell B200/B300) GPUs; this "
+        f"device is sm_{major}{minor}"
     )

@@ -30,7 +30,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
-from ..heuristics import arch_for
+from ..heuristics import arch_for, arch_for_compute_capability
 from ..jit import cache, compiler
 from ..jit.spec import SUPPORTED_ARCHS, KernelSpec
 from . import presets
@@ -269,12 +269,12 @@ def specs_function() -> tuple[SpecsFn, bool]:
 
 @dataclass(frozen=True)
 class GpuProbe:
-    num_sms: int | None  # None: no SM90 GPU here
+    num_sms: int | None  # None: no GPU of the requested arch here
     why_not: str = ""
 
 
-def probe_gpu() -> GpuProbe:
-    """Whether an SM90 GPU is visible (imports torch; asked only when its answer is used)."""
+def probe_gpu(arch: str = "sm_90a") -> GpuProbe:
+    """Whether a GPU of `arch` is visible (imports torch; asked only when its answer is used)."""
     try:
         import torch
     except ImportError:
@@ -285,8 +285,12 @@ def probe_gpu() -> GpuProbe:
         build = "a CPU build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}"
         return GpuProbe(None, f"no CUDA GPU visible (torch {torch.__version__}, {build})")
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    if (props.major, props.minor) != (9, 0):
-        return GpuProbe(None, f"{props.name} is sm_{props.major}{props.minor}, not SM90")
+    try:
+        device_arch = arch_for_compute_capability(props.major, props.minor)
+    except ValueError:
+        device_arch = None
+    if device_arch != arch_for(arch).name:
+        return GpuProbe(None, f"{props.name} is sm_{props.major}{props.minor}, not {arch}")
     return GpuProbe(props.multi_processor_count)
 
 
@@ -345,10 +349,12 @@ def _target_sms(args: argparse.Namespace) -> tuple[int, str, GpuProbe | None]:
     """(num_sms, how the report names it, the GPU probe if one was made)."""
     if args.num_sms is not None:
         return args.num_sms, f"{args.num_sms} SMs", None
-    if args.arch != "sm_90a":  # built for a GPU that is not this one: its arch's SM count
+    gpu = probe_gpu(args.arch)
+    if args.arch != "sm_90a":  # SM100: this GPU's SM count where it is one, else B200's
+        if gpu.num_sms is not None:
+            return gpu.num_sms, f"{gpu.num_sms} SMs of this GPU", None
         sms = arch_for(args.arch).num_sms
         return sms, f"{sms} SMs (B200; --num-sms for another GPU)", None
-    gpu = probe_gpu()
     if gpu.num_sms is not None:
         return gpu.num_sms, f"{gpu.num_sms} SMs of this GPU", gpu
     return DEFAULT_NUM_SMS, f"{DEFAULT_NUM_SMS} SMs (H100/H200 SXM; --num-sms for another GPU)", gpu
@@ -490,7 +496,7 @@ def _check(
     if args.arch != "sm_90a":
         print(f"check: skipped, {args.arch} kernels are compiled and statically checked only")
         return 0
-    gpu = gpu or probe_gpu()
+    gpu = gpu or probe_gpu(args.arch)
     if gpu.num_sms is None:
         print(f"check: skipped, {gpu.why_not}; the kernels are built and cached")
         return 0
