@@ -26,6 +26,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from sm100_elf import assert_cta_group_matches_launch
 
 from moegemm.heuristics import GemmDesc, arch_for, enumerate_configs, is_legal, select_config
 from moegemm.heuristics.config import GemmConfig
@@ -243,6 +244,7 @@ def test_kernel_sass_and_elf(name: str, cubins, allocator_traps: int) -> None:
     assert any(op.startswith("UTMALDG") for op in ops), "TMA loads: UTMALDG"
     assert not any(op.startswith(("UTCQMMA", "UTCCP")) for op in ops), "FP8 x FP4 only"
     assert ".2CTA" not in sass, "no 2-CTA forms: every config is one CTA per tile"
+    assert_cta_group_matches_launch(cuobjdump("-elf", str(cubin)), config)
     assert not any(op in ("LDL", "STL") or op.startswith(("LDL.", "STL.")) for op in ops)
     assert sass.count("BPT.TRAP") == allocator_traps, "a trap beyond the allocator's own"
     usage = cuobjdump("-res-usage", str(cubin))

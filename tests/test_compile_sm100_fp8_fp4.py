@@ -29,6 +29,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from sm100_elf import assert_cta_group_matches_launch
 from test_compile_sm100 import _config_block, allocator_traps, cuobjdump, opcodes  # noqa: F401
 
 from moegemm.heuristics import GemmDesc, arch_for, enumerate_configs, is_legal, select_config
@@ -146,6 +147,7 @@ def test_kernel_sass_and_elf(name: str, cubins, allocator_traps: int) -> None:  
     assert sum(op.startswith("UTMALDG") for op in ops) >= 3, "A, W and W's scales by TMA"
     assert not any(op.startswith("UTCHMMA") for op in ops), "no kind::f16"
     assert ".2CTA" not in sass
+    assert_cta_group_matches_launch(cuobjdump("-elf", str(cubin)), config)
     assert not any(op in ("LDL", "STL") or op.startswith(("LDL.", "STL.")) for op in ops)
     assert sass.count("BPT.TRAP") == allocator_traps, "a trap beyond the allocator's own"
     usage = cuobjdump("-res-usage", str(cubin))
