@@ -100,12 +100,52 @@ struct Sm100Fp8Fp4Gemm {
     params.d = as_ptr(d_ptr);
     params.sfa = static_cast<const float*>(as_ptr(sfa_ptr));
     params.group_info = static_cast<const int32_t*>(as_ptr(group_info_ptr));
+    params.bias = nullptr;
+    params.row_scale = nullptr;
+    return true;
+  }
+};
+
+// The same kernel built with a Config::kMoeEpilogue (the fused MoE layer: SwiGLU or RowScale on
+// swapped tiles), plus the FP32 bias [G, n] and row-scale pointers; the call order of
+// Sm90Fp8Fp4MoeGemmLauncher, so the layer binds either the same way.
+struct Sm100Fp8Fp4MoeGemm {
+  using Params = Sm100Fp8Fp4GemmParams;
+  static constexpr const char* kName = "Sm100Fp8Fp4MoeGemmLauncher";
+  static constexpr size_t kNumAlignedPointers = 5;  // a, b, d, sfb (TMA) and sfa
+  static constexpr const char* kDoc =
+      "Launches sm100_fp8_fp4_grouped_gemm built with a MoE epilogue (compiled and statically "
+      "checked, not run on hardware). Call with (a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, "
+      "bias_ptr, row_scale_ptr, group_info_ptr, rows, m, n, k, num_groups, lda, ldb, ldb_group, "
+      "ldd, sfa_stride_group, sfa_stride_row, sfa_stride_kb, sfa_group_rows, sfb_stride_group, "
+      "stream); bias and row scale 0 when absent. Never synchronizes.";
+
+  static void check_shape(const LaunchShape& shape) { Sm100Fp8Fp4Gemm::check_shape(shape); }
+
+  static bool fill(const LaunchShape& shape, Params& params, TmaList& tma, uint64_t a_ptr,
+                   uint64_t b_ptr, uint64_t d_ptr, uint64_t sfa_ptr, uint64_t sfb_ptr,
+                   uint64_t bias_ptr, uint64_t row_scale_ptr, uint64_t group_info_ptr,
+                   int64_t rows, int64_t m, int64_t n, int64_t k, int64_t num_groups,
+                   int64_t lda, int64_t ldb, int64_t ldb_group, int64_t ldd,
+                   int64_t sfa_stride_group, int64_t sfa_stride_row, int64_t sfa_stride_kb,
+                   int64_t sfa_group_rows, int64_t sfb_stride_group) {
+    if (!Sm100Fp8Fp4Gemm::fill(shape, params, tma, a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr,
+                               group_info_ptr, rows, m, n, k, num_groups, lda, ldb, ldb_group,
+                               ldd, sfa_stride_group, sfa_stride_row, sfa_stride_kb,
+                               sfa_group_rows, sfb_stride_group)) {
+      return false;
+    }
+    params.bias = static_cast<const float*>(as_ptr(bias_ptr));
+    params.row_scale = static_cast<const float*>(as_ptr(row_scale_ptr));
     return true;
   }
 };
 
 }  // namespace
 
-void register_sm100_fp8_fp4_gemm(pybind11::module_& m) { register_launcher<Sm100Fp8Fp4Gemm>(m); }
+void register_sm100_fp8_fp4_gemm(pybind11::module_& m) {
+  register_launcher<Sm100Fp8Fp4Gemm>(m);
+  register_launcher<Sm100Fp8Fp4MoeGemm>(m);
+}
 
 }  // namespace moegemm

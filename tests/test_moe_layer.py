@@ -369,7 +369,7 @@ def test_fullgraph_compile_sees_one_fused_moe_mxfp4_op(w2_prepared: bool) -> Non
     assert out.shape == (5, H) and len(graphs) == 1
     nodes = [n for n in graphs[0].graph.nodes if "moegemm" in str(n.target)]
     assert [str(n.target) for n in nodes] == ["moegemm.fused_moe_mxfp4"]
-    assert nodes[0].args[-3:] == ("swiglu_oai", False, w2_prepared)
+    assert nodes[0].args[-4:] == ("swiglu_oai", False, w2_prepared, "sm_90a")
     assert torch.compile(Experts(w2), fullgraph=True, backend="aot_eager")(*args).shape == (5, H)
     short = (w2b[:, :, : I // 4], w2s)
     with pytest.raises((ValueError, torch._dynamo.exc.Unsupported), match="w2 blocks"):

@@ -33,6 +33,10 @@ struct Sm100Fp8Fp4GemmParams {
   uint32_t n, k;  // k: the logical K (a multiple of 32)
   uint32_t num_groups;
   uint32_t ldd;
+  // The fused MoE layer's epilogues (Config::kMoeEpilogue; nullptr otherwise): the FP32 bias
+  // [G, n] in the weights' row order and RowScale's per-row factor.
+  const float* bias;
+  const float* row_scale;
 };
 
 }  // namespace moegemm

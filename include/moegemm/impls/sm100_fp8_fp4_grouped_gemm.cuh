@@ -22,7 +22,10 @@
 //              UE8M0 NaN: that token row's outputs come out NaN, never a silent wrong answer.
 //              Rows past the tile's bound get 1.0 (127).
 //   MMA        UmmaMxf8f6f4 (mma/sm100_umma_mx.cuh): 2 x tcgen05.cp + 4 x tcgen05.mma per k-block.
-//   epilogue   epilogue/sm100_tmem_store.cuh: tcgen05.ld 32x32b, BF16 stores from registers.
+//   epilogue   epilogue/sm100_tmem_store.cuh: tcgen05.ld 32x32b, BF16 stores from registers;
+//              for the fused MoE layer (Config::kMoeEpilogue, swapped tiles) SwiGLU on w13's
+//              16-row gate/up groups (D has N / 2 columns) or RowScale, with the group's bias:
+//              the same functors as the BF16 kernels (epilogue/functors.cuh).
 //
 // Warp roles (one CTA per SM, 256 threads = 8 warps):
 //   warp 0      TMA producer: one elected lane arms full[s] (arrive.expect_tx) and issues the
@@ -115,7 +118,8 @@ struct Fp8Fp4Gemm {
   static_assert(Config::kStripeM == 0 || !kSwapAB, "swapped tiles walk whole groups");
   static_assert(!Config::kWithC, "no C");
   static_assert(std::is_same_v<OutT, __nv_bfloat16>, "BF16 out");
-  static_assert(moe_epilogue_of<Config>::value == kMoeNone, "no MoE epilogue on SM100 FP8 x FP4");
+  static constexpr uint32_t kMoe = moe_epilogue_of<Config>::value;
+  static_assert(kMoe == kMoeNone || kSwapAB, "MoE epilogues on swapped tiles (weights on M)");
   static_assert(BLOCK_K == 128, "one 128-byte swizzle atom row of 8-bit elements");
   static_assert(BLOCK_N == 128, "the weights' side is one 128-row chunk of the prepared scales");
   static_assert(kSwapAB ? (BLOCK_M % 32 == 0 && BLOCK_M <= 128) : BLOCK_M == 128,
@@ -290,7 +294,13 @@ struct Fp8Fp4Gemm {
         tmem_full[accum.stage_idx].wait(accum.phase);
         tcgen05_fence_after_thread_sync();
         const uint32_t d_tmem = tmem_base + accum.stage_idx * Mma::kAccumCols;
-        if constexpr (kSwapAB) {
+        if constexpr (kMoe != kMoeNone) {
+          const float* bias =
+              params.bias != nullptr ? params.bias + uint64_t{tile.group} * params.n : nullptr;
+          store_tmem_transposed_moe<BLOCK_M, kMoe>(d_tmem, quadrant, tile.row0, tile.row_end,
+                                                   tile.n_block * BLOCK_N, params.n, d,
+                                                   params.ldd, bias, params.row_scale);
+        } else if constexpr (kSwapAB) {
           store_tmem_transposed<BLOCK_M, OutT>(d_tmem, quadrant, tile.row0, tile.row_end,
                                                tile.n_block * BLOCK_N, params.n, d, params.ldd);
         } else {

@@ -1,6 +1,8 @@
 // Per-token FP8 quantization of BF16 rows in blocks of 128 columns, as moegemm.quant
 // .per_token_cast_to_fp8 defines it (and with its bits): scale = max(amax, 1e-4) * fp32(1 / 448),
-// value = E4M3(clamp(x / scale, +-448)) with IEEE division and round-to-nearest-even. Used by
+// value = E4M3(clamp(x / scale, +-448)) with IEEE division and round-to-nearest-even; with
+// kUe8m0 (per_token_cast_to_fp8(..., ue8m0=True), what the SM100 FP8 x FP4 kernel reads as UE8M0
+// scales) the scale rounded up to a power of two first. Used by
 // the fused MoE layer with MXFP4 experts: the route kernel's gather and the intermediate's
 // quantization (moe/quantize_rows.cuh).
 //
@@ -12,6 +14,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <stdint.h>
+#include <string.h>
 
 namespace moegemm::moe {
 
@@ -25,7 +28,27 @@ __device__ __forceinline__ float nan_max(float a, float b) {
   return a != a ? a : (b != b ? b : fmaxf(a, b));
 }
 
+// The scale of a block of absolute maximum `amax`; with kUe8m0 2^ceil(log2 scale) from the bits
+// (quant._ceil_pow2's rule: a NaN scale becomes -0.0, which the SM100 kernel's UE8M0 conversion
+// turns into the NaN cell, so a NaN row stays NaN). Host and device: a CPU test checks it.
+template <bool kUe8m0>
+__host__ __device__ __forceinline__ float block_scale(float amax) {
+  const float scale = (amax != amax || amax > kFp8AmaxEps ? amax : kFp8AmaxEps) * (1.0f / kFp8Max);
+  if constexpr (!kUe8m0) {
+    return scale;
+  } else {
+    uint32_t bits;
+    memcpy(&bits, &scale, sizeof(bits));
+    const uint32_t exponent = ((bits >> 23) & 0xffu) + ((bits & 0x7fffffu) != 0u ? 1u : 0u);
+    const uint32_t rounded = exponent << 23;
+    float out;
+    memcpy(&out, &rounded, sizeof(out));
+    return out;
+  }
+}
+
 // Every lane of the warp calls it (full-mask shuffles); `active` lanes hold a real block.
+template <bool kUe8m0 = false>
 __device__ __forceinline__ void quantize_block(const __nv_bfloat16* src, uint8_t* dst,
                                                float* scale_out, uint32_t cols, uint32_t block,
                                                bool active) {
@@ -51,7 +74,7 @@ __device__ __forceinline__ void quantize_block(const __nv_bfloat16* src, uint8_t
   for (int i = 0; i < 8; ++i) amax = nan_max(amax, fabsf(v[i]));
 #pragma unroll
   for (uint32_t d = 1; d < 16; d *= 2) amax = nan_max(amax, __shfl_xor_sync(0xffffffffu, amax, d));
-  const float scale = nan_max(amax, kFp8AmaxEps) * (1.0f / kFp8Max);
+  const float scale = block_scale<kUe8m0>(amax);
   if (!in) return;
   uint32_t word[2] = {0u, 0u};
 #pragma unroll

@@ -1,5 +1,6 @@
 // The fused MoE layer's intermediate, BF16 [rows, cols] -> FP8 E4M3 [rows, cols] with FP32
-// scales [rows, ceil(cols / 128)] (moe/fp8_rows.cuh), for the second GEMM of MXFP4 experts.
+// scales [rows, ceil(cols / 128)] (moe/fp8_rows.cuh; powers of two with kUe8m0, for the SM100
+// kernel), for the second GEMM of MXFP4 experts.
 // Rows past *row_bound (the first GEMM's last written row: offs[E - 1]) are skipped when
 // row_bound is given. kThreads / 16 blocks at a time per CTA, grid-stride.
 #pragma once
@@ -12,7 +13,7 @@
 
 namespace moegemm::moe {
 
-template <uint32_t kThreads>
+template <uint32_t kThreads, bool kUe8m0>
 __device__ __forceinline__ void quantize_rows(const MoeQuantizeParams& p) {
   const uint32_t blocks = (p.cols + kFp8Block - 1) / kFp8Block;
   uint32_t rows = p.rows;
@@ -28,17 +29,17 @@ __device__ __forceinline__ void quantize_rows(const MoeQuantizeParams& p) {
     const bool active = item < items;
     const uint64_t row = active ? item / blocks : 0;
     const uint32_t block = active ? static_cast<uint32_t>(item % blocks) : 0;
-    quantize_block(src + row * p.ld_src, dst + row * p.cols, p.scales + row * blocks + block,
+    quantize_block<kUe8m0>(src + row * p.ld_src, dst + row * p.cols, p.scales + row * blocks + block,
                    p.cols, block, active);
   }
 }
 
-template <uint32_t kThreads>
+template <uint32_t kThreads, bool kUe8m0 = false>
 __global__ void __launch_bounds__(kThreads) moe_quantize_rows_kernel(
     const __grid_constant__ MoeQuantizeParams params) {
   pdl_wait();
   pdl_launch_dependents();
-  quantize_rows<kThreads>(params);
+  quantize_rows<kThreads, kUe8m0>(params);
 }
 
 }  // namespace moegemm::moe

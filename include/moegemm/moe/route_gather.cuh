@@ -12,7 +12,8 @@
 //      per-warp count table; earlier lanes: __match_any_sync), so rows follow slot order within
 //      each expert. No atomics decide a position, so reruns are bitwise equal;
 //   4. copies each kept slot's token row of x to its row of x_sorted (16-byte vectors), or with
-//      kFp8 (MXFP4 experts) writes it quantized to FP8 per 128 columns with its scales.
+//      kFp8 (MXFP4 experts) writes it quantized to FP8 per 128 columns with its scales
+//      (power-of-two scales with kUe8m0, for the SM100 FP8 x FP4 kernel).
 // Dropped slots (expert id outside [0, E), e.g. -1 for an expert on another rank) get no row
 // and slot_row -1. Shared memory: counts [E], bases [E], warp counts [kThreads / 32][E], the
 // range's rows [slots_per_cta] (int32). No synchronization with the host; graph-safe.
@@ -30,7 +31,7 @@ __device__ __forceinline__ bool kept(int32_t e, uint32_t num_experts) {
   return e >= 0 && static_cast<uint32_t>(e) < num_experts;
 }
 
-template <uint32_t kThreads, bool kFp8>
+template <uint32_t kThreads, bool kFp8, bool kUe8m0>
 __device__ __forceinline__ void route_gather(const MoeRouteParams& p) {
   constexpr uint32_t kWarps = kThreads / 32;
   extern __shared__ __align__(16) int32_t smem[];
@@ -129,7 +130,7 @@ __device__ __forceinline__ void route_gather(const MoeRouteParams& p) {
       const int32_t row = item < local * blocks ? range_rows[slot] : -1;
       const uint32_t token = (first + slot) / p.top_k;
       const uint64_t r = row < 0 ? 0 : static_cast<uint64_t>(row);
-      quantize_block(x + static_cast<uint64_t>(token) * p.ldx, x_sorted + r * p.hidden,
+      quantize_block<kUe8m0>(x + static_cast<uint64_t>(token) * p.ldx, x_sorted + r * p.hidden,
                      p.sfa_sorted + r * blocks + block, p.hidden, block, row >= 0);
     }
   } else {
@@ -147,13 +148,14 @@ __device__ __forceinline__ void route_gather(const MoeRouteParams& p) {
   }
 }
 
-template <uint32_t kThreads, bool kFp8>
+template <uint32_t kThreads, bool kFp8, bool kUe8m0 = false>
 __global__ void __launch_bounds__(kThreads) moe_route_gather_kernel(
     const __grid_constant__ MoeRouteParams params) {
   // Under PDL the previous kernel may still run: its writes are visible only after the wait.
   pdl_wait();
   pdl_launch_dependents();
-  route_gather<kThreads, kFp8>(params);
+  static_assert(kFp8 || !kUe8m0, "UE8M0 scales are FP8 rows' scales");
+  route_gather<kThreads, kFp8, kUe8m0>(params);
 }
 
 }  // namespace moegemm::moe

@@ -99,12 +99,12 @@ def build_launcher(device: int, desc: GemmDesc, config: GemmConfig | None = None
         config = select_config(desc, arch)
     lay = config.layout
     kernel = load_kernel(kernel_spec(desc, config, arch.name))
+    moe = desc.epilogue != "none"  # the fused MoE layer's GEMMs: bias and row-scale pointers
     if desc.ab_dtype == "fp8_fp4" and arch.name == "sm_100f":
-        launcher_type = _C.Sm100Fp8Fp4GemmLauncher
+        launcher_type = _C.Sm100Fp8Fp4MoeGemmLauncher if moe else _C.Sm100Fp8Fp4GemmLauncher
     elif desc.ab_dtype == "fp8_fp4":
-        moe = desc.epilogue != "none"
         launcher_type = _C.Sm90Fp8Fp4MoeGemmLauncher if moe else _C.Sm90Fp8Fp4GemmLauncher
-    elif desc.epilogue != "none":  # the fused MoE layer's GEMMs: bias and row-scale pointers
+    elif moe:
         launcher_type = _C.Sm90Bf16MoeGemmLauncher
     elif desc.kind == "k_grouped":
         launcher_type = _C.Sm90Bf16KGroupedLauncher

@@ -4,7 +4,8 @@ One kernel template (include/moegemm/impls/sm100_fp8_fp4_grouped_gemm.cuh): one 
 256 threads (TMA warp, MMA warp, allocator warp, activation-scale warp, epilogue warpgroup),
 MMA M = 128 from one CTA, accumulators double-buffered in tensor memory next to 8 columns of
 scales. The weights' side of a tile is always 128 rows (one 128-row chunk of the SM100-prepared
-scales). Two orientations, as the BF16 family:
+scales). The fused MoE layer's epilogues (SwiGLU, RowScale) run on the offsets and masked
+layouts' swapped tiles, as in the BF16 family. Two orientations, as the BF16 family:
 - unswapped: 128 token rows on the MMA's M side, the 128 weight rows on N;
 - swap-AB: the 128 weight rows on M, block_m tokens (32..128) on N (decode groups are not
   padded to 128 rows). The m-grouped and masked layouts always swap; the dense GEMM compares.
@@ -42,6 +43,7 @@ FIXED_SMEM_BYTES = 2 * ACCUM_STAGES * 8 + 16
 BARRIER_BYTES_PER_STAGE = 16
 GROUPED_KINDS = ("m_grouped_contiguous", "m_grouped_offsets", "m_grouped_masked")
 KINDS = ("bf16_gemm_nt", *GROUPED_KINDS)
+MOE_KINDS = ("m_grouped_offsets", "m_grouped_masked")  # the fused layer's (swapped tiles)
 MXFP4_GROUP = 32
 PIPELINE_FILL_CYCLES = 1500
 TILE_OVERHEAD_CYCLES = 200
@@ -55,8 +57,8 @@ def supported(desc: GemmDesc) -> str | None:
         return f"ab_dtype {desc.ab_dtype}"
     if desc.kind not in KINDS:
         return f"layout {desc.kind}"
-    if desc.epilogue != "none":
-        return f"the fused MoE epilogue {desc.epilogue} with FP8 x FP4"
+    if desc.epilogue != "none" and desc.kind not in MOE_KINDS:
+        return f"the fused MoE epilogue {desc.epilogue} on {desc.kind}"
     if desc.d_dtype != "bf16" or desc.with_c:
         return f"d_dtype {desc.d_dtype}" + (" with C" if desc.with_c else "")
     return None

@@ -368,21 +368,32 @@ def _moe_source(name: str, header: str, function: str, params: str, targs: str) 
     )
 
 
+def _ue8m0_rows(arch: str) -> bool:
+    """Whether FP8 rows built for `arch` carry power-of-two scales: the SM100 FP8 x FP4 kernel
+    reads each per-128 scale as a UE8M0 exponent (per_token_cast_to_fp8(..., ue8m0=True))."""
+    return arch in ("sm_100f", "sm_100a")
+
+
 def moe_route_gather_spec(arch: str = "sm_90a", fp8: bool = False) -> KernelSpec:
     """The route-and-gather kernel (moe/route_gather.cuh), MOE_ROUTE_THREADS a CTA; `fp8`
-    quantizes the gathered rows per 128 columns (MXFP4 experts)."""
+    quantizes the gathered rows per 128 columns (MXFP4 experts; on SM100 with power-of-two
+    scales)."""
+    ue8m0 = fp8 and _ue8m0_rows(arch)
     name = f"moe_route_gather_t{MOE_ROUTE_THREADS}" + ("_fp8" if fp8 else "")
-    targs = f"{MOE_ROUTE_THREADS}, {'true' if fp8 else 'false'}"
+    name += "_ue8m0" if ue8m0 else ""
+    targs = f"{MOE_ROUTE_THREADS}, {'true' if fp8 else 'false'}, {'true' if ue8m0 else 'false'}"
     source = _moe_source(name, "route_gather", "moe_route_gather_kernel", "MoeRouteParams", targs)
     return KernelSpec(name=name, source=source, arch=arch)
 
 
 def moe_quantize_rows_spec(arch: str = "sm_90a") -> KernelSpec:
-    """The per-token FP8 quantization of BF16 rows (moe/quantize_rows.cuh)."""
-    name = f"moe_quantize_rows_t{MOE_QUANTIZE_THREADS}"
+    """The per-token FP8 quantization of BF16 rows (moe/quantize_rows.cuh; on SM100 with
+    power-of-two scales)."""
+    ue8m0 = _ue8m0_rows(arch)
+    name = f"moe_quantize_rows_t{MOE_QUANTIZE_THREADS}" + ("_ue8m0" if ue8m0 else "")
     source = _moe_source(
         name, "quantize_rows", "moe_quantize_rows_kernel", "MoeQuantizeParams",
-        str(MOE_QUANTIZE_THREADS),
+        f"{MOE_QUANTIZE_THREADS}, {'true' if ue8m0 else 'false'}",
     )  # fmt: skip
     return KernelSpec(name=name, source=source, arch=arch)
 

@@ -67,9 +67,12 @@ def sm100_bf16_gemm_spec(
     return KernelSpec(name=name, source=source, arch=SM100_ARCH)
 
 
-def sm100_fp8_fp4_gemm_spec(config: GemmConfig, kind: str = "bf16_gemm_nt") -> KernelSpec:
-    """The dense or m-grouped SM100 FP8 x FP4 kernel for `config` (BF16 out, no C, no MoE
-    epilogue; the weights' side of a tile is 128 rows)."""
+def sm100_fp8_fp4_gemm_spec(
+    config: GemmConfig, kind: str = "bf16_gemm_nt", *, epilogue: str = "none"
+) -> KernelSpec:
+    """The dense or m-grouped SM100 FP8 x FP4 kernel for `config` (BF16 out, no C; the weights'
+    side of a tile is 128 rows); `epilogue` a fused MoE layer epilogue (offsets or masked,
+    swapped tiles)."""
     if kind not in _SCHEDULERS:
         raise ValueError(f"kind must be one of {sorted(_SCHEDULERS)}, got {kind!r}")
     lay = config.layout
@@ -77,12 +80,18 @@ def sm100_fp8_fp4_gemm_spec(config: GemmConfig, kind: str = "bf16_gemm_nt") -> K
         raise ValueError("sm100 fp8_fp4: one CTA per tile, no walk stripes, register stores")
     if lay.block_n != 128 or lay.block_k != 128:
         raise ValueError("sm100 fp8_fp4: block_n and block_k are 128")
+    moe = _moe_member(config, "bf16", False, kind, epilogue, None)
+    if moe and not lay.swap_ab:
+        raise ValueError(f"sm100 fp8_fp4: epilogue {epilogue} runs on swapped tiles")
     scheduler_template, tag = _SCHEDULERS[kind]
     scheduler = "moegemm::" + scheduler_template.format(
         m=lay.block_m, n=lay.block_n, cm=1, cn=1, sp=0
     )
     name = f"sm100_fp8_fp4_{tag}_{config.short_name()}_bf16"
-    body = config_struct(config, out_type=_OUT_TYPES["bf16"], with_c=False, scheduler=scheduler)
+    name += "" if epilogue == "none" else f"_{epilogue}"
+    body = config_struct(
+        config, out_type=_OUT_TYPES["bf16"], with_c=False, scheduler=scheduler, extra=moe
+    )
     space = name.replace("-", "_")
     composition = f"moegemm::sm100::Fp8Fp4Gemm<{space}::Config>"
     source = (
@@ -102,8 +111,8 @@ def sm100_fp8_fp4_gemm_spec(config: GemmConfig, kind: str = "bf16_gemm_nt") -> K
 
 def sm100_kernel_spec(desc: GemmDesc, config: GemmConfig) -> KernelSpec:
     """The SM100 kernel a call of `desc` compiles for `config`."""
-    if desc.ab_dtype == "fp8_fp4" and desc.kind != "k_grouped" and desc.epilogue == "none":
-        return sm100_fp8_fp4_gemm_spec(config, desc.kind)
+    if desc.ab_dtype == "fp8_fp4" and desc.kind != "k_grouped":
+        return sm100_fp8_fp4_gemm_spec(config, desc.kind, epilogue=desc.epilogue)
     if desc.ab_dtype != "bf16" or desc.kind == "k_grouped":
         raise ValueError(f"moegemm has no SM100 kernel for {desc.ab_dtype} {desc.kind} yet")
     return sm100_bf16_gemm_spec(

@@ -243,10 +243,15 @@ def _check_any_w2(prepared: PreparedW13, w2: object, w2_bias: object, e: int, h:
     if not prepared.is_mxfp4:
         _check_w2(w2, e, h, i)
         return None
-    from .mxfp4 import check_w2_mxfp4
+    from .mxfp4 import check_w2_mxfp4, w2_arch
 
     if isinstance(w2, torch.Tensor):
         raise TypeError("w13 holds MXFP4 experts: w2 must be MXFP4 too, (blocks, scales)")
+    if w2_arch(w2) != prepared.mxfp4_arch:
+        raise ValueError(
+            f"w13 was prepared for {prepared.mxfp4_arch} and w2 for {w2_arch(w2)}: prepare both "
+            f'for the GPU they run on (SM100: prepare_mxfp4_weights(blocks, scales, arch="sm_100f"))'
+        )
     return check_w2_mxfp4(w2, e, h, i)
 
 
@@ -310,7 +315,7 @@ def fused_moe(
 def _fused_moe_mxfp4(x, w13: PreparedW13, w2, topk_weights, topk_ids, w2_bias, out, workspace,
                      sizes: tuple) -> torch.Tensor:  # fmt: skip
     """fused_moe with MXFP4 experts (moe/mxfp4.py), after the structural checks."""
-    from .mxfp4 import Mxfp4LayerPlan
+    from .mxfp4 import Mxfp4LayerPlan, require_weights_for
 
     t, k, e, h, i, ldx = sizes
     w2b, w2s, w2_prepared = w2  # checked: (blocks, scales, prepared)
@@ -320,6 +325,7 @@ def _fused_moe_mxfp4(x, w13: PreparedW13, w2, topk_weights, topk_ids, w2_bias, o
             x, w13.weight, w13.scales, w13.bias, w2b, w2s, w2_bias, topk_weights, topk_ids, out,
             ws.x_sorted, ws.sfa_x, ws.h, ws.h8, ws.sfa_h, ws.y, ws.offs, ws.row_slot,
             ws.row_weight, ws.slot_row, w13.activation, w13.mxfp4_prepared, w2_prepared,
+            w13.mxfp4_arch,
         )  # fmt: skip
         return out
     # The FP8 x FP4 launcher takes the scale bytes on 16-byte boundaries too.
@@ -329,10 +335,12 @@ def _fused_moe_mxfp4(x, w13: PreparedW13, w2, topk_weights, topk_ids, w2_bias, o
         {"topk_ids": topk_ids, "topk_weights": topk_weights, "w2_bias": w2_bias,
          "w13 bias": w13.bias},
     )  # fmt: skip
+    require_weights_for(arch_for_device(device).name, w13)
     if t == 0:
         return out
     ws = _workspace_for(workspace, t, k, e, h, i, x, "mxfp4")
-    key = (device, t, k, e, h, i, ldx, w13.activation, w13.mxfp4_prepared, w2_prepared)
+    key = (device, t, k, e, h, i, ldx, w13.activation, w13.mxfp4_prepared, w2_prepared,
+           w13.mxfp4_arch)  # fmt: skip
     plan = _plans.get(key)
     if plan is None:
         sizes_d = {"tokens": t, "top_k": k, "experts": e, "hidden": h, "intermediate": i,
@@ -450,13 +458,14 @@ def fused_moe_masked(
 
 def _masked_mxfp4(x, masked_m, w13: PreparedW13, w2, w2_bias, out, workspace, sizes: tuple,
                   row_weight_ptr: int = 0):  # fmt: skip
-    from .mxfp4 import Mxfp4MaskedPlan, masked_buffers
+    from .mxfp4 import Mxfp4MaskedPlan, masked_buffers, require_weights_for
 
     device, e, max_m, h, i, expected = sizes
     w2b, w2s, w2_prepared = w2
+    require_weights_for(arch_for_device(device).name, w13)
     bufs = masked_buffers(workspace, e * max_m, h, i, x.device)
     key = ("mxfp4", device, e, max_m, h, i, expected, w13.activation, w13.mxfp4_prepared,
-           w2_prepared)  # fmt: skip
+           w2_prepared, w13.mxfp4_arch)  # fmt: skip
     plan = _masked_plans.get(key)
     if plan is None:
         plan = _masked_plans[key] = Mxfp4MaskedPlan(

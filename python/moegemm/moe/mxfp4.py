@@ -11,6 +11,11 @@ The intermediate goes through BF16 and a quantization launch instead of being wr
 GEMM1's epilogue: a per-128-column scale spans 256 of w13's rows, more than one tile of these
 kernels holds (192 at most), so the tile alone cannot find its amax. fused_moe_masked
 quantizes x and h the same way around its two GEMMs (three launches and two quantizations).
+
+On SM100 (compiled and statically checked, not run on hardware) the same launches run the
+tcgen05 FP8 x FP4 kernel: the experts in the SM100 preparation (prepare_moe_weights on the
+GPU, w2 from prepare_mxfp4_weights(..., arch="sm_100f")) and the activations' scales powers
+of two (the quantizing kernels built for sm_100f round them up, as ue8m0=True does).
 """
 
 from __future__ import annotations
@@ -22,6 +27,13 @@ import torch
 from ..api import checks, plans
 from ..api.device import arch_for_device
 from ..api.fp8_fp4 import unpack_weights
+from ..api.mxfp4_weights import (
+    SM90_ARCH,
+    SM100_ARCH,
+    SM100_K_BLOCK,
+    SM100_ROW_CHUNK,
+    Mxfp4Weights,
+)
 from ..heuristics import GemmDesc
 from ..jit.codegen import (
     MOE_QUANTIZE_THREADS,
@@ -36,7 +48,10 @@ QUANTIZE_CTAS_PER_SM = 8
 
 def check_w2_mxfp4(w2: object, e: int, h: int, i: int) -> tuple[torch.Tensor, torch.Tensor, bool]:
     """(blocks [E, H, I/2], scales [E, H, I/32], prepared) of MXFP4 w2: a (blocks, scales) pair
-    (gpt-oss's [E, H, I/32, 16] blocks view accepted) or an Mxfp4Weights."""
+    (gpt-oss's [E, H, I/32, 16] blocks view accepted) or an Mxfp4Weights; SM100-prepared w2 as
+    (codes [E, H, Ip/2], scale words [E, Ip/128, 4 Hp], True)."""
+    if isinstance(w2, Mxfp4Weights) and w2.arch == SM100_ARCH:
+        return _check_w2_sm100(w2, e, h, i)
     b, sfb, prepared = unpack_weights(w2)
     for name, t in (("w2 blocks", b), ("w2 scales", sfb)):
         if not isinstance(t, torch.Tensor) or t.dtype != torch.uint8:
@@ -52,15 +67,53 @@ def check_w2_mxfp4(w2: object, e: int, h: int, i: int) -> tuple[torch.Tensor, to
     return b, sfb, prepared
 
 
+def _padded(x: int, to: int) -> int:
+    return -(-x // to) * to
+
+
+def _check_w2_sm100(w2: Mxfp4Weights, e: int, h: int, i: int) -> tuple:
+    if i % 32:
+        raise ValueError(f"MXFP4 w2 needs I a multiple of 32, got {i}")
+    ip = _padded(i, SM100_K_BLOCK)
+    checks.require_shape("w2 codes (SM100)", w2.b, (e, h, ip // 2))
+    checks.require_shape("w2 scale words (SM100)", w2.sfb, (e, ip // SM100_K_BLOCK,
+                                                            4 * _padded(h, SM100_ROW_CHUNK)))  # fmt: skip
+    checks.require_contiguous("w2 codes (SM100)", w2.b)
+    checks.require_contiguous("w2 scale words (SM100)", w2.sfb)
+    return w2.b, w2.sfb, True
+
+
+def w2_arch(w2: object) -> str:
+    """The GPU an MXFP4 w2 was prepared for (a raw pair: Hopper's kernels, the only ones that
+    take it)."""
+    return w2.arch if isinstance(w2, Mxfp4Weights) else SM90_ARCH
+
+
+def require_weights_for(arch: str, w13: PreparedW13) -> None:
+    """ValueError where the experts were prepared for another GPU than the call runs on."""
+    if arch != w13.mxfp4_arch:
+        raise ValueError(
+            f"the MXFP4 experts were prepared for {w13.mxfp4_arch} and the call runs on {arch}: "
+            f"prepare them with prepare_moe_weights(..., arch={arch!r}) and, for w2, "
+            f"prepare_mxfp4_weights(blocks, scales, arch={arch!r})"
+        )
+
+
 def _form(prepared: bool) -> str:
     return "prepared" if prepared else "raw"
 
 
-def fp8_gemm_args(rows: int, m: int, n: int, k: int, e: int, lda: int, ldd: int) -> tuple:
+def fp8_gemm_args(rows: int, m: int, n: int, k: int, e: int, lda: int, ldd: int,
+                  arch: str = SM90_ARCH) -> tuple:  # fmt: skip
     """The FP8 x FP4 MoE launcher's bound integers for row-major FP8 A (lda bytes) with
-    contiguous per-128 scales [rows, ceil(k / 128)], contiguous MXFP4 B [E, n, k/2] and its
-    scales [E, n, k/32], D with ldd columns."""
+    contiguous per-128 scales [rows, ceil(k / 128)], contiguous MXFP4 B and its scales, D with
+    ldd columns. B on SM90: [E, n, k/2] and scales [E, n, k/32]; on SM100 (its preparation):
+    codes [E, n, Kp/2] and scale words [E, Kp/128, Np] (Kp, Np: k, n rounded up to 128)."""
     blocks = -(-k // FP8_BLOCK)
+    if arch == SM100_ARCH:
+        kp, np_ = _padded(k, SM100_K_BLOCK), _padded(n, SM100_ROW_CHUNK)
+        sfb_group = kp // SM100_K_BLOCK * np_  # 32-bit words
+        return (rows, m, n, k, e, lda, kp // 2, n * kp // 2, ldd, 0, blocks, 1, 0, sfb_group)
     return (rows, m, n, k, e, lda, k // 2, n * k // 2, ldd, 0, blocks, 1, 0, n * k // 32, k // 32)
 
 
@@ -75,9 +128,10 @@ def mxfp4_layer_gemms(sizes: dict[str, int], w13: PreparedW13, w2_prepared: bool
                   epilogue=EPILOGUE_OF[w13.activation])  # fmt: skip
     d2 = GemmDesc("m_grouped_offsets", slots, h, i, e, ab_dtype="fp8_fp4", expected_m=expected,
                   weights=_form(w2_prepared), epilogue="row_scale")  # fmt: skip
+    arch = w13.mxfp4_arch
     return (
-        (d1, fp8_gemm_args(slots, slots, 2 * i, h, e, h, i)),
-        (d2, fp8_gemm_args(slots, slots, h, i, e, i, h)),
+        (d1, fp8_gemm_args(slots, slots, 2 * i, h, e, h, i, arch)),
+        (d2, fp8_gemm_args(slots, slots, h, i, e, i, h, arch)),
     )
 
 
@@ -89,9 +143,10 @@ def mxfp4_masked_gemms(e: int, max_m: int, h: int, i: int, expected: int, w13: P
                   epilogue=EPILOGUE_OF[w13.activation])  # fmt: skip
     d2 = GemmDesc("m_grouped_masked", max_m, h, i, e, ab_dtype="fp8_fp4", expected_m=expected,
                   weights=_form(w2_prepared), epilogue="row_scale")  # fmt: skip
+    arch = w13.mxfp4_arch
     return (
-        (d1, fp8_gemm_args(rows, max_m, 2 * i, h, e, h, i)),
-        (d2, fp8_gemm_args(rows, max_m, h, i, e, i, h)),
+        (d1, fp8_gemm_args(rows, max_m, 2 * i, h, e, h, i, arch)),
+        (d2, fp8_gemm_args(rows, max_m, h, i, e, i, h, arch)),
     )
 
 

@@ -9,7 +9,7 @@ the structural checks; the real ones are the eager path."""
 import torch
 from torch import Tensor
 
-from ..api.mxfp4_weights import Mxfp4Weights
+from ..api.mxfp4_weights import SM100_ARCH, Mxfp4Weights
 from ..api.ops import NAMESPACE
 from .layer import check_fused_moe, fused_moe
 from .weights import PreparedW13
@@ -68,10 +68,16 @@ _MUTATED_MXFP4 = ("out", "x_sorted", "sfa_x", "h", "h8", "sfa_h", "y", "offs", "
                   "row_weight", "slot_row")  # fmt: skip
 
 
-def _mxfp4_operands(w13, w13_scales, w13_bias, w2, w2_scales, activation, w13_prepared,
-                    w2_prepared):  # fmt: skip
-    prepared = PreparedW13(w13, w13_bias, activation, w13_scales, w13_prepared)
-    packed_w2 = Mxfp4Weights(w2, w2_scales, True) if w2_prepared else (w2, w2_scales)
+def _mxfp4_operands(x, w13, w13_scales, w13_bias, w2, w2_scales, activation, w13_prepared,
+                    w2_prepared, arch):  # fmt: skip
+    """The layer's operands again; on SM100 (arch "sm_100f") in its preparation, H from x."""
+    sm100 = arch == SM100_ARCH
+    prepared = PreparedW13(w13, w13_bias, activation, w13_scales, w13_prepared, arch,
+                           x.shape[-1] if sm100 else 0)  # fmt: skip
+    if w2_prepared:
+        packed_w2 = Mxfp4Weights(w2, w2_scales, True, arch=arch)
+    else:
+        packed_w2 = (w2, w2_scales)
     return prepared, packed_w2
 
 
@@ -100,11 +106,12 @@ def fused_moe_mxfp4_op(
     activation: str,
     w13_prepared: bool,
     w2_prepared: bool,
+    arch: str = "sm_90a",
 ) -> None:
     ws = MoEWorkspace.of_buffers(x_sorted, h, offs, row_slot, row_weight, slot_row,
                                  topk_ids.shape[1], mxfp4=(sfa_x, h8, sfa_h, y))  # fmt: skip
-    prepared, packed_w2 = _mxfp4_operands(w13, w13_scales, w13_bias, w2, w2_scales, activation,
-                                          w13_prepared, w2_prepared)  # fmt: skip
+    prepared, packed_w2 = _mxfp4_operands(x, w13, w13_scales, w13_bias, w2, w2_scales,
+                                          activation, w13_prepared, w2_prepared, arch)  # fmt: skip
     fused_moe(x, prepared, packed_w2, topk_weights, topk_ids, w2_bias=w2_bias, out=out,
               workspace=ws)  # fmt: skip
 
@@ -134,7 +141,8 @@ def _(
     activation: str,
     w13_prepared: bool,
     w2_prepared: bool,
+    arch: str = "sm_90a",
 ) -> None:
-    prepared, packed_w2 = _mxfp4_operands(w13, w13_scales, w13_bias, w2, w2_scales, activation,
-                                          w13_prepared, w2_prepared)  # fmt: skip
+    prepared, packed_w2 = _mxfp4_operands(x, w13, w13_scales, w13_bias, w2, w2_scales,
+                                          activation, w13_prepared, w2_prepared, arch)  # fmt: skip
     check_fused_moe(x, prepared, packed_w2, topk_weights, topk_ids, w2_bias, out)

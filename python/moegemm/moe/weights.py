@@ -11,7 +11,9 @@ The bias w13_bias [E, 2I] (gpt-oss carries one) follows its rows and is kept in 
 MXFP4 experts (gpt-oss ships them): w13 is the checkpoint's (blocks, scales) pair, blocks uint8
 [E, 2I, H/2] (or gpt-oss's [E, 2I, H/32, 16] view of it) and scales uint8 [E, 2I, H/32], or an
 Mxfp4Weights; the same row order is applied to both, then (mxfp4_layout="prepared", the
-default) prepare_mxfp4_weights' nibble layout, 1.08 x faster in the FP8 x FP4 kernels.
+default) prepare_mxfp4_weights' nibble layout, 1.08 x faster in the FP8 x FP4 kernels. For an
+SM100 GPU (arch "sm_100f", the default where the blocks sit on one; compiled and statically
+checked, not run on hardware) the SM100 preparation, the only form its kernel takes.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..api.mxfp4_weights import Mxfp4Weights, prepare_mxfp4_weights
+from ..api.mxfp4_weights import ARCHS as MXFP4_ARCHS
+from ..api.mxfp4_weights import SM90_ARCH, SM100_ARCH, Mxfp4Weights, prepare_mxfp4_weights
 
 ACTIVATIONS = ("silu", "swiglu_oai")
 # The first GEMM's epilogue (GemmDesc.epilogue) of each activation.
@@ -33,13 +36,17 @@ class PreparedW13:
     """w13 in the kernel's order, its bias in the same order ([E, 2I] FP32) or None, and the
     activation both were prepared for. BF16 experts: weight [E, 2I, H] BF16 and scales None;
     MXFP4 experts: weight the packed codes uint8 [E, 2I, H/2], scales the UE8M0 bytes
-    [E, 2I, H/32], mxfp4_prepared whether the codes are in prepare_mxfp4_weights' layout."""
+    [E, 2I, H/32], mxfp4_prepared whether the codes are in prepare_mxfp4_weights' layout, for
+    mxfp4_arch (SM100: codes [E, 2I, Hp/2] padded to Hp = H rounded up to 128, scale words
+    [E, Hp/128, 4 Np], and mxfp4_hidden the unpadded H)."""
 
     weight: torch.Tensor
     bias: torch.Tensor | None
     activation: str
     scales: torch.Tensor | None = None
     mxfp4_prepared: bool = False
+    mxfp4_arch: str = SM90_ARCH
+    mxfp4_hidden: int = 0
 
     @property
     def is_mxfp4(self) -> bool:
@@ -55,6 +62,8 @@ class PreparedW13:
 
     @property
     def hidden(self) -> int:
+        if self.mxfp4_hidden:
+            return self.mxfp4_hidden
         return self.weight.shape[2] * (2 if self.is_mxfp4 else 1)
 
 
@@ -108,8 +117,24 @@ def _check_sizes(e: int, two_i: int, h: int, what: str) -> None:
         )
 
 
-def _prepare_mxfp4(w13, activation: str, w13_bias, layout: str) -> PreparedW13:
+def default_mxfp4_arch(t: torch.Tensor) -> str:
+    """The preparation a tensor's device runs: its GPU's arch, "sm_90a" off the GPU."""
+    if t.device.type != "cuda":
+        return SM90_ARCH
+    from ..api.device import arch_for_device
+
+    return arch_for_device(t.device.index).name
+
+
+def _prepare_mxfp4(w13, activation: str, w13_bias, layout: str, arch: str | None) -> PreparedW13:
+    if arch is not None and arch not in MXFP4_ARCHS:
+        raise ValueError(f"arch must be one of {sorted(MXFP4_ARCHS)} or None, got {arch!r}")
     if isinstance(w13, Mxfp4Weights):
+        if w13.arch == SM100_ARCH:
+            raise ValueError(
+                "w13 is already in the SM100 preparation, whose scale words cannot take the "
+                "gate/up row order: pass the checkpoint's (blocks, scales) pair"
+            )
         b, sfb, prepared = w13.b, w13.sfb, w13.prepared
     else:
         b, sfb = w13
@@ -134,7 +159,17 @@ def _prepare_mxfp4(w13, activation: str, w13_bias, layout: str) -> PreparedW13:
         )
     if layout not in ("raw", "prepared"):
         raise ValueError(f"mxfp4_layout must be 'raw' or 'prepared', got {layout!r}")
+    arch = MXFP4_ARCHS[arch] if arch is not None else default_mxfp4_arch(b)
     b, sfb = kernel_order(b, activation), kernel_order(sfb, activation)
+    if arch == SM100_ARCH:
+        if layout == "raw" or prepared:
+            raise ValueError(
+                "SM100 takes MXFP4 experts in its own preparation only: pass the checkpoint's "
+                "(blocks, scales) pair with mxfp4_layout='prepared'"
+            )
+        packed = prepare_mxfp4_weights(b, sfb, arch=SM100_ARCH)
+        bias = _bias_of(w13_bias, e, two_i, b.device, activation)
+        return PreparedW13(packed.b, bias, activation, packed.sfb, True, SM100_ARCH, h)
     if layout == "prepared" and not prepared:
         packed = prepare_mxfp4_weights(b, sfb)
         b, sfb, prepared = packed.b, packed.sfb, True
@@ -152,17 +187,20 @@ def prepare_moe_weights(
     activation: str = "silu",
     w13_bias: torch.Tensor | None = None,
     mxfp4_layout: str = "prepared",
+    arch: str | None = None,
 ) -> PreparedW13:
     """w13 (and its bias [E, 2I], any float dtype) in the kernel's order, for `fused_moe` and
     `fused_moe_masked`: a BF16 tensor [E, 2I, H], or MXFP4 experts as (blocks, scales) or an
     Mxfp4Weights (module doc). 2I must be a multiple of 16 and H of 8 (MXFP4: of 32).
-    Allocates the reordered copy once (the source is not kept)."""
+    arch (MXFP4 only): the GPU the experts will run on, "sm_90a" or "sm_100f"; None takes the
+    blocks' GPU (CPU tensors: "sm_90a"). Allocates the reordered copy once (the source is not
+    kept)."""
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
     if isinstance(w13, (tuple, list, Mxfp4Weights)):
         if isinstance(w13, (tuple, list)) and len(w13) != 2:
             raise TypeError("MXFP4 w13 must be a (blocks, scales) pair")
-        return _prepare_mxfp4(w13, activation, w13_bias, mxfp4_layout)
+        return _prepare_mxfp4(w13, activation, w13_bias, mxfp4_layout, arch)
     if not isinstance(w13, torch.Tensor) or w13.dtype != torch.bfloat16 or w13.dim() != 3:
         got = f"{w13.dtype} {tuple(w13.shape)}" if isinstance(w13, torch.Tensor) else type(w13)
         raise TypeError(

@@ -65,13 +65,12 @@ def layer_specs(
     picker: Picker | None = None, weights: str = "bf16",
 ) -> list[KernelSpec]:  # fmt: skip
     """Every kernel fused_moe / fused_moe_masked pick for `model` at `token_counts`, for BF16
-    or MXFP4 (`weights`) experts; on sm_100f BF16 experts only (compiled and statically
-    checked, not run on hardware)."""
+    or MXFP4 (`weights`) experts; on sm_100f (compiled and statically checked, not run on
+    hardware) the MXFP4 experts in the SM100-prepared form only, the one it takes."""
     e, h, i, top_k, activation = model_layer(model)
     check_arguments(token_counts, top_k, num_sms)
     spec_arch = arch_for(arch, num_sms)
-    if spec_arch.name != "sm_90a" and weights == "mxfp4":
-        return []  # no SM100 FP8 x FP4 kernel yet
+    forms = ("prepared",) if spec_arch.name == "sm_100f" else ("raw", "prepared")
     pick = picker if picker is not None and picker.arch == spec_arch else Picker(spec_arch)
     mxfp4 = weights == "mxfp4"
     specs: dict[KernelSpec, None] = {
@@ -82,12 +81,12 @@ def layer_specs(
         specs[moe_quantize_rows_spec(spec_arch.name)] = None
     seen: set[tuple] = set()
     for desc in layer_gemm_descs(e, h, i, top_k, EPILOGUE_OF[activation], token_counts):
-        forms = (
-            [dataclasses.replace(desc, ab_dtype="fp8_fp4", weights=f) for f in ("raw", "prepared")]
+        variants = (
+            [dataclasses.replace(desc, ab_dtype="fp8_fp4", weights=f) for f in forms]
             if mxfp4
             else [desc]
         )
-        for d in forms:
+        for d in variants:
             config = pick(d)
             if (d.kind, d.ab_dtype, d.weights, d.epilogue, config) not in seen:
                 seen.add((d.kind, d.ab_dtype, d.weights, d.epilogue, config))
