@@ -79,6 +79,7 @@ from fp8_fp4_cases import (
     load_cases,
     print_report,
     select_cases,
+    sm100_weights,
     summarize,
 )
 
@@ -90,6 +91,9 @@ CHUNK_ELEMS = 1 << 28  # quantize in pieces of this many elements (the casts' FP
 SCALE_K = 128  # activation scale granularity along K
 TORCH_FP8_SUSPECT = 1e-2  # the torch FP8 peer's error vs BF16 above this: a note (wrong call?)
 DEVICE = "cuda"  # where the operands live (the CPU test runs run_case on "cpu" with fakes)
+# main sets it on a CC 10.x device: SM100 takes weights prepared for it only, and sfa of
+# powers of two (per_token_cast_to_fp8(..., ue8m0=True)); None keeps SM90's inputs.
+PREPARE_ARCH: str | None = None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -274,17 +278,23 @@ class CaseInputs:
     lay: dict
 
 
+def fp8_cast() -> Callable:
+    """per_token_cast_to_fp8 as the device's kernels take it (power-of-two scales on SM100)."""
+    return functools.partial(moegemm.quant.per_token_cast_to_fp8, ue8m0=PREPARE_ARCH is not None)
+
+
 def make_inputs(case: Fp4Case, weights: tuple[str, ...]) -> CaseInputs:
     g, n, k, rows = case.num_groups, case.n, case.k, case.rows
     touched = sum(1 for r in rows if r)
-    cast = moegemm.quant.per_token_cast_to_fp8
+    cast = fp8_cast()
     w16 = randn_bf16(g, n, k, scale=0.02)
     b, sfb = quantize_weights(w16)
     nfp4 = rotation(touched * fp4_bytes(n, k), g * fp4_bytes(n, k))
     sets: dict[str, list] = {"raw": copies((b, sfb), nfp4, lambda s: (s[0].clone(), s[1].clone()))}
     if "prepared" in weights:
         prepare = api("prepare_mxfp4_weights")
-        sets["prepared"] = [prepare(*s) for s in sets["raw"]]
+        arch = {"arch": PREPARE_ARCH} if PREPARE_ARCH else {}
+        sets["prepared"] = [prepare(*s, **arch) for s in sets["raw"]]
     sets["bf16"] = copies(w16, rotation(touched * n * k * 2, g * n * k * 2), torch.clone)
     w8 = rowwise_fp8(w16)
     sets["fp8"] = copies(
@@ -328,7 +338,7 @@ def layout_io(x: CaseInputs, layout: str) -> LayoutIO:
         )
     a16_pad = randn_bf16(lay["padded_total"], case.k)  # padding rows random, never zeros
     a16_pad[lay["real_rows"]] = a16
-    a8_pad, sfa_pad = chunked(moegemm.quant.per_token_cast_to_fp8, a16_pad)  # real rows: a8's
+    a8_pad, sfa_pad = chunked(fp8_cast(), a16_pad)  # real rows: a8's
     m_idx, pstarts = lay["m_indices"], lay["padded_starts"]
     return LayoutIO(
         (lay["padded_total"], n),
@@ -539,6 +549,7 @@ def finish(rows: list[dict], meter: CopyMeter, ceilings: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global PREPARE_ARCH
     args = parse_args(argv)
     cases = select_cases(
         load_cases(args.suites, args.quick), args.cases, args.layouts, args.max_cases
@@ -557,6 +568,12 @@ def main(argv: list[str] | None = None) -> int:
     if moegemm.get_mk_alignment_for_contiguous_layout() != ALIGN:
         print(f"bench_fp8_fp4: the m_indices alignment is not {ALIGN}", file=sys.stderr)
         return 1
+    sm100_note = None
+    if torch.cuda.get_device_capability()[0] == 10:
+        PREPARE_ARCH, (args.weights, sm100_note) = "sm_100f", sm100_weights(args.weights)
+        if not args.weights:
+            print(f"bench_fp8_fp4: {sm100_note}", file=sys.stderr)
+            return 2
     torch.backends.cuda.matmul.allow_tf32 = False  # the reference is FP32
     torch.manual_seed(0)
     t_start = time.perf_counter()
@@ -566,7 +583,7 @@ def main(argv: list[str] | None = None) -> int:
     meter = CopyMeter(timer)
     ceilings = {"copy_gbps": meter.measure()}
     info = run_info()
-    notes = {}
+    notes = {"sm100": sm100_note} if sm100_note else {}
     if not hasattr(torch, "_scaled_grouped_mm"):
         notes["torch_fp8"] = "this torch has no torch._scaled_grouped_mm: torch FP8 columns n/a"
     print(

@@ -44,6 +44,19 @@ KINDS = {
     "masked": "m_grouped_masked",
 }
 TOL = 1e-4  # FP8 x FP4 against FP32 on the dequantized operands (protocol)
+
+
+def sm100_weights(weights: tuple[str, ...]) -> tuple[tuple[str, ...], str | None]:
+    """The weight layouts an SM100 run can time and a note on what was dropped: SM100 takes
+    only weights prepared for it (prepare_mxfp4_weights(..., arch="sm_100f")), so "raw" goes."""
+    kept = tuple(w for w in weights if w != "raw")
+    if kept == weights:
+        return kept, None
+    if not kept:
+        return kept, "SM100 takes only prepared MXFP4 weights: --weights raw has nothing to run"
+    return kept, "SM100 takes only prepared MXFP4 weights (arch sm_100f): raw not timed"
+
+
 SOURCE = "../shared/BENCHMARKS.md (H200, 2026-11-29 / 2026-12-01)"
 
 # --- "Anchor: DeepGEMM ... vs torch", FP8 columns, keyed by bf16_cases.ANCHOR_CASES' names.

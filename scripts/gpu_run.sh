@@ -25,6 +25,15 @@
 #   resources  scripts/resource_report.py against .baseline/ (no GPU needed; 16 cores here)
 #   ncu        Nsight Compute on $GPU_RUN_NCU_CASE through scripts/profile_case.py, or with
 #              GPU_RUN_NCU_FP8="<args>" on scripts/profile_fp8_fp4.py <args> (FP8 x FP4)
+#   sm100      the first Blackwell machine (B200 10.0 / B300 10.3; nothing of it has run on
+#              hardware yet): one line and rc 3 unless the GPU is CC 10.x; else
+#              tests/test_sm100_gpu.py (every SM100 family and layout, graphs, no host sync) with
+#              the arch-neutral GPU tests ($SM100_TESTS), then torch-peer benchmarks: bench_bf16
+#              --quick (torch._grouped_mm, torch.mm, bmm), bench_moe BF16 (the torch composition
+#              of the layer) and bench_fp8_fp4 --quick (prepared sm_100f weights); a summary
+#              table last. GPU_RUN_SM100_PARTS=tests or =bench runs one half (a cold JIT cache
+#              may need two calls: the second with GPU_RUN_BUILD=0 on the warm machine).
+#              Alone: scripts/gpu_run.sh LOG_DIR sm100 (8-10 min cold: see README)
 # `all` is tests,ab,host,warmup (more than one command's 10 minutes: split it across calls).
 #
 # Before the call, on the machine that calls the tool (the device copies the working tree and the
@@ -49,7 +58,7 @@ shift 2
 pytest_args=("$@")
 [ ${#pytest_args[@]} -gt 0 ] || pytest_args=(-m gpu tests)
 
-known=(tests ab host warmup bench dense fp8 fp8cfg moe quality resources ncu)
+known=(tests ab host warmup bench dense fp8 fp8cfg moe quality resources ncu sm100)
 stages=",${stages_arg//all/tests,ab,host,warmup},"
 for s in ${stages_arg//,/ }; do
   [[ $s == all || " ${known[*]} " == *" $s "* ]] || { echo "unknown stage '$s' (known: ${known[*]} all)"; exit 2; }
@@ -110,6 +119,37 @@ fi
 if [[ $stages == *,tests,* ]]; then
   run_stage tests "${GPU_RUN_TESTS_TIMEOUT:-480}" pytest.log \
     python3 -m pytest -q -rs --durations=15 "${pytest_args[@]}"
+fi
+if [[ $stages == *,sm100,* ]]; then
+  sm100_parts=",${GPU_RUN_SM100_PARTS:-tests,bench},"
+  # The arch-neutral GPU tests: public functions only, no SM90 config or weight layout.
+  SM100_TESTS=(tests/test_sm100_gpu.py tests/test_bf16_gemm_gpu.py tests/test_quant_gpu.py
+               tests/test_torch_compile_gpu.py)
+  if ! cc=$(python3 -c 'import torch; p = torch.cuda.get_device_properties(0)
+print(f"{p.major}.{p.minor} {p.name}")' 2>&1); then
+    echo "!! sm100: no CUDA device visible to torch: ${cc##*$'\n'}" | tee "$log_dir/sm100.log"
+    summary+=("$(printf '%-10s rc %-3s %5d s' sm100 3 0)")
+  elif [[ $cc != 10.* ]]; then
+    echo "!! sm100: this GPU is CC ${cc%% *} (${cc#* }), not Blackwell CC 10.x (B200, B300)" \
+      | tee "$log_dir/sm100.log"
+    summary+=("$(printf '%-10s rc %-3s %5d s' sm100 3 0)")
+  else
+    echo "sm100: CC ${cc%% *} (${cc#* })" | tee "$log_dir/sm100.log"
+    if [[ $sm100_parts == *,tests,* ]]; then
+      run_stage sm100-test "${GPU_RUN_SM100_TESTS_TIMEOUT:-330}" sm100_pytest.log \
+        python3 -m pytest -q -rs --durations=10 -m gpu "${SM100_TESTS[@]}"
+    fi
+    if [[ $sm100_parts == *,bench,* ]]; then
+      run_stage sm100-bf16 "${GPU_RUN_SM100_BF16_TIMEOUT:-150}" sm100_bench_bf16.log \
+        python3 benchmarks/bench_bf16.py --quick --json "$log_dir/sm100_bench_bf16.json"
+      run_stage sm100-moe "${GPU_RUN_SM100_MOE_TIMEOUT:-120}" sm100_bench_moe.log \
+        python3 benchmarks/bench_moe.py --models qwen3-30b-a3b,gpt-oss-20b --tokens 1,64,2048 \
+        --json "$log_dir/sm100_bench_moe.json"
+      run_stage sm100-fp8 "${GPU_RUN_SM100_FP8_TIMEOUT:-120}" sm100_bench_fp8.log \
+        python3 benchmarks/bench_fp8_fp4.py --quick --weights prepared \
+        --json "$log_dir/sm100_bench_fp8_fp4.json"
+    fi
+  fi
 fi
 if [[ $stages == *,ab,* ]]; then
   if [ ! -d .baseline ] && [ ! -d .git ]; then
@@ -205,6 +245,17 @@ fi
   [ -f "$log_dir/bench_bf16.log" ] && { echo "-- bench_bf16:"; grep -A12 '^geometric means' "$log_dir/bench_bf16.log"; }
   [ -f "$log_dir/bench_fp8_fp4.log" ] && { echo "-- bench_fp8_fp4:"; tail -40 "$log_dir/bench_fp8_fp4.log"; }
   [ -f "$log_dir/bench_moe.log" ] && { echo "-- bench_moe:"; tail -45 "$log_dir/bench_moe.log"; }
+  if [ -f "$log_dir/sm100.log" ]; then # last: the first Blackwell run's table
+    echo "-- sm100 (SM100 kernels: compiled and statically checked before this run):"
+    head -1 "$log_dir/sm100.log"
+    printf '%s\n' "${summary[@]}" | grep -E '^(build|sm100)'
+    [ -f "$log_dir/sm100_pytest.log" ] && grep -E "^(FAILED|ERROR) " "$log_dir/sm100_pytest.log" \
+      | cut -c1-160 | head -25
+    [ -f "$log_dir/sm100_pytest.log" ] && grep -E "passed|failed|error" "$log_dir/sm100_pytest.log" | tail -1
+    [ -f "$log_dir/sm100_bench_bf16.log" ] && grep -A12 '^geometric means' "$log_dir/sm100_bench_bf16.log"
+    [ -f "$log_dir/sm100_bench_moe.log" ] && tail -12 "$log_dir/sm100_bench_moe.log"
+    [ -f "$log_dir/sm100_bench_fp8.log" ] && tail -25 "$log_dir/sm100_bench_fp8.log"
+  fi
   [ -f "$log_dir/fp8_config_sweep.log" ] && { echo "-- fp8 config sweep:"; sed -n '/^problem /,$p' "$log_dir/fp8_config_sweep.log"; }
 } | tee "$log_dir/summary.txt"
 

@@ -503,3 +503,21 @@ def test_rows_summary_and_json_compose_on_cpu(on_cpu, capsys, tmp_path) -> None:
     path = tmp_path / "out.json"
     path.write_text(json.dumps({"rows": rows, **summary}, default=str))
     assert len(json.loads(path.read_text())["rows"]) == 5
+
+
+def test_sm100_keeps_only_the_prepared_weights() -> None:
+    assert fc.sm100_weights(("prepared",)) == (("prepared",), None)
+    kept, note = fc.sm100_weights(("raw", "prepared"))
+    assert kept == ("prepared",) and "raw not timed" in note
+    kept, note = fc.sm100_weights(("raw",))
+    assert kept == () and "nothing to run" in note
+
+
+def test_sm100_inputs_use_power_of_two_scales(monkeypatch: pytest.MonkeyPatch) -> None:
+    x = torch.randn(3, 256).bfloat16()
+    monkeypatch.setattr(bench, "PREPARE_ARCH", None)
+    _, sfa = bench.fp8_cast()(x)
+    assert not bool((torch.frexp(sfa).mantissa == 0.5).all())  # DeepGEMM's plain scales
+    monkeypatch.setattr(bench, "PREPARE_ARCH", "sm_100f")
+    _, sfa = bench.fp8_cast()(x)
+    assert bool((torch.frexp(sfa).mantissa == 0.5).all())

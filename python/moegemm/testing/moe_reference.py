@@ -81,11 +81,13 @@ def route_reference(topk_ids: torch.Tensor, num_experts: int) -> dict[str, torch
     }
 
 
-def fp8_round_trip(x: torch.Tensor) -> torch.Tensor:
-    """x quantized per token per 128 (per_token_cast_to_fp8) and dequantized, in FP32."""
+def fp8_round_trip(x: torch.Tensor, ue8m0: bool = False) -> torch.Tensor:
+    """x quantized per token per 128 (per_token_cast_to_fp8) and dequantized, in FP32.
+    ue8m0: power-of-two scales, what the SM100 FP8 x FP4 kernels take (a layer on SM100 must
+    quantize that way, so its reference rounds that way too)."""
     from ..quant import per_token_cast_to_fp8
 
-    a, sfa = per_token_cast_to_fp8(x)
+    a, sfa = per_token_cast_to_fp8(x, ue8m0=ue8m0)
     return a.float() * sfa.repeat_interleave(128, dim=-1)[..., : x.shape[-1]]
 
 
@@ -96,11 +98,12 @@ def expert_forward_fp8(
     activation: str,
     b13: torch.Tensor | None = None,
     b2: torch.Tensor | None = None,
+    ue8m0: bool = False,
 ) -> torch.Tensor:
     """expert_forward with the MXFP4 layer's roundings: x through FP8 per 128, the SwiGLU
-    output rounded to BF16 and through FP8 per 128 again; w13, w2 the dequantized FP32 weights
-    in source order."""
-    hu = fp8_round_trip(x) @ w13.float().t()
+    output rounded to BF16 and through FP8 per 128 again (power-of-two scales with ue8m0);
+    w13, w2 the dequantized FP32 weights in source order."""
+    hu = fp8_round_trip(x, ue8m0) @ w13.float().t()
     if b13 is not None:
         hu = hu + b13.float()
     if activation == "silu":
@@ -108,12 +111,12 @@ def expert_forward_fp8(
     else:
         gate, up = hu[:, 0::2], hu[:, 1::2]
     h = swiglu(gate, up, activation).bfloat16()
-    y = fp8_round_trip(h) @ w2.float().t()
+    y = fp8_round_trip(h, ue8m0) @ w2.float().t()
     return y + b2.float() if b2 is not None else y
 
 
 def fused_moe_reference_fp8(
-    x, w13, w2, topk_weights, topk_ids, activation="silu", b13=None, b2=None
+    x, w13, w2, topk_weights, topk_ids, activation="silu", b13=None, b2=None, ue8m0=False
 ) -> torch.Tensor:
     """fused_moe_reference with expert_forward_fp8 (MXFP4 experts, dequantized weights)."""
     t, h = x.shape
@@ -125,7 +128,7 @@ def fused_moe_reference_fp8(
             continue
         y = expert_forward_fp8(
             x[tokens], w13[expert], w2[expert], activation,
-            None if b13 is None else b13[expert], None if b2 is None else b2[expert],
+            None if b13 is None else b13[expert], None if b2 is None else b2[expert], ue8m0,
         )  # fmt: skip
         out.index_add_(0, tokens, y * topk_weights[tokens, choice].float()[:, None])
     return out
