@@ -4,9 +4,8 @@ NaN-poisoned first; then CUDA-graph replay with new group sizes and no host sync
 family. Written before any Blackwell GPU was lent: nothing here has run on hardware yet.
 
 Collected everywhere, skipped unless the current CUDA device is CC 10.x (so it skips on a CPU
-machine and on the H200). A call that raises "no SM100 kernel ... yet" (the k-grouped layout,
-the MXFP4 fused layer while their SM100 kernels are being written) fails here on purpose: it
-is a gap on the hardware, not a reason to skip. scripts/gpu_run.sh LOG_DIR sm100 runs this file.
+machine and on the H200). A call that raises "no SM100 kernel ... yet" fails here on purpose:
+it is a gap on the hardware, not a reason to skip. scripts/gpu_run.sh LOG_DIR sm100 runs this file.
 
 Helpers and references are the SM90 GPU tests' own (imported, not copied); BF16 bounds as
 there (calc_diff < 1e-5), FP8 x FP4 as the FP8 x FP4 tests (< 1e-4). SM100's FP8 x FP4 rules:
@@ -16,7 +15,6 @@ weights from prepare_mxfp4_weights(b, sfb, arch="sm_100f"), sfa of powers of two
 
 from __future__ import annotations
 
-import inspect
 import random
 from collections.abc import Callable
 
@@ -316,15 +314,7 @@ def test_fused_moe_masked_bf16(activation: str, bias: bool) -> None:
         assert out[g, rows:].isnan().all(), (g, "rows past masked_m written")
 
 
-# ---- the fused MoE layer, MXFP4 experts (fails until the SM100 MXFP4 epilogues are merged) --
-
-
-def prepare_moe_mxfp4(w13q: tuple, activation: str, bias: torch.Tensor | None):
-    """prepare_moe_weights for this device: with arch="sm_100f" if the layer grows that keyword
-    as prepare_mxfp4_weights has (its SM100 form is being written), else as it is today."""
-    takes_arch = "arch" in inspect.signature(moegemm.prepare_moe_weights).parameters
-    extra = {"arch": SM100} if takes_arch else {}
-    return moegemm.prepare_moe_weights(w13q, activation=activation, w13_bias=bias, **extra)
+# ---- the fused MoE layer, MXFP4 experts ------------------------------------------------------
 
 
 def mxfp4_layer(e: int, h: int, i: int, activation: str, bias: bool, seed: int):
@@ -334,7 +324,7 @@ def mxfp4_layer(e: int, h: int, i: int, activation: str, bias: bool, seed: int):
     w2q = quantize_mxfp4(torch.randn(e, h, i, device="cuda", generator=g) / i**0.5)
     b13 = torch.randn(e, 2 * i, device="cuda", generator=g) * 0.1 if bias else None
     b2 = torch.randn(e, h, device="cuda", generator=g) * 0.1 if bias else None
-    prepared = prepare_moe_mxfp4(w13q, activation, b13)
+    prepared = moegemm.prepare_moe_weights(w13q, activation=activation, w13_bias=b13, arch=SM100)
     w2 = moegemm.prepare_mxfp4_weights(*w2q, arch=SM100)
     return dequantize_mxfp4(*w13q), dequantize_mxfp4(*w2q), b13, b2, prepared, w2
 
