@@ -82,6 +82,7 @@ def test_sm100_gpu_tests_collect_and_skip_without_blackwell() -> None:
 def test_the_sm100_stage_runs_exactly_the_arch_neutral_gpu_files() -> None:
     """conftest skips every other GPU test off Hopper; the stage must not name one of them."""
     from conftest import ARCH_NEUTRAL_GPU_FILES
+
     text = (Path(__file__).resolve().parents[1] / "scripts" / "gpu_run.sh").read_text()
     listed = re.search(r"SM100_TESTS=\(([^)]*)\)", text)
     assert listed is not None
