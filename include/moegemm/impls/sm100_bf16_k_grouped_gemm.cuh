@@ -16,7 +16,8 @@
 //              64 columns (128 bytes) x BLOCK_K rows, 128B swizzle, at rows row_start + 64 kb,
 //   MMA        UmmaBf16MnMajor (mma/sm100_umma.cuh): up to 4 x tcgen05.mma kind::f16
 //              128 x BLOCK_N x 16 per k-block, A and B MN-major (instruction descriptor bits
-//              15/16; LBO = one chunk, BLOCK_K x 128 bytes; SBO = 1024 bytes),
+//              15/16; LBO = one chunk, BLOCK_K x 128 bytes, or 0 for B of one chunk;
+//              SBO = 1024 bytes),
 //   epilogue   store_tmem_rows (epilogue/sm100_tmem_store.cuh): tcgen05.ld 32x32b, Identity or
 //              AddC, FP32 stores from registers into D viewed as [G x M, N].
 //

@@ -50,6 +50,9 @@ struct UmmaBf16MnMajor {
   static constexpr uint32_t kIdesc = umma_bf16_idesc(kUmmaM, kUmmaN, /*mn_major=*/true);
   static constexpr uint32_t kKSteps = BLOCK_K / kUmmaKBf16;
   static constexpr uint32_t kAccumCols = kUmmaN;
+  // Leading byte offsets: the next 64-wide chunk, none for an operand of one chunk.
+  static constexpr uint32_t kChunkStrideA = kUmmaM > 64 ? kChunkBytes : 0;
+  static constexpr uint32_t kChunkStrideB = kUmmaN > 64 ? kChunkBytes : 0;
 
   // One thread. The first `k_steps` (1..kKSteps) 16-row slices of the stage; `accumulate`
   // false for the tile's first k-block.
@@ -59,8 +62,8 @@ struct UmmaBf16MnMajor {
 #pragma unroll
     for (uint32_t k = 0; k < kKSteps; ++k) {
       if (k < k_steps) {
-        umma_f16_ss(d_tmem, umma_smem_desc_bf16_mn_k_slice(a_smem, k, kChunkBytes),
-                    umma_smem_desc_bf16_mn_k_slice(b_smem, k, kChunkBytes), kIdesc,
+        umma_f16_ss(d_tmem, umma_smem_desc_bf16_mn_k_slice(a_smem, k, kChunkStrideA),
+                    umma_smem_desc_bf16_mn_k_slice(b_smem, k, kChunkStrideB), kIdesc,
                     (accumulate || k > 0) ? 1 : 0);
       }
     }

@@ -19,7 +19,8 @@
 // and B: each 128-byte row is 64 consecutive M or N elements of one k; CuTe's canonical form
 // ((8 x 8 elements, chunks), (8 rows, k groups)) : ((.., LBO), (128 B, SBO))):
 //   [16,30) leading byte offset >> 4: from one 64-wide MN chunk to the next (the chunk's bytes,
-//           BLOCK_K rows x 128 B, as TMA lands one 64-column box after another)
+//           BLOCK_K rows x 128 B, as TMA lands one 64-column box after another; 0 when the
+//           operand is one chunk wide)
 //   [32,46) stride byte offset >> 4: from 8 k-rows to the next 8 (1024 B, one swizzle atom)
 //   the other fields as K-major. Advancing K: a 16-row slice is two whole atoms, so the k-th
 //   slice starts 16 x 128 = 2048 bytes further (start address + 128 x k), base offset still 0.
@@ -79,7 +80,8 @@ MOEGEMM_UMMA_HD constexpr uint64_t umma_smem_desc_bf16_k_slice(uint32_t smem_add
 }
 
 // MN-major, 128-byte swizzle: everything but the start address. `chunk_bytes` is the distance
-// between the operand's 64-wide MN chunks (unused by an operand of one chunk, still encoded).
+// between the operand's 64-wide MN chunks; an operand of one chunk never steps to a next one and
+// passes 0, as CuTe's encoder writes it (logical_divide leaves that mode's stride 0).
 MOEGEMM_UMMA_HD constexpr uint64_t umma_smem_desc_sw128_mnmajor_base(uint32_t chunk_bytes) {
   return (uint64_t{(chunk_bytes >> 4) & 0x3fffu} << 16)  // LBO: next 64-wide MN chunk
          | (uint64_t{kSwizzleAtomBytes >> 4} << 32)      // SBO: next 8 k-rows, 1024 B
