@@ -2,7 +2,8 @@
 of this runs on hardware).
 
 - Every config the SM100 heuristics emit (select) for the decode, prefill and masked suites of
-  moe_shapes.json, in each layout the kernel serves, is compiled through the real JIT path (codegen -> nvcc -> cache, ptxas told to
+  moe_shapes.json, in each layout the kernel serves, and for its k_grouped suite (the weight
+  gradient's own kernel, impls/sm100_bf16_k_grouped_gemm.cuh), is compiled through the real JIT path (codegen -> nvcc -> cache, ptxas told to
   fail on local memory) and its SASS and ELF inspected: UTCHMMA (tcgen05.mma kind::f16), UTCBAR
   (tcgen05.commit), LDTM (tcgen05.ld), no UTCQMMA/UTCCP (FP8 x FP4 only), no .2CTA (no clusters
   of two), no trap beyond the tensor-memory allocator's own error paths, no local memory, no
@@ -11,7 +12,8 @@ of this runs on hardware).
   rank for those suites (a superset of the selected ones), the kernel's own constants
   (instruction descriptor, shared-memory descriptor fields, tensor-memory columns, expected
   bytes, arrive counts, shared memory) next to CuTe's constexpr encoders; the test compares them
-  with CuTe and with budgets recomputed here from first principles.
+  with CuTe and with budgets recomputed here from first principles. The k-grouped kernels'
+  operands are MN-major: their descriptors are compared with CuTe's Major::MN encoders.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from sm100_elf import assert_cta_group_matches_launch
 from moegemm.heuristics import GemmDesc, arch_for, enumerate_configs, is_legal, select_config
 from moegemm.heuristics.config import GemmConfig
 from moegemm.jit import cache
-from moegemm.jit.codegen_sm100 import sm100_bf16_gemm_spec
+from moegemm.jit.codegen_sm100 import sm100_kernel_spec
 from moegemm.jit.compiler import (
     CompileError,
     check_nvcc_for,
@@ -83,6 +85,24 @@ def suite_descs() -> list[GemmDesc]:
     # The dense GEMM's other outputs: FP32, FP32 plus C.
     descs[GemmDesc("bf16_gemm_nt", 4096, 7168, 2048, d_dtype="fp32")] = None
     descs[GemmDesc("bf16_gemm_nt", 4096, 7168, 2048, d_dtype="fp32", with_c=True)] = None
+    for desc in k_grouped_descs():
+        descs[desc] = None
+    return list(descs)
+
+
+def k_grouped_descs() -> list[GemmDesc]:
+    """The k_grouped suite as the benchmarks describe it (M = n, N = k, the mean rows per
+    group), with and without C, and one small problem (few rows per group, narrow N)."""
+    data = json.loads(SHAPES.read_text())
+    descs: dict[GemmDesc, None] = {}
+    for case in data["suites"]["k_grouped"]:
+        g = case["num_groups"]
+        rows = -(-case["m_total"] // g)
+        for with_c in (False, True):
+            descs[GemmDesc("k_grouped", case["n"], case["k"], rows, g, "bf16", "fp32", with_c)] = (
+                None
+            )
+    descs[GemmDesc("k_grouped", 2048, 512, 64, 8, d_dtype="fp32")] = None
     return list(descs)
 
 
@@ -90,9 +110,7 @@ Key = tuple[str, str, bool]  # (kind, d_dtype, with_c)
 
 
 def _spec(desc: GemmDesc, config: GemmConfig) -> KernelSpec:
-    return sm100_bf16_gemm_spec(
-        config, desc.d_dtype, desc.with_c, desc.kind, epilogue=desc.epilogue
-    )
+    return sm100_kernel_spec(desc, config)
 
 
 @functools.cache
@@ -118,14 +136,20 @@ def emitted() -> dict[str, tuple[KernelSpec, GemmConfig]]:
 
 
 def test_selected_configs_are_among_the_candidates() -> None:
-    assert 20 <= len(emitted()) <= 48, "keep the compile set small and meaningful"
+    assert 20 <= len(emitted()) <= 52, "keep the compile set small and meaningful"
     assert set(emitted()) <= set(candidates())
     for desc in suite_descs():
         config = select_config(desc, ARCH)
         assert _spec(desc, config).arch == "sm_100f"
+        if desc.kind == "k_grouped":
+            # 128 output rows on the MMA's M side, B's columns in 64-wide chunks on its N side.
+            lay = config.layout
+            assert not lay.swap_ab and lay.block_m == UMMA_M and lay.block_n % 64 == 0
+            assert _spec(desc, config).name.startswith("sm100_bf16_kgrouped_")
         # The m-grouped layouts take swapped tiles with the weights' 128 rows on the MMA's M.
-        if desc.kind != "bf16_gemm_nt":
+        elif desc.kind != "bf16_gemm_nt":
             assert config.layout.swap_ab and config.layout.block_n == 128
+    assert sum(name.startswith("sm100_bf16_kgrouped_") for name in emitted()) >= 3
 
 
 def test_sm100a_is_an_alias_and_the_device_maps_to_sm100f() -> None:
@@ -141,7 +165,9 @@ def test_sm100a_is_an_alias_and_the_device_maps_to_sm100f() -> None:
 
 def test_unsupported_sm100_problems_are_clear_errors() -> None:
     for desc in (
-        GemmDesc("k_grouped", m=128, n=128, k=128, num_groups=2, d_dtype="fp32"),
+        # Weight gradients are FP32 out; the fused layer's epilogues are not k-grouped.
+        GemmDesc("k_grouped", m=128, n=128, k=128, num_groups=2, d_dtype="bf16"),
+        GemmDesc("k_grouped", 128, 128, 128, 2, d_dtype="fp32", epilogue="row_scale"),
         GemmDesc("bf16_gemm_nt", 64, 256, 128, epilogue="swiglu"),
         GemmDesc("bf16_gemm_nt", m=64, n=64, k=64, ab_dtype="fp8_fp4", d_dtype="fp32"),
     ):
@@ -255,6 +281,14 @@ def test_kernel_sass_and_elf(name: str, cubins, allocator_traps: int) -> None:
     assert config.pipeline.smem_bytes + int(fields["SHARED"]) <= SMEM_OPT_IN
     # The generated source ties the kernel's own shared memory and threads to the config.
     assert f"kSmemBytes = {config.pipeline.smem_bytes};" in spec.source
+    if name.startswith("sm100_bf16_kgrouped_"):
+        lay = config.layout
+        # One TMA box per 64-wide chunk of A's and B's columns, per k-block.
+        assert sum(op.startswith("UTMALDG") for op in ops) == (lay.block_m + lay.block_n) // 64
+        # The group-tail fixup: 16-byte zero stores, then the generic -> async proxy fence
+        # before the tensor core reads the stage.
+        assert any(op.startswith("STS.128") for op in ops), "the tail rows' zero stores"
+        assert any(op.startswith("FENCE.VIEW.ASYNC.S") for op in ops), "fence.proxy.async"
 
 
 def test_a_target_without_a_or_f_is_refused(tmp_path) -> None:
@@ -273,14 +307,15 @@ def test_a_target_without_a_or_f_is_refused(tmp_path) -> None:
 
 @pytest.mark.parametrize("fp8", [False, True])
 def test_moe_layer_kernels_compile_for_sm100f(fp8: bool, tmp_path, monkeypatch) -> None:
-    """The fused layer's own kernels (route-and-gather, combine) for sm_100f: plain CUDA, so
+    """The fused layer's own kernels (route-and-gather, combine; with MXFP4 experts the
+    gather and the intermediate's quantization with UE8M0 scales) for sm_100f: plain CUDA, so
     no trap at all and no local memory."""
-    from moegemm.jit.codegen import moe_combine_spec, moe_route_gather_spec
+    from moegemm.jit.codegen import moe_combine_spec, moe_quantize_rows_spec, moe_route_gather_spec
 
     monkeypatch.setenv("MOEGEMM_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("MOEGEMM_JIT_PTXAS_CHECK", "1")
     specs = [moe_route_gather_spec("sm_100f", fp8=fp8)] + (
-        [] if fp8 else [moe_combine_spec("sm_100f")]
+        [moe_quantize_rows_spec("sm_100f")] if fp8 else [moe_combine_spec("sm_100f")]
     )
     for spec in specs:
         cubin = cache.build_or_load(spec)
@@ -299,6 +334,7 @@ _HOST_PROLOGUE = r"""
 #include <cute/tensor.hpp>
 #include <cute/atom/mma_traits_sm100.hpp>
 #include <moegemm/impls/sm100_bf16_grouped_gemm.cuh>
+#include <moegemm/impls/sm100_bf16_k_grouped_gemm.cuh>
 
 template <int Rows>
 uint64_t cute_smem_desc() {
@@ -315,6 +351,58 @@ uint32_t cute_k_slice_u128(int k) {  // where CuTe puts the k-th 16-wide slice, 
   auto layout = tile_to_shape(UMMA::Layout_K_SW128_Atom<bfloat16_t>{},
                               make_shape(Int<Rows>{}, Int<64>{}));
   return uint32_t(layout.layout_b()(0, 16 * k) * sizeof(bfloat16_t) / 16);
+}
+
+// MN-major (k-grouped): 64-wide chunks of Rows columns, each BLOCK_K = 64 rows deep, chunk
+// after chunk (the K atoms of one chunk first: Step<_2, _1>), as the TMA boxes land.
+template <int Rows>
+auto cute_mn_layout() {
+  using namespace cute;
+  return tile_to_shape(UMMA::Layout_MN_SW128_Atom<bfloat16_t>{},
+                       make_shape(Int<Rows>{}, Int<64>{}), Step<_2, _1>{});
+}
+
+template <int Rows>
+uint64_t cute_mn_smem_desc() {  // one MMA's operand: the stage's first 16 rows
+  using namespace cute;
+  auto tensor = make_tensor(make_smem_ptr(static_cast<bfloat16_t*>(nullptr)), cute_mn_layout<Rows>());
+  auto slice = local_tile(tensor, make_shape(Int<Rows>{}, Int<16>{}), make_coord(0, 0));
+  return uint64_t(UMMA::make_umma_desc<UMMA::Major::MN>(slice));
+}
+
+template <int Rows>
+uint32_t cute_mn_k_slice_u128(int k) {
+  using namespace cute;
+  return uint32_t(cute_mn_layout<Rows>().layout_b()(0, 16 * k) * sizeof(bfloat16_t) / 16);
+}
+
+template <class Config>
+void report_k_grouped(const char* name) {
+  using K = moegemm::sm100::Bf16KGroupedGemm<Config>;
+  using namespace moegemm::sm100;
+  constexpr int M = K::kUmmaM, N = K::kUmmaN;
+  constexpr uint32_t kChunk = K::Loader::kChunkBytes;
+  const uint32_t cute_idesc = uint32_t(cute::UMMA::make_instr_desc<
+      cute::bfloat16_t, cute::bfloat16_t, float, M, N, cute::UMMA::Major::MN,
+      cute::UMMA::Major::MN>());
+  const uint64_t cute_a = cute_mn_smem_desc<M>(), cute_b = cute_mn_smem_desc<N>();
+  uint32_t ours_k[4], cute_k[4];
+  for (int k = 0; k < 4; ++k) {
+    ours_k[k] = uint32_t(umma_smem_desc_bf16_mn_k_slice(0, k, K::Mma::kChunkStrideA) & 0x3fff);
+    cute_k[k] = cute_mn_k_slice_u128<M>(k);
+  }
+  printf("row %s idesc %u %u", name, K::Mma::kIdesc, cute_idesc);
+  printf(" desc_a %llu %llu",
+         (unsigned long long)umma_smem_desc_bf16_mn_k_slice(0, 0, K::Mma::kChunkStrideA),
+         (unsigned long long)cute_a);
+  printf(" desc_b %llu %llu",
+         (unsigned long long)umma_smem_desc_bf16_mn_k_slice(0, 0, K::Mma::kChunkStrideB),
+         (unsigned long long)cute_b);
+  for (int k = 0; k < 4; ++k) printf(" k%d %u %u", k, ours_k[k], cute_k[k]);
+  printf(" umma %d %d smem %u tmem %u bytes %u stages %u arrivals %u %u %u %u threads %u",
+         M, N, K::kSmemBytes, K::kTmemCols, K::kExpectedBytes, K::kNumStages, K::kFullArrivals,
+         K::kEmptyArrivals, K::kTmemFullArrivals, K::kTmemEmptyArrivals, K::kNumThreads);
+  printf(" chunk %u\n", kChunk);
 }
 
 template <class Config>
@@ -361,7 +449,8 @@ def host_report(tmp_path_factory) -> dict[str, dict[str, list[int]]]:
     for name, (spec, _) in sorted(candidates().items()):
         block, space = _config_block(spec)
         blocks.append(block)
-        calls.append(f'  report<{space}::Config>("{name}");')
+        function = "report_k_grouped" if name.startswith("sm100_bf16_kgrouped_") else "report"
+        calls.append(f'  {function}<{space}::Config>("{name}");')
     source = work / "umma_descs.cu"
     source.write_text(
         _HOST_PROLOGUE + "\n".join(blocks) + "\nint main() {\n" + "\n".join(calls) + "\n}\n"
@@ -411,6 +500,31 @@ def test_descriptors_equal_cutes(host_report) -> None:
             assert ours == cutes, f"{name}: k-slice {k} at {ours} != CuTe's {cutes} (16 B units)"
 
 
+def test_k_grouped_descriptors_from_first_principles(host_report) -> None:
+    """The MN-major fields decoded against the layout TMA writes: 64 columns (128 B) per row,
+    BLOCK_K = 64 rows per chunk, chunks back to back; 8 rows (1024 B) per swizzle atom."""
+    rows = {n: r for n, r in host_report.items() if n.startswith("sm100_bf16_kgrouped_")}
+    assert len(rows) >= 4, "every k-grouped candidate tile is reported"
+    for name, row in rows.items():
+        _, config = candidates()[name]
+        idesc = row["idesc"][0]
+        assert (idesc >> 15) & 1 == 1 and (idesc >> 16) & 1 == 1, f"{name}: A and B MN-major"
+        assert (idesc >> 4) & 3 == 1 and (idesc >> 7) & 7 == 1 and (idesc >> 10) & 7 == 1
+        assert (idesc >> 17) & 0x3F == config.layout.block_n >> 3
+        assert (idesc >> 24) & 0x1F == UMMA_M >> 4
+        chunk = config.layout.block_k * 128
+        assert row["chunk"] == [chunk]
+        for operand, width in (("desc_a", UMMA_M), ("desc_b", config.layout.block_n)):
+            desc = row[operand][0]
+            # LBO: the next 64-wide chunk; none (0, as CuTe) for an operand of one chunk.
+            lbo = chunk if width > 64 else 0
+            assert ((desc >> 16) & 0x3FFF) << 4 == lbo, f"{name} {operand}: LBO"
+            assert ((desc >> 32) & 0x3FFF) << 4 == 1024, f"{name} {operand}: SBO = 8 rows of 128 B"
+            assert (desc >> 46) & 3 == 1 and (desc >> 49) & 7 == 0 and desc >> 61 == 2
+        # The k-th MMA reads rows 16 k..16 k + 15: 16 rows of 128 B further, in 16 B units.
+        assert [row[f"k{k}"][0] for k in range(4)] == [128 * k for k in range(4)]
+
+
 def test_budgets_recomputed_independently(host_report) -> None:
     """Shared memory, tensor-memory columns, expected bytes and arrive counts from first
     principles, against the kernel's own constants and the config."""
@@ -422,16 +536,24 @@ def test_budgets_recomputed_independently(host_report) -> None:
         assert umma_m == UMMA_M
         assert umma_n == (lay.block_m if lay.swap_ab else lay.block_n)
         assert (lay.block_n if lay.swap_ab else lay.block_m) == UMMA_M
-        # One stage: the TMA boxes of A and B (BF16), landing whole in this CTA.
-        box_bytes = sum(
-            w * h * 2 for w, h in (config.storage.load_box_a, config.storage.load_box_b)
-        )
+        # One stage: the TMA boxes of A and B (BF16), landing whole in this CTA. k-grouped: one
+        # box of 64 columns x block_k rows per 64-wide chunk of A's and B's columns.
+        if name.startswith("sm100_bf16_kgrouped_"):
+            chunks = lay.block_m // 64 + lay.block_n // 64
+            box_bytes = chunks * 64 * lay.block_k * 2
+        else:
+            box_bytes = sum(
+                w * h * 2 for w, h in (config.storage.load_box_a, config.storage.load_box_b)
+            )
         assert row["bytes"] == [box_bytes]
         assert box_bytes % 1024 == 0, "slabs stay on 1024-byte swizzle atoms"
         # Barriers: full and empty per stage, full and empty per accumulator, 8 bytes each, and
         # the 16-byte slot tcgen05.alloc writes to.
         smem = stages * box_bytes + (2 * stages + 2 * 2) * 8 + 16
         assert row["smem"] == [smem] and config.pipeline.smem_bytes == smem <= SMEM_OPT_IN
+        # Over half the shared memory: no second CTA of the kernel shares an SM, so the
+        # tensor-memory allocation never waits on a sibling (the kernels' header comments).
+        assert 2 * smem > SMEM_OPT_IN
         assert row["stages"] == [stages]
         # Two FP32 accumulators of umma_n columns, allocated as a power of two >= 32.
         tmem = max(32, 1 << (2 * umma_n - 1).bit_length())

@@ -457,8 +457,13 @@ def test_errors_name_the_index_argument(rig: Rig, call: Callable, name: str) -> 
     ],
     ids=lambda d: d[0],
 )
-def test_a_plan_binds_the_heuristics_pick(monkeypatch: pytest.MonkeyPatch, desc: tuple) -> None:
-    """build_launcher hands the launcher the chosen config's kernel, tile and launch shape."""
+@pytest.mark.parametrize("arch_name", ["sm_90a", "sm_100f"])
+def test_a_plan_binds_the_heuristics_pick(
+    monkeypatch: pytest.MonkeyPatch, desc: tuple, arch_name: str
+) -> None:
+    """build_launcher hands the launcher the chosen config's kernel, tile and launch shape; the
+    SM100 BF16 kernels (compiled and statically checked, not run on hardware) take the SM90
+    launchers, whose params they share."""
     import moegemm._C as C
     from moegemm.heuristics import GemmDesc, arch_for, select_config
 
@@ -472,9 +477,12 @@ def test_a_plan_binds_the_heuristics_pick(monkeypatch: pytest.MonkeyPatch, desc:
             seen.update(bound=(device, *integers))
             return ("bound", self)
 
-    arch = arch_for("sm_90a", 132)
+    class KGroupedLauncher(Launcher):
+        pass
+
+    arch = arch_for(arch_name, 132 if arch_name == "sm_90a" else 148)
     monkeypatch.setattr(C, "Sm90Bf16GemmLauncher", Launcher)
-    monkeypatch.setattr(C, "Sm90Bf16KGroupedLauncher", Launcher)
+    monkeypatch.setattr(C, "Sm90Bf16KGroupedLauncher", KGroupedLauncher)
     monkeypatch.setattr(plans_mod, "load_kernel", lambda spec: spec)
     monkeypatch.setattr(plans_mod, "arch_for_device", lambda device: arch)
     kind, m, n, k, groups, expected, with_c = desc
@@ -488,7 +496,9 @@ def test_a_plan_binds_the_heuristics_pick(monkeypatch: pytest.MonkeyPatch, desc:
     del seen["bound"]
     unbound = plans_mod.build_plan(0, gemm)  # for tools: the launcher itself, nothing bound
     assert unbound.launch is unbound.launcher and unbound.args == () and "bound" not in seen
-    assert seen["kernel"] == plans_mod.kernel_spec(gemm, config)
+    assert seen["kernel"] == plans_mod.kernel_spec(gemm, config, arch.name)
+    assert seen["kernel"].arch == arch.name
+    assert isinstance(plan.launcher, KGroupedLauncher) == (kind == "k_grouped")
     lay = config.layout
     block_m, block_n, block_k, num_blocks, threads, smem, cluster_m, cluster_n = seen["shape"]
     assert (block_m, block_n, block_k) == (lay.block_m, lay.block_n, lay.block_k)

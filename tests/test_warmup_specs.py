@@ -29,15 +29,19 @@ def test_every_family_is_enumerated_for_a_moe_model() -> None:
         "sm90_bf16_kgrouped",
     } <= {_family(s.name) for s in specs}
     assert len(specs) == len(set(specs)), "deduplicated"
-    # SM100: the BF16 layouts it has kernels for (no k-grouped yet), built for sm_100f.
+    # SM100: every BF16 layout, the k-grouped weight gradient included (compiled and
+    # statically checked, not run on hardware), built for sm_100f.
     sm100 = warmup_specs(shapes, [1, 64], 8, "sm_100a", 148)
     assert sm100 and all(s.arch == "sm_100f" for s in sm100)
-    assert {_family(s.name) for s in sm100} <= {
+    assert {_family(s.name) for s in sm100} == {
         "sm100_bf16_dense",
         "sm100_bf16_contig",
         "sm100_bf16_offs",
         "sm100_bf16_masked",
+        "sm100_bf16_kgrouped",
     }
+    # With and without C: two k-grouped kernels at least.
+    assert sum(s.name.startswith("sm100_bf16_kgrouped_") for s in sm100) >= 2
 
 
 def test_routed_rows_are_tokens_times_top_k() -> None:

@@ -127,8 +127,9 @@ class Sm90Bf16GemmLauncher:
         """CTAs per launch: the planned count, clamped to the clusters that fit at once."""
 
 class Sm90Bf16KGroupedLauncher:
-    """Launches sm90_bf16_k_grouped_gemm with the kernel and its launch shape bound; keeps
-    `kernel` alive. Takes no clusters (cluster_m = cluster_n = 1)."""
+    """Launches sm90_bf16_k_grouped_gemm, or its SM100 twin sm100_bf16_k_grouped_gemm (same
+    parameters and TMA boxes), with the kernel and its launch shape bound; keeps `kernel`
+    alive. Takes no clusters (cluster_m = cluster_n = 1)."""
 
     def __init__(
         self,

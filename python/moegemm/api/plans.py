@@ -106,7 +106,7 @@ def build_launcher(device: int, desc: GemmDesc, config: GemmConfig | None = None
         launcher_type = _C.Sm90Fp8Fp4MoeGemmLauncher if moe else _C.Sm90Fp8Fp4GemmLauncher
     elif moe:
         launcher_type = _C.Sm90Bf16MoeGemmLauncher
-    elif desc.kind == "k_grouped":
+    elif desc.kind == "k_grouped":  # SM90 and SM100 kernels: the same params and TMA boxes
         launcher_type = _C.Sm90Bf16KGroupedLauncher
     else:
         launcher_type = _C.Sm90Bf16GemmLauncher

@@ -10,6 +10,11 @@ The m-grouped and masked layouts always take swap-AB (block_n 128) unless C is a
 transposed epilogue has no functor); the dense GEMM compares both orientations. The fused MoE
 layer's epilogues (SwiGLU, RowScale; offsets and masked) run on swapped tiles.
 
+The k-grouped weight gradient has its own kernel (impls/sm100_bf16_k_grouped_gemm.cuh: same
+warp roles, both operands MN-major): 128 output rows on the MMA's M side, block_n in 64-wide
+chunks (64..256) on its N side, 64 group rows per k-block, FP32 out (+ C); its desc's k is the
+expected rows per group.
+
 The model charges a tile the slowest of the tensor core, shared memory feeding it and L2 feeding
 TMA; the epilogue of one tile overlaps the next tile's mainloop (two accumulators), so only the
 last tile's epilogue is exposed. Waves come from waves.py as on SM90.
@@ -48,13 +53,15 @@ ACCUM_STAGES = 2
 BLOCK_N_CHOICES = (32, 64, 96, 128, 160, 192, 224, 256)
 SWAP_AB_BLOCK_N = 128
 SWAP_AB_BLOCK_M = (16, 32, 48, 64, 96, 128, 192, 256)
+# k-grouped: A's and B's columns load in 64-wide chunks (MnMajorChunkLoader).
+K_GROUPED_BLOCK_N = (64, 128, 192, 256)
 MIN_STAGES, MAX_STAGES = 3, 12
 # Shared memory besides the stages: 2 x 2 accumulator barriers (8 B each) and the 16-byte slot
 # tcgen05.alloc writes the tensor-memory address to; each stage adds its full and empty barrier.
 FIXED_SMEM_BYTES = 2 * ACCUM_STAGES * 8 + 16
 BARRIER_BYTES_PER_STAGE = 16
 GROUPED_KINDS = ("m_grouped_contiguous", "m_grouped_offsets", "m_grouped_masked")
-KINDS = ("bf16_gemm_nt", *GROUPED_KINDS)
+KINDS = ("bf16_gemm_nt", *GROUPED_KINDS, "k_grouped")
 PIPELINE_FILL_CYCLES = 1500
 TILE_OVERHEAD_CYCLES = 200
 UMMA_ISSUE_CYCLES = 2
@@ -74,6 +81,8 @@ def supported(desc: GemmDesc) -> str | None:
         return f"the fused MoE epilogue {desc.epilogue} on {desc.kind} ({desc.d_dtype} out)"
     if desc.d_dtype not in ("bf16", "fp32"):
         return f"d_dtype {desc.d_dtype}"
+    if desc.kind == "k_grouped" and desc.d_dtype != "fp32":
+        return f"k_grouped with {desc.d_dtype} out (weight gradients are FP32)"
     return None
 
 
@@ -107,7 +116,7 @@ def tmem_columns(config: GemmConfig) -> int:
 
 def swap_ab_for(desc: GemmDesc) -> tuple[bool, ...]:
     """The orientations enumerated for `desc`."""
-    if desc.with_c:
+    if desc.with_c or desc.kind == "k_grouped":
         return (False,)
     if desc.kind in GROUPED_KINDS:
         return (True,)
@@ -146,8 +155,13 @@ def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> Iterator[GemmConfig]:
             for block_m in swap_block_m_choices(desc):
                 yield make_config(block_m, SWAP_AB_BLOCK_N, True, arch)
         else:
-            for block_n in BLOCK_N_CHOICES:
+            for block_n in block_n_choices(desc):
                 yield make_config(UMMA_M, block_n, False, arch)
+
+
+def block_n_choices(desc: GemmDesc) -> tuple[int, ...]:
+    """Unswapped block_n choices: the k-grouped kernel loads B's columns in 64-wide chunks."""
+    return K_GROUPED_BLOCK_N if desc.kind == "k_grouped" else BLOCK_N_CHOICES
 
 
 def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
@@ -160,9 +174,12 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
             lay.block_n == SWAP_AB_BLOCK_N
             and lay.block_m in swap_block_m_choices(desc)
             and not desc.with_c
+            and desc.kind != "k_grouped"  # its kernel has one orientation
         )
     else:
-        shape_ok = lay.block_m == UMMA_M and lay.block_n in BLOCK_N_CHOICES
+        shape_ok = lay.block_m == UMMA_M and lay.block_n in block_n_choices(desc)
+    # k-grouped: k is the rows per group (any count), m the output's rows (A's columns).
+    k_grouped = desc.kind == "k_grouped"
     stages = config.pipeline.num_stages
     return (
         shape_ok
@@ -180,7 +197,8 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
         and config.launch.num_threads == NUM_THREADS
         and config.launch.num_math_warpgroups == EPILOGUE_WARPGROUPS
         and desc.n % 8 == 0
-        and desc.k % 8 == 0
+        and (desc.k % 8 == 0 or k_grouped)
+        and (desc.m % 8 == 0 or not k_grouped)
         # The fused MoE layer's epilogues run on swapped tiles; SwiGLU pairs rows in 16s.
         and (desc.epilogue == "none" or lay.swap_ab)
         and (not desc.epilogue.startswith("swiglu") or desc.n % 16 == 0)
@@ -237,9 +255,13 @@ def select(desc: GemmDesc, arch: ArchSpec) -> GemmConfig:
 def selection_key(desc: GemmDesc) -> tuple:
     """Descs with equal keys get the same `select`: the desc without its rows, and the rows as
     the model reads them (dense, m_indices: m rounded up to 16; ragged: the typical group's rows
-    and the wave model's RaggedBlocks per block_m)."""
-    base = (desc.kind, desc.n, desc.k, desc.num_groups, desc.ab_dtype, desc.d_dtype)
+    and the wave model's RaggedBlocks per block_m; k-grouped: the output's m and the k-blocks of
+    the expected rows per group)."""
+    base = (desc.kind, desc.n, desc.num_groups, desc.ab_dtype, desc.d_dtype)
     base += (desc.with_c, desc.epilogue)
+    if desc.kind == "k_grouped":  # m is the output's; of the rows per group only k-blocks count
+        return (*base, desc.m, math.ceil(desc.k / BLOCK_K))
+    base += (desc.k,)
     if desc.kind not in RAGGED_KINDS:
         return (*base, _rows_seen(desc))
     # The block_m choices do not depend on the arch's numbers.

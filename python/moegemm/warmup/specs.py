@@ -202,7 +202,8 @@ def warmup_specs(
     passes range(1, max_tokens + 1)) with `top_k` experts per token, in every layout of the
     module doc: BF16 kernels, or with weights="mxfp4" the FP8 x FP4 ones for both weight forms.
     Deduplicated, in first-pick order. On sm_100f (alias sm_100a) the BF16 layouts SM100 has
-    kernels for (heuristics/sm100_bf16.py: not k-grouped), and for MXFP4 weights the FP8 x FP4
+    kernels for (heuristics/sm100_bf16.py: all of them, the k-grouped weight gradient
+    included), and for MXFP4 weights the FP8 x FP4
     kernels (heuristics/sm100_fp8_fp4.py) of the SM100-prepared form only (SM100 refuses raw
     weights): compiled and statically checked kernels, not run on hardware.
     TypeError / ValueError on a bad argument (check_shape, check_arguments, check_weights,
@@ -229,7 +230,7 @@ def warmup_specs(
         for desc in descs:
             family = sm100_fp8_fp4 if desc.ab_dtype == "fp8_fp4" else sm100_bf16
             if sm100 and family.supported(desc) is not None:
-                continue  # e.g. the k-grouped weight gradient: no SM100 kernel yet
+                continue  # a layout the SM100 family has no kernel for
             config = pick(desc)
             ident = (desc.kind, desc.ab_dtype, desc.weights, desc.d_dtype, desc.with_c, config)
             if ident not in seen:  # building the spec renders source: once per kernel
