@@ -83,8 +83,10 @@ struct MoeQuantizeRows {
   static constexpr size_t kNumAlignedPointers = 2;  // src (16-byte loads), dst
   static constexpr const char* kDoc =
       "Launches moe_quantize_rows with the kernel and its launch shape bound. Call with "
-      "(src_ptr, dst_ptr, scales_ptr, row_bound_ptr, rows, cols, ld_src, stream); row_bound 0 "
-      "for every row; bind(device, rows, cols, ld_src) fixes the integers. Never synchronizes.";
+      "(src_ptr, dst_ptr, scales_ptr, row_bound_ptr, rows, cols, ld_src, group_rows, stream); "
+      "row_bound 0 for every row; group_rows 0: row_bound bounds all rows, else it holds each "
+      "group's count of group_rows-row groups (the masked layout); bind(device, rows, cols, "
+      "ld_src, group_rows) fixes the integers. Never synchronizes.";
 
   static void check_shape(const LaunchShape& shape) {
     if (shape.cluster_m != 1 || shape.cluster_n != 1 || shape.num_threads % 32 != 0) {
@@ -94,10 +96,12 @@ struct MoeQuantizeRows {
 
   static bool fill(const LaunchShape& /*shape*/, Params& params, TmaList& /*tma*/,
                    uint64_t src_ptr, uint64_t dst_ptr, uint64_t scales_ptr,
-                   uint64_t row_bound_ptr, int64_t rows, int64_t cols, int64_t ld_src) {
+                   uint64_t row_bound_ptr, int64_t rows, int64_t cols, int64_t ld_src,
+                   int64_t group_rows) {
     params.rows = checked_u32(rows, "rows");
     params.cols = checked_u32(cols, "cols");
     params.ld_src = checked_u32(ld_src, "ld_src");
+    params.group_rows = checked_u32(group_rows, "group_rows");
     if (cols % 8 != 0 || ld_src % 8 != 0 || ld_src < cols) {
       throw std::invalid_argument(std::string(kName) +
                                   ": cols and ld_src multiples of 8 with ld_src >= cols");

@@ -118,6 +118,8 @@ def test_forward_launch_sequence(launches, mxfp4: bool) -> None:
     assert g2["group_info_ptr"] == p(ep.masked_m)
     if mxfp4:
         assert g1["sfa_ptr"] == p(ep.sfa_recv) and g2["a_ptr"] == p(ep.h8)
+        q, qi = gemms[1][1], gemms[1][2]  # the intermediate's rows inside masked_m only
+        assert q["row_bound_ptr"] == p(ep.masked_m) and qi["group_rows"] == TMAX
     else:
         assert g1["d_ptr"] == g2["a_ptr"] == p(ep.h)
     assert (cp["y_ptr"], cp["out_ptr"], cp["slot_dest_ptr"]) == (p(ep.y), p(out), p(ep.slot_dest))

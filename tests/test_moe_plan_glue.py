@@ -133,7 +133,7 @@ def test_mxfp4_layer_launches(recorder) -> None:
     assert i1 == (T * K, T * K, 2 * I, H, E, H, H // 2, 2 * I * H // 2, I, 0, H // 128, 1, 0,
                   2 * I * H // 32, H // 32)  # fmt: skip
     assert (q["src_ptr"], q["dst_ptr"], q["scales_ptr"]) == (ptr(ws.h), ptr(ws.h8), ptr(ws.sfa_h))
-    assert q["row_bound_ptr"] == ptr(ws.offs) + 4 * (E - 1) and qi == (T * K, I, I)
+    assert q["row_bound_ptr"] == ptr(ws.offs) + 4 * (E - 1) and qi == (T * K, I, I, 0)
     assert (g2["a_ptr"], g2["sfa_ptr"], g2["d_ptr"]) == (ptr(ws.h8), ptr(ws.sfa_h), ptr(ws.y))
     assert (g2["b_ptr"], g2["sfb_ptr"], g2["bias_ptr"]) == (ptr(w2[0]), ptr(w2[1]), ptr(bias2))
     assert g2["row_scale_ptr"] == ptr(ws.row_weight)
@@ -157,6 +157,11 @@ def test_masked_launches(recorder, mxfp4: bool) -> None:
     gemm = "Sm90Fp8Fp4MoeGemmLauncher" if mxfp4 else "Sm90Bf16MoeGemmLauncher"
     if mxfp4:
         assert names == ["MoeQuantizeRowsLauncher", gemm, "MoeQuantizeRowsLauncher", gemm]
+        # Both quantizations take masked_m as per-group counts: only the rows it holds.
+        quants = [(p, i) for n, p, i in recorder.launches if n == "MoeQuantizeRowsLauncher"]
+        assert [(p["row_bound_ptr"], i) for p, i in quants] == [
+            (ptr(masked), (E * max_m, H, H, max_m)), (ptr(masked), (E * max_m, I, I, max_m))
+        ]
     else:
         assert names == [gemm, gemm]
     gemms = [(p, i) for n, p, i in recorder.launches if n == gemm]

@@ -334,6 +334,84 @@ class Sm100Fp8Fp4GemmLauncher:
     def num_blocks(self) -> int:
         """CTAs per launch (the planned count: no clusters, no clamp)."""
 
+class Sm100Fp8Fp4MoeGemmLauncher:
+    """Launches sm100_fp8_fp4_grouped_gemm built with a MoE epilogue (the fused layer's SwiGLU
+    or RowScale on swapped tiles), Sm100Fp8Fp4GemmLauncher's call plus the FP32 bias [G, n] and
+    row-scale pointers (0 when absent), in Sm90Fp8Fp4MoeGemmLauncher's pointer order. Compiled
+    and statically checked, not run on hardware."""
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        block_m: int,
+        block_n: int,
+        block_k: int,
+        num_blocks: int,
+        num_threads: int,
+        smem_bytes: int,
+        cluster_m: int,
+        cluster_n: int,
+        store_cols: int = 0,
+    ) -> None: ...
+    def __call__(
+        self,
+        a_ptr: int,
+        b_ptr: int,
+        d_ptr: int,
+        sfa_ptr: int,
+        sfb_ptr: int,
+        bias_ptr: int,
+        row_scale_ptr: int,
+        group_info_ptr: int,
+        rows: int,
+        m: int,
+        n: int,
+        k: int,
+        num_groups: int,
+        lda: int,
+        ldb: int,
+        ldb_group: int,
+        ldd: int,
+        sfa_stride_group: int,
+        sfa_stride_row: int,
+        sfa_stride_kb: int,
+        sfa_group_rows: int,
+        sfb_stride_group: int,
+        stream: int,
+        /,
+    ) -> None:
+        """D[r, n] = sum_k A[r, k] sfa[r, k/128] W[g(r), n, k] 2^(sfb[g(r), n, k/32] - 127), D
+        BF16. b the prepared codes [G, N, Kp/2] (ldb, ldb_group in bytes, multiples of 32), sfb
+        the prepared scale words [G, Kp/128, Np] (sfb_stride_group in words), a strides in
+        bytes, ldd in elements, sfa strides in floats (as Sm90Fp8Fp4GemmLauncher). An empty
+        output launches nothing. Asynchronous."""
+
+    def bind(
+        self,
+        device: int,
+        rows: int,
+        m: int,
+        n: int,
+        k: int,
+        num_groups: int,
+        lda: int,
+        ldb: int,
+        ldb_group: int,
+        ldd: int,
+        sfa_stride_group: int,
+        sfa_stride_row: int,
+        sfa_stride_kb: int,
+        sfa_group_rows: int,
+        sfb_stride_group: int,
+        /,
+    ) -> Callable[[int, int, int, int, int, int, int, int, int], bool]:
+        """launch(a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, bias_ptr, row_scale_ptr, group_info_ptr,
+        stream, /) -> bool: the call with these integers bound for CUDA device `device`."""
+
+    @property
+    def num_blocks(self) -> int:
+        """CTAs per launch (the planned count: no clusters, no clamp)."""
+
 class Sm90Bf16MoeGemmLauncher:
     """Launches sm90_bf16_grouped_gemm (or its swap-AB twin) built with a fused-MoE epilogue
     (Config::kMoeEpilogue: SwiGLU, D with n / 2 columns, or RowScale); register or TMA stores
@@ -481,11 +559,13 @@ class MoeQuantizeRowsLauncher:
         rows: int,
         cols: int,
         ld_src: int,
+        group_rows: int,
         stream: int,
         /,
     ) -> None:
-        """dst, scales = per_token_cast_to_fp8(src) for rows below *row_bound (0: all rows).
-        Asynchronous."""
+        """dst, scales = per_token_cast_to_fp8(src) for rows below *row_bound (0: all rows); with
+        group_rows > 0, row_bound holds each group_rows-row group's count (the masked layout)
+        and rows past it are skipped. Asynchronous."""
 
     def bind(
         self,
@@ -493,6 +573,7 @@ class MoeQuantizeRowsLauncher:
         rows: int,
         cols: int,
         ld_src: int,
+        group_rows: int,
         /,
     ) -> Callable[[int, int, int, int, int], bool]:
         """launch(src_ptr, dst_ptr, scales_ptr, row_bound_ptr, stream, /) -> bool."""

@@ -31,8 +31,11 @@ struct MoeQuantizeParams {
   const void* src;             // [rows, cols] BF16, row stride ld_src elements
   void* dst;
   float* scales;
-  const int32_t* row_bound;    // nullptr: every row
-  uint32_t rows, cols, ld_src;
+  // nullptr: every row. group_rows 0: one bound, rows at or past *row_bound are skipped;
+  // group_rows > 0 (the masked layout): row_bound[g] counts group g's valid rows (clamped to
+  // [0, group_rows]) and row g * group_rows + r is skipped for r past it.
+  const int32_t* row_bound;
+  uint32_t rows, cols, ld_src, group_rows;
 };
 
 // Combine (moe/combine.cuh): out[t] = sum over j of y[slot_row[t * top_k + j]] in FP32, j in

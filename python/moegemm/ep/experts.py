@@ -26,7 +26,7 @@ class Mxfp4MaskedExperts:
                  w13: PreparedW13, w2_prepared: bool) -> None:  # fmt: skip
         (d1, args1), (d2, args2) = mxfp4_masked_gemms(e, max_m, h, i, expected, w13, w2_prepared)
         self.gemm1 = plans.make_plan(device, d1, args1)
-        self.quantize_h = quantize_launch(device, e * max_m, i, i)
+        self.quantize_h = quantize_launch(device, e * max_m, i, i, group_rows=max_m)
         self.gemm2 = plans.make_plan(device, d2, args2)
 
     def run(self, bufs: dict[str, torch.Tensor], w13: PreparedW13, w2b: torch.Tensor,
@@ -39,7 +39,7 @@ class Mxfp4MaskedExperts:
             ptr["x_recv"], w13.weight.data_ptr(), ptr["h"], ptr["sfa_recv"],
             w13.scales.data_ptr(), bias13, 0, info, stream,
         )  # fmt: skip
-        launched &= self.quantize_h(ptr["h"], ptr["h8"], ptr["sfa_h"], 0, stream)
+        launched &= self.quantize_h(ptr["h"], ptr["h8"], ptr["sfa_h"], info, stream)
         launched &= self.gemm2.launch(
             ptr["h8"], w2b.data_ptr(), ptr["y"], ptr["sfa_h"], w2s.data_ptr(), bias2,
             ptr["recv_weight"], info, stream,

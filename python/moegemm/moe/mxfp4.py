@@ -150,7 +150,9 @@ def mxfp4_masked_gemms(e: int, max_m: int, h: int, i: int, expected: int, w13: P
     )
 
 
-def quantize_launch(device: int, rows: int, cols: int, ld_src: int):
+def quantize_launch(device: int, rows: int, cols: int, ld_src: int, group_rows: int = 0):
+    """The bound quantization of `rows` BF16 rows; group_rows > 0: the masked layout, whose
+    launch passes the per-group counts as row_bound (rows past a group's count are skipped)."""
     from .. import _C
 
     arch = arch_for_device(device)
@@ -162,7 +164,7 @@ def quantize_launch(device: int, rows: int, cols: int, ld_src: int):
         load_kernel(moe_quantize_rows_spec(arch.name)), 1, 1, 1, ctas, MOE_QUANTIZE_THREADS, 0,
         1, 1,
     )  # fmt: skip
-    return launcher.bind(device, rows, cols, ld_src)
+    return launcher.bind(device, rows, cols, ld_src, group_rows)
 
 
 class Mxfp4LayerPlan:
@@ -213,9 +215,10 @@ class Mxfp4MaskedPlan:
                  w13: PreparedW13, w2_prepared: bool) -> None:  # fmt: skip
         rows = e * max_m
         (d1, args1), (d2, args2) = mxfp4_masked_gemms(e, max_m, h, i, expected, w13, w2_prepared)
-        self.quantize_x = quantize_launch(device, rows, h, h)
+        # Only the rows masked_m holds are quantized: a decode step's few, not E x max_m.
+        self.quantize_x = quantize_launch(device, rows, h, h, group_rows=max_m)
         self.gemm1 = plans.make_plan(device, d1, args1)
-        self.quantize_h = quantize_launch(device, rows, i, i)
+        self.quantize_h = quantize_launch(device, rows, i, i, group_rows=max_m)
         self.gemm2 = plans.make_plan(device, d2, args2)
 
     def run(self, x, masked_m, w13: PreparedW13, w2b, w2s, w2_bias, out, bufs: dict,
@@ -227,11 +230,11 @@ class Mxfp4MaskedPlan:
         info = masked_m.data_ptr()
         x8, sfa_x = bufs["x8"].data_ptr(), bufs["sfa_x"].data_ptr()
         h, h8, sfa_h = bufs["h"].data_ptr(), bufs["h8"].data_ptr(), bufs["sfa_h"].data_ptr()
-        launched = self.quantize_x(x.data_ptr(), x8, sfa_x, 0, stream)
+        launched = self.quantize_x(x.data_ptr(), x8, sfa_x, info, stream)
         launched &= self.gemm1.launch(
             x8, w13.weight.data_ptr(), h, sfa_x, w13.scales.data_ptr(), bias13, 0, info, stream
         )
-        launched &= self.quantize_h(h, h8, sfa_h, 0, stream)
+        launched &= self.quantize_h(h, h8, sfa_h, info, stream)
         launched &= self.gemm2.launch(
             h8, w2b.data_ptr(), out.data_ptr(), sfa_h, w2s.data_ptr(), bias2, row_weight_ptr,
             info, stream,
