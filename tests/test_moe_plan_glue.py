@@ -160,7 +160,8 @@ def test_masked_launches(recorder, mxfp4: bool) -> None:
         # Both quantizations take masked_m as per-group counts: only the rows it holds.
         quants = [(p, i) for n, p, i in recorder.launches if n == "MoeQuantizeRowsLauncher"]
         assert [(p["row_bound_ptr"], i) for p, i in quants] == [
-            (ptr(masked), (E * max_m, H, H, max_m)), (ptr(masked), (E * max_m, I, I, max_m))
+            (ptr(masked), (E * max_m, H, H, max_m)),
+            (ptr(masked), (E * max_m, I, I, max_m)),
         ]
     else:
         assert names == [gemm, gemm]
