@@ -80,3 +80,15 @@ def test_combine_kernel() -> None:
     assert "ST.E.128" in text, "rows pushed to the source rank in 16-byte vectors"
     assert "LDG.E.128.STRONG.GPU" in text, "peer-written rows read through L2 (__ldcg)"
     assert "STG.E.128" in text, "the combined BF16 rows"
+
+
+def test_sm100_dispatch_quantizes_with_power_of_two_scales() -> None:
+    """The SM100 FP8 x FP4 kernel reads the dispatched rows' scales as UE8M0 exponents: the
+    sm_100f dispatch is the UE8M0 form (moe/fp8_rows.cuh's block_scale<true>), and compiles."""
+    spec = ep_dispatch_spec("sm_100f", fp8=True)
+    assert spec.name.endswith("_ue8m0") and ", true, true>(" in spec.source
+    assert ", true, false>(" in ep_dispatch_spec("sm_90a", fp8=True).source
+    assert "ue8m0" not in ep_dispatch_spec("sm_100f").name
+    text = sass(spec)
+    assert_signals(text)
+    assert "F2FP.SATFINITE.E4M3" in text

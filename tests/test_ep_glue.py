@@ -265,3 +265,16 @@ def test_check_reports_the_status_word(launches) -> None:
     with pytest.raises(RuntimeError, match="rank 1 never arrived in the dispatch within 2.5 s"):
         ep.check()
     assert "EPMoE(rank 0 of 1" in repr(ep)
+
+
+def test_mxfp4_experts_prepared_for_another_gpu_are_refused(launches) -> None:
+    """SM100-prepared experts on this (stub, SM90) device: a ValueError naming the call to make,
+    before any launch, not a launcher bound with the other layout's integers."""
+    from moegemm.api.mxfp4_weights import prepare_mxfp4_weights
+
+    ep = EPMoE(None, E, K, H, I, "mxfp4", TMAX, device="cpu")
+    w13 = moegemm.prepare_moe_weights(quantize_mxfp4(torch.randn(E, 2 * I, H)), arch="sm_100f")
+    w2 = prepare_mxfp4_weights(*quantize_mxfp4(torch.randn(E, H, I)), arch="sm_100f")
+    with pytest.raises(ValueError, match="prepared for sm_100f and the call runs on sm_90a"):
+        ep.forward(*inputs(5), w13, w2)
+    assert launches == []

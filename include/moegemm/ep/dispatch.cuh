@@ -22,7 +22,8 @@
 //      masked_m = min(total, max_m) (an overflow is recorded, its rows dropped; 0 after a
 //      timeout, so the combine pushes nothing from counts it never received);
 //   4. pushes each kept slot's row to its owner: BF16 16-byte vectors, or with kFp8 quantized
-//      per 128 columns (moe/fp8_rows.cuh, per_token_cast_to_fp8's bits) with its scales, plus
+//      per 128 columns (moe/fp8_rows.cuh, per_token_cast_to_fp8's bits; power-of-two scales
+//      with kUe8m0, as the SM100 FP8 x FP4 kernel reads them) with its scales, plus
 //      the routing weight (GEMM2's row scale) and the source (rank, slot) for the combine;
 //   5. arrives (above); the last CTA waits for every rank's arrivals, then publishes the epoch
 //      in EpState (every CTA of this rank read it before arriving).
@@ -42,7 +43,7 @@
 
 namespace moegemm::ep {
 
-template <uint32_t kThreads, bool kFp8>
+template <uint32_t kThreads, bool kFp8, bool kUe8m0>
 __device__ __forceinline__ void dispatch(const EpDispatchParams& p) {
   constexpr uint32_t kWarps = kThreads / 32;
   extern __shared__ __align__(16) int32_t smem[];
@@ -169,7 +170,7 @@ __device__ __forceinline__ void dispatch(const EpDispatchParams& p) {
       const uint64_t r = index < 0 ? 0 : static_cast<uint64_t>(index);
       uint8_t* x_recv = peer_ptr<uint8_t>(p.peer_base, owner, p.layout.x_recv);
       float* sfa = peer_ptr<float>(p.peer_base, owner, p.layout.sfa_recv);
-      moe::quantize_block(x + static_cast<uint64_t>(s / p.top_k) * p.ldx, x_recv + r * p.hidden,
+      moe::quantize_block<kUe8m0>(x + static_cast<uint64_t>(s / p.top_k) * p.ldx, x_recv + r * p.hidden,
                           sfa + r * blocks + block, p.hidden, block, index >= 0);
     }
   } else {
@@ -202,12 +203,13 @@ __device__ __forceinline__ void dispatch(const EpDispatchParams& p) {
   }
 }
 
-template <uint32_t kThreads, bool kFp8>
+template <uint32_t kThreads, bool kFp8, bool kUe8m0 = false>
 __global__ void __launch_bounds__(kThreads) ep_dispatch_kernel(
     const __grid_constant__ EpDispatchParams params) {
+  static_assert(kFp8 || !kUe8m0, "UE8M0 scales are FP8 rows' scales");
   // Under PDL the previous kernel may still run: its writes are visible only after the wait.
   pdl_wait();
-  dispatch<kThreads, kFp8>(params);
+  dispatch<kThreads, kFp8, kUe8m0>(params);
 }
 
 }  // namespace moegemm::ep

@@ -318,6 +318,10 @@ class EPMoE:
             raise ValueError(f"the layer's experts are {self.weight_dtype}; w13_local is "
                              f"{'mxfp4' if w13.is_mxfp4 else 'bf16'}")  # fmt: skip
         packed = _check_any_w2(w13, w2, w2_bias, el, self.hidden, self.intermediate)
+        if w13.is_mxfp4:  # experts prepared for another GPU: a clear error, not a bad bind
+            from ..moe.mxfp4 import require_weights_for
+
+            require_weights_for(arch_for_device(self.device.index or 0).name, w13)
         w2_key = (w2.stride(1), w2.stride(0)) if packed is None else ("mxfp4", packed[2])
         if out is not None:
             checks.require_tensor("out", out, (torch.bfloat16,), 2)

@@ -424,9 +424,12 @@ def _ep_source(name: str, header: str, function: str, params: str, targs: str) -
 
 def ep_dispatch_spec(arch: str = "sm_90a", fp8: bool = False) -> KernelSpec:
     """The expert-parallel dispatch (ep/dispatch.cuh), EP_DISPATCH_THREADS a CTA; `fp8` pushes
-    rows quantized to FP8 per 128 columns with their scales (MXFP4 experts)."""
+    rows quantized to FP8 per 128 columns with their scales (MXFP4 experts; on SM100 with
+    power-of-two scales)."""
+    ue8m0 = fp8 and _ue8m0_rows(arch)
     name = f"ep_dispatch_t{EP_DISPATCH_THREADS}" + ("_fp8" if fp8 else "")
-    targs = f"{EP_DISPATCH_THREADS}, {'true' if fp8 else 'false'}"
+    name += "_ue8m0" if ue8m0 else ""
+    targs = f"{EP_DISPATCH_THREADS}, {'true' if fp8 else 'false'}, {'true' if ue8m0 else 'false'}"
     source = _ep_source(name, "dispatch", "ep_dispatch_kernel", "EpDispatchParams", targs)
     return KernelSpec(name=name, source=source, arch=arch)
 

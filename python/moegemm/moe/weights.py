@@ -118,12 +118,16 @@ def _check_sizes(e: int, two_i: int, h: int, what: str) -> None:
 
 
 def default_mxfp4_arch(t: torch.Tensor) -> str:
-    """The preparation a tensor's device runs: its GPU's arch, "sm_90a" off the GPU."""
+    """The preparation a tensor's device runs: its GPU's arch; "sm_90a" off the GPU and on a GPU
+    moegemm has no kernels for (the preparation is plain torch; a call there is refused)."""
     if t.device.type != "cuda":
         return SM90_ARCH
     from ..api.device import arch_for_device
 
-    return arch_for_device(t.device.index).name
+    try:
+        return arch_for_device(t.device.index).name
+    except ValueError:
+        return SM90_ARCH
 
 
 def _prepare_mxfp4(w13, activation: str, w13_bias, layout: str, arch: str | None) -> PreparedW13:
