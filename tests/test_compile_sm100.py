@@ -1,13 +1,15 @@
 """SM100 BF16 kernels, compiled for sm_100f and statically checked (no Blackwell GPU here: none
 of this runs on hardware).
 
-- Every config the SM100 heuristics emit (select) for the decode, prefill and masked suites of
-  moe_shapes.json, in each layout the kernel serves, and for its k_grouped suite (the weight
-  gradient's own kernel, impls/sm100_bf16_k_grouped_gemm.cuh), is compiled through the real JIT path (codegen -> nvcc -> cache, ptxas told to
-  fail on local memory) and its SASS and ELF inspected: UTCHMMA (tcgen05.mma kind::f16), UTCBAR
-  (tcgen05.commit), LDTM (tcgen05.ld), no UTCQMMA/UTCCP (FP8 x FP4 only), no .2CTA (no clusters
-  of two), no trap beyond the tensor-memory allocator's own error paths, no local memory, no
-  stack, the shared memory within the opt-in budget.
+- Every config the SM100 heuristics may emit (every candidate they rank, not only the ones they
+  select) for the decode, prefill and masked suites of moe_shapes.json, in each layout the
+  kernel serves, and for its k_grouped suite (the weight gradient's own kernel,
+  impls/sm100_bf16_k_grouped_gemm.cuh), is compiled through the real JIT path (codegen -> nvcc
+  -> cache, ptxas told to fail on local memory) and its SASS and ELF inspected: UTCHMMA
+  (tcgen05.mma kind::f16), UTCBAR (tcgen05.commit), LDTM (tcgen05.ld), no UTCQMMA/UTCCP (FP8 x
+  FP4 only), no .2CTA (no clusters of two), the ELF's tcgen05 CTA group equal to the launch's
+  cluster size, no trap beyond the tensor-memory allocator's own error paths, no local memory,
+  no stack, the shared memory within the opt-in budget.
 - A host program compiled against CUTLASS prints, for every candidate config the heuristics
   rank for those suites (a superset of the selected ones), the kernel's own constants
   (instruction descriptor, shared-memory descriptor fields, tensor-memory columns, expected
@@ -126,8 +128,8 @@ def candidates() -> dict[str, tuple[KernelSpec, GemmConfig]]:
 
 @functools.cache
 def emitted() -> dict[str, tuple[KernelSpec, GemmConfig]]:
-    """The kernels the heuristics select for the suites, by name: these are compiled (about 3
-    CPU-seconds each); the descriptor and budget checks run on every candidate."""
+    """The kernels the heuristics select for the suites, by name (every candidate is compiled
+    and checked; these are the ones a call of the suites loads)."""
     specs: dict[str, tuple[KernelSpec, GemmConfig]] = {}
     for desc in suite_descs():
         config = select_config(desc, ARCH)
@@ -193,7 +195,7 @@ def test_old_nvcc_is_refused_for_sm100f(monkeypatch) -> None:
 
 @pytest.fixture(scope="module")
 def cubins(tmp_path_factory) -> dict[str, Path]:
-    """Builds every emitted kernel (two nvcc at a time) in a private cache, with ptxas failing
+    """Builds every candidate kernel (two nvcc at a time) in a private cache, with ptxas failing
     the build on local memory or spills."""
     saved = {k: os.environ.get(k) for k in ("MOEGEMM_CACHE_DIR", "MOEGEMM_JIT_PTXAS_CHECK")}
     os.environ["MOEGEMM_CACHE_DIR"] = str(tmp_path_factory.mktemp("sm100_cache"))
@@ -202,7 +204,7 @@ def cubins(tmp_path_factory) -> dict[str, Path]:
         with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
             futures = {
                 name: pool.submit(cache.build_or_load, spec)
-                for name, (spec, _) in emitted().items()
+                for name, (spec, _) in candidates().items()
             }
             return {name: future.result() for name, future in futures.items()}
     finally:
@@ -257,9 +259,9 @@ def opcodes(sass: str) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("name", sorted(emitted()))
+@pytest.mark.parametrize("name", sorted(candidates()))
 def test_kernel_sass_and_elf(name: str, cubins, allocator_traps: int) -> None:
-    spec, config = emitted()[name]
+    spec, config = candidates()[name]
     cubin = cubins[name]
     assert count_cubin_kernels(cubin.read_bytes()) == 1
     sass = cuobjdump("--dump-sass", str(cubin))
