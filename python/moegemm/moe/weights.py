@@ -164,24 +164,23 @@ def _prepare_mxfp4(w13, activation: str, w13_bias, layout: str, arch: str | None
     if layout not in ("raw", "prepared"):
         raise ValueError(f"mxfp4_layout must be 'raw' or 'prepared', got {layout!r}")
     arch = MXFP4_ARCHS[arch] if arch is not None else default_mxfp4_arch(b)
+    if arch == SM100_ARCH and (layout == "raw" or prepared):
+        raise ValueError(
+            "SM100 takes MXFP4 experts in its own preparation only: pass the checkpoint's "
+            "(blocks, scales) pair with mxfp4_layout='prepared'"
+        )
+    if layout == "raw" and prepared:
+        raise ValueError(
+            "w13 is already in the prepared nibble layout; pass mxfp4_layout='prepared'"
+        )
     b, sfb = kernel_order(b, activation), kernel_order(sfb, activation)
+    bias = _bias_of(w13_bias, e, two_i, b.device, activation)
     if arch == SM100_ARCH:
-        if layout == "raw" or prepared:
-            raise ValueError(
-                "SM100 takes MXFP4 experts in its own preparation only: pass the checkpoint's "
-                "(blocks, scales) pair with mxfp4_layout='prepared'"
-            )
         packed = prepare_mxfp4_weights(b, sfb, arch=SM100_ARCH)
-        bias = _bias_of(w13_bias, e, two_i, b.device, activation)
         return PreparedW13(packed.b, bias, activation, packed.sfb, True, SM100_ARCH, h)
     if layout == "prepared" and not prepared:
         packed = prepare_mxfp4_weights(b, sfb)
         b, sfb, prepared = packed.b, packed.sfb, True
-    elif layout == "raw" and prepared:
-        raise ValueError(
-            "w13 is already in the prepared nibble layout; pass mxfp4_layout='prepared'"
-        )
-    bias = _bias_of(w13_bias, e, two_i, b.device, activation)
     return PreparedW13(b.contiguous(), bias, activation, sfb.contiguous(), prepared)
 
 
