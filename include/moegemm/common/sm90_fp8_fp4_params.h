@@ -13,7 +13,12 @@ namespace moegemm {
 // A E4M3, W packed E2M1 (two codes a byte, code 2i in the low nibble), D BF16.
 struct Sm90Fp8Fp4GemmParams {
   CUtensorMap tma_a;  // A [rows, K] bytes: dims {K, rows}, box {128, BLOCK_M}, 128B swizzle
-  CUtensorMap tma_b;  // W [G, N, K/2] bytes: dims {K/2, N, G}, box {64, BLOCK_N, 1}, no swizzle
+  // W [G, N, K/2] bytes: dims {K/2, N, G}, box {64, BLOCK_N, 1}, no swizzle; prepared weights:
+  // the codes [G, Np, Kp/2] (N and K padded to 64 and 128), the same box.
+  CUtensorMap tma_b;
+  // Prepared weights only: the offsets words [G, 2 Kb, Np] uint32, dims {Np, 2 Kb, G}, box
+  // {BLOCK_N, 1, 1} (the kernel loads the first plane; the second holds the scale bytes).
+  CUtensorMap tma_sfb;
   // D [rows, N] BF16 for the TMA-store epilogue (dims {N, rows}, box {store_cols, 64}); left
   // unencoded when the kernel stores from registers.
   CUtensorMap tma_d;
@@ -22,7 +27,8 @@ struct Sm90Fp8Fp4GemmParams {
   // kb * sfa_stride_kb (floats): row the absolute A row, g its group (masked: sfa_group_rows =
   // rows per group; the contiguous layouts pass 0 and 0).
   const float* sfa;
-  // sfb[g, n, block] at g * sfb_stride_group + n * sfb_stride_row + block (bytes).
+  // sfb[g, n, block] at g * sfb_stride_group + n * sfb_stride_row + block (bytes); prepared
+  // weights: the offsets tensor, sfb_stride_group bytes a group.
   const uint8_t* sfb;
   const int32_t* group_info;  // m_indices, cumulative end rows or valid rows; nullptr dense
   // The fused MoE layer's epilogues (Config::kMoeEpilogue, as Sm90Bf16GemmParams): FP32 bias

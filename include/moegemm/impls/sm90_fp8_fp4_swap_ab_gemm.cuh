@@ -1,31 +1,37 @@
-// SM90 FP8 x FP4 decode GEMM, m-grouped (packed offsets or masked): D[r, n] as in
-// impls/sm90_fp8_fp4_grouped_gemm.cuh, with the operands swapped: weight rows on the wgmma's M
-// side as register operands, tokens (BLOCK_M = 8..64 of them, Config::kBlockM) on its N side.
-// The skeleton of kernels/sm90_persistent_gemm.cuh with
-//   loader     PackedWeightLoader<BLOCK_M tokens, BLOCK_N weight rows> (the same stage as the
-//              prefill kernel's: tokens' E4M3 rows, packed weights, both scales),
-//   transform  none: each math warpgroup expands its own 64 weight rows into registers,
-//   MMA        Fp4RegisterMma (mma/sm90_fp4_register_mma.cuh): per k-block and pass, 16
-//              converted registers, wgmma m64 x BLOCK_M x 32 (RS), wait, promote with the
-//              row's weight factor times the token's scale,
-//   scheduler  Config::Scheduler: the grouped walk (offsets or masked) over token blocks and
+// SM90 FP8 x FP4 GEMM with swapped operands, m-grouped or dense: D[r, n] as in
+// impls/sm90_fp8_fp4_grouped_gemm.cuh, weight rows on the wgmma's M side as register operands,
+// tokens (BLOCK_M of them, Config::kBlockM) on its N side. Two compositions of the skeleton
+// (kernels/sm90_persistent_gemm.cuh), by the weights' layout (Config::kPreparedWeights):
+//
+// Prepared weights (python/moegemm/api/mxfp4_weights.py; every M, tokens 8..128):
+//   loader     TableWeightLoader: tokens' E4M3 rows, the thread-ordered codes and the offsets
+//              words by TMA, the tokens' scales by the producer's lanes,
+//   MMA        Fp4TableMma (mma/sm90_fp4_table_mma.cuh): the whole tile; per k-block the table
+//              conversion of k-block kb + 1 runs while kb's 4 RS wgmma do, then the promotion,
+// Checkpoint weights (the raw OCP layout; decode only, tokens 8..64):
+//   loader     PackedWeightLoader: tokens, packed codes, and both scales by the lanes,
+//   MMA        Fp4RegisterMma (mma/sm90_fp4_register_mma.cuh): per k-block and pass, convert
+//              16 registers, 4 wgmma into a temporary set, wait, promote,
+// and for both
+//   scheduler  Config::Scheduler: any of the four layouts' walks over token blocks and
 //              64 x kNumMathWG weight rows,
-//   epilogue   store_transposed (epilogue/sm90_swap_ab_store.cuh), BF16 register stores.
+//   epilogue   store_transposed (epilogue/sm90_swap_ab_store.cuh) or the fused MoE layer's
+//              SwiGLU / RowScale stores, BF16 from registers.
 //
 // Warp roles (1 + kNumMathWG warpgroups of 128 threads):
-//   warpgroup 0      producer: TMA boxes by one lane, scales by all 32 (cp.async), as prefill.
+//   warpgroup 0      producer: TMA boxes by one lane, scales by all 32 (cp.async).
 //   warpgroups 1..W  math, 64 weight rows each; the conversion is their work, so several of
 //                    them share the SM's integer pipes and one converts while another's wgmma
 //                    runs. setmaxnreg.inc by what the producer gives back.
 // Pipeline: one TMA ring, kNumStages: full[s] 1 + 32 arrivals + the boxes' bytes; empty[s] one
 //   arrive per math warp after its warpgroup's last wgmma on the stage has retired.
-// Shared memory: [tokens | packed weights | sfa | sfb words] x kNumStages, the math warpgroups'
-//   conversion tables (128 bytes each, in the epilogue's region), barriers.
-// Status: run and tested on the H200 (tests/test_fp8_fp4_decode_gpu.py); the heuristics pick it
-//   at decode by cost (heuristics/sm90_fp8_fp4_decode.py).
+// Shared memory: [tokens | codes | token scales | offsets words (prepared) or scale words] x
+//   kNumStages, the checkpoint path's conversion tables (128 bytes a math warpgroup), barriers.
 #pragma once
 
 #include <cuda_bf16.h>
+
+#include <type_traits>
 
 #include <moegemm/common/sm90_fp8_fp4_params.h>
 #include <moegemm/epilogue/functors.cuh>
@@ -35,6 +41,7 @@
 #include <moegemm/kernels/sm90_persistent_gemm.cuh>
 #include <moegemm/loader/tma_loaders.cuh>
 #include <moegemm/mma/sm90_fp4_register_mma.cuh>
+#include <moegemm/mma/sm90_fp4_table_mma.cuh>
 #include <moegemm/scheduler/group_walk_scheduler.cuh>
 
 namespace moegemm::sm90 {
@@ -55,16 +62,20 @@ struct Fp8Fp4SwapAbGemmKernel {
                 "swapped operands, one CTA per tile, BF16 register stores without C");
   static_assert(BLOCK_K == 128, "one k-block per activation scale");
   static_assert(BLOCK_N == 64 * kNumMathWG, "each math warpgroup owns 64 weight rows");
-  static_assert(BLOCK_M % 8 == 0 && BLOCK_M >= 8 && BLOCK_M <= 64, "tokens on N: 8..64");
+  static constexpr bool kPrepared = Config::kPreparedWeights;
+  static_assert(BLOCK_M % 8 == 0 && BLOCK_M >= 8 && BLOCK_M <= (kPrepared ? 128 : 64),
+                "tokens on N: 8..128 (prepared weights), 8..64 (checkpoint layout)");
   static constexpr bool kTmaStore = false;
-  static constexpr uint32_t kEpilogueSmemBytes = 1024;  // the math warpgroups' tables
+  // The checkpoint path's conversion tables, 128 bytes a math warpgroup.
+  static constexpr uint32_t kEpilogueSmemBytes = kPrepared ? 0 : 1024;
 
-  using Loader = PackedWeightLoader<BLOCK_M, BLOCK_N>;
+  using Loader = std::conditional_t<kPrepared, TableWeightLoader<BLOCK_M, BLOCK_N>,
+                                    PackedWeightLoader<BLOCK_M, BLOCK_N>>;
   using Transform = NoTransform;
-  using Mma = Fp4RegisterMma<BLOCK_M, BLOCK_N, Config::kPreparedWeights>;
+  using Mma = std::conditional_t<kPrepared, Fp4TableMma<BLOCK_M, BLOCK_N>,
+                                 Fp4RegisterMma<BLOCK_M, BLOCK_N, false>>;
   // The fused MoE layer's epilogues (epilogue/functors.cuh): SwiGLU or RowScale.
   static constexpr uint32_t kMoe = moe_epilogue_of<Config>::value;
-  static_assert(Mma::kTableBytes * kNumMathWG <= kEpilogueSmemBytes, "tables fit");
 
   __device__ __forceinline__ static Scheduler make_scheduler(const Params& params) {
     return Scheduler(GroupingArgs{params.m, params.n, params.num_groups, params.group_info});

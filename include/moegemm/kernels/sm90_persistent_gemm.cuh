@@ -71,6 +71,12 @@ struct owns_k_block : std::false_type {};
 template <typename Mma>
 struct owns_k_block<Mma, std::enable_if_t<Mma::kOwnsKBlock>> : std::true_type {};
 
+// Whether an MMA policy runs whole tiles itself (Mma::kRunsTile = true).
+template <typename Mma, typename = void>
+struct runs_tile : std::false_type {};
+template <typename Mma>
+struct runs_tile<Mma, std::enable_if_t<Mma::kRunsTile>> : std::true_type {};
+
 template <typename Kernel>
 struct PersistentGemm {
   using Loader = typename Kernel::Loader;
@@ -195,6 +201,8 @@ struct PersistentGemm {
       if constexpr (kMathReadsInput) {
         consume_passes(params, ring, transform_ring, smem, smem_transform, smem_d, warp_idx,
                        lane_idx, scheduler, k_blocks);
+      } else if constexpr (runs_tile<Mma>::value) {
+        consume_tiles(params, ring, smem, smem_d, lane_idx, scheduler, k_blocks);
       } else if constexpr (owns_k_block<Mma>::value) {
         consume_k_blocks(params, ring, smem, smem_d, lane_idx, scheduler, k_blocks);
       } else if constexpr (kTransform) {
@@ -377,6 +385,36 @@ struct PersistentGemm {
     // The CTA's shared memory must outlive the copy engine's reads of the staging buffers.
     if constexpr (Kernel::kTmaStore)
       if (threadIdx.x % 128 == 0) tma_store_drain();
+  }
+
+  // Math warpgroups whose MMA policy runs whole tiles (Mma::kRunsTile: the FP8 x FP4 kernel on
+  // prepared weights, which converts k-block kb + 1 while kb's wgmma run): the skeleton walks
+  // the schedule, keeps idle warpgroups in step with the ring and stores.
+  template <typename Sched>
+  __device__ __forceinline__ static void consume_tiles(const Params& params, const Ring& ring,
+                                                       uint8_t* smem, uint8_t* smem_d,
+                                                       uint32_t lane_idx, Sched scheduler,
+                                                       uint32_t k_blocks) {
+    const uint32_t math_wg = threadIdx.x / 128 - kFirstMathWG;
+    typename Ring::State in;
+    typename Mma::Accum acc, tmp;
+    typename Kernel::Work work;
+    while (scheduler.next(work)) {
+      const uint32_t num_k_blocks = Kernel::num_k_blocks(k_blocks, work);
+      if (Kernel::math_idle(params, work, math_wg)) {  // uniform in the warpgroup
+        for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
+          ring.consumer_wait(in);
+          __syncwarp();
+          ring.consumer_release(in.stage_idx, lane_idx, true);
+          in.advance();
+        }
+        continue;
+      }
+      Mma::zero(acc);
+      Mma::template run_tile<Stages>(acc, tmp, params, work, num_k_blocks, ring, in, smem,
+                                     math_wg, lane_idx);
+      Kernel::epilogue(params, acc, work, math_wg, smem_d);
+    }
   }
 
   // Math warpgroups whose MMA policy runs each k-block itself (Mma::kOwnsKBlock: the FP8 x FP4

@@ -82,6 +82,26 @@ struct KMajorLoader {
   }
 };
 
+// The FP8 x FP4 loaders' lane copies of one k-block's activation scales into slab 2: the
+// float of each of the tile's BLOCK_M rows, 0 past its row bound or the tensor (cp.async by the
+// producer warp's 32 lanes; the caller arrives on the full barrier).
+template <uint32_t BLOCK_M, typename Stages, typename Params>
+__device__ __forceinline__ void copy_token_scales(const Params& params, const StageRef& stage,
+                                                  const Tile& tile, uint32_t kb, uint32_t lane) {
+  const uint32_t sfa_slab = smem_u32(Stages::template slab<2>(stage));
+  const float* sfa = params.sfa + uint64_t{tile.group} * params.sfa_stride_group +
+                     uint64_t{kb} * params.sfa_stride_kb;
+  const uint32_t first = tile.group * params.sfa_group_rows;
+  const uint32_t bound = min(tile.row_end, params.rows);
+#pragma unroll
+  for (uint32_t r = lane; r < BLOCK_M; r += 32) {
+    const uint32_t row = tile.row0 + r;
+    const bool ok = row < bound;
+    cp_async_4(sfa_slab + r * 4, ok ? sfa + uint64_t{row - first} * params.sfa_stride_row : sfa,
+               ok ? 4 : 0);
+  }
+}
+
 // FP8 x FP4: K-major E4M3 A [rows, K] (2D: {K, rows}, 128B swizzle) and packed E2M1 weights
 // W [G, N, K/2] (3D: {K/2, N, G}, unswizzled 64-byte rows, which the transform reads row by
 // row): per 128-wide k-block a BLOCK_M x 128-byte box of A and a BLOCK_N x 64-byte box of W by
@@ -130,18 +150,7 @@ struct PackedWeightLoader {
   __device__ __forceinline__ static void copy_lanes(const Params& params, Barrier* bar,
                                                     const StageRef& stage, const Tile& tile,
                                                     uint32_t kb, uint32_t lane) {
-    const uint32_t sfa_slab = smem_u32(Stages::template slab<2>(stage));
-    const float* sfa = params.sfa + uint64_t{tile.group} * params.sfa_stride_group +
-                       uint64_t{kb} * params.sfa_stride_kb;
-    const uint32_t first = tile.group * params.sfa_group_rows;
-    const uint32_t bound = min(tile.row_end, params.rows);
-#pragma unroll
-    for (uint32_t r = lane; r < BLOCK_M; r += 32) {
-      const uint32_t row = tile.row0 + r;
-      const bool ok = row < bound;
-      cp_async_4(sfa_slab + r * 4, ok ? sfa + uint64_t{row - first} * params.sfa_stride_row : sfa,
-                 ok ? 4 : 0);
-    }
+    copy_token_scales<BLOCK_M, Stages>(params, stage, tile, kb, lane);
     const uint32_t sfb_slab = smem_u32(Stages::template slab<3>(stage));
     const uint64_t group_start = uint64_t{tile.group} * params.sfb_stride_group;
 #pragma unroll
@@ -156,6 +165,57 @@ struct PackedWeightLoader {
       cp_async_4(sfb_slab + r * 8, ok ? word : params.sfb, ok && need > 0 ? 4 : 0);
       cp_async_4(sfb_slab + r * 8 + 4, ok ? word + 4 : params.sfb, ok && need > 4 ? 4 : 0);
     }
+    cp_async_arrive(smem_u32(bar));
+  }
+};
+
+// FP8 x FP4 on prepared weights (mma/sm90_fp4_table_mma.cuh; python/moegemm/api/mxfp4_weights.py
+// has the layout): per k-block by TMA a BLOCK_M x 128-byte box of the tokens' E4M3 rows (128B
+// swizzle), a BLOCK_N x 64-byte box of the codes [G, Np, Kp / 2] (each 64-row block lands as
+// the 4096 bytes of its thread-ordered k-block) and a BLOCK_N-word box of the offsets words
+// [G, 2 Kb, Np] (first plane), and by the producer warp's lanes the tokens' activation scales
+// (slab 2, as PackedWeightLoader: cp.async, 0 past the tile's rows).
+template <uint32_t BLOCK_M, uint32_t BLOCK_N>
+struct TableWeightLoader {
+  static constexpr uint32_t BLOCK_K = 128;
+  static constexpr uint32_t kBytesA = BLOCK_M * BLOCK_K;
+  static constexpr uint32_t kBytesB = BLOCK_N * BLOCK_K / 2;
+  static constexpr uint32_t kBytesSfa = (BLOCK_M * 4 + 1023) / 1024 * 1024;
+  static constexpr uint32_t kBytesOffsets = (BLOCK_N * 4 + 1023) / 1024 * 1024;
+  static constexpr uint32_t kExpectedBytes = kBytesA + kBytesB + BLOCK_N * 4;  // the TMA part
+  static constexpr bool kNeedsFixup = false;
+  static constexpr bool kRolledLoop = false;
+  static constexpr bool kLaneCopies = true;
+  static constexpr uint32_t kFillArrivals = 1 + 32;
+  template <uint32_t kNumStages>
+  using Stages = StageLayout<kNumStages, kBytesA, kBytesB, kBytesSfa, kBytesOffsets>;
+
+  template <typename Params>
+  __device__ __forceinline__ static void prefetch(const Params& params) {
+    prefetch_tma_desc(&params.tma_a);
+    prefetch_tma_desc(&params.tma_b);
+    prefetch_tma_desc(&params.tma_sfb);
+  }
+
+  template <typename Stages, typename Params>
+  __device__ __forceinline__ static void load(const Params& params, Barrier* bar,
+                                              const StageRef& stage, const Tile& tile,
+                                              uint32_t kb, uint32_t /*cta_rank*/) {
+    tma_load_2d(&params.tma_a, bar, Stages::template slab<0>(stage),
+                static_cast<int32_t>(kb * BLOCK_K), static_cast<int32_t>(tile.row0));
+    const int32_t n_crd = static_cast<int32_t>(tile.n_block * BLOCK_N);
+    const int32_t g_crd = static_cast<int32_t>(tile.group);
+    tma_load_3d(&params.tma_b, bar, Stages::template slab<1>(stage),
+                static_cast<int32_t>(kb * BLOCK_K / 2), n_crd, g_crd);
+    tma_load_3d(&params.tma_sfb, bar, Stages::template slab<3>(stage), n_crd,
+                static_cast<int32_t>(kb), g_crd);
+  }
+
+  template <typename Stages, typename Params>
+  __device__ __forceinline__ static void copy_lanes(const Params& params, Barrier* bar,
+                                                    const StageRef& stage, const Tile& tile,
+                                                    uint32_t kb, uint32_t lane) {
+    copy_token_scales<BLOCK_M, Stages>(params, stage, tile, kb, lane);
     cp_async_arrive(smem_u32(bar));
   }
 };

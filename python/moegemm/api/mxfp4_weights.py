@@ -5,20 +5,30 @@ MXFP4 layout: element 2i in the low nibble of byte i) or as the `Mxfp4Weights` t
 returns. Preparing is a one-time, load-time repack (engines do it when they load a model); the
 raw layout works without it.
 
-The prepared nibble layout (same shape and dtype as b; sfb the same but for the scale bytes of
-all-zero blocks, see prepare_mxfp4_weights). Read b as little-endian
-32-bit words, 8 codes c0..c7 each, code j in nibble j (bits 4j..4j+3). In the prepared word,
-nibble k holds
+The prepared layout (SM90; include/moegemm/mma/sm90_fp4_table_mma.cuh reads it, FP4_ON_HOPPER.md
+section 7 has the arithmetic). N must be a multiple of 64; K is padded with zero codes to Kp, a
+multiple of 128 (KB = Kp / 128 k-blocks). Same bytes per weight as the checkpoint: 0.5 for the
+codes, 1/32 for the offsets words.
 
-    bits 0-2: c_k & 7                (code k's magnitude, in place)
-    bit 3:    sign of c_s(k),         s(k) = k / 2 for even k, 4 + (k - 1) / 2 for odd k
-
-so the sign of code j (j < 4) sits at bit 8j + 3 and that of code 4 + j at bit 8j + 7: the
-conversion expands a word into two FP8 words (codes 0..3 and 4..7, one byte each, sign at bit
-8j + 7 of byte j), which find their 4 signs one nibble off (a shift) and in place, so a masked
-logic op per 4 weights sets them instead of one per weight (../shared/FP4_ON_HOPPER.md,
-section 2). Only sign bits move: magnitudes stay where the checkpoint has them, and no value is
-re-rounded.
+- b: uint8 [.., N, K/2] whose rows are Kp/2 bytes apart (a view of an [.., N, Kp/2] buffer).
+  Each (64-row block, k-block) is a 64 x 64-byte sub-array holding 4096 bytes in the order the
+  kernel's 128 threads read them: thread t (rows r = 16 (t / 32) + (t % 32) / 4 and r + 8 of
+  the block) owns 8 words w[i], i = 2 j + q, holding the codes of k = 32 j + 16 q + 4 (t % 4)
+  + c (c = 0..3); word i sits at byte (i / 4) * 2048 + 16 t + 4 (i % 4) (two conflict-free
+  16-byte loads). In a word, nibble c holds row r's magnitude (code & 7) of k-index c and nibble
+  4 + c row r + 8's; bit 3 of nibble n carries the sign of row r's code n / 2 (n even) or row
+  r + 8's code (n - 1) / 2 (n odd): the signs land at bits 8c + 3 and 8c + 7, where one logic op
+  per 4 weights places them.
+- sfb: int32 [.., 2 KB, N]. Plane 0 (rows 0..KB-1): the offsets word of each (k-block, row): bits
+  16-31 the offsets e_j = s_j - top + 12 in [1, 12] of its four 32-blocks (nibble j), top the
+  row's largest scale byte in the k-block; bits 0-15 the high half of the float 2^(top - 133)
+  (the promotion's row factor), bit 15 (its sign) set on every row of a 64-row block that takes
+  the exact path: one of its rows spans more than 12 binades in the k-block, or has top < 7. Plane
+  1 (rows KB..2KB-1): the row's four scale bytes (byte j = block j, 0 past K), which only the
+  exact path reads. Inside each 64 rows, row 16 g + 8 h + i sits at column 16 g + 2 i + h (a
+  thread's two rows adjacent: one 8-byte load).
+Scale bytes of all-zero 32-blocks are moved next to their neighbours' before any of this (no
+value changes; fewer exact-path blocks), see _zero_block_scales_rebased.
 
 SM100 (prepare_mxfp4_weights(b, sfb, arch="sm_100f"); compiled and statically checked kernels,
 not run on hardware): the tensor core reads E2M1 codes itself, so b keeps the checkpoint's
@@ -38,10 +48,11 @@ import torch
 
 MXFP4_GROUP = 32  # weights per UE8M0 scale byte
 NAN_SCALE = 0xFF  # UE8M0's NaN
-# SIGN_SOURCE[k]: the code whose sign the prepared word's nibble k carries (s(k) above), and
-# SIGN_HOME[j]: the nibble that carries code j's sign (the inverse permutation).
-SIGN_SOURCE = (0, 4, 1, 5, 2, 6, 3, 7)
-SIGN_HOME = tuple(SIGN_SOURCE.index(j) for j in range(8))
+SM90_ROW_BLOCK = 64  # the prepared layout's row blocks (one math warpgroup's rows)
+SM90_K_BLOCK = 128  # ... and k-blocks
+TABLE_TOP_OFFSET = 12  # e = s - top + 12, exact for e in [1, 12]
+TABLE_MIN_TOP = 7  # 2^(top - 133) is a normal float from here
+EXACT_FLAG = 0x8000
 SM90_ARCH = "sm_90a"
 SM100_ARCH = "sm_100f"
 ARCHS = {"sm_90a": SM90_ARCH, "sm_100f": SM100_ARCH, "sm_100a": SM100_ARCH}
@@ -99,26 +110,6 @@ def _check_pair(b: object, sfb: object) -> tuple[torch.Tensor, torch.Tensor]:
     return b, sfb
 
 
-def _words(b: torch.Tensor) -> torch.Tensor:
-    """b's nibbles as [.., words, 8]: nibble j of each little-endian 32-bit word, j = 0..7
-    (byte i of a word holds nibbles 2i (low) and 2i + 1 (high))."""
-    quads = b.unflatten(-1, (b.shape[-1] // 4, 4))
-    return torch.stack((quads & 0xF, quads >> 4), dim=-1).flatten(-2)
-
-
-def _pack(nibbles: torch.Tensor, shape: torch.Size) -> torch.Tensor:
-    """The inverse of _words: [.., words, 8] nibbles back to contiguous bytes of `shape`."""
-    pairs = nibbles.unflatten(-1, (4, 2))
-    return (pairs[..., 0] | (pairs[..., 1] << 4)).reshape(shape).contiguous()
-
-
-def _sign_permuted(nibbles: torch.Tensor, source: tuple[int, ...]) -> torch.Tensor:
-    """Each nibble's magnitude in place, nibble k's sign bit taken from nibble source[k]."""
-    index = torch.tensor(source, device=nibbles.device)
-    signs = nibbles.index_select(-1, index) & 0x8
-    return (nibbles & 0x7) | signs
-
-
 def prepare_mxfp4_weights(b: torch.Tensor, sfb: torch.Tensor, arch: str = "sm_90a") -> Mxfp4Weights:
     """The prepared layout of MXFP4 weights (b uint8 [.., N, K/2], sfb uint8 [.., N, K/32]), for
     the FP8 x FP4 functions; one-time, at load time (it allocates, and syncs once to refuse a
@@ -127,12 +118,9 @@ def prepare_mxfp4_weights(b: torch.Tensor, sfb: torch.Tensor, arch: str = "sm_90
     arch: "sm_90a" (Hopper, the default) or "sm_100f" (alias "sm_100a": Blackwell, the only
     form SM100 takes; the module doc's SM100 layout, Mxfp4Weights.arch "sm_100f").
 
-    Returns Mxfp4Weights(b', sfb', prepared=True): b' a new contiguous tensor in the nibble
-    layout of the module doc; sfb' is sfb itself where its last dim has unit stride (what the
-    kernels read) and no 32-block is all zero, else a contiguous copy with the scale bytes of
-    all-zero blocks moved next to their neighbours' (no value changes; it saves the kernel a
-    second conversion pass). Raises ValueError for a scale byte 0xFF (NaN), which
-    would make the block's outputs NaN, and for shapes the functions do not take.
+    Returns Mxfp4Weights(b', sfb', prepared=True) in the layout of the module doc (new
+    tensors). Raises ValueError for a scale byte 0xFF (NaN), which would make the block's
+    outputs NaN, for N not a multiple of 64 (SM90), and for shapes the functions do not take.
     """
     if arch not in ARCHS:
         raise ValueError(f"arch must be one of {sorted(ARCHS)}, got {arch!r}")
@@ -142,8 +130,7 @@ def prepare_mxfp4_weights(b: torch.Tensor, sfb: torch.Tensor, arch: str = "sm_90
         raise ValueError(f"sfb holds the NaN scale byte 0xFF (first at index {tuple(bad)})")
     if ARCHS[arch] == SM100_ARCH:
         return _prepare_sm100(b, sfb)
-    out = _pack(_sign_permuted(_words(b), SIGN_SOURCE), b.shape)
-    return Mxfp4Weights(out, _zero_block_scales_rebased(b, sfb), prepared=True)
+    return _prepare_sm90(b, sfb)
 
 
 def _zero_block_scales_rebased(b: torch.Tensor, sfb: torch.Tensor) -> torch.Tensor:
@@ -169,6 +156,115 @@ def _zero_block_scales_rebased(b: torch.Tensor, sfb: torch.Tensor) -> torch.Tens
     fill_kb = torch.where(kb_max >= 0, kb_max, torch.where(row_max >= 0, row_max, col))
     fill = fill_kb.repeat_interleave(4, dim=-1)[..., :nb]
     return torch.where(zero, fill, sfb.to(torch.int32)).to(torch.uint8).contiguous()
+
+
+def _fragment_sources() -> tuple[torch.Tensor, torch.Tensor]:
+    """For one (64-row, 128-K) block: the flat index (row * 128 + k) of the code whose magnitude
+    and whose sign each nibble of the prepared block takes, both [4096 bytes, 2 nibbles] in the
+    block's byte order (module doc)."""
+    t = torch.arange(128).view(128, 1, 1)
+    i = torch.arange(8).view(1, 8, 1)  # word: i = 2 j + q
+    n = torch.arange(8).view(1, 1, 8)  # nibble of the word
+    row = 16 * (t // 32) + (t % 32) // 4
+    k_of = lambda c: 32 * (i // 2) + 16 * (i % 2) + 4 * (t % 4) + c  # noqa: E731
+    mag = torch.where(n < 4, row * 128 + k_of(n % 4), (row + 8) * 128 + k_of(n % 4))
+    sign = torch.where(n % 2 == 0, row * 128 + k_of(n // 2), (row + 8) * 128 + k_of(n // 2))
+    # [t, i, n] -> bytes at (i / 4) * 2048 + 16 t + 4 (i % 4) + n / 2, nibble n % 2.
+    def order(x: torch.Tensor) -> torch.Tensor:
+        x = x.view(128, 2, 4, 4, 2).permute(1, 0, 2, 3, 4)  # [i / 4, t, i % 4, byte, nibble]
+        return x.reshape(4096, 2)
+
+    return order(mag), order(sign)
+
+
+def _row_positions() -> torch.Tensor:
+    """Column of each of a 64-row block's rows in the offsets words: row 16 g + 8 h + i at
+    16 g + 2 i + h."""
+    r = torch.arange(SM90_ROW_BLOCK)
+    return 16 * (r // 16) + 2 * (r % 8) + (r % 16) // 8
+
+
+def _prepare_sm90(b: torch.Tensor, sfb: torch.Tensor) -> Mxfp4Weights:
+    """The SM90 layout (module doc) of checked (b, sfb)."""
+    lead, n, nb = sfb.shape[:-2], sfb.shape[-2], sfb.shape[-1]
+    if n % SM90_ROW_BLOCK != 0:
+        raise ValueError(
+            f"N (b.shape[-2]) must be a multiple of {SM90_ROW_BLOCK} for the prepared layout, "
+            f"got {n}; the checkpoint layout (b, sfb) takes any multiple of 8"
+        )
+    k = nb * MXFP4_GROUP
+    num_kb = -(-k // SM90_K_BLOCK)
+    kp = num_kb * SM90_K_BLOCK
+    sfb = _zero_block_scales_rebased(b, sfb)
+    dev = b.device
+    # Codes as one nibble a byte, [.., N / 64, KB, 64 * 128] per block.
+    nib = torch.stack((b & 0xF, b >> 4), dim=-1).flatten(-2)  # [.., N, K]
+    nib = torch.nn.functional.pad(nib, (0, kp - k))
+    blocks = nib.unflatten(-2, (n // 64, 64)).unflatten(-1, (num_kb, SM90_K_BLOCK))
+    blocks = blocks.transpose(-3, -2).flatten(-2)  # [.., N/64, KB, 8192]
+    mag_src, sign_src = (x.to(dev) for x in _fragment_sources())
+    mag = blocks[..., mag_src.flatten()].unflatten(-1, (4096, 2)) & 0x7
+    sign = blocks[..., sign_src.flatten()].unflatten(-1, (4096, 2)) & 0x8
+    nibbles = mag | sign
+    packed = nibbles[..., 0] | (nibbles[..., 1] << 4)  # [.., N/64, KB, 4096]
+    codes = packed.unflatten(-1, (64, 64)).transpose(-3, -2)  # [.., N/64, 64, KB, 64]
+    codes = codes.reshape(*lead, n, kp // 2).contiguous()
+    return Mxfp4Weights(codes[..., : k // 2], _offsets_words(sfb, n, nb, num_kb), prepared=True)
+
+
+def _offsets_words(sfb: torch.Tensor, n: int, nb: int, num_kb: int) -> torch.Tensor:
+    """Both planes of the offsets tensor (module doc), int32 [.., 2 KB, N]."""
+    s = sfb.to(torch.int32)
+    s = torch.nn.functional.pad(s, (0, 4 * num_kb - nb), value=-1).unflatten(-1, (num_kb, 4))
+    valid = s >= 0  # [.., N, KB, 4]
+    top = s.amax(-1)  # each k-block holds a block inside K
+    low = torch.where(valid, s, 256).amin(-1)
+    fast = (top - low <= TABLE_TOP_OFFSET - 1) & (top >= TABLE_MIN_TOP)
+    e = torch.where(valid, s - top.unsqueeze(-1) + TABLE_TOP_OFFSET, TABLE_TOP_OFFSET)
+    e = e.clamp(1, TABLE_TOP_OFFSET)
+    shifts = torch.tensor([16, 20, 24, 28], dtype=torch.int32, device=s.device)
+    offsets = (e.long() << shifts).sum(-1)
+    scale_half = torch.where(top >= TABLE_MIN_TOP, (top - 6) << 7, 0)
+    exact = ~fast.unflatten(-2, (n // SM90_ROW_BLOCK, SM90_ROW_BLOCK)).all(-2, keepdim=True)
+    exact = exact.expand(*exact.shape[:-3], n // SM90_ROW_BLOCK, SM90_ROW_BLOCK, num_kb)
+    words = offsets | scale_half | torch.where(exact.flatten(-3, -2), EXACT_FLAG, 0)
+    byte_shifts = torch.tensor([0, 8, 16, 24], dtype=torch.int32, device=s.device)
+    raw = (torch.where(valid, s, 0).long() << byte_shifts).sum(-1)
+    planes = torch.cat((words, raw), dim=-1).transpose(-2, -1)  # [.., 2 KB, N]
+    cols = planes.unflatten(-1, (n // SM90_ROW_BLOCK, SM90_ROW_BLOCK))
+    order = torch.argsort(_row_positions()).to(s.device)  # column c holds row order[c]
+    words = cols[..., order].flatten(-2)  # int64 sums of 32-bit fields
+    return (((words + 2**31) % 2**32) - 2**31).to(torch.int32).contiguous()
+
+
+def sm90_prepared_shape(b: torch.Tensor) -> tuple[int, int, int]:
+    """(N, K, KB) of SM90-prepared codes b [.., N, K/2] (rows Kp / 2 bytes apart)."""
+    n, k = b.shape[-2], 2 * b.shape[-1]
+    return n, k, -(-k // SM90_K_BLOCK)
+
+
+def _unprepare_sm90(weights: Mxfp4Weights) -> tuple[torch.Tensor, torch.Tensor]:
+    codes, words = weights.b, weights.sfb
+    n, k, num_kb = sm90_prepared_shape(codes)
+    lead = codes.shape[:-2]
+    full = codes.as_strided(
+        (*lead, n, num_kb * 64), (*codes.stride()[:-2], codes.stride(-2), 1)
+    ) if codes.numel() else codes
+    blocks = full.unflatten(-2, (n // 64, 64)).unflatten(-1, (num_kb, 64)).transpose(-3, -2)
+    packed = blocks.flatten(-2)  # [.., N/64, KB, 4096] in the block byte order
+    nibbles = torch.stack((packed & 0xF, packed >> 4), dim=-1).flatten(-2)  # [.., 8192]
+    mag_src, sign_src = (x.to(codes.device).flatten() for x in _fragment_sources())
+    flat = torch.zeros_like(nibbles)
+    flat[..., mag_src] = nibbles & 0x7
+    flat[..., sign_src] |= nibbles & 0x8
+    nib = flat.unflatten(-1, (64, SM90_K_BLOCK)).transpose(-3, -2)  # [.., N/64, 64, KB, 128]
+    nib = nib.reshape(*lead, n, num_kb * SM90_K_BLOCK)[..., :k]
+    b = (nib[..., 0::2] | (nib[..., 1::2] << 4)).contiguous()
+    raw = words[..., num_kb:, :].unflatten(-1, (n // 64, 64))
+    raw = raw[..., _row_positions().to(words.device)].flatten(-2)  # [.., KB, N] row order
+    byte = torch.stack([(raw >> (8 * j)) & 0xFF for j in range(4)], dim=-1)  # [.., KB, N, 4]
+    sfb = byte.transpose(-3, -2).flatten(-2)[..., : k // MXFP4_GROUP].to(torch.uint8)
+    return b, sfb.contiguous()
 
 
 def _prepare_sm100(b: torch.Tensor, sfb: torch.Tensor) -> Mxfp4Weights:
@@ -216,7 +312,6 @@ def unprepare_mxfp4_weights(weights: Mxfp4Weights) -> tuple[torch.Tensor, torch.
         raise TypeError(f"weights must be a moegemm.Mxfp4Weights, got {type(weights).__name__}")
     if weights.arch == SM100_ARCH:  # the checkpoint K is not recorded: K padded to Kp comes back
         return _unprepare_sm100(weights, None)
-    b, sfb = _check_pair(weights.b, weights.sfb)
     if not weights.prepared:
-        return b, sfb
-    return _pack(_sign_permuted(_words(b), SIGN_HOME), b.shape), sfb
+        return _check_pair(weights.b, weights.sfb)
+    return _unprepare_sm90(weights)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-from . import search, sm90_fp8_fp4_decode
+from . import search, sm90_fp8_fp4_decode, sm90_fp8_fp4_table
 from .arch import ArchSpec
 from .config import GemmConfig, GemmDesc, LaunchConfig, Layout, PipelineConfig, StorageConfig
 from .ragged import RAGGED_KINDS, expected_rows_per_group, normal_sf, rows_sigma
@@ -157,7 +157,11 @@ MAX_BLOCK_N = {1: 192, 2: 160}
 
 def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> Iterator[GemmConfig]:
     """Every tile shape with both epilogues (where the TMA store is possible) and as many
-    stages as fit. All of them pass is_legal for a legal desc."""
+    stages as fit; prepared weights take the table kernel's configs (sm90_fp8_fp4_table) only.
+    All of them pass is_legal for a legal desc."""
+    if desc.weights == "prepared":
+        yield from sm90_fp8_fp4_table.enumerate_configs(desc, arch)
+        return
     for block_m in BLOCK_M_CHOICES:
         for block_n in BLOCK_N_CHOICES:
             if block_n > MAX_BLOCK_N[math_warpgroups_for(block_m)]:
@@ -186,11 +190,14 @@ def desc_legal(desc: GemmDesc) -> bool:
 
 def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
     """Whether a kernel of `config` computes `desc` on `arch` (what `config=` accepts); swapped
-    configs are the decode kernel's (sm90_fp8_fp4_decode)."""
+    configs are the decode kernel's (sm90_fp8_fp4_decode), or on prepared weights the table
+    kernel's (sm90_fp8_fp4_table), the only one prepared weights take."""
     lay, pipe, launch = config.layout, config.pipeline, config.launch
     num_wg = launch.num_math_warpgroups
     if not moe_epilogue_legal(config, desc):
         return False
+    if desc.weights == "prepared":
+        return desc_legal(desc) and sm90_fp8_fp4_table.is_legal(config, desc, arch)
     if lay.swap_ab:
         return desc_legal(desc) and sm90_fp8_fp4_decode.is_legal(config, desc, arch)
     return (
@@ -284,6 +291,8 @@ def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> float
     """Cycles for the whole problem on `arch.num_sms` persistent CTAs."""
     lay = config.layout
     streamed = hbm_bytes(desc) / HBM_BYTES_PER_CLK
+    if desc.weights == "prepared":
+        return sm90_fp8_fp4_table.estimate_cycles(config, desc, arch, streamed)
     if lay.swap_ab:
         return sm90_fp8_fp4_decode.estimate_cycles(config, desc, arch, streamed)
     num_tiles = count_tiles(desc, lay.block_m, lay.block_n)
@@ -305,7 +314,7 @@ _CANDIDATES: dict[tuple, tuple[GemmConfig, ...]] = {}
 
 def candidate_key(desc: GemmDesc) -> tuple:
     """What enumerate_configs and is_legal read of `desc`."""
-    return (desc.kind, desc.d_dtype, desc.with_c, desc_legal(desc), desc.epilogue)
+    return (desc.kind, desc.d_dtype, desc.with_c, desc_legal(desc), desc.epilogue, desc.weights)
 
 
 def candidates(desc: GemmDesc, arch: ArchSpec) -> tuple[GemmConfig, ...]:
@@ -338,10 +347,16 @@ def selection_key(desc: GemmDesc) -> tuple:
     base = (desc.kind, desc.n, desc.k, desc.num_groups, desc.ab_dtype, desc.d_dtype)
     base += (desc.with_c, desc.weights, desc.epilogue)
     if desc.kind in RAGGED_KINDS:
-        block_ms = BLOCK_M_CHOICES + sm90_fp8_fp4_decode.TOKEN_CHOICES
+        block_ms = (
+            sm90_fp8_fp4_table.TOKEN_CHOICES
+            if desc.weights == "prepared"
+            else BLOCK_M_CHOICES + sm90_fp8_fp4_decode.TOKEN_CHOICES
+        )
         blocks = tuple(RaggedBlocks.of(desc, bm) for bm in block_ms)
         mean = expected_rows_per_group(desc)
         cap = min(mean, desc.m) if desc.kind == "m_grouped_masked" else mean
         return (*base, mean, cap, blocks)
+    if desc.weights == "prepared":  # token blocks of 8 and up: every m counts
+        return (*base, ("m", desc.m))
     rows = ("m", desc.m) if desc.m < 128 else ("m_blocks_64", math.ceil(desc.m / 64))
     return (*base, rows)

@@ -315,11 +315,15 @@ def sm90_fp8_fp4_spec(
 def _fp8_fp4_swap_ab_spec(
     config: GemmConfig, kind: str, weights: str, moe: str = "", epilogue: str = "none"
 ) -> KernelSpec:
-    """The FP8 x FP4 decode kernel (impls/sm90_fp8_fp4_swap_ab_gemm.cuh): the grouped walk
-    (offsets, masked), tokens (block_m) on the wgmma's N side, register stores."""
+    """The FP8 x FP4 swapped kernel (impls/sm90_fp8_fp4_swap_ab_gemm.cuh), tokens (block_m) on
+    the wgmma's N side, register stores: every layout on prepared weights, the grouped walk
+    (offsets, masked) on the checkpoint layout."""
     lay = config.layout
-    if kind not in SWAP_AB_KINDS or config.store_cols or config.pipeline.transform_stages:
-        raise ValueError(f"fp8_fp4 swap_ab: {SWAP_AB_KINDS}, register stores, no transform stage")
+    kinds = tuple(_SCHEDULERS) if weights == "prepared" else SWAP_AB_KINDS
+    if kind not in kinds or config.store_cols or config.pipeline.transform_stages:
+        raise ValueError(
+            f"fp8_fp4 swap_ab ({weights} weights): {kinds}, register stores, no transform stage"
+        )
     if lay.block_n != 64 * config.launch.num_math_warpgroups:
         raise ValueError("fp8_fp4 swap_ab: each math warpgroup owns 64 weight rows")
     scheduler_template, tag = _SCHEDULERS[kind]

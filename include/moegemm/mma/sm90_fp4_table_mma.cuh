@@ -1,0 +1,221 @@
+// The MMA policy of the FP8 x FP4 kernel on prepared weights (impls/sm90_fp8_fp4_swap_ab_gemm.cuh
+// with Config::kPreparedWeights): weights on the wgmma's M side as register A operands,
+// converted by table (transform/fp4_table.cuh) from the stage's codes, tokens' E4M3 rows the
+// shared-memory B operand (N = BLOCK_T, 8..128). It runs a whole tile (kRunsTile): the skeleton
+// only schedules tiles and stores.
+//
+// Per math warpgroup (64 weight rows) and k-block, thread t holds rows r = 16 (t / 32) +
+// (t % 32) / 4 and r + 8: 8 code words (two conflict-free LDS.128: the prepared layout stores
+// the block's first 16 bytes of every thread, then the second 16), one offsets word per row
+// (one LDS.64, the two rows adjacent), the 8 tables (two IMADs each) and 16 A registers.
+//
+// Pipeline inside the warpgroup (two compile-time A register sets, so no indexing by a runtime
+// value and no second accumulator set, which ptxas 13.0 serializes):
+//   issue kb's 4 wgmma (RS, m64 x BLOCK_T x 32) from set kb % 2 into `tmp`
+//   wait for stage kb + 1 and convert it into the other set     (hides under the wgmma)
+//   wait for the wgmma, promote: acc += tmp * 2^(top - 133) of the row * the token's scale
+//   release stage kb
+// The promotion every 128 of K is also the one that bounds the FP8 accumulation.
+//
+// Exact fallback: a (64-row, 128-K) block holding a row whose 4 scale bytes span more than the
+// table window (or whose largest byte is below 7, where 2^(top - 133) is no normal float) is
+// flagged by the preparation; the flag is read from the block's first word, so it is uniform in
+// the warpgroup whatever the data. Such a k-block runs 4 more passes through the same wgmma
+// code, pass p converting only its 32-block p - 1 with offset 12 and promoting with that block's
+// own 2^(s - 133) (the scale bytes read from global memory, the second plane of the offsets
+// tensor); the first pass's product is dropped (scale 0).
+#pragma once
+
+#include <stdint.h>
+
+#include <utility>
+
+#include <moegemm/mma/sm90_fp4_register_mma.cuh>
+#include <moegemm/ptx/sm90_wgmma.cuh>
+#include <moegemm/pipeline/stage_layout.cuh>
+#include <moegemm/transform/fp4_table.cuh>
+
+namespace moegemm::sm90 {
+
+template <uint32_t BLOCK_T, uint32_t BLOCK_W>
+struct Fp4TableMma {
+  static constexpr bool kRunsTile = true;
+  using Atom = typename detail::Fp8RsAtom<BLOCK_T>::Type;
+  static constexpr uint32_t kNumAccum = BLOCK_T / 2;
+  static constexpr uint32_t kBlockBytes = 64 * 128 / 2;  // one warpgroup's codes of a k-block
+  static constexpr uint32_t kExactPasses = 4;          // one per 32-block
+
+  struct Accum {
+    float v[1][kNumAccum];  // the store_transposed layout, as WgmmaAccum<1, BLOCK_T>
+  };
+
+  __device__ __forceinline__ static void zero(Accum& acc) {
+#pragma unroll
+    for (uint32_t i = 0; i < kNumAccum; ++i) acc.v[0][i] = 0.0f;
+  }
+
+  template <size_t... I>
+  __device__ __forceinline__ static void fma_impl(const uint32_t* a, uint64_t desc_b, float* acc,
+                                                  bool overwrite, std::index_sequence<I...>) {
+    Atom::fma(a[0], a[1], a[2], a[3], desc_b, acc[I]...,
+              overwrite ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One);
+  }
+
+  // This thread's place in the warpgroup's 64-row block: the code bytes and the offsets pair.
+  struct Lane {
+    uint32_t code_offset;  // bytes into the codes slab (first LDS.128; +2048 the second)
+    uint32_t pair_offset;  // bytes into the offsets slab: rows r and r + 8, adjacent
+    uint32_t block_offset; // bytes into the offsets slab: the block's first word (the flag)
+    uint32_t quad;         // t % 4: the thread's token columns 8 c + 2 quad + {0, 1}
+  };
+
+  __device__ __forceinline__ static Lane make_lane(uint32_t math_wg) {
+    const uint32_t t = threadIdx.x % 128;
+    const uint32_t pair = 8 * (t / 32) + (t % 32) / 4;  // row r = 16 (t / 32) + (t % 32) / 4
+    return Lane{math_wg * kBlockBytes + 16 * t, (math_wg * 64 + 2 * pair) * 4, math_wg * 256,
+                t % 4};
+  }
+
+  // The 16 A registers of one k-block from its landed stage; returns the offsets words of rows
+  // r (x) and r + 8 (y).
+  template <typename Stages>
+  __device__ __forceinline__ static uint2 convert(const StageRef& stage, const Lane& lane,
+                                                  uint32_t (&a)[16]) {
+    const uint8_t* codes = Stages::template slab<1>(stage) + lane.code_offset;
+    const uint4 c0 = *reinterpret_cast<const uint4*>(codes);
+    const uint4 c1 = *reinterpret_cast<const uint4*>(codes + kBlockBytes / 2);
+    const uint2 ow = *reinterpret_cast<const uint2*>(Stages::template slab<3>(stage) +
+                                                     lane.pair_offset);
+    const uint32_t w[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+    fp4::convert_k_block(w, ow.x, ow.y, a);
+    return ow;
+  }
+
+  // Exact pass p (1..4) of a flagged k-block: only 32-block p - 1, at offset 12.
+  template <typename Stages>
+  __device__ __forceinline__ static void convert_exact(const StageRef& stage, const Lane& lane,
+                                                       uint32_t pass, uint32_t (&a)[16]) {
+    const uint8_t* codes = Stages::template slab<1>(stage) + lane.code_offset;
+    const uint4 c0 = *reinterpret_cast<const uint4*>(codes);
+    const uint4 c1 = *reinterpret_cast<const uint4*>(codes + kBlockBytes / 2);
+    const uint32_t w[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+    const fp4::Table t12 = fp4::table_of_offset(fp4::kMaxOffset);
+#pragma unroll
+    for (uint32_t j = 0; j < 4; ++j) {
+#pragma unroll
+      for (uint32_t q = 0; q < 2; ++q) {
+        uint32_t r, r8;
+        fp4::convert_word(w[2 * j + q], t12, t12, r, r8);
+        a[4 * j + 2 * q] = j + 1 == pass ? r : 0u;
+        a[4 * j + 2 * q + 1] = j + 1 == pass ? r8 : 0u;
+      }
+    }
+  }
+
+  // acc += tmp * row_scale[row] * sfa[token] (the tokens' scales from the stage).
+  template <typename Stages>
+  __device__ __forceinline__ static void promote(Accum& acc, const Accum& tmp,
+                                                 const StageRef& stage, const Lane& lane,
+                                                 float scale_r, float scale_r8) {
+    const float* sfa = reinterpret_cast<const float*>(Stages::template slab<2>(stage));
+#pragma unroll
+    for (uint32_t c = 0; c < BLOCK_T / 8; ++c) {
+      const float2 cs = *reinterpret_cast<const float2*>(sfa + 8 * c + 2 * lane.quad);
+      acc.v[0][4 * c + 0] = fmaf(tmp.v[0][4 * c + 0], scale_r * cs.x, acc.v[0][4 * c + 0]);
+      acc.v[0][4 * c + 1] = fmaf(tmp.v[0][4 * c + 1], scale_r * cs.y, acc.v[0][4 * c + 1]);
+      acc.v[0][4 * c + 2] = fmaf(tmp.v[0][4 * c + 2], scale_r8 * cs.x, acc.v[0][4 * c + 2]);
+      acc.v[0][4 * c + 3] = fmaf(tmp.v[0][4 * c + 3], scale_r8 * cs.y, acc.v[0][4 * c + 3]);
+    }
+  }
+
+  // 2^(s - 133) of scale byte `byte` of a raw word, 0 where the block lies past K.
+  __device__ __forceinline__ static float exact_scale(uint32_t word, uint32_t block,
+                                                      uint32_t valid_blocks) {
+    const int s = static_cast<int>((word >> (8 * block)) & 0xFF);
+    return block < valid_blocks ? ldexpf(1.0f, s - 133) : 0.0f;
+  }
+
+  // One k-block whose A registers `cur` hold its conversion: issue, convert the next k-block
+  // into `nxt` meanwhile, promote, release. `state` moves to the next stage.
+  template <typename Stages, typename Ring, typename Params, typename Work>
+  __device__ __forceinline__ static void k_block(Accum& acc, Accum& tmp, uint32_t (&cur)[16],
+                                                 uint2& ow_cur, uint32_t (&nxt)[16],
+                                                 uint2& ow_nxt, const Params& params,
+                                                 const Work& work, uint32_t kb,
+                                                 uint32_t num_k_blocks, const Ring& ring,
+                                                 typename Ring::State& state, uint8_t* smem,
+                                                 const Lane& lane, uint32_t math_wg,
+                                                 uint32_t lane_idx) {
+    const StageRef stage{smem, state.stage_idx};
+    const uint64_t desc_t = make_smem_desc_k128b(Stages::template slab<0>(stage));
+    const bool exact = (*reinterpret_cast<const uint32_t*>(Stages::template slab<3>(stage) +
+                                                           lane.block_offset) &
+                        fp4::kExactFlag) != 0;
+    float scale_r = fp4::row_scale_of(ow_cur.x);
+    float scale_r8 = fp4::row_scale_of(ow_cur.y);
+    uint2 raw = make_uint2(0, 0);
+    uint32_t valid_blocks = 0;
+    if (exact) {  // the first pass is dropped; the raw scale words for the next four
+      scale_r = scale_r8 = 0.0f;
+      const uint32_t n_padded = (params.n + 63) / 64 * 64;
+      const uint32_t k_blocks = (params.k + 127) / 128;
+      const uint8_t* plane = params.sfb + uint64_t{work.group} * params.sfb_stride_group +
+                             uint64_t{k_blocks + kb} * n_padded * 4;
+      raw = __ldg(reinterpret_cast<const uint2*>(plane + uint64_t{work.n_block} * BLOCK_W * 4 +
+                                                 lane.pair_offset));
+      valid_blocks = min(4u, params.k / 32 - kb * 4);
+    }
+    typename Ring::State next = state;
+    next.advance();
+#pragma unroll 1
+    for (uint32_t pass = 0;; ++pass) {
+      warpgroup_fence_regs<kNumAccum>(tmp.v[0]);
+      warpgroup_arrive();
+#pragma unroll
+      for (uint32_t j = 0; j < 4; ++j)
+        fma_impl(cur + 4 * j, advance_desc(desc_t, 32 * j), tmp.v[0], j == 0,
+                 std::make_index_sequence<kNumAccum>{});
+      warpgroup_commit_batch();
+      if (pass == 0 && kb + 1 < num_k_blocks) {
+        ring.consumer_wait(next);
+        ow_nxt = convert<Stages>(StageRef{smem, next.stage_idx}, lane, nxt);
+      }
+      warpgroup_wait<0>();
+      warpgroup_fence_regs<kNumAccum>(tmp.v[0]);
+      promote<Stages>(acc, tmp, stage, lane, scale_r, scale_r8);
+      if (!exact || pass == kExactPasses) break;
+      convert_exact<Stages>(stage, lane, pass + 1, cur);
+      scale_r = exact_scale(raw.x, pass, valid_blocks);
+      scale_r8 = exact_scale(raw.y, pass, valid_blocks);
+    }
+    __syncwarp();
+    ring.consumer_release(state.stage_idx, lane_idx, true);
+    state = next;
+    (void)math_wg;
+  }
+
+  // Every k-block of one tile, two at a time (the register sets alternate).
+  template <typename Stages, typename Ring, typename Params, typename Work>
+  __device__ __forceinline__ static void run_tile(Accum& acc, Accum& tmp, const Params& params,
+                                                  const Work& work, uint32_t num_k_blocks,
+                                                  const Ring& ring, typename Ring::State& state,
+                                                  uint8_t* smem, uint32_t math_wg,
+                                                  uint32_t lane_idx) {
+    const Lane lane = make_lane(math_wg);
+    uint32_t a0[16], a1[16];
+    uint2 ow0, ow1;
+    ring.consumer_wait(state);
+    ow0 = convert<Stages>(StageRef{smem, state.stage_idx}, lane, a0);
+#pragma unroll 1
+    for (uint32_t kb = 0;; kb += 2) {
+      k_block<Stages>(acc, tmp, a0, ow0, a1, ow1, params, work, kb, num_k_blocks, ring, state,
+                      smem, lane, math_wg, lane_idx);
+      if (kb + 1 >= num_k_blocks) break;
+      k_block<Stages>(acc, tmp, a1, ow1, a0, ow0, params, work, kb + 1, num_k_blocks, ring,
+                      state, smem, lane, math_wg, lane_idx);
+      if (kb + 2 >= num_k_blocks) break;
+    }
+  }
+};
+
+}  // namespace moegemm::sm90

@@ -1,0 +1,109 @@
+// E2M1 codes -> E4M3 register operands by an 8-entry table per (weight row, 32-block), for the
+// prepared MXFP4 layout (python/moegemm/api/mxfp4_weights.py, "the prepared layout").
+//
+// Offsets. A 32-block of scale byte s in a row whose largest byte in the 128 of K is `top` is
+// converted with offset e = s - top + 12 in [1, 12]; the table of e holds the E4M3 bytes of
+// v * 2^(e - 6) for the eight magnitudes v in {0, 0.5, 1, 1.5, 2, 3, 4, 6}:
+//   lo (codes 0-3) = e * 0x08080800 + 0x0C080000,  hi (codes 4-7) = e * 0x08080808 + 0x1C181410,
+// two IMADs, exact for e in [1, 12] (code 1 lands on exponent field e >= 1, a normal; code 7 on
+// 0x7C at most, never the NaN 0x7F; code 0 stays 0). The MMA result is scaled by
+// 2^(top - 133) at the promotion: v 2^(e - 6) 2^(top - 133) = v 2^(s - 127).
+//
+// Words. One 32-bit word holds 8 codes of one wgmma A fragment: the magnitudes (bits 0-2) of
+// row r's 4 codes (k quad) in nibbles 0-3 and of row r + 8's 4 codes in nibbles 4-7; nibble n's
+// bit 3 carries the sign of row r's code n / 2 (n even) or row r + 8's code (n - 1) / 2 (n
+// odd), so row r's signs sit at bits 8j + 3 and row r + 8's at 8j + 7. Per word:
+//   m = w & 0x77777777                     (prmt reads a selector nibble's bit 3 as "replicate")
+//   row r   = prmt(lo_r,  hi_r,  m)       | ((w << 4) & 0x80808080)
+//   row r+8 = prmt(lo_r8, hi_r8, m >> 16) |  (w       & 0x80808080)
+// __host__ __device__ so tests/test_fp4_convert_host.py runs this exact code on the CPU.
+#pragma once
+
+#include <stdint.h>
+
+#include <moegemm/transform/fp4_to_fp8.cuh>
+
+namespace moegemm::fp4 {
+
+constexpr uint32_t kTableLoStep = 0x08080800u, kTableLoBase = 0x0C080000u;
+constexpr uint32_t kTableHiStep = 0x08080808u, kTableHiBase = 0x1C181410u;
+constexpr uint32_t kMinOffset = 1, kMaxOffset = 12;  // the exact window of e
+constexpr uint32_t kSignMask = 0x80808080u, kMagnitudeMask = 0x77777777u;
+
+struct Table {
+  uint32_t lo, hi;
+};
+
+__host__ __device__ __forceinline__ Table table_of_offset(uint32_t e) {
+  return Table{e * kTableLoStep + kTableLoBase, e * kTableHiStep + kTableHiBase};
+}
+
+// x >> s (0 < s < 32) on the FMA pipe (IMAD.HI), which the conversion leaves idle, instead of
+// the integer pipe's SHF, which it saturates.
+template <uint32_t kShift>
+__host__ __device__ __forceinline__ uint32_t shift_right(uint32_t x) {
+  static_assert(kShift > 0 && kShift < 32, "a shift inside the word");
+#if defined(__CUDA_ARCH__)
+  uint32_t d;
+  asm("mul.hi.u32 %0, %1, %2;" : "=r"(d) : "r"(x), "n"(1u << (32 - kShift)));
+  return d;
+#else
+  return x >> kShift;
+#endif
+}
+
+// The offsets word of one (row, 128 of K): bits 16-31 the offsets e_j of its 32-blocks
+// (nibble j at bits 16 + 4j), bits 0-15 the high half of the float 2^(top - 133) (its low half
+// is zero), whose sign bit (15) is the preparation's exact-path flag.
+constexpr uint32_t kExactFlag = 0x8000u;
+
+template <uint32_t kBlock>
+__host__ __device__ __forceinline__ uint32_t offset_of(uint32_t word) {
+  if constexpr (kBlock == 3) {
+    return shift_right<28>(word);
+  } else {
+    return shift_right<16 + 4 * kBlock>(word) & 0xF;
+  }
+}
+
+__host__ __device__ __forceinline__ float row_scale_of(uint32_t word) {
+  const uint32_t bits = word << 16;
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  float f;
+  __builtin_memcpy(&f, &bits, 4);
+  return f;
+#endif
+}
+
+// One prepared word -> the two A registers of rows r (first) and r + 8 (second).
+__host__ __device__ __forceinline__ void convert_word(uint32_t w, const Table& row_r,
+                                                      const Table& row_r8, uint32_t& out_r,
+                                                      uint32_t& out_r8) {
+  const uint32_t m = w & kMagnitudeMask;
+  out_r = prmt(row_r.lo, row_r.hi, m) | ((w << 4) & kSignMask);
+  out_r8 = prmt(row_r8.lo, row_r8.hi, shift_right<16>(m)) | (w & kSignMask);
+}
+
+// The 16 A registers of one thread's k-block (4 k32 steps x {row r, row r + 8} x two k quads:
+// register 4 j + 2 q + h, the wgmma m64 x N x 32 RS fragment of step j) from its 8 words
+// (word 2 j + q) and the offsets words of its rows r and r + 8.
+template <uint32_t J>
+__host__ __device__ __forceinline__ void convert_step(const uint32_t (&w)[8], uint32_t ow_r,
+                                                      uint32_t ow_r8, uint32_t (&a)[16]) {
+  const Table tr = table_of_offset(offset_of<J>(ow_r));
+  const Table tr8 = table_of_offset(offset_of<J>(ow_r8));
+  convert_word(w[2 * J], tr, tr8, a[4 * J], a[4 * J + 1]);
+  convert_word(w[2 * J + 1], tr, tr8, a[4 * J + 2], a[4 * J + 3]);
+}
+
+__host__ __device__ __forceinline__ void convert_k_block(const uint32_t (&w)[8], uint32_t ow_r,
+                                                         uint32_t ow_r8, uint32_t (&a)[16]) {
+  convert_step<0>(w, ow_r, ow_r8, a);
+  convert_step<1>(w, ow_r, ow_r8, a);
+  convert_step<2>(w, ow_r, ow_r8, a);
+  convert_step<3>(w, ow_r, ow_r8, a);
+}
+
+}  // namespace moegemm::fp4
