@@ -259,6 +259,9 @@ class LayoutIO:
     call: Callable[[object, torch.Tensor], object]
     bf16: Callable[[torch.Tensor, torch.Tensor], object]
     group_rows: Callable[[torch.Tensor, int], torch.Tensor]
+    # DeepGEMM FP8's call of this layout on its own weights (b8, sfb8) and d, or None (offs:
+    # DeepGEMM has no packed layout).
+    deepgemm: Callable[[tuple, torch.Tensor], object] | None = None
 
 
 @dataclass
@@ -322,11 +325,16 @@ def layout_io(x: CaseInputs, layout: str) -> LayoutIO:
         )
         masked_m = torch.tensor(rows, device=DEVICE, dtype=torch.int32)
         exp_m = case.expected_m
+        dg = deep_gemm()
+        sfa_dg = dg.get_mn_major_tma_aligned_tensor(sfa) if dg else None
         return LayoutIO(
             (case.num_groups, case.max_m, n),
             lambda w, d: ours((a8, sfa), w, d, masked_m, exp_m),
             lambda w, d: bf16_masked(a16, w, d, masked_m, exp_m),
             lambda d, i: d[i, : rows[i]],
+            (lambda w, d: dg.m_grouped_fp8_gemm_nt_masked((a8, sfa_dg), w, d, masked_m, exp_m))
+            if dg
+            else None,
         )
     ours = api("m_grouped_fp8_fp4_gemm_nt_contiguous")
     if layout == "offs":
@@ -340,12 +348,36 @@ def layout_io(x: CaseInputs, layout: str) -> LayoutIO:
     a16_pad[lay["real_rows"]] = a16
     a8_pad, sfa_pad = chunked(fp8_cast(), a16_pad)  # real rows: a8's
     m_idx, pstarts = lay["m_indices"], lay["padded_starts"]
+    dg = deep_gemm()
+    sfa_dg = dg.get_mn_major_tma_aligned_tensor(sfa_pad) if dg else None
     return LayoutIO(
         (lay["padded_total"], n),
         lambda w, d: ours((a8_pad, sfa_pad), w, d, m_idx),
         lambda w, d: bf16_contiguous(a16_pad, w, d, m_idx),
         lambda d, i: d[pstarts[i] : pstarts[i] + rows[i]],
+        (lambda w, d: dg.m_grouped_fp8_gemm_nt_contiguous((a8_pad, sfa_dg), w, d, m_idx))
+        if dg
+        else None,
     )
+
+
+@functools.cache
+def deep_gemm() -> object | None:
+    """DeepGEMM where it is importable (a build of its own beside this run), else None: its FP8
+    grouped GEMMs (1 x 128 activation scales, 128 x 128 weight blocks) are then timed in the
+    same process, the issue's peer."""
+    try:
+        return importlib.import_module("deep_gemm")
+    except Exception:  # noqa: BLE001 - absent or broken: the anchor ratio stays
+        return None
+
+
+def deepgemm_weights(w16: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """w16 [G, N, K] as DeepGEMM FP8 weights: E4M3 with one FP32 scale per 128 x 128 block."""
+    from deep_gemm.utils.math import per_block_cast_to_fp8
+
+    pairs = [per_block_cast_to_fp8(w, use_ue8m0=False) for w in w16]
+    return torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
 
 
 def add_check(res: dict, what: str) -> None:
@@ -463,6 +495,23 @@ def run_case(case: Fp4Case, args: argparse.Namespace, timer: Timer) -> list[dict
         bf16 = rotating(functools.partial(io.bf16, d=d16), x.sets["bf16"])
         res["bf16_us"] = try_time(timer, bf16, "bf16", res["errors"])
         del d, d16
+    if deep_gemm() is not None:
+        w8 = deepgemm_weights(x.w16)
+        n8 = rotation(sum(1 for r in case.rows if r) * case.n * case.k, w8[0].numel())
+        dg_sets = copies(w8, n8, lambda s: (s[0].clone(), s[1].clone()))
+        for layout, io in ios.items():
+            if io.deepgemm is None:
+                continue
+            res = results[layout]
+            d8 = nan_tensor(*io.d_shape)
+            fn = rotating(functools.partial(io.deepgemm, d=d8), dg_sets)
+            res["deepgemm_us"] = try_time(timer, fn, "deepgemm", res["errors"])
+            if res.get("deepgemm_us") and res.get("prepared_us"):
+                res["x_dg_inrun"] = res["deepgemm_us"] / res["prepared_us"]
+            if res.get("deepgemm_us") and res.get("raw_us"):
+                res["x_dg_inrun_raw"] = res["deepgemm_us"] / res["raw_us"]
+            del d8
+        del dg_sets, w8
     t8_us = None
     if probe is not None:
         t8_errors: dict[str, str] = {}
@@ -548,6 +597,34 @@ def finish(rows: list[dict], meter: CopyMeter, ceilings: dict) -> dict:
     return summarize(rows)
 
 
+def print_deepgemm_report(rows: list[dict]) -> None:
+    """Ours (prepared, and raw) against DeepGEMM FP8 timed in this run, by rows per group:
+    geometric mean and minimum of DeepGEMM us / ours us per regime."""
+    timed = [r for r in rows if r.get("x_dg_inrun")]
+    if not timed:
+        print("\n# DeepGEMM FP8 in-run: not importable here, no in-run ratio")
+        return
+    print("\n# x DeepGEMM FP8 in-run (DeepGEMM us / ours us): prepared weights [raw]")
+    regimes = (("decode <= 32", 0, 32), ("64-256", 33, 256), ("512", 257, 1023),
+               ("1024+", 1024, 1 << 30))  # fmt: skip
+    for label, lo, hi in regimes:
+        sel = [r for r in timed if lo <= (r.get("rows_nominal") or 0) <= hi]
+        if not sel:
+            continue
+        for key in ("x_dg_inrun", "x_dg_inrun_raw"):
+            vals = [r[key] for r in sel if r.get(key)]
+            if not vals:
+                continue
+            geo = statistics.geometric_mean(vals)
+            worst = min(sel, key=lambda r: r.get(key) or 1e9)
+            print(f"  {label:13s} {key:15s} n={len(vals):3d} geomean {geo:5.2f} min "
+                  f"{min(vals):5.2f} ({worst.get('case', '?')} {worst.get('layout', '')})")
+    for r in timed:
+        print(f"  {r.get('case', '?')[:52]:52s} {r.get('layout', ''):9s} "
+              f"ours {r.get('prepared_us', 0):8.1f} us  DG {r['deepgemm_us']:8.1f} us  "
+              f"x {r['x_dg_inrun']:5.2f}  copy {100 * (r.get('pct_copy') or 0):4.0f}%")
+
+
 def main(argv: list[str] | None = None) -> int:
     global PREPARE_ARCH
     args = parse_args(argv)
@@ -605,7 +682,8 @@ def main(argv: list[str] | None = None) -> int:
         f"\n# {len(rows)} rows of {len(cases)} cases in {elapsed:.0f} s "
         f"({t_compiled - t_start:.0f} s compiling)"
     )
-    print_report(rows, summary, ceilings)  # the targets table last
+    print_report(rows, summary, ceilings)
+    print_deepgemm_report(rows)  # the issue's targets last
     if args.json:
         out = {
             **info,

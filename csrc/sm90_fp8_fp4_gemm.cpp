@@ -21,12 +21,21 @@ namespace {
 
 constexpr CUtensorMapDataType kBytes = CU_TENSOR_MAP_DATA_TYPE_UINT8;
 
-struct Sm90Fp8Fp4Gemm {
+// kTable: the prepared layout (python/moegemm/api/mxfp4_weights.py), read by the table kernel:
+// b the thread-ordered codes, rows ldb >= Kp / 2 bytes apart (K padded to 128), loaded to Kp;
+// sfb the offsets words int32 [G, 2 KB, N] (sfb_stride_group bytes a group, sfb_stride_row a
+// plane row), loaded by TMA too.
+template <bool kTable>
+struct Sm90Fp8Fp4GemmOf {
   using Params = Sm90Fp8Fp4GemmParams;
-  static constexpr const char* kName = "Sm90Fp8Fp4GemmLauncher";
+  static constexpr const char* kName =
+      kTable ? "Sm90Fp8Fp4TableGemmLauncher" : "Sm90Fp8Fp4GemmLauncher";
   // a, b, d (TMA operands) and sfa, sfb (copied in aligned words by the producer).
   static constexpr size_t kNumAlignedPointers = 5;
-  static constexpr const char* kDoc =
+  static constexpr const char* kDoc = kTable ?
+      "Launches sm90_fp8_fp4_swap_ab_gemm on prepared weights (prepare_mxfp4_weights: b the "
+      "codes, sfb the offsets words) with the kernel and its launch shape bound. Arguments as "
+      "Sm90Fp8Fp4GemmLauncher's, sfb strides in bytes (group, plane row). Never synchronizes." :
       "Launches sm90_fp8_fp4_grouped_gemm (dense or m-grouped) with the kernel and its launch "
       "shape bound. Call with (a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, group_info_ptr, rows, m, "
       "n, k, num_groups, lda, ldb, ldb_group, ldd, sfa_stride_group, sfa_stride_row, "
@@ -79,10 +88,28 @@ struct Sm90Fp8Fp4Gemm {
                                       checked_u32(lda, "lda"),
                                       checked_u32(shape.block_m, "block_m"), 128,
                                       CU_TENSOR_MAP_SWIZZLE_128B));
+    // The prepared codes are read to Kp (whole thread-ordered k-blocks, zero codes past K).
+    const uint32_t k_blocks = (params.k + 127) / 128;
+    const uint32_t b_cols = kTable ? 64 * k_blocks : params.k / 2;
+    if (kTable && (static_cast<uint64_t>(ldb) < b_cols || params.n % 64 != 0 ||
+                   sfb_stride_row != 4 * static_cast<int64_t>(params.n))) {
+      throw std::invalid_argument(std::string(kName) + ": prepared weights need N % 64 == 0, "
+                                  "code rows of Kp / 2 bytes and offsets rows of 4 N bytes");
+    }
     tma.add(params.tma_b,
-            tma_view_3d(as_ptr(b_ptr), kBytes, 1, params.num_groups, params.n, params.k / 2,
+            tma_view_3d(as_ptr(b_ptr), kBytes, 1, params.num_groups, params.n, b_cols,
                         checked_u32(ldb, "ldb"), static_cast<uint64_t>(ldb_group),
                         checked_u32(shape.block_n, "block_n"), 64, CU_TENSOR_MAP_SWIZZLE_NONE));
+    if constexpr (kTable) {
+      if (sfb_stride_group % 16 != 0) {
+        throw std::invalid_argument(std::string(kName) + ": sfb group stride % 16 != 0");
+      }
+      tma.add(params.tma_sfb,
+              tma_view_3d(as_ptr(sfb_ptr), CU_TENSOR_MAP_DATA_TYPE_UINT32, 4, params.num_groups,
+                          2 * k_blocks, params.n, params.n,
+                          static_cast<uint64_t>(sfb_stride_group) / 4, 1,
+                          checked_u32(shape.block_n, "block_n"), CU_TENSOR_MAP_SWIZZLE_NONE));
+    }
     if (shape.store_cols != 0) {
       const uint32_t store_cols = checked_u32(shape.store_cols, "store_cols");
       tma.add(params.tma_d, tma_view_2d(as_ptr(d_ptr), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
@@ -101,9 +128,12 @@ struct Sm90Fp8Fp4Gemm {
 
 // The fused MoE layer's GEMMs with MXFP4 experts: the kernels above built with a
 // Config::kMoeEpilogue (register stores), plus the FP32 bias [G, n] and row-scale pointers.
-struct Sm90Fp8Fp4MoeGemm {
+template <bool kTable>
+struct Sm90Fp8Fp4MoeGemmOf {
   using Params = Sm90Fp8Fp4GemmParams;
-  static constexpr const char* kName = "Sm90Fp8Fp4MoeGemmLauncher";
+  using Base = Sm90Fp8Fp4GemmOf<kTable>;
+  static constexpr const char* kName =
+      kTable ? "Sm90Fp8Fp4TableMoeGemmLauncher" : "Sm90Fp8Fp4MoeGemmLauncher";
   static constexpr size_t kNumAlignedPointers = 5;  // a, b, d, sfa, sfb
   static constexpr const char* kDoc =
       "Launches sm90_fp8_fp4_grouped_gemm (or its decode twin) built with a MoE epilogue. Call "
@@ -113,7 +143,7 @@ struct Sm90Fp8Fp4MoeGemm {
       "scale 0 when absent. Never synchronizes.";
 
   static void check_shape(const LaunchShape& shape) {
-    Sm90Fp8Fp4Gemm::check_shape(shape);
+    Base::check_shape(shape);
     if (shape.store_cols != 0) {
       throw std::invalid_argument(std::string(kName) + ": MoE epilogues store from registers");
     }
@@ -126,7 +156,7 @@ struct Sm90Fp8Fp4MoeGemm {
                    int64_t lda, int64_t ldb, int64_t ldb_group, int64_t ldd,
                    int64_t sfa_stride_group, int64_t sfa_stride_row, int64_t sfa_stride_kb,
                    int64_t sfa_group_rows, int64_t sfb_stride_group, int64_t sfb_stride_row) {
-    if (!Sm90Fp8Fp4Gemm::fill(shape, params, tma, a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr,
+    if (!Base::fill(shape, params, tma, a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr,
                               group_info_ptr, rows, m, n, k, num_groups, lda, ldb, ldb_group,
                               ldd, sfa_stride_group, sfa_stride_row, sfa_stride_kb,
                               sfa_group_rows, sfb_stride_group, sfb_stride_row)) {
@@ -141,8 +171,10 @@ struct Sm90Fp8Fp4MoeGemm {
 }  // namespace
 
 void register_sm90_fp8_fp4_gemm(pybind11::module_& m) {
-  register_launcher<Sm90Fp8Fp4Gemm>(m);
-  register_launcher<Sm90Fp8Fp4MoeGemm>(m);
+  register_launcher<Sm90Fp8Fp4GemmOf<false>>(m);
+  register_launcher<Sm90Fp8Fp4MoeGemmOf<false>>(m);
+  register_launcher<Sm90Fp8Fp4GemmOf<true>>(m);
+  register_launcher<Sm90Fp8Fp4MoeGemmOf<true>>(m);
 }
 
 }  // namespace moegemm

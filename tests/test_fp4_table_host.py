@@ -1,8 +1,8 @@
 """The prepared MXFP4 layout and its table conversion (python/moegemm/api/mxfp4_weights.py,
 include/moegemm/transform/fp4_table.cuh): the device conversion compiled for the host by nvcc
 (prmt emulated) on every thread's words of prepare_mxfp4_weights' output reproduces
-dequantize_mxfp4 bit for bit, for every code and every offset of the table window, the exact
-path's flags and scale plane, and the preparation's inverse. Needs nvcc, not a GPU."""
+dequantize_mxfp4 bit for bit, for every code and every offset of the table window (the layout's
+other rules: tests/test_mxfp4_weights.py). Needs nvcc, not a GPU."""
 
 from __future__ import annotations
 
@@ -14,14 +14,12 @@ import pytest
 import torch
 
 from moegemm import prepare_mxfp4_weights
-from moegemm.api.mxfp4_weights import (
-    EXACT_FLAG,
-    SM90_ROW_BLOCK,
-    unprepare_mxfp4_weights,
-)
+from moegemm.api.mxfp4_weights import EXACT_FLAG
 from moegemm.quant import dequantize_mxfp4
 
 INCLUDE = Path(__file__).resolve().parents[1] / "include"
+
+pytestmark = pytest.mark.nvcc
 
 _PROGRAM = r"""
 #include <cstdio>
@@ -133,39 +131,3 @@ def test_table_conversion_is_dequantize_bit_for_bit(converter: Path, k: int) -> 
         for word in weights.sfb[0, kb].tolist():
             offsets_seen |= {((word & 0xFFFFFFFF) >> (16 + 4 * j)) & 0xF for j in range(4)}
     assert offsets_seen == set(range(1, 13)), sorted(offsets_seen)
-
-
-def test_blocks_outside_the_window_take_the_exact_path() -> None:
-    n, k = 128, 256
-    b = every_code(n, k, 3)
-    sfb = window_scales(n, k // 32, 4)
-    sfb[0, 70, 1] = sfb[0, 70, 0] - 12  # 13 binades in row 70's first k-block
-    sfb[0, 5, 4:8] = 3  # a top below 7: 2^(top - 133) is no normal float
-    weights = prepare_mxfp4_weights(b, sfb)
-    flags = (weights.sfb[0, :2] & EXACT_FLAG) != 0  # [KB, N]
-    expected = torch.zeros(2, n, dtype=torch.bool)
-    expected[0, 64:] = True  # the whole 64-row block of row 70
-    expected[1, :64] = True  # the block of row 5, second k-block
-    assert torch.equal(flags, expected)
-    # The second plane holds the scale bytes, in the same column order.
-    assert torch.equal(unprepare_mxfp4_weights(weights)[1], sfb)
-
-
-@pytest.mark.parametrize("shape", [(1, 64, 128), (3, 192, 2880), (2, 128, 96)])
-def test_prepare_is_inverted_exactly(shape: tuple[int, int, int]) -> None:
-    g, n, k = shape
-    gen = torch.Generator().manual_seed(5)
-    b = torch.randint(0, 256, (g, n, k // 2), generator=gen, dtype=torch.uint8)
-    sfb = torch.randint(100, 140, (g, n, k // 32), generator=gen, dtype=torch.uint8)
-    weights = prepare_mxfp4_weights(b, sfb)
-    assert weights.b.shape == b.shape and weights.b.stride(-2) == -(-k // 128) * 64
-    assert weights.sfb.shape == (g, 2 * -(-k // 128), n) and weights.sfb.dtype == torch.int32
-    b2, sfb2 = unprepare_mxfp4_weights(weights)
-    assert torch.equal(b2, b) and torch.equal(sfb2, sfb)
-
-
-def test_prepare_refuses_rows_not_a_multiple_of_the_block() -> None:
-    b = torch.zeros(1, 96, 64, dtype=torch.uint8)
-    sfb = torch.full((1, 96, 4), 127, dtype=torch.uint8)
-    with pytest.raises(ValueError, match=f"multiple of {SM90_ROW_BLOCK}"):
-        prepare_mxfp4_weights(b, sfb)

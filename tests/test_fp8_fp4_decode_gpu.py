@@ -1,8 +1,10 @@
-"""The FP8 x FP4 decode kernel (impls/sm90_fp8_fp4_swap_ab_gemm.cuh: weights as register
-operands, tokens on the wgmma's N side) through the public API with forced configs (the
-heuristics pick it at decode; forcing covers every token block and warpgroup count): offsets and
-masked layouts, both weight forms, token blocks 8 to 64 and 1 to 4 math warpgroups, N and K tails, ragged and empty groups, scales that need several
-passes, a NaN scale byte. NaN-poisoned outputs, FP32 references on the dequantized operands."""
+"""The FP8 x FP4 swapped kernels (impls/sm90_fp8_fp4_swap_ab_gemm.cuh: weights as register
+operands, tokens on the wgmma's N side) through the public API with forced configs, so every
+token block and warpgroup count runs: the table kernel on prepared weights (every layout,
+tokens 8 to 128, 1 to 4 math warpgroups, its exact path) and the checkpoint-layout decode kernel
+(offsets and masked, tokens 8 to 64); N and K tails, ragged and empty groups, scales that need
+several passes, a NaN scale byte. NaN-poisoned outputs, FP32 references on the dequantized
+operands."""
 
 from __future__ import annotations
 
@@ -28,23 +30,29 @@ def gen(seed: int) -> torch.Generator:
     return torch.Generator(device="cuda").manual_seed(seed)
 
 
-def decode_config(block_t: int, num_wg: int):
+def decode_config(block_t: int, num_wg: int, form: str = "raw"):
     from moegemm.heuristics import SM90
     from moegemm.heuristics import sm90_fp8_fp4_decode as decode
+    from moegemm.heuristics import sm90_fp8_fp4_table as table
 
-    stages = decode.max_stages(block_t, 64 * num_wg, SM90)
-    return decode.make_config(block_t, num_wg, stages, SM90)
+    family = table if form == "prepared" else decode
+    stages = family.max_stages(block_t, 64 * num_wg, SM90)
+    return family.make_config(block_t, num_wg, stages, SM90)
 
 
 CONFIGS = [(8, 1), (16, 4), (24, 3), (32, 2), (64, 2)]
+TABLE_CONFIGS = [(8, 1), (8, 2), (16, 4), (24, 3), (32, 4), (48, 2), (64, 3), (96, 1), (128, 2)]
+FORM_CONFIGS = [("raw", *c) for c in CONFIGS] + [("prepared", *c) for c in TABLE_CONFIGS]
+FORM_IDS = [f"{f}-t{t}w{w}" for f, t, w in FORM_CONFIGS]
 
 
-@pytest.mark.parametrize("form", ["raw", "prepared"])
-@pytest.mark.parametrize("block_t,num_wg", CONFIGS)
+@pytest.mark.parametrize("form,block_t,num_wg", FORM_CONFIGS, ids=FORM_IDS)
 def test_offs_layout(block_t: int, num_wg: int, form: str) -> None:
     import moegemm
 
-    n, k = 2856, 2880  # a partial last weight block and a partial last 128-K block
+    # A partial last weight block (raw; prepared weights take whole 64-row blocks) and a
+    # partial last 128-K block.
+    n, k = (2856 if form == "raw" else 2880), 2880
     sizes = [0, 1, 7, 33, 64, 0, 130, 9]
     total, groups = sum(sizes), len(sizes)
     g = gen(7 + block_t)
@@ -58,7 +66,7 @@ def test_offs_layout(block_t: int, num_wg: int, form: str) -> None:
     d = nan_bf16(total + 16, n)
     moegemm.m_grouped_fp8_fp4_gemm_nt_contiguous(
         (a, sfa), weights_arg(b, sfb, form), d, offs=offsets(sizes),
-        config=decode_config(block_t, num_wg),
+        config=decode_config(block_t, num_wg, form),
     )  # fmt: skip
     for (grp, r0, rows), ref in zip(spans, grouped_refs(a, sfa, b, sfb, spans)):
         got = d[r0 : r0 + rows]
@@ -67,8 +75,7 @@ def test_offs_layout(block_t: int, num_wg: int, form: str) -> None:
     assert d[total:].isnan().all()
 
 
-@pytest.mark.parametrize("form", ["raw", "prepared"])
-@pytest.mark.parametrize("block_t,num_wg", CONFIGS)
+@pytest.mark.parametrize("form,block_t,num_wg", FORM_CONFIGS, ids=FORM_IDS)
 def test_masked_layout(block_t: int, num_wg: int, form: str) -> None:
     import moegemm
 
@@ -81,7 +88,7 @@ def test_masked_layout(block_t: int, num_wg: int, form: str) -> None:
     masked_m = torch.tensor(masked, device="cuda", dtype=torch.int32)
     moegemm.m_grouped_fp8_fp4_gemm_nt_masked(
         (a, sfa), weights_arg(b, sfb, form), d, masked_m, 32,
-        config=decode_config(block_t, num_wg),
+        config=decode_config(block_t, num_wg, form),
     )  # fmt: skip
     for grp, rows in enumerate(masked):
         if rows:
@@ -115,3 +122,63 @@ def test_scales_that_need_several_passes_and_a_nan_byte() -> None:
         got = d[grp][:, finite].float()
         assert not got.isnan().any()
         assert calc_diff(got.double(), ref[:, finite].double()) < TOL
+
+
+@pytest.mark.parametrize("block_t,num_wg", [(16, 2), (128, 1), (8, 4)])
+def test_table_kernel_dense_and_m_indices(block_t: int, num_wg: int) -> None:
+    """The table kernel serves every layout of prepared weights: dense (M 77, not a multiple of
+    a token block) and m_indices (128-aligned segments, padding rows -1, an empty group)."""
+    import moegemm
+
+    n, k = 1536, 2880
+    g = gen(21 + block_t)
+    config = decode_config(block_t, num_wg, "prepared")
+    _, a, sfa = activations(77, k, gen=g)
+    b, sfb = random_mxfp4(3, n=n, k=k, gen=g)
+    w = weights_arg(b[0], sfb[0], "prepared")
+    d = nan_bf16(77 + 3, n)
+    moegemm.fp8_fp4_gemm_nt((a, sfa), w, d[:77], config=config)
+    assert calc_diff(d[:77].float(), ref_fp32(a, sfa, b[0], sfb[0])) < TOL
+    assert d[77:].isnan().all()
+    sizes = [5, 0, 200]
+    m_indices = torch.full((384,), -1, dtype=torch.int32, device="cuda")
+    m_indices[0:5] = 0
+    m_indices[128:328] = 2
+    _, a2, sfa2 = activations(384, k, gen=g)
+    d2 = nan_bf16(384, n)
+    moegemm.m_grouped_fp8_fp4_gemm_nt_contiguous(
+        (a2, sfa2), weights_arg(b, sfb, "prepared"), d2, m_indices, config=config
+    )
+    for grp, r0 in ((0, 0), (2, 128)):
+        rows = sizes[grp]
+        ref = ref_fp32(a2[r0 : r0 + rows], sfa2[r0 : r0 + rows], b[grp], sfb[grp])
+        assert calc_diff(d2[r0 : r0 + rows].float(), ref) < TOL, grp
+
+
+def test_table_kernel_exact_path() -> None:
+    """Prepared weights whose scale bytes spread over 60 binades inside 128 of K: every 64-row
+    block takes the table kernel's exact path (per-32-block passes), and the result is exact;
+    one block within the window beside them takes the fast path in the same call."""
+    import moegemm
+    from moegemm.api.mxfp4_weights import EXACT_FLAG
+
+    n, k, groups, rows = 256, 512, 2, 16
+    g = gen(9)
+    _, a, sfa = activations(groups, rows, k, gen=g)
+    b, _ = random_mxfp4(groups, n=n, k=k, gen=g)
+    sfb = torch.randint(100, 160, (groups, n, k // 32), device="cuda", generator=g).to(torch.uint8)
+    sfb[:, 64:128] = torch.randint(115, 126, (groups, 64, k // 32), device="cuda", generator=g).to(
+        torch.uint8
+    )
+    w = weights_arg(b, sfb, "prepared")
+    flags = (w.sfb[:, : k // 128] & EXACT_FLAG) != 0
+    assert flags[:, :, :64].all() and not flags[:, :, 64:128].any()
+    for block_t, num_wg in ((16, 4), (64, 1)):
+        d = nan_bf16(groups, rows, n)
+        masked_m = torch.full((groups,), rows, device="cuda", dtype=torch.int32)
+        moegemm.m_grouped_fp8_fp4_gemm_nt_masked(
+            (a, sfa), w, d, masked_m, rows, config=decode_config(block_t, num_wg, "prepared")
+        )
+        for grp in range(groups):
+            ref = ref_fp32(a[grp], sfa[grp], b[grp], sfb[grp])
+            assert calc_diff(d[grp].double(), ref.double()) < TOL, (block_t, grp)

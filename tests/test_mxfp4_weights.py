@@ -1,79 +1,77 @@
-"""prepare_mxfp4_weights and its inverse without a GPU (one CUDA test): the prepared nibble
-layout against a per-nibble reference of its contract, round trips, dequantized values kept,
-argument checks."""
+"""prepare_mxfp4_weights and its inverse without a GPU (one CUDA test): the SM90 prepared layout
+(python/moegemm/api/mxfp4_weights.py) round-trips exactly, keeps every dequantized value, flags
+the 64-row blocks that take the kernel's exact path, moves the scale bytes of all-zero blocks
+next to their neighbours', and refuses what the kernels do not take. The table conversion of
+the layout against dequantize_mxfp4: tests/test_fp4_table_host.py."""
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 import moegemm
 from moegemm import quant
-from moegemm.api.mxfp4_weights import SIGN_SOURCE, unprepare_mxfp4_weights
+from moegemm.api.mxfp4_weights import EXACT_FLAG, SM90_ROW_BLOCK, unprepare_mxfp4_weights
 
 U8 = torch.uint8
 
 
-def t(*shape: int, dtype: torch.dtype = U8) -> torch.Tensor:
-    return torch.zeros(shape, dtype=dtype)
+def random_pair(g: int, n: int, k: int, seed: int, low: int = 100, high: int = 140):
+    gen = torch.Generator().manual_seed(seed)
+    b = torch.randint(0, 256, (g, n, k // 2), generator=gen, dtype=U8)
+    sfb = torch.randint(low, high, (g, n, k // 32), generator=gen, dtype=U8)
+    return b, sfb
 
 
-def reference_prepare(b: torch.Tensor) -> torch.Tensor:
-    """The contract's layout, one nibble at a time on little-endian 32-bit words."""
-    flat = b.reshape(-1).tolist()
-    out = []
-    for w in range(0, len(flat), 4):
-        word = flat[w] | flat[w + 1] << 8 | flat[w + 2] << 16 | flat[w + 3] << 24
-        codes = [(word >> (4 * j)) & 0xF for j in range(8)]
-        prepared = 0
-        for k in range(8):
-            s = k // 2 if k % 2 == 0 else 4 + (k - 1) // 2
-            nibble = (codes[k] & 7) | (codes[s] & 8)
-            prepared |= nibble << (4 * k)
-        out += [(prepared >> (8 * i)) & 0xFF for i in range(4)]
-    return torch.tensor(out, dtype=U8).reshape(b.shape)
-
-
-@pytest.mark.parametrize("shape", [(8, 16), (3, 16, 64), (2, 8, 144)])
-def test_prepare_matches_the_per_nibble_reference_and_round_trips(shape) -> None:
-    gen = torch.Generator().manual_seed(sum(shape))
-    b = torch.randint(0, 256, shape, dtype=U8, generator=gen)
-    sfb = torch.randint(0, 255, (*shape[:-1], shape[-1] // 16), dtype=U8, generator=gen)
-    w = moegemm.prepare_mxfp4_weights(b, sfb)
-    assert isinstance(w, moegemm.Mxfp4Weights) and w.prepared
-    assert w.b.shape == b.shape and w.b.dtype == U8 and w.b.is_contiguous()
-    assert torch.equal(w.b, reference_prepare(b))
-    assert w.sfb is sfb  # unit stride along K/32: the same tensor
-    back, back_sfb = unprepare_mxfp4_weights(w)
-    assert torch.equal(back, b) and back_sfb is sfb
-    # Only signs move: the magnitudes of every nibble are the checkpoint's.
-    assert torch.equal(w.b & 0x77, b & 0x77)
+@pytest.mark.parametrize("shape", [(1, 64, 128), (3, 192, 2880), (2, 128, 96), (1, 64, 32)])
+def test_prepare_round_trips_exactly(shape: tuple[int, int, int]) -> None:
+    g, n, k = shape
+    b, sfb = random_pair(g, n, k, 5)
+    weights = moegemm.prepare_mxfp4_weights(b, sfb)
+    assert isinstance(weights, moegemm.Mxfp4Weights) and weights.prepared
+    num_kb = -(-k // 128)
+    assert weights.b.shape == b.shape and weights.b.stride()[-2:] == (64 * num_kb, 1)
+    assert weights.sfb.shape == (g, 2 * num_kb, n) and weights.sfb.dtype == torch.int32
+    b2, sfb2 = unprepare_mxfp4_weights(weights)
+    assert torch.equal(b2, b) and torch.equal(sfb2, sfb)
     assert unprepare_mxfp4_weights(moegemm.Mxfp4Weights(b, sfb, prepared=False))[0] is b
 
 
-def test_prepare_sign_positions_of_the_contract() -> None:
-    """Code j < 4's sign at bit 8j + 3, code 4 + j's at bit 8j + 7 of its word."""
-    for j in range(8):
-        word = 8 << (4 * j)  # code j = -0, every other code +0
-        b = torch.tensor([(word >> (8 * i)) & 0xFF for i in range(4)] * 4, dtype=U8).view(1, 16)
-        out = moegemm.prepare_mxfp4_weights(b, torch.zeros(1, 1, dtype=U8)).b[0, :4].tolist()
-        got = sum(byte << (8 * i) for i, byte in enumerate(out))
-        assert got == 1 << (8 * j + 3 if j < 4 else 8 * (j - 4) + 7), j
-        assert SIGN_SOURCE[(8 * j + 3 if j < 4 else 8 * (j - 4) + 7) // 4] == j
-
-
 def test_prepare_keeps_dequantized_values() -> None:
-    w = torch.randn(2, 16, 96) * torch.logspace(-4, 4, 96)
+    w = torch.randn(2, 64, 96) * torch.logspace(-4, 4, 96)
     b, sfb = quant.quantize_mxfp4(w)
-    back, _ = unprepare_mxfp4_weights(moegemm.prepare_mxfp4_weights(b, sfb))
-    assert torch.equal(quant.dequantize_mxfp4(back, sfb), quant.dequantize_mxfp4(b, sfb))
+    back, sfb2 = unprepare_mxfp4_weights(moegemm.prepare_mxfp4_weights(b, sfb))
+    assert torch.equal(quant.dequantize_mxfp4(back, sfb2), quant.dequantize_mxfp4(b, sfb))
+
+
+def test_blocks_outside_the_window_take_the_exact_path() -> None:
+    n, k = 128, 256
+    b, sfb = random_pair(1, n, k, 3, 120, 130)
+    sfb[0, 70, 1] = sfb[0, 70, 0:4].max() - 12  # 13 binades in row 70's first k-block
+    sfb[0, 5, 4:8] = 3  # a top below 7: 2^(top - 133) is no normal float
+    weights = moegemm.prepare_mxfp4_weights(b, sfb)
+    flags = (weights.sfb[0, :2] & EXACT_FLAG) != 0  # [KB, N]
+    expected = torch.zeros(2, n, dtype=torch.bool)
+    expected[0, 64:] = True  # the whole 64-row block of row 70
+    expected[1, :64] = True  # the block of row 5, second k-block
+    assert torch.equal(flags, expected)
+    assert torch.equal(unprepare_mxfp4_weights(weights)[1], sfb)  # the scale plane
+
+
+def test_offsets_words_of_a_row() -> None:
+    """Row 9 (column 16 * 0 + 2 * 1 + 1 = 3 of its block), scale bytes 120, 118, 109, 115:
+    offsets 12, 10, 1, 7 and the float 2^(120 - 133)."""
+    b, sfb = random_pair(1, 64, 128, 1, 112, 121)
+    sfb[0, 9] = torch.tensor([120, 118, 109, 115], dtype=U8)
+    word = int(moegemm.prepare_mxfp4_weights(b, sfb).sfb[0, 0, 3]) & 0xFFFFFFFF
+    assert [(word >> (16 + 4 * j)) & 0xF for j in range(4)] == [12, 10, 1, 7]
+    assert word & EXACT_FLAG == 0  # every row of the block within 12 binades
+    scale = torch.tensor([(word & 0xFFFF) << 16], dtype=torch.int32)
+    assert scale.view(torch.float32).item() == 2.0 ** (120 - 133)
 
 
 def test_prepare_checks() -> None:
-    b, sfb = t(2, 8, 32, dtype=U8), t(2, 8, 2, dtype=U8)
+    b, sfb = random_pair(2, 64, 64, 2)
     prepare = moegemm.prepare_mxfp4_weights
     nan = sfb.clone()
     nan[1, 3, 1] = 0xFF
@@ -84,37 +82,34 @@ def test_prepare_checks() -> None:
         prepare(b.to(torch.int8), sfb)
     with pytest.raises(TypeError, match="^sfb must be a torch.Tensor, got list"):
         prepare(b, sfb.tolist())
-    with pytest.raises(ValueError, match=r"^b must have shape \(2, 8, 32\)"):
-        prepare(t(2, 8, 48, dtype=U8), sfb)
+    with pytest.raises(ValueError, match=r"^b must have shape \(2, 64, 32\)"):
+        prepare(torch.zeros(2, 64, 48, dtype=U8), sfb)
     with pytest.raises(ValueError, match="^sfb must have K/32 > 0 blocks"):
-        prepare(t(2, 8, 0, dtype=U8), t(2, 8, 0, dtype=U8))
+        prepare(torch.zeros(2, 64, 0, dtype=U8), torch.zeros(2, 64, 0, dtype=U8))
     with pytest.raises(ValueError, match="^b must be"):
-        prepare(t(32, dtype=U8), t(2, dtype=U8))
-    strided = t(2, 8, 4, dtype=U8)[..., ::2]
+        prepare(torch.zeros(32, dtype=U8), torch.zeros(2, dtype=U8))
+    with pytest.raises(ValueError, match=f"multiple of {SM90_ROW_BLOCK}"):
+        prepare(torch.zeros(1, 96, 64, dtype=U8), torch.full((1, 96, 4), 127, dtype=U8))
+    strided = torch.full((2, 64, 4), 120, dtype=U8)[..., ::2]
     out = prepare(b, strided)
-    assert out.sfb.is_contiguous() and torch.equal(out.sfb, strided)
+    assert torch.equal(unprepare_mxfp4_weights(out)[1], strided)
     with pytest.raises(TypeError, match="^weights must be a moegemm.Mxfp4Weights"):
         unprepare_mxfp4_weights((b, sfb))
 
 
 @pytest.mark.gpu
 def test_prepare_on_cuda_equals_cpu() -> None:
-    gen = torch.Generator().manual_seed(7)
-    b = torch.randint(0, 256, (4, 64, 1440), dtype=U8, generator=gen)
-    sfb = torch.randint(0, 255, (4, 64, 90), dtype=U8, generator=gen)
-    cpu = moegemm.prepare_mxfp4_weights(b, sfb).b
-    gpu = moegemm.prepare_mxfp4_weights(b.cuda(), sfb.cuda()).b
-    assert torch.equal(gpu.cpu(), cpu)
+    b, sfb = random_pair(4, 128, 2880, 7, 0, 255)
+    cpu = moegemm.prepare_mxfp4_weights(b, sfb)
+    gpu = moegemm.prepare_mxfp4_weights(b.cuda(), sfb.cuda())
+    assert torch.equal(gpu.b.cpu(), cpu.b) and torch.equal(gpu.sfb.cpu(), cpu.sfb)
 
 
 def test_all_zero_blocks_take_their_neighbours_scale() -> None:
     """A 32-block of zero codes (quantize_mxfp4 gives it byte 0) gets the largest byte of its
     row's other blocks in its 128 of K, else of its row, else the median row maximum of the
-    matrix at that k-block: its values stay zero, and no tile takes a second conversion pass
-    for it (benchmarks/fp4_pass_fraction.py, the kernel's rule)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from fp4_pass_fraction import passes
-
+    matrix at that k-block: its values stay zero, and no 64-row block takes the kernel's exact
+    path for it."""
     gen = torch.Generator().manual_seed(3)
     w = torch.randn(2, 64, 320, generator=gen) * 0.02
     w[0, 5] = 0  # a whole row
@@ -124,14 +119,15 @@ def test_all_zero_blocks_take_their_neighbours_scale() -> None:
     b, sfb = quant.quantize_mxfp4(w)
     assert (sfb[0, 5] == 0).all() and sfb[0, 17, 2] == 0
     prepared = moegemm.prepare_mxfp4_weights(b, sfb)
-    new = prepared.sfb
-    assert new is not sfb and torch.equal(sfb, quant.quantize_mxfp4(w)[1])  # input untouched
+    _, new = unprepare_mxfp4_weights(prepared)
+    assert torch.equal(sfb, quant.quantize_mxfp4(w)[1])  # input untouched
     assert torch.equal(quant.dequantize_mxfp4(b, new), quant.dequantize_mxfp4(b, sfb))
     assert new[0, 17, 2] == sfb[0, 17, [0, 1, 3]].max()
     assert (new[1, 40, :4] == sfb[1, 40, 4:].max()).all()
     assert (new[0, 5] > 100).all()  # the matrix's median row maximum, not 0
     changed = new != sfb
     assert torch.equal(changed, (b.unflatten(-1, (10, 16)) & 0x77 == 0).all(-1))
-    for g in range(2):
-        assert int(passes(new[g], 64).max()) == 1
-        assert int(passes(sfb[g], 64).max()) == 2
+    assert not ((prepared.sfb[:, :3] & EXACT_FLAG) != 0).any()
+    # The same weights without the rebasing would take the exact path.
+    flagged = moegemm.prepare_mxfp4_weights(b | 0x11, sfb)  # no zero block left
+    assert ((flagged.sfb[:, :3] & EXACT_FLAG) != 0).any()

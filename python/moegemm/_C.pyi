@@ -257,6 +257,81 @@ class Sm90Fp8Fp4GemmLauncher:
     @property
     def num_blocks(self) -> int:
         """CTAs per launch (the planned count: no clusters, no clamp)."""
+class Sm90Fp8Fp4TableGemmLauncher:
+    """Launches sm90_fp8_fp4_swap_ab_gemm on prepared weights (prepare_mxfp4_weights: b the thread-ordered
+    codes, rows Kp / 2 bytes apart; sfb the offsets words int32 [G, 2 KB, N]), with the kernel and its launch shape bound; keeps `kernel`
+    alive. Arguments as Sm90Fp8Fp4GemmLauncher's, sfb strides in bytes (group, plane row)."""
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        block_m: int,
+        block_n: int,
+        block_k: int,
+        num_blocks: int,
+        num_threads: int,
+        smem_bytes: int,
+        cluster_m: int,
+        cluster_n: int,
+        store_cols: int = 0,
+    ) -> None: ...
+    def __call__(
+        self,
+        a_ptr: int,
+        b_ptr: int,
+        d_ptr: int,
+        sfa_ptr: int,
+        sfb_ptr: int,
+        group_info_ptr: int,
+        rows: int,
+        m: int,
+        n: int,
+        k: int,
+        num_groups: int,
+        lda: int,
+        ldb: int,
+        ldb_group: int,
+        ldd: int,
+        sfa_stride_group: int,
+        sfa_stride_row: int,
+        sfa_stride_kb: int,
+        sfa_group_rows: int,
+        sfb_stride_group: int,
+        sfb_stride_row: int,
+        stream: int,
+        /,
+    ) -> None:
+        """D[r, n] = sum_k A[r, k] sfa[r, k/128] W[g(r), n, k] 2^(sfb[g(r), n, k/32] - 127), D
+        BF16. a/b strides in bytes (b packed, K/2 bytes a row), ldd in elements, sfa strides in
+        floats (sfa[row] at g * stride_group + (row - g * group_rows) * stride_row + kb *
+        stride_kb), sfb strides in bytes. An empty output launches nothing. Asynchronous."""
+
+    def bind(
+        self,
+        device: int,
+        rows: int,
+        m: int,
+        n: int,
+        k: int,
+        num_groups: int,
+        lda: int,
+        ldb: int,
+        ldb_group: int,
+        ldd: int,
+        sfa_stride_group: int,
+        sfa_stride_row: int,
+        sfa_stride_kb: int,
+        sfa_group_rows: int,
+        sfb_stride_group: int,
+        sfb_stride_row: int,
+        /,
+    ) -> Callable[[int, int, int, int, int, int, int], bool]:
+        """launch(a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, group_info_ptr, stream, /) -> bool: the
+        call with these integers bound for CUDA device `device` (checked here)."""
+
+    @property
+    def num_blocks(self) -> int:
+        """CTAs per launch (the planned count: no clusters, no clamp)."""
 
 class Sm100Fp8Fp4GemmLauncher:
     """Launches sm100_fp8_fp4_grouped_gemm (dense or m-grouped; E4M3 activations with FP32
@@ -632,6 +707,80 @@ class Sm90Fp8Fp4MoeGemmLauncher:
     """Launches sm90_fp8_fp4_grouped_gemm (or its decode twin) built with a fused-MoE epilogue
     (SwiGLU or RowScale), register stores; the FP8 x FP4 launcher's arguments plus bias and
     row-scale pointers."""
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        block_m: int,
+        block_n: int,
+        block_k: int,
+        num_blocks: int,
+        num_threads: int,
+        smem_bytes: int,
+        cluster_m: int,
+        cluster_n: int,
+        store_cols: int = 0,
+    ) -> None: ...
+    def __call__(
+        self,
+        a_ptr: int,
+        b_ptr: int,
+        d_ptr: int,
+        sfa_ptr: int,
+        sfb_ptr: int,
+        bias_ptr: int,
+        row_scale_ptr: int,
+        group_info_ptr: int,
+        rows: int,
+        m: int,
+        n: int,
+        k: int,
+        num_groups: int,
+        lda: int,
+        ldb: int,
+        ldb_group: int,
+        ldd: int,
+        sfa_stride_group: int,
+        sfa_stride_row: int,
+        sfa_stride_kb: int,
+        sfa_group_rows: int,
+        sfb_stride_group: int,
+        sfb_stride_row: int,
+        stream: int,
+        /,
+    ) -> None:
+        """As Sm90Fp8Fp4GemmLauncher, plus FP32 bias [G, n] and row scale [rows] (0: absent).
+        Asynchronous."""
+
+    def bind(
+        self,
+        device: int,
+        rows: int,
+        m: int,
+        n: int,
+        k: int,
+        num_groups: int,
+        lda: int,
+        ldb: int,
+        ldb_group: int,
+        ldd: int,
+        sfa_stride_group: int,
+        sfa_stride_row: int,
+        sfa_stride_kb: int,
+        sfa_group_rows: int,
+        sfb_stride_group: int,
+        sfb_stride_row: int,
+        /,
+    ) -> Callable[[int, int, int, int, int, int, int, int, int], bool]:
+        """launch(a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, bias_ptr, row_scale_ptr,
+        group_info_ptr, stream, /) -> bool."""
+
+    @property
+    def num_blocks(self) -> int:
+        """CTAs per launch (the planned count: no clusters, no clamp)."""
+class Sm90Fp8Fp4TableMoeGemmLauncher:
+    """Sm90Fp8Fp4MoeGemmLauncher's twin on prepared weights (the table kernel built with a
+    MoE epilogue): arguments as there, b and sfb as Sm90Fp8Fp4TableGemmLauncher's."""
 
     def __init__(
         self,

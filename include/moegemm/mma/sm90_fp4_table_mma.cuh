@@ -157,10 +157,9 @@ struct Fp4TableMma {
     uint32_t valid_blocks = 0;
     if (exact) {  // the first pass is dropped; the raw scale words for the next four
       scale_r = scale_r8 = 0.0f;
-      const uint32_t n_padded = (params.n + 63) / 64 * 64;
       const uint32_t k_blocks = (params.k + 127) / 128;
       const uint8_t* plane = params.sfb + uint64_t{work.group} * params.sfb_stride_group +
-                             uint64_t{k_blocks + kb} * n_padded * 4;
+                             uint64_t{k_blocks + kb} * params.sfb_stride_row;
       raw = __ldg(reinterpret_cast<const uint2*>(plane + uint64_t{work.n_block} * BLOCK_W * 4 +
                                                  lane.pair_offset));
       valid_blocks = min(4u, params.k / 32 - kb * 4);

@@ -44,12 +44,13 @@ from .checks import (
     require_tensor,
     row_stride,
 )
-from .mxfp4_weights import MXFP4_GROUP, Mxfp4Weights
+from .mxfp4_weights import MXFP4_GROUP, SM90_K_BLOCK, SM90_ROW_BLOCK, Mxfp4Weights
 from .plans import make_plan, new_plan_cache, raw_stream, require_launched
 
 _FP8 = (torch.float8_e4m3fn,)
 _FP32 = (torch.float32,)
 _U8 = (torch.uint8,)
+_I32 = (torch.int32,)
 _BF16 = (torch.bfloat16,)
 SFA_BLOCK_K = 128  # K per activation scale
 _is_compiling = torch.compiler.is_compiling  # True while Dynamo traces (ops.py)
@@ -157,13 +158,21 @@ def _sfb_strides(sfb: Tensor) -> tuple[int, int]:
 
 
 def _check_operands(
-    a: Tensor, sfa: Tensor, b: Tensor, sfb: Tensor, d: Tensor, a_rank: int, b_rank: int
+    a: Tensor,
+    sfa: Tensor,
+    b: Tensor,
+    sfb: Tensor,
+    d: Tensor,
+    a_rank: int,
+    b_rank: int,
+    prepared: bool = False,
 ) -> tuple[int, int, int]:
-    """Types, dtypes, ranks, K, N and every shape; returns (num_groups, n, k)."""
+    """Types, dtypes, ranks, K, N and every shape; returns (num_groups, n, k). prepared: b and
+    sfb in prepare_mxfp4_weights' layout (mxfp4_weights.py)."""
     require_tensor("a", a, _FP8, a_rank)
     require_tensor("sfa", sfa, _FP32, a_rank)
     require_tensor("b", b, _U8, b_rank)
-    require_tensor("sfb", sfb, _U8, b_rank)
+    require_tensor("sfb", sfb, _I32 if prepared else _U8, b_rank)
     require_tensor("d", d, _BF16, a_rank)
     k = a.shape[-1]
     _check_k(k)
@@ -176,22 +185,60 @@ def _check_operands(
         )
     require_shape("b", b, (*groups, n, k // 2))
     _check_n(n)
-    require_shape("sfb", sfb, (*groups, n, k // MXFP4_GROUP))
+    if prepared:
+        _check_prepared(b, sfb, groups, n, k)
+    else:
+        require_shape("sfb", sfb, (*groups, n, k // MXFP4_GROUP))
     require_shape("sfa", sfa, (*a.shape[:-1], math.ceil(k / SFA_BLOCK_K)))
     require_shape("d", d, (*a.shape[:-1], n))
     return (groups[0] if groups else 1), n, k
 
 
+def _check_prepared(b: Tensor, sfb: Tensor, groups: tuple[int, ...], n: int, k: int) -> None:
+    """The prepared layout's own shape rules: N a multiple of 64, code rows Kp / 2 bytes apart,
+    the offsets words [.., 2 KB, N] with rows of N words."""
+    num_kb = math.ceil(k / SM90_K_BLOCK)
+    if n % SM90_ROW_BLOCK != 0:
+        raise ValueError(f"N (b.shape[-2]) of prepared weights must be a multiple of 64, got {n}")
+    if n > 0 and (b.stride(-1) != 1 or b.stride(-2) != 64 * num_kb):
+        raise ValueError(
+            f"prepared b must have rows of Kp / 2 = {64 * num_kb} bytes (strides (.., "
+            f"{64 * num_kb}, 1)), got strides {b.stride()}: pass prepare_mxfp4_weights' tensors"
+        )
+    require_shape("sfb", sfb, (*groups, 2 * num_kb, n))
+    if sfb.numel() and (sfb.stride(-1) != 1 or sfb.stride(-2) != n):
+        raise ValueError(f"prepared sfb must have rows of N words, got strides {sfb.stride()}")
+
+
+def _sfb_prepared_strides(sfb: Tensor) -> tuple[int, int]:
+    """(group, plane row) strides in bytes of prepared sfb int32 [.., 2 KB, N]."""
+    row = 4 * sfb.shape[-1]
+    if sfb.dim() == 3 and sfb.shape[0] > 1:
+        return 4 * sfb.stride(0), row
+    return sfb.shape[-2] * row, row
+
+
+def _weight_strides(sfb: Tensor, prepared: bool) -> tuple[int, int]:
+    return _sfb_prepared_strides(sfb) if prepared else _sfb_strides(sfb)
+
+
 def check_dense(
-    a: Tensor, sfa: Tensor, b: Tensor, sfb: Tensor, d: Tensor, *, placed: bool = True
+    a: Tensor,
+    sfa: Tensor,
+    b: Tensor,
+    sfb: Tensor,
+    d: Tensor,
+    *,
+    placed: bool = True,
+    prepared: bool = False,
 ) -> Fp8Fp4Problem:
     """The full checks of `fp8_fp4_gemm_nt`; placed=False leaves out the placement (fake
     tensors)."""
-    _, n, k = _check_operands(a, sfa, b, sfb, d, 2, 2)
+    _, n, k = _check_operands(a, sfa, b, sfb, d, 2, 2, prepared)
     m = a.shape[0]
     lda, ldb, ldd = row_stride("a", a), row_stride("b", b), row_stride("d", d)
     _, sfa_row, sfa_kb = _sfa_strides(sfa)
-    sfb_group, sfb_row = _sfb_strides(sfb)
+    sfb_group, sfb_row = _weight_strides(sfb, prepared)
     # The kernel's producer copies the scales in aligned 4-byte words: 16-byte bases, as TMA's.
     aligned = {"a": a, "b": b, "d": d, "sfa": sfa, "sfb": sfb}
     device = require_placement(aligned, {}) if placed else -1
@@ -210,15 +257,16 @@ def check_contiguous(
     offs: Tensor | None,
     *,
     placed: bool = True,
+    prepared: bool = False,
 ) -> Fp8Fp4Problem:
     """The full checks of the contiguous layouts; placed=False leaves out the placement."""
-    num_groups, n, k = _check_operands(a, sfa, b, sfb, d, 2, 3)
+    num_groups, n, k = _check_operands(a, sfa, b, sfb, d, 2, 3, prepared)
     rows = a.shape[0]
     info = contiguous_group_info(rows, num_groups, m_indices, offs)
     lda, ldd = row_stride("a", a), row_stride("d", d)
     ldb, ldb_group = batched_row_stride("b", b, collapsible=False)
     _, sfa_row, sfa_kb = _sfa_strides(sfa)
-    sfb_group, sfb_row = _sfb_strides(sfb)
+    sfb_group, sfb_row = _weight_strides(sfb, prepared)
     aligned = {"a": a, "b": b, "d": d, "sfa": sfa, "sfb": sfb}
     device = require_placement(aligned, info) if placed else -1
     return Fp8Fp4Problem(
@@ -237,9 +285,10 @@ def check_masked(
     expected_m: int,
     *,
     placed: bool = True,
+    prepared: bool = False,
 ) -> Fp8Fp4Problem:
     """The full checks of the masked layout; placed=False leaves out the placement."""
-    num_groups, n, k = _check_operands(a, sfa, b, sfb, d, 3, 3)
+    num_groups, n, k = _check_operands(a, sfa, b, sfb, d, 3, 3, prepared)
     max_m = a.shape[1]
     require_index_vector("masked_m", masked_m, num_groups)
     # Traced by torch.compile, an expected_m that varies between calls becomes a SymInt.
@@ -250,7 +299,7 @@ def check_masked(
     ldb, ldb_group = batched_row_stride("b", b, collapsible=False)
     ldd, _ = batched_row_stride("d", d, collapsible=True)
     sfa_group, sfa_row, sfa_kb = _sfa_strides(sfa)
-    sfb_group, sfb_row = _sfb_strides(sfb)
+    sfb_group, sfb_row = _weight_strides(sfb, prepared)
     aligned = {"a": a, "b": b, "d": d, "sfa": sfa, "sfb": sfb}
     device = require_placement(aligned, {"masked_m": masked_m}) if placed else -1
     return Fp8Fp4Problem(
@@ -305,7 +354,7 @@ def fp8_fp4_gemm_nt(
     if _on_sm100(a_):
         return fp8_fp4_sm100.call("bf16_gemm_nt", key, _dense_plans, config, a_, sfa, b, d)
     b_, sfb, prepared = unpack_weights(b)
-    p = check_dense(a_, sfa, b_, sfb, d)
+    p = check_dense(a_, sfa, b_, sfb, d, prepared=prepared)
     if p.empty:
         return d
     desc = _desc("bf16_gemm_nt", p, prepared)
@@ -358,7 +407,7 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(
             "contiguous", key, cache, config, a_, sfa, b, d, m_indices=m_indices, offs=offs
         )
     b_, sfb, prepared = unpack_weights(b)
-    p = check_contiguous(a_, sfa, b_, sfb, d, m_indices, offs)
+    p = check_contiguous(a_, sfa, b_, sfb, d, m_indices, offs, prepared=prepared)
     if p.empty:
         return d
     if m_indices is not None:
@@ -411,7 +460,7 @@ def m_grouped_fp8_fp4_gemm_nt_masked(
             masked_m=masked_m, expected_m=expected_m,
         )  # fmt: skip
     b_, sfb, prepared = unpack_weights(b)
-    p = check_masked(a_, sfa, b_, sfb, d, masked_m, expected_m)
+    p = check_masked(a_, sfa, b_, sfb, d, masked_m, expected_m, prepared=prepared)
     if p.empty:
         return d
     desc = _desc("m_grouped_masked", p, prepared, min(expected_m, p.m))

@@ -99,7 +99,7 @@ def fp8_fp4_gemm_nt_op(
 
 @fp8_fp4_gemm_nt_op.register_fake
 def _(a: Tensor, sfa: Tensor, b: Tensor, sfb: Tensor, d: Tensor, prepared: bool = False) -> None:
-    fp8_fp4.check_dense(a, sfa, b, sfb, d, placed=False)
+    fp8_fp4.check_dense(a, sfa, b, sfb, d, placed=False, prepared=prepared)
 
 
 @torch.library.custom_op(f"{NAMESPACE}::m_grouped_fp8_fp4_gemm_nt_contiguous", mutates_args=("d",))
@@ -128,7 +128,7 @@ def _(
     offs: Tensor | None = None,
     prepared: bool = False,
 ) -> None:
-    fp8_fp4.check_contiguous(a, sfa, b, sfb, d, m_indices, offs, placed=False)
+    fp8_fp4.check_contiguous(a, sfa, b, sfb, d, m_indices, offs, placed=False, prepared=prepared)
 
 
 @torch.library.custom_op(f"{NAMESPACE}::m_grouped_fp8_fp4_gemm_nt_masked", mutates_args=("d",))
@@ -157,7 +157,9 @@ def _(
     expected_m: int,
     prepared: bool = False,
 ) -> None:
-    fp8_fp4.check_masked(a, sfa, b, sfb, d, masked_m, expected_m, placed=False)
+    fp8_fp4.check_masked(
+        a, sfa, b, sfb, d, masked_m, expected_m, placed=False, prepared=prepared
+    )
 
 
 OPS = {

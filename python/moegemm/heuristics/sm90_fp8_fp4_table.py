@@ -3,7 +3,8 @@ prepared weights, mma/sm90_fp4_table_mma.cuh): weights on the wgmma's M side as 
 converted by table, 64 weight rows per math warpgroup, tokens (8..128) on N, every layout.
 
 The cycle model: a CTA works through its tile's k-blocks; a k-block costs the most of
-- the conversion of its W x 64 x 128 weights, at the SM's table-conversion rate,
+- the conversion of its W x 64 x 128 weights at the SM's table-conversion rate, plus the
+  promotion of its accumulators,
 - the tensor cores' 4 W wgmma of m64 x tokens x 32,
 - one warpgroup's chain (wgmma latency, promotion), which the other warpgroups hide,
 and the problem is bounded below by HBM moving its bytes once (the family's `streamed`)."""
@@ -120,7 +121,9 @@ CHAIN_CYCLES_PER_TOKEN = 2.0
 
 
 def kblock_cycles(block_t: int, num_wg: int) -> float:
-    convert = num_wg * 64 * BLOCK_K / CONVERT_WEIGHTS_PER_CLK[num_wg]
+    # The conversion and the promotion share the issue slots: a warpgroup's promotion costs
+    # its 4 warps one FMUL and one FFMA per accumulator (block_t / 2 of them a thread).
+    convert = num_wg * (64 * BLOCK_K / CONVERT_WEIGHTS_PER_CLK[num_wg] + block_t)
     mma = num_wg * 64 * block_t * BLOCK_K / MMA_MACS_PER_CLK
     chain = CHAIN_CYCLES + CHAIN_CYCLES_PER_TOKEN * block_t
     return max(convert, mma, chain)
