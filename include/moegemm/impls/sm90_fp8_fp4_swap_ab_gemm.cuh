@@ -42,6 +42,7 @@
 #include <moegemm/loader/tma_loaders.cuh>
 #include <moegemm/mma/sm90_fp4_register_mma.cuh>
 #include <moegemm/mma/sm90_fp4_table_mma.cuh>
+#include <moegemm/scheduler/dense_scheduler.cuh>
 #include <moegemm/scheduler/group_walk_scheduler.cuh>
 
 namespace moegemm::sm90 {

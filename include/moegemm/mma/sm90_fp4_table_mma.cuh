@@ -44,6 +44,9 @@ struct Fp4TableMma {
   static constexpr uint32_t kNumAccum = BLOCK_T / 2;
   static constexpr uint32_t kBlockBytes = 64 * 128 / 2;  // one warpgroup's codes of a k-block
   static constexpr uint32_t kExactPasses = 4;          // one per 32-block
+  // A second temporary accumulator set lets k-block kb + 1's wgmma start before kb's
+  // promotion; it costs BLOCK_T / 2 registers, so wide token blocks keep one.
+  static constexpr bool kTwoTemporaries = BLOCK_T <= 32;
 
   struct Accum {
     float v[1][kNumAccum];  // the store_transposed layout, as WgmmaAccum<1, BLOCK_T>
@@ -135,62 +138,108 @@ struct Fp4TableMma {
     return block < valid_blocks ? ldexpf(1.0f, s - 133) : 0.0f;
   }
 
-  // One k-block whose A registers `cur` hold its conversion: issue, convert the next k-block
-  // into `nxt` meanwhile, promote, release. `state` moves to the next stage.
-  template <typename Stages, typename Ring, typename Params, typename Work>
-  __device__ __forceinline__ static void k_block(Accum& acc, Accum& tmp, uint32_t (&cur)[16],
-                                                 uint2& ow_cur, uint32_t (&nxt)[16],
-                                                 uint2& ow_nxt, const Params& params,
-                                                 const Work& work, uint32_t kb,
-                                                 uint32_t num_k_blocks, const Ring& ring,
-                                                 typename Ring::State& state, uint8_t* smem,
-                                                 const Lane& lane, uint32_t math_wg,
-                                                 uint32_t lane_idx) {
-    const StageRef stage{smem, state.stage_idx};
+  // The 4 wgmma of one k-block (A registers `a`, the tokens of `stage`) into `t`.
+  template <typename Stages>
+  __device__ __forceinline__ static void issue(const uint32_t (&a)[16], Accum& t,
+                                               const StageRef& stage) {
     const uint64_t desc_t = make_smem_desc_k128b(Stages::template slab<0>(stage));
-    const bool exact = (*reinterpret_cast<const uint32_t*>(Stages::template slab<3>(stage) +
-                                                           lane.block_offset) &
-                        fp4::kExactFlag) != 0;
-    float scale_r = fp4::row_scale_of(ow_cur.x);
-    float scale_r8 = fp4::row_scale_of(ow_cur.y);
-    uint2 raw = make_uint2(0, 0);
-    uint32_t valid_blocks = 0;
-    if (exact) {  // the first pass is dropped; the raw scale words for the next four
-      scale_r = scale_r8 = 0.0f;
+    warpgroup_fence_regs<kNumAccum>(t.v[0]);
+    warpgroup_arrive();
+#pragma unroll
+    for (uint32_t j = 0; j < 4; ++j)
+      fma_impl(a + 4 * j, advance_desc(desc_t, 32 * j), t.v[0], j == 0,
+               std::make_index_sequence<kNumAccum>{});
+    warpgroup_commit_batch();
+  }
+
+  // A k-block whose wgmma into `t` has retired: its promotion (or, where the preparation
+  // flagged its 64-row block, the exact passes, which reuse `a` and `t`), then its release.
+  template <typename Stages, typename Ring, typename Params, typename Work>
+  __device__ __forceinline__ static void finish(Accum& acc, Accum& t, uint32_t (&a)[16],
+                                                const uint2& ow, const StageRef& stage,
+                                                const Params& params, const Work& work,
+                                                uint32_t kb, const Ring& ring, const Lane& lane,
+                                                uint32_t lane_idx) {
+    // A warp vote: ptxas then knows the branch is uniform (a wgmma on a path it must assume
+    // divergent serializes every wgmma of the kernel, C7518).
+    const bool exact = __any_sync(0xFFFFFFFFu, (*reinterpret_cast<const uint32_t*>(
+                                                    Stages::template slab<3>(stage) +
+                                                    lane.block_offset) &
+                                                fp4::kExactFlag) != 0);
+    if (!exact) {
+      promote<Stages>(acc, t, stage, lane, fp4::row_scale_of(ow.x), fp4::row_scale_of(ow.y));
+    } else {
+      // The scale bytes of the thread's rows (the offsets tensor's second plane).
       const uint32_t k_blocks = (params.k + 127) / 128;
       const uint8_t* plane = params.sfb + uint64_t{work.group} * params.sfb_stride_group +
                              uint64_t{k_blocks + kb} * params.sfb_stride_row;
-      raw = __ldg(reinterpret_cast<const uint2*>(plane + uint64_t{work.n_block} * BLOCK_W * 4 +
-                                                 lane.pair_offset));
-      valid_blocks = min(4u, params.k / 32 - kb * 4);
+      const uint2 raw = __ldg(reinterpret_cast<const uint2*>(
+          plane + uint64_t{work.n_block} * BLOCK_W * 4 + lane.pair_offset));
+      const uint32_t valid_blocks = min(4u, params.k / 32 - kb * 4);
+      warpgroup_wait<0>();  // a second batch may be in flight: `a` and `t` are free after it
+#pragma unroll 1
+      for (uint32_t pass = 0; pass < kExactPasses; ++pass) {
+        convert_exact<Stages>(stage, lane, pass + 1, a);
+        issue<Stages>(a, t, stage);
+        warpgroup_wait<0>();
+        warpgroup_fence_regs<kNumAccum>(t.v[0]);
+        promote<Stages>(acc, t, stage, lane, exact_scale(raw.x, pass, valid_blocks),
+                        exact_scale(raw.y, pass, valid_blocks));
+      }
     }
+    __syncwarp();
+    ring.consumer_release(stage.stage_idx, lane_idx, true);
+  }
+
+  // One step of the mainloop: k-block kb's wgmma (from `cur` into `t_cur`) is in flight; wait
+  // for stage kb + 1 and convert it into `nxt` meanwhile, then retire kb, issue kb + 1 (into
+  // `t_nxt`) and promote kb (with one temporary set, promote first: `t_nxt` is `t_cur`).
+  // Returns false after the tile's last k-block.
+  template <typename Stages, typename Ring, typename Params, typename Work>
+  __device__ __forceinline__ static bool step(Accum& acc, Accum& t_cur, Accum& t_nxt,
+                                              uint32_t (&cur)[16], uint2& ow_cur,
+                                              uint32_t (&nxt)[16], uint2& ow_nxt,
+                                              const Params& params, const Work& work,
+                                              uint32_t& kb, uint32_t num_k_blocks,
+                                              const Ring& ring, typename Ring::State& state,
+                                              uint8_t* smem, const Lane& lane,
+                                              uint32_t lane_idx) {
+    const StageRef stage{smem, state.stage_idx};
     typename Ring::State next = state;
     next.advance();
-#pragma unroll 1
-    for (uint32_t pass = 0;; ++pass) {
-      warpgroup_fence_regs<kNumAccum>(tmp.v[0]);
-      warpgroup_arrive();
+    const StageRef next_stage{smem, next.stage_idx};
+    const bool last = __any_sync(0xFFFFFFFFu, kb + 1 == num_k_blocks);  // uniform, as above
+#if defined(MOEGEMM_TABLE_PROBE)  // lab probe: 1 streams only, 2 converts without wgmma
+    if (!last) {
+      ring.consumer_wait(next);
+      if (MOEGEMM_TABLE_PROBE == 2) {
+        ow_nxt = convert<Stages>(next_stage, lane, nxt);
 #pragma unroll
-      for (uint32_t j = 0; j < 4; ++j)
-        fma_impl(cur + 4 * j, advance_desc(desc_t, 32 * j), tmp.v[0], j == 0,
-                 std::make_index_sequence<kNumAccum>{});
-      warpgroup_commit_batch();
-      if (pass == 0 && kb + 1 < num_k_blocks) {
-        ring.consumer_wait(next);
-        ow_nxt = convert<Stages>(StageRef{smem, next.stage_idx}, lane, nxt);
+        for (uint32_t i = 0; i < 16; ++i) asm volatile("" ::"r"(nxt[i]));
       }
-      warpgroup_wait<0>();
-      warpgroup_fence_regs<kNumAccum>(tmp.v[0]);
-      promote<Stages>(acc, tmp, stage, lane, scale_r, scale_r8);
-      if (!exact || pass == kExactPasses) break;
-      convert_exact<Stages>(stage, lane, pass + 1, cur);
-      scale_r = exact_scale(raw.x, pass, valid_blocks);
-      scale_r8 = exact_scale(raw.y, pass, valid_blocks);
     }
     __syncwarp();
     ring.consumer_release(state.stage_idx, lane_idx, true);
     state = next;
-    (void)math_wg;
+    ++kb;
+    return !last;
+#endif
+    if (!last) {
+      ring.consumer_wait(next);
+      ow_nxt = convert<Stages>(next_stage, lane, nxt);
+    }
+    warpgroup_wait<0>();
+    warpgroup_fence_regs<kNumAccum>(t_cur.v[0]);
+    if constexpr (kTwoTemporaries) {
+      if (!last) issue<Stages>(nxt, t_nxt, next_stage);
+      finish<Stages>(acc, t_cur, cur, ow_cur, stage, params, work, kb, ring, lane, lane_idx);
+    } else {
+      finish<Stages>(acc, t_cur, cur, ow_cur, stage, params, work, kb, ring, lane, lane_idx);
+      if (!last) issue<Stages>(nxt, t_nxt, next_stage);
+    }
+    state = next;
+    ++kb;
+    return !last;
   }
 
   // Every k-block of one tile, two at a time (the register sets alternate).
@@ -203,17 +252,22 @@ struct Fp4TableMma {
     const Lane lane = make_lane(math_wg);
     uint32_t a0[16], a1[16];
     uint2 ow0, ow1;
+    Accum tmp1;
+    Accum& t1 = kTwoTemporaries ? tmp1 : tmp;
     ring.consumer_wait(state);
-    ow0 = convert<Stages>(StageRef{smem, state.stage_idx}, lane, a0);
+    const StageRef first{smem, state.stage_idx};
+    ow0 = convert<Stages>(first, lane, a0);
+#if !defined(MOEGEMM_TABLE_PROBE)
+    issue<Stages>(a0, tmp, first);
+#endif
+    uint32_t kb = 0;
 #pragma unroll 1
-    for (uint32_t kb = 0;; kb += 2) {
-      k_block<Stages>(acc, tmp, a0, ow0, a1, ow1, params, work, kb, num_k_blocks, ring, state,
-                      smem, lane, math_wg, lane_idx);
-      if (kb + 1 >= num_k_blocks) break;
-      k_block<Stages>(acc, tmp, a1, ow1, a0, ow0, params, work, kb + 1, num_k_blocks, ring,
-                      state, smem, lane, math_wg, lane_idx);
-      if (kb + 2 >= num_k_blocks) break;
+    while (step<Stages>(acc, tmp, t1, a0, ow0, a1, ow1, params, work, kb, num_k_blocks, ring,
+                        state, smem, lane, lane_idx) &&
+           step<Stages>(acc, t1, tmp, a1, ow1, a0, ow0, params, work, kb, num_k_blocks, ring,
+                        state, smem, lane, lane_idx)) {
     }
+    (void)math_wg;
   }
 };
 
