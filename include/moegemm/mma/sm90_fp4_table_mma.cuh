@@ -33,9 +33,34 @@
 #include <moegemm/mma/sm90_fp4_register_mma.cuh>
 #include <moegemm/ptx/sm90_wgmma.cuh>
 #include <moegemm/pipeline/stage_layout.cuh>
+#include <moegemm/ptx/smem.cuh>
 #include <moegemm/transform/fp4_table.cuh>
 
 namespace moegemm::sm90 {
+
+namespace detail {
+
+// Shared-memory loads by 32-bit shared-window address (no generic-to-shared conversion per
+// k-block); volatile keeps them after the stage's barrier wait.
+__device__ __forceinline__ uint4 lds128(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ uint2 lds64(uint32_t addr) {
+  uint2 v;
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ uint32_t lds32(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr));
+  return v;
+}
+
+}  // namespace detail
 
 template <uint32_t BLOCK_T, uint32_t BLOCK_W>
 struct Fp4TableMma {
@@ -72,6 +97,19 @@ struct Fp4TableMma {
     uint32_t quad;         // t % 4: the thread's token columns 8 c + 2 quad + {0, 1}
   };
 
+  // One stage's slabs as shared-window addresses: tokens, codes, token scales, offsets words.
+  struct Slabs {
+    uint32_t tokens, codes, sfa, offsets;
+  };
+
+  template <typename Stages>
+  __device__ __forceinline__ static Slabs slabs_of(uint32_t smem, uint32_t stage_idx) {
+    return Slabs{smem + Stages::template slab_offset<0>() + stage_idx * Stages::template slab_bytes<0>(),
+                 smem + Stages::template slab_offset<1>() + stage_idx * Stages::template slab_bytes<1>(),
+                 smem + Stages::template slab_offset<2>() + stage_idx * Stages::template slab_bytes<2>(),
+                 smem + Stages::template slab_offset<3>() + stage_idx * Stages::template slab_bytes<3>()};
+  }
+
   __device__ __forceinline__ static Lane make_lane(uint32_t math_wg) {
     const uint32_t t = threadIdx.x % 128;
     const uint32_t pair = 8 * (t / 32) + (t % 32) / 4;  // row r = 16 (t / 32) + (t % 32) / 4
@@ -81,26 +119,21 @@ struct Fp4TableMma {
 
   // The 16 A registers of one k-block from its landed stage; returns the offsets words of rows
   // r (x) and r + 8 (y).
-  template <typename Stages>
-  __device__ __forceinline__ static uint2 convert(const StageRef& stage, const Lane& lane,
+  __device__ __forceinline__ static uint2 convert(const Slabs& stage, const Lane& lane,
                                                   uint32_t (&a)[16]) {
-    const uint8_t* codes = Stages::template slab<1>(stage) + lane.code_offset;
-    const uint4 c0 = *reinterpret_cast<const uint4*>(codes);
-    const uint4 c1 = *reinterpret_cast<const uint4*>(codes + kBlockBytes / 2);
-    const uint2 ow = *reinterpret_cast<const uint2*>(Stages::template slab<3>(stage) +
-                                                     lane.pair_offset);
+    const uint4 c0 = detail::lds128(stage.codes + lane.code_offset);
+    const uint4 c1 = detail::lds128(stage.codes + lane.code_offset + kBlockBytes / 2);
+    const uint2 ow = detail::lds64(stage.offsets + lane.pair_offset);
     const uint32_t w[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
     fp4::convert_k_block(w, ow.x, ow.y, a);
     return ow;
   }
 
   // Exact pass p (1..4) of a flagged k-block: only 32-block p - 1, at offset 12.
-  template <typename Stages>
-  __device__ __forceinline__ static void convert_exact(const StageRef& stage, const Lane& lane,
+  __device__ __forceinline__ static void convert_exact(const Slabs& stage, const Lane& lane,
                                                        uint32_t pass, uint32_t (&a)[16]) {
-    const uint8_t* codes = Stages::template slab<1>(stage) + lane.code_offset;
-    const uint4 c0 = *reinterpret_cast<const uint4*>(codes);
-    const uint4 c1 = *reinterpret_cast<const uint4*>(codes + kBlockBytes / 2);
+    const uint4 c0 = detail::lds128(stage.codes + lane.code_offset);
+    const uint4 c1 = detail::lds128(stage.codes + lane.code_offset + kBlockBytes / 2);
     const uint32_t w[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
     const fp4::Table t12 = fp4::table_of_offset(fp4::kMaxOffset);
 #pragma unroll
@@ -116,14 +149,13 @@ struct Fp4TableMma {
   }
 
   // acc += tmp * row_scale[row] * sfa[token] (the tokens' scales from the stage).
-  template <typename Stages>
   __device__ __forceinline__ static void promote(Accum& acc, const Accum& tmp,
-                                                 const StageRef& stage, const Lane& lane,
+                                                 const Slabs& stage, const Lane& lane,
                                                  float scale_r, float scale_r8) {
-    const float* sfa = reinterpret_cast<const float*>(Stages::template slab<2>(stage));
 #pragma unroll
     for (uint32_t c = 0; c < BLOCK_T / 8; ++c) {
-      const float2 cs = *reinterpret_cast<const float2*>(sfa + 8 * c + 2 * lane.quad);
+      const uint2 bits = detail::lds64(stage.sfa + 4 * (8 * c + 2 * lane.quad));
+      const float2 cs = make_float2(__uint_as_float(bits.x), __uint_as_float(bits.y));
       acc.v[0][4 * c + 0] = fmaf(tmp.v[0][4 * c + 0], scale_r * cs.x, acc.v[0][4 * c + 0]);
       acc.v[0][4 * c + 1] = fmaf(tmp.v[0][4 * c + 1], scale_r * cs.y, acc.v[0][4 * c + 1]);
       acc.v[0][4 * c + 2] = fmaf(tmp.v[0][4 * c + 2], scale_r8 * cs.x, acc.v[0][4 * c + 2]);
@@ -139,10 +171,11 @@ struct Fp4TableMma {
   }
 
   // The 4 wgmma of one k-block (A registers `a`, the tokens of `stage`) into `t`.
-  template <typename Stages>
   __device__ __forceinline__ static void issue(const uint32_t (&a)[16], Accum& t,
-                                               const StageRef& stage) {
-    const uint64_t desc_t = make_smem_desc_k128b(Stages::template slab<0>(stage));
+                                               const Slabs& stage) {
+    // The tokens' K-major 128B-swizzled rows (ptx/sm90_wgmma.cuh, make_smem_desc_k128b).
+    const uint64_t desc_t = ((stage.tokens & 0x3FFFF) >> 4) | (uint64_t{1024 >> 4} << 32) |
+                            (uint64_t{1} << 62);
     warpgroup_fence_regs<kNumAccum>(t.v[0]);
     warpgroup_arrive();
 #pragma unroll
@@ -154,20 +187,20 @@ struct Fp4TableMma {
 
   // A k-block whose wgmma into `t` has retired: its promotion (or, where the preparation
   // flagged its 64-row block, the exact passes, which reuse `a` and `t`), then its release.
-  template <typename Stages, typename Ring, typename Params, typename Work>
+  template <typename Ring, typename Params, typename Work>
   __device__ __forceinline__ static void finish(Accum& acc, Accum& t, uint32_t (&a)[16],
-                                                const uint2& ow, const StageRef& stage,
+                                                const uint2& ow, const Slabs& stage,
+                                                uint32_t stage_idx,
                                                 const Params& params, const Work& work,
                                                 uint32_t kb, const Ring& ring, const Lane& lane,
                                                 uint32_t lane_idx) {
     // A warp vote: ptxas then knows the branch is uniform (a wgmma on a path it must assume
     // divergent serializes every wgmma of the kernel, C7518).
-    const bool exact = __any_sync(0xFFFFFFFFu, (*reinterpret_cast<const uint32_t*>(
-                                                    Stages::template slab<3>(stage) +
-                                                    lane.block_offset) &
-                                                fp4::kExactFlag) != 0);
+    const bool exact =
+        __any_sync(0xFFFFFFFFu, (detail::lds32(stage.offsets + lane.block_offset) &
+                                 fp4::kExactFlag) != 0);
     if (!exact) {
-      promote<Stages>(acc, t, stage, lane, fp4::row_scale_of(ow.x), fp4::row_scale_of(ow.y));
+      promote(acc, t, stage, lane, fp4::row_scale_of(ow.x), fp4::row_scale_of(ow.y));
     } else {
       // The scale bytes of the thread's rows (the offsets tensor's second plane).
       const uint32_t k_blocks = (params.k + 127) / 128;
@@ -179,16 +212,16 @@ struct Fp4TableMma {
       warpgroup_wait<0>();  // a second batch may be in flight: `a` and `t` are free after it
 #pragma unroll 1
       for (uint32_t pass = 0; pass < kExactPasses; ++pass) {
-        convert_exact<Stages>(stage, lane, pass + 1, a);
-        issue<Stages>(a, t, stage);
+        convert_exact(stage, lane, pass + 1, a);
+        issue(a, t, stage);
         warpgroup_wait<0>();
         warpgroup_fence_regs<kNumAccum>(t.v[0]);
-        promote<Stages>(acc, t, stage, lane, exact_scale(raw.x, pass, valid_blocks),
+        promote(acc, t, stage, lane, exact_scale(raw.x, pass, valid_blocks),
                         exact_scale(raw.y, pass, valid_blocks));
       }
     }
     __syncwarp();
-    ring.consumer_release(stage.stage_idx, lane_idx, true);
+    ring.consumer_release(stage_idx, lane_idx, true);
   }
 
   // One step of the mainloop: k-block kb's wgmma (from `cur` into `t_cur`) is in flight; wait
@@ -202,18 +235,18 @@ struct Fp4TableMma {
                                               const Params& params, const Work& work,
                                               uint32_t& kb, uint32_t num_k_blocks,
                                               const Ring& ring, typename Ring::State& state,
-                                              uint8_t* smem, const Lane& lane,
+                                              uint32_t smem, const Lane& lane,
                                               uint32_t lane_idx) {
-    const StageRef stage{smem, state.stage_idx};
+    const Slabs stage = slabs_of<Stages>(smem, state.stage_idx);
     typename Ring::State next = state;
     next.advance();
-    const StageRef next_stage{smem, next.stage_idx};
+    const Slabs next_stage = slabs_of<Stages>(smem, next.stage_idx);
     const bool last = __any_sync(0xFFFFFFFFu, kb + 1 == num_k_blocks);  // uniform, as above
 #if defined(MOEGEMM_TABLE_PROBE)  // lab probe: 1 streams only, 2 converts without wgmma
     if (!last) {
       ring.consumer_wait(next);
       if (MOEGEMM_TABLE_PROBE == 2) {
-        ow_nxt = convert<Stages>(next_stage, lane, nxt);
+        ow_nxt = convert(next_stage, lane, nxt);
 #pragma unroll
         for (uint32_t i = 0; i < 16; ++i) asm volatile("" ::"r"(nxt[i]));
       }
@@ -226,16 +259,18 @@ struct Fp4TableMma {
 #endif
     if (!last) {
       ring.consumer_wait(next);
-      ow_nxt = convert<Stages>(next_stage, lane, nxt);
+      ow_nxt = convert(next_stage, lane, nxt);
     }
     warpgroup_wait<0>();
     warpgroup_fence_regs<kNumAccum>(t_cur.v[0]);
     if constexpr (kTwoTemporaries) {
-      if (!last) issue<Stages>(nxt, t_nxt, next_stage);
-      finish<Stages>(acc, t_cur, cur, ow_cur, stage, params, work, kb, ring, lane, lane_idx);
+      if (!last) issue(nxt, t_nxt, next_stage);
+      finish(acc, t_cur, cur, ow_cur, stage, state.stage_idx, params, work, kb, ring, lane,
+             lane_idx);
     } else {
-      finish<Stages>(acc, t_cur, cur, ow_cur, stage, params, work, kb, ring, lane, lane_idx);
-      if (!last) issue<Stages>(nxt, t_nxt, next_stage);
+      finish(acc, t_cur, cur, ow_cur, stage, state.stage_idx, params, work, kb, ring, lane,
+             lane_idx);
+      if (!last) issue(nxt, t_nxt, next_stage);
     }
     state = next;
     ++kb;
@@ -254,18 +289,19 @@ struct Fp4TableMma {
     uint2 ow0, ow1;
     Accum tmp1;
     Accum& t1 = kTwoTemporaries ? tmp1 : tmp;
+    const uint32_t smem_base = smem_u32(smem);
     ring.consumer_wait(state);
-    const StageRef first{smem, state.stage_idx};
-    ow0 = convert<Stages>(first, lane, a0);
+    const Slabs first = slabs_of<Stages>(smem_base, state.stage_idx);
+    ow0 = convert(first, lane, a0);
 #if !defined(MOEGEMM_TABLE_PROBE)
-    issue<Stages>(a0, tmp, first);
+    issue(a0, tmp, first);
 #endif
     uint32_t kb = 0;
 #pragma unroll 1
     while (step<Stages>(acc, tmp, t1, a0, ow0, a1, ow1, params, work, kb, num_k_blocks, ring,
-                        state, smem, lane, lane_idx) &&
+                        state, smem_base, lane, lane_idx) &&
            step<Stages>(acc, t1, tmp, a1, ow1, a0, ow0, params, work, kb, num_k_blocks, ring,
-                        state, smem, lane, lane_idx)) {
+                        state, smem_base, lane, lane_idx)) {
     }
     (void)math_wg;
   }
