@@ -29,6 +29,7 @@ from ..api.device import arch_for_device
 from ..api.fp8_fp4 import unpack_weights
 from ..api.mxfp4_weights import (
     SM90_ARCH,
+    SM90_K_BLOCK,
     SM100_ARCH,
     SM100_K_BLOCK,
     SM100_ROW_CHUNK,
@@ -52,6 +53,8 @@ def check_w2_mxfp4(w2: object, e: int, h: int, i: int) -> tuple[torch.Tensor, to
     (codes [E, H, Ip/2], scale words [E, Ip/128, 4 Hp], True)."""
     if isinstance(w2, Mxfp4Weights) and w2.arch == SM100_ARCH:
         return _check_w2_sm100(w2, e, h, i)
+    if isinstance(w2, Mxfp4Weights) and w2.prepared:
+        return _check_w2_prepared(w2, e, h, i)
     b, sfb, prepared = unpack_weights(w2)
     for name, t in (("w2 blocks", b), ("w2 scales", sfb)):
         if not isinstance(t, torch.Tensor) or t.dtype != torch.uint8:
@@ -65,6 +68,22 @@ def check_w2_mxfp4(w2: object, e: int, h: int, i: int) -> tuple[torch.Tensor, to
     checks.require_contiguous("w2 blocks", b)
     checks.require_contiguous("w2 scales", sfb)
     return b, sfb, prepared
+
+
+def _check_w2_prepared(w2: Mxfp4Weights, e: int, h: int, i: int) -> tuple:
+    """SM90-prepared w2 (prepare_mxfp4_weights): codes [E, H, I/2] with rows of Ip/2 bytes,
+    offsets words int32 [E, 2 Ip/128, H]."""
+    if i % 32:
+        raise ValueError(f"MXFP4 w2 needs I a multiple of 32, got {i}")
+    kb = -(-i // SM90_K_BLOCK)
+    checks.require_shape("w2 codes (prepared)", w2.b, (e, h, i // 2))
+    checks.require_shape("w2 offsets (prepared)", w2.sfb, (e, 2 * kb, h))
+    if w2.b.stride() != (h * 64 * kb, 64 * kb, 1) or not w2.sfb.is_contiguous():
+        raise ValueError(
+            "prepared w2 must be prepare_mxfp4_weights' tensors as returned (codes rows of "
+            f"Ip/2 = {64 * kb} bytes, contiguous offsets words), got strides {w2.b.stride()}"
+        )
+    return w2.b, w2.sfb, True
 
 
 def _padded(x: int, to: int) -> int:
@@ -104,12 +123,17 @@ def _form(prepared: bool) -> str:
 
 
 def fp8_gemm_args(rows: int, m: int, n: int, k: int, e: int, lda: int, ldd: int,
-                  arch: str = SM90_ARCH) -> tuple:  # fmt: skip
+                  arch: str = SM90_ARCH, prepared: bool = False) -> tuple:  # fmt: skip
     """The FP8 x FP4 MoE launcher's bound integers for row-major FP8 A (lda bytes) with
     contiguous per-128 scales [rows, ceil(k / 128)], contiguous MXFP4 B and its scales, D with
-    ldd columns. B on SM90: [E, n, k/2] and scales [E, n, k/32]; on SM100 (its preparation):
-    codes [E, n, Kp/2] and scale words [E, Kp/128, Np] (Kp, Np: k, n rounded up to 128)."""
+    ldd columns. B on SM90: [E, n, k/2] and scales [E, n, k/32], or prepared: codes with rows
+    of Kp/2 bytes and offsets words int32 [E, 2 Kp/128, n]; on SM100 (its preparation): codes
+    [E, n, Kp/2] and scale words [E, Kp/128, Np] (Kp, Np: k, n rounded up to 128)."""
     blocks = -(-k // FP8_BLOCK)
+    if arch == SM90_ARCH and prepared:
+        kp = _padded(k, SM90_K_BLOCK)
+        return (rows, m, n, k, e, lda, kp // 2, n * kp // 2, ldd, 0, blocks, 1, 0,
+                2 * (kp // SM90_K_BLOCK) * n * 4, 4 * n)  # fmt: skip
     if arch == SM100_ARCH:
         kp, np_ = _padded(k, SM100_K_BLOCK), _padded(n, SM100_ROW_CHUNK)
         sfb_group = kp // SM100_K_BLOCK * np_  # 32-bit words
@@ -130,8 +154,8 @@ def mxfp4_layer_gemms(sizes: dict[str, int], w13: PreparedW13, w2_prepared: bool
                   weights=_form(w2_prepared), epilogue="row_scale")  # fmt: skip
     arch = w13.mxfp4_arch
     return (
-        (d1, fp8_gemm_args(slots, slots, 2 * i, h, e, h, i, arch)),
-        (d2, fp8_gemm_args(slots, slots, h, i, e, i, h, arch)),
+        (d1, fp8_gemm_args(slots, slots, 2 * i, h, e, h, i, arch, w13.mxfp4_prepared)),
+        (d2, fp8_gemm_args(slots, slots, h, i, e, i, h, arch, w2_prepared)),
     )
 
 
@@ -145,8 +169,8 @@ def mxfp4_masked_gemms(e: int, max_m: int, h: int, i: int, expected: int, w13: P
                   weights=_form(w2_prepared), epilogue="row_scale")  # fmt: skip
     arch = w13.mxfp4_arch
     return (
-        (d1, fp8_gemm_args(rows, max_m, 2 * i, h, e, h, i, arch)),
-        (d2, fp8_gemm_args(rows, max_m, h, i, e, i, h, arch)),
+        (d1, fp8_gemm_args(rows, max_m, 2 * i, h, e, h, i, arch, w13.mxfp4_prepared)),
+        (d2, fp8_gemm_args(rows, max_m, h, i, e, i, h, arch, w2_prepared)),
     )
 
 

@@ -36,7 +36,8 @@ class PreparedW13:
     """w13 in the kernel's order, its bias in the same order ([E, 2I] FP32) or None, and the
     activation both were prepared for. BF16 experts: weight [E, 2I, H] BF16 and scales None;
     MXFP4 experts: weight the packed codes uint8 [E, 2I, H/2], scales the UE8M0 bytes
-    [E, 2I, H/32], mxfp4_prepared whether the codes are in prepare_mxfp4_weights' layout, for
+    [E, 2I, H/32], or with mxfp4_prepared prepare_mxfp4_weights' tensors (codes [E, 2I, H/2]
+    with rows of Hp/2 bytes, offsets words int32 [E, 2 Hp/128, 2I]), for
     mxfp4_arch (SM100: codes [E, 2I, Hp/2] padded to Hp = H rounded up to 128, scale words
     [E, Hp/128, 4 Np], and mxfp4_hidden the unpadded H)."""
 
@@ -139,7 +140,13 @@ def _prepare_mxfp4(w13, activation: str, w13_bias, layout: str, arch: str | None
                 "w13 is already in the SM100 preparation, whose scale words cannot take the "
                 "gate/up row order: pass the checkpoint's (blocks, scales) pair"
             )
-        b, sfb, prepared = w13.b, w13.sfb, w13.prepared
+        if w13.prepared:
+            raise ValueError(
+                "w13 is already in the prepared layout, whose rows cannot take the gate/up row "
+                "order: pass the checkpoint's (blocks, scales) pair (prepare_moe_weights "
+                "prepares it)"
+            )
+        b, sfb, prepared = w13.b, w13.sfb, False
     else:
         b, sfb = w13
         prepared = False
@@ -169,19 +176,16 @@ def _prepare_mxfp4(w13, activation: str, w13_bias, layout: str, arch: str | None
             "SM100 takes MXFP4 experts in its own preparation only: pass the checkpoint's "
             "(blocks, scales) pair with mxfp4_layout='prepared'"
         )
-    if layout == "raw" and prepared:
-        raise ValueError(
-            "w13 is already in the prepared nibble layout; pass mxfp4_layout='prepared'"
-        )
     b, sfb = kernel_order(b, activation), kernel_order(sfb, activation)
     bias = _bias_of(w13_bias, e, two_i, b.device, activation)
     if arch == SM100_ARCH:
         packed = prepare_mxfp4_weights(b, sfb, arch=SM100_ARCH)
         return PreparedW13(packed.b, bias, activation, packed.sfb, True, SM100_ARCH, h)
-    if layout == "prepared" and not prepared:
+    if layout == "prepared":
+        # The prepared tensors as they come: the codes' rows are Hp/2 bytes apart.
         packed = prepare_mxfp4_weights(b, sfb)
-        b, sfb, prepared = packed.b, packed.sfb, True
-    return PreparedW13(b.contiguous(), bias, activation, sfb.contiguous(), prepared)
+        return PreparedW13(packed.b, bias, activation, packed.sfb, True)
+    return PreparedW13(b.contiguous(), bias, activation, sfb.contiguous(), False)
 
 
 def prepare_moe_weights(
