@@ -2,12 +2,10 @@
 prepared weights, mma/sm90_fp4_table_mma.cuh): weights on the wgmma's M side as register operands
 converted by table, 64 weight rows per math warpgroup, tokens (8..128) on N, every layout.
 
-The cycle model: a CTA works through its tile's k-blocks; a k-block costs the most of
-- the conversion of its W x 64 x 128 weights at the SM's table-conversion rate, plus the
-  promotion of its accumulators,
-- the tensor cores' 4 W wgmma of m64 x tokens x 32,
-- one warpgroup's chain (wgmma latency, promotion), which the other warpgroups hide,
-and the problem is bounded below by HBM moving its bytes once (the family's `streamed`)."""
+The cycle model, fitted to the H200: a CTA works through its tile's k-blocks one at a time, each
+costing a floor plus a share per math warpgroup (its conversion, wgmma and promotion, the
+promotion growing with the tokens), and the problem is bounded below by HBM moving its bytes
+once (the family's `streamed`)."""
 
 from __future__ import annotations
 
@@ -26,7 +24,7 @@ MAX_MATH_WARPGROUPS = 4
 # The most tokens a config of W math warpgroups holds without spilling (acc + tmp: one FP32
 # register per token, plus two A register sets of 16): the registers each math thread gets
 # (232, 232, 152, 104 for W = 1..4) measured with ptxas.
-MAX_TOKENS = {1: 128, 2: 128, 3: 64, 4: 32}
+MAX_TOKENS = {1: 128, 2: 128, 3: 64, 4: 16}
 MIN_STAGES, MAX_STAGES = 2, 12
 BARRIER_BYTES = 16
 SMEM_RESERVE = 1024
@@ -113,20 +111,17 @@ def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> list[GemmConfig]:
     return configs
 
 
-# The k-block model (cycles of one CTA), see the module doc.
-CONVERT_WEIGHTS_PER_CLK = {1: 30.0, 2: 40.0, 3: 44.0, 4: 46.0}  # by math warpgroups
-MMA_MACS_PER_CLK = 4096.0  # dense FP8 wgmma, one SM
-CHAIN_CYCLES = 420.0  # one warpgroup's k-block: wgmma latency + promotion, not overlapped
-CHAIN_CYCLES_PER_TOKEN = 2.0
+# Cycles of one k-block of a CTA, fitted to the H200 (2026-12-03, DeepSeek-V3 and gpt-oss
+# shapes, tokens 8..128, 1..4 warpgroups; within ~8% of every measured config): a floor, plus
+# per math warpgroup its conversion and chain, growing with the tokens it promotes.
+KBLOCK_FLOOR_CYCLES = 700
+KBLOCK_CYCLES_PER_WARPGROUP = 150
+KBLOCK_CYCLES_PER_TOKEN = 3  # per warpgroup
 
 
 def kblock_cycles(block_t: int, num_wg: int) -> float:
-    # The conversion and the promotion share the issue slots: a warpgroup's promotion costs
-    # its 4 warps one FMUL and one FFMA per accumulator (block_t / 2 of them a thread).
-    convert = num_wg * (64 * BLOCK_K / CONVERT_WEIGHTS_PER_CLK[num_wg] + block_t)
-    mma = num_wg * 64 * block_t * BLOCK_K / MMA_MACS_PER_CLK
-    chain = CHAIN_CYCLES + CHAIN_CYCLES_PER_TOKEN * block_t
-    return max(convert, mma, chain)
+    per_wg = KBLOCK_CYCLES_PER_WARPGROUP + KBLOCK_CYCLES_PER_TOKEN * (block_t - TOKEN_CHOICES[0])
+    return KBLOCK_FLOOR_CYCLES + num_wg * per_wg
 
 
 def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec, streamed: float) -> float:
