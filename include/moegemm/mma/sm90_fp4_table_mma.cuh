@@ -242,21 +242,6 @@ struct Fp4TableMma {
     next.advance();
     const Slabs next_stage = slabs_of<Stages>(smem, next.stage_idx);
     const bool last = __any_sync(0xFFFFFFFFu, kb + 1 == num_k_blocks);  // uniform, as above
-#if defined(MOEGEMM_TABLE_PROBE)  // lab probe: 1 streams only, 2 converts without wgmma
-    if (!last) {
-      ring.consumer_wait(next);
-      if (MOEGEMM_TABLE_PROBE == 2) {
-        ow_nxt = convert(next_stage, lane, nxt);
-#pragma unroll
-        for (uint32_t i = 0; i < 16; ++i) asm volatile("" ::"r"(nxt[i]));
-      }
-    }
-    __syncwarp();
-    ring.consumer_release(state.stage_idx, lane_idx, true);
-    state = next;
-    ++kb;
-    return !last;
-#endif
     if (!last) {
       ring.consumer_wait(next);
       ow_nxt = convert(next_stage, lane, nxt);
@@ -293,9 +278,7 @@ struct Fp4TableMma {
     ring.consumer_wait(state);
     const Slabs first = slabs_of<Stages>(smem_base, state.stage_idx);
     ow0 = convert(first, lane, a0);
-#if !defined(MOEGEMM_TABLE_PROBE)
     issue(a0, tmp, first);
-#endif
     uint32_t kb = 0;
 #pragma unroll 1
     while (step<Stages>(acc, tmp, t1, a0, ow0, a1, ow1, params, work, kb, num_k_blocks, ring,
