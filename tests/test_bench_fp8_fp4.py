@@ -349,8 +349,8 @@ def fake_timer(fn) -> float:
 
 
 CPU_CASES = [
-    fc.Fp4Case("t", 0, "t:contig", "contiguous", 3, 16, 160, [5, 0, 7], rows_nominal=4.0),
-    fc.Fp4Case("t", 1, "t:masked", "masked", 3, 16, 64, [2, 0, 6], max_m=8, expected_m=3,
+    fc.Fp4Case("t", 0, "t:contig", "contiguous", 3, 64, 160, [5, 0, 7], rows_nominal=4.0),
+    fc.Fp4Case("t", 1, "t:masked", "masked", 3, 64, 64, [2, 0, 6], max_m=8, expected_m=3,
                rows_nominal=3.0),
 ]  # fmt: skip
 

@@ -1,7 +1,8 @@
 """The FP8 x FP4 kernels' E2M1 -> E4M3 conversion (include/moegemm/transform/fp4_to_fp8.cuh),
 the device code itself compiled for the host by nvcc (prmt emulated), against
-`dequantize_mxfp4`: every code in every nibble position, every exponent offset of a table, both
-weight layouts (raw checkpoint nibbles and `prepare_mxfp4_weights`'). Needs nvcc, not a GPU."""
+`dequantize_mxfp4`: every code in every nibble position, every exponent offset of a table, the
+checkpoint's nibble layout (the prepared layout's table conversion:
+tests/test_fp4_table_host.py). Needs nvcc, not a GPU."""
 
 from __future__ import annotations
 
@@ -27,19 +28,16 @@ int main() {
   unsigned w;
   unsigned o;
   while (std::scanf("%u %u", &w, &o) == 2) {
-    unsigned lo, hi, r0, r1, p0, p1;
+    unsigned lo, hi, r0, r1;
     moegemm::fp4::table_words(o, lo, hi);
-    moegemm::fp4::convert<false>(w, lo, hi, r0, r1);
-    moegemm::fp4::convert<true>(w, lo, hi, p0, p1);
+    moegemm::fp4::convert_raw(w, lo, hi, r0, r1);
     // The halves alone (the register-operand MMA's conversion) must match the whole.
-    if (moegemm::fp4::convert_half<false>(w, lo, hi, 0) != r0 ||
-        moegemm::fp4::convert_half<false>(w, lo, hi, 1) != r1 ||
-        moegemm::fp4::convert_half<true>(w, lo, hi, 0) != p0 ||
-        moegemm::fp4::convert_half<true>(w, lo, hi, 1) != p1) {
+    if (moegemm::fp4::convert_raw_half(w, lo, hi, 0) != r0 ||
+        moegemm::fp4::convert_raw_half(w, lo, hi, 1) != r1) {
       std::printf("half mismatch\n");
       return 3;
     }
-    std::printf("%u %u %u %u\n", r0, r1, p0, p1);
+    std::printf("%u %u\n", r0, r1);
   }
   return 0;
 }
@@ -61,7 +59,7 @@ def converter(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return exe
 
 
-def run_converter(exe: Path, jobs: list[tuple[int, int]]) -> list[tuple[int, int, int, int]]:
+def run_converter(exe: Path, jobs: list[tuple[int, int]]) -> list[tuple[int, int]]:
     stdin = "".join(f"{w} {o}\n" for w, o in jobs)
     out = subprocess.run([str(exe)], input=stdin, capture_output=True, text=True, check=True)
     return [tuple(int(x) for x in line.split()) for line in out.stdout.splitlines()]
@@ -71,17 +69,6 @@ def word_bytes(words: list[int]) -> torch.Tensor:
     return torch.tensor(
         [[(w >> (8 * i)) & 0xFF for i in range(4)] for w in words], dtype=torch.uint8
     ).flatten()
-
-
-def prepared_word(w: int) -> int:
-    """The prepared layout of one raw word (the contract of prepare_mxfp4_weights): nibble k
-    keeps code k's magnitude, its bit 3 the sign of code k/2 (k even) or 4 + (k-1)/2 (k odd)."""
-    codes = [(w >> (4 * j)) & 0xF for j in range(8)]
-    out = 0
-    for k in range(8):
-        src = k // 2 if k % 2 == 0 else 4 + (k - 1) // 2
-        out |= ((codes[k] & 7) | (codes[src] & 8)) << (4 * k)
-    return out
 
 
 def expected_values(w: int, o: int) -> torch.Tensor:
@@ -110,19 +97,14 @@ def test_every_code_every_position_every_offset(converter: Path) -> None:
         words.append(sum(c << (4 * j) for j, c in enumerate(codes)))
     words += [rng.getrandbits(32) for _ in range(64)]
     jobs = [(w, o) for w in words for o in range(NUM_OFFSETS)]
-    prepared_jobs = [(prepared_word(w), o) for w, o in jobs]
     raw_out = run_converter(converter, jobs)
-    prep_out = run_converter(converter, prepared_jobs)
-    assert len(raw_out) == len(jobs) == len(prep_out)
-    for (w, o), raw, prep in zip(jobs, raw_out, prep_out):
+    assert len(raw_out) == len(jobs)
+    for (w, o), raw in zip(jobs, raw_out):
         want = expected_values(w, o)
         got_raw = as_e4m3(raw[:2])
-        got_prep = as_e4m3(prep[2:])
         # Exact, and the sign of zero too (code 8 is -0: E4M3 0x80).
         assert torch.equal(got_raw, want), (hex(w), o, got_raw, want)
         assert torch.equal(torch.signbit(got_raw), torch.signbit(want)), (hex(w), o)
-        assert torch.equal(got_prep, want), (hex(w), o, got_prep, want)
-        assert torch.equal(torch.signbit(got_prep), torch.signbit(want)), (hex(w), o)
 
 
 def test_offsets_cover_exactly_the_exact_window(converter: Path) -> None:

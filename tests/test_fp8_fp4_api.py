@@ -80,9 +80,26 @@ def masked_ops(fake: bool = False, max_m: int = 32) -> dict:
     return ops
 
 
+def prepared_tensors(b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Weights of b's shape in the prepared layout: codes [.., N, K/2] with rows of Kp / 2
+    bytes, offsets words int32 [.., 2 KB, N]; on b's device (FakeCuda stays FakeCuda)."""
+    n, k = b.shape[-2], 2 * b.shape[-1]
+    nkb = math.ceil(k / 128)
+    device = "cpu" if isinstance(b, FakeCuda) else b.device
+    codes = torch.empty(*b.shape[:-1], 64 * nkb, dtype=U8, device=device).narrow(-1, 0, k // 2)
+    words = torch.empty(*b.shape[:-2], 2 * nkb, n, dtype=I32, device=device)
+    if isinstance(b, FakeCuda):
+        return gpu(codes), gpu(words)
+    return codes, words
+
+
+def prepared_like(b: torch.Tensor) -> moegemm.Mxfp4Weights:
+    return moegemm.Mxfp4Weights(*prepared_tensors(b))
+
+
 def pairs(o: dict, prepared: bool) -> tuple:
     """The two operand pairs of a call; o["pair_a"] / o["pair_b"] replace them as given."""
-    weights = moegemm.Mxfp4Weights(o["b"], o["sfb"]) if prepared else (o["b"], o["sfb"])
+    weights = prepared_like(o["b"]) if prepared else (o["b"], o["sfb"])
     return o.get("pair_a", (o["a"], o["sfa"])), o.get("pair_b", weights)
 
 
@@ -482,7 +499,8 @@ def test_the_ops_and_their_schemas(name: str) -> None:
 
 
 def op_args(name: str, o: dict, prepared: bool) -> tuple:
-    base = (o["a"], o["sfa"], o["b"], o["sfb"], o["d"])
+    b, sfb = prepared_tensors(o["b"]) if prepared else (o["b"], o["sfb"])
+    base = (o["a"], o["sfa"], b, sfb, o["d"])
     extra = {
         "dense": (),
         "m_indices": (o.get("m_indices"), None),
@@ -578,12 +596,19 @@ def test_dynamic_rows_compile_once_and_functionalize(prepared: bool, fresh_dynam
         return d
 
     compiled = torch.compile(fn, fullgraph=True, backend=backend, dynamic=True)
-    b, sfb, offs = (t(G, N, K // 2, dtype=U8), t(G, N, K // 32, dtype=U8), t(G, dtype=I32))
+    raw = torch.empty(G, N, K // 2, dtype=U8, device="meta")
+    b, sfb = (
+        prepared_tensors(raw)
+        if prepared
+        else (raw, torch.empty(G, N, K // 32, dtype=U8, device="meta"))
+    )
+    offs = t(G, dtype=I32).to("meta")
     for rows in (200, 300, 17):
         a, sfa, d = t(rows, K, dtype=FP8), t(rows, NKB, dtype=FP32), t(rows, N)
-        args = [x.to("meta") for x in (a, sfa, b, sfb, d, offs)]
+        args = [x.to("meta") for x in (a, sfa)] + [b, sfb, d.to("meta"), offs]
         assert compiled(*args) is args[4]
     assert len(backend.graphs) == 1
     aot = torch.compile(fn, fullgraph=True, backend="aot_eager", dynamic=True)
-    args = [x.to("meta") for x in (t(40, K, dtype=FP8), t(40, NKB, dtype=FP32), b, sfb, t(40, N))]
-    assert aot(*args, offs.to("meta")) is args[4]
+    args = [x.to("meta") for x in (t(40, K, dtype=FP8), t(40, NKB, dtype=FP32))]
+    args += [b, sfb, t(40, N).to("meta")]
+    assert aot(*args, offs) is args[4]

@@ -16,6 +16,7 @@ from moegemm.heuristics import (
     select_config,
     sm90_fp8_fp4,
     sm90_fp8_fp4_decode,
+    sm90_fp8_fp4_table,
 )
 from moegemm.heuristics.config import PipelineConfig
 
@@ -31,7 +32,7 @@ DESCS = [
     fp4("bf16_gemm_nt", 4096, 4096, 7168),
     fp4("m_grouped_contiguous", 4096, 5760, 2880, 32),
     fp4("m_grouped_offsets", 256, 4096, 7168, 256, expected_m=1),
-    fp4("m_grouped_offsets", 32 * 512, 2880, 2880, 32, expected_m=512, weights="prepared"),
+    fp4("m_grouped_offsets", 32 * 512, 2880, 2880, 32, expected_m=512),
     fp4("m_grouped_masked", 64, 1536, 2048, 128, expected_m=8),
     fp4("m_grouped_masked", 4096, 2048, 768, 128, expected_m=300),
 ]
@@ -54,6 +55,54 @@ def test_desc_fields_are_validated() -> None:
     with pytest.raises(ValueError, match="unknown ab_dtype 'fp8'"):
         GemmDesc("bf16_gemm_nt", 1, 64, 64, ab_dtype="fp8")
     assert GemmDesc("bf16_gemm_nt", 1, 64, 64).weights == "raw"
+
+
+PREPARED = [dataclasses.replace(d, weights="prepared") for d in DESCS]
+
+
+def table_smem(block_t: int, block_w: int, stages: int) -> int:
+    """The table kernel's shared memory, written out again: per stage the tokens' rows, the
+    codes, the tokens' scales and one offsets word a weight row (the last two in whole KiB),
+    then a barrier pair."""
+    kib = lambda nbytes: -(-nbytes // 1024) * 1024
+    return stages * (block_t * 128 + block_w * 64 + kib(block_t * 4) + kib(block_w * 4) + 16)
+
+
+@pytest.mark.parametrize("desc", PREPARED, ids=lambda d: f"{d.kind}-{d.m}-{d.n}-{d.k}")
+def test_prepared_weights_take_the_table_kernel_only(desc: GemmDesc) -> None:
+    every = list(heuristics.enumerate_configs(desc, SM90))
+    assert every == sm90_fp8_fp4_table.enumerate_configs(desc, SM90) and every
+    blocks = {(c.layout.block_m, c.launch.num_math_warpgroups) for c in every}
+    choices = sm90_fp8_fp4_table.token_choices(desc.kind)
+    assert blocks == {(t, w) for t in choices for w in range(1, 5)
+                      if t <= sm90_fp8_fp4_table.MAX_TOKENS[w]}  # fmt: skip
+    for c in every:
+        lay = c.layout
+        assert heuristics.is_legal(c, desc, SM90) and lay.swap_ab
+        assert lay.block_n == 64 * c.launch.num_math_warpgroups
+        assert c.pipeline.smem_bytes == table_smem(lay.block_m, lay.block_n, c.pipeline.num_stages)
+        more = table_smem(lay.block_m, lay.block_n, c.pipeline.num_stages + 1)
+        assert c.pipeline.num_stages == 12 or more > BUDGET
+        # A table config computes nothing on checkpoint weights, nor the reverse.
+        assert not heuristics.is_legal(c, dataclasses.replace(desc, weights="raw"), SM90)
+    raw = heuristics.enumerate_configs(dataclasses.replace(desc, weights="raw"), SM90)
+    assert not any(heuristics.is_legal(c, desc, SM90) for c in raw)
+    # m_indices segments are 128-row aligned: token blocks divide 128.
+    if desc.kind == "m_grouped_contiguous":
+        assert all(128 % c.layout.block_m == 0 for c in every)
+
+
+def test_table_model_prefers_few_tokens_and_many_warpgroups_at_decode() -> None:
+    """Measured on the H200: 8 rows a group run fastest with 4 math warpgroups and the
+    narrowest token block; a k-block's cost grows with the tokens each warpgroup promotes."""
+    decode = fp4("m_grouped_masked", 128, 4096, 7168, 32, expected_m=1, weights="prepared")
+    picked = select_config(decode, SM90)
+    assert picked.launch.num_math_warpgroups == 4 and picked.layout.block_m == 8
+    kb = sm90_fp8_fp4_table.kblock_cycles
+    assert kb(8, 4) < kb(16, 4) < kb(8, 4) * 1.1
+    assert kb(8, 2) < kb(8, 4) < 2 * kb(8, 2)  # the floor is shared by the warpgroups
+    prefill = fp4("m_grouped_contiguous", 32 * 1024, 5760, 2880, 32, weights="prepared")
+    assert select_config(prefill, SM90).layout.block_m == 128
 
 
 @pytest.mark.parametrize("desc", DESCS, ids=lambda d: f"{d.kind}-{d.m}-{d.n}-{d.k}")
@@ -169,9 +218,11 @@ def test_selection_is_the_cheapest_and_deterministic(desc: GemmDesc) -> None:
     best = min(sm90_fp8_fp4.estimate_cycles(c, desc, SM90)
                for c in sm90_fp8_fp4.enumerate_configs(desc, SM90))  # fmt: skip
     assert round(sm90_fp8_fp4.estimate_cycles(picked, desc, SM90)) == round(best)
-    # Both weight layouts take the same tile (the conversion differs only in its instructions).
-    other = "raw" if desc.weights == "prepared" else "prepared"
-    assert sm90_fp8_fp4.select(dataclasses.replace(desc, weights=other), SM90) == picked
+    # Prepared weights take the table kernel, a swapped tile.
+    prepared = sm90_fp8_fp4.select(dataclasses.replace(desc, weights="prepared"), SM90)
+    assert prepared.layout.swap_ab and sm90_fp8_fp4_table.is_legal(
+        prepared, dataclasses.replace(desc, weights="prepared"), SM90
+    )
 
 
 def test_the_pipes_count_fp4_bytes_fp8_rate_and_conversion() -> None:

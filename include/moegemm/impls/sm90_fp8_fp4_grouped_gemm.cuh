@@ -71,7 +71,8 @@ struct Fp8Fp4GemmKernel {
   static constexpr uint32_t kBytesDPerWG = kEpilogueSmemBytes / kNumMathWG;
 
   using Loader = PackedWeightLoader<BLOCK_M, BLOCK_N>;
-  using Transform = Fp4ExpandTransform<BLOCK_N, Config::kPreparedWeights, Config::kTransformStages>;
+  static_assert(!Config::kPreparedWeights, "prepared weights take the table kernel");
+  using Transform = Fp4ExpandTransform<BLOCK_N, Config::kTransformStages>;
   using Mma = Fp8PromoteMma<BLOCK_N>;
   // The fused MoE layer's epilogues (epilogue/functors.cuh): BF16 register stores.
   static constexpr uint32_t kMoe = moe_epilogue_of<Config>::value;

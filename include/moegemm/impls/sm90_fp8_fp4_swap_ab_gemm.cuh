@@ -74,7 +74,7 @@ struct Fp8Fp4SwapAbGemmKernel {
                                     PackedWeightLoader<BLOCK_M, BLOCK_N>>;
   using Transform = NoTransform;
   using Mma = std::conditional_t<kPrepared, Fp4TableMma<BLOCK_M, BLOCK_N>,
-                                 Fp4RegisterMma<BLOCK_M, BLOCK_N, false>>;
+                                 Fp4RegisterMma<BLOCK_M, BLOCK_N>>;
   // The fused MoE layer's epilogues (epilogue/functors.cuh): SwiGLU or RowScale.
   static constexpr uint32_t kMoe = moe_epilogue_of<Config>::value;
 

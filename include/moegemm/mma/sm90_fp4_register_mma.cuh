@@ -1,4 +1,5 @@
-// The MMA policy of the FP8 x FP4 decode kernel (impls/sm90_fp8_fp4_swap_ab_gemm.cuh): weights
+// The MMA policy of the FP8 x FP4 decode kernel on checkpoint-layout weights
+// (impls/sm90_fp8_fp4_swap_ab_gemm.cuh; prepared weights take mma/sm90_fp4_table_mma.cuh): weights
 // on the wgmma's M side as register A operands, expanded from the packed E2M1 codes of the TMA
 // stage by each math thread itself (no transform warpgroup, no shared-memory round trip), the
 // tokens' E4M3 rows the shared-memory B operand (N = BLOCK_T, 8..64).
@@ -7,8 +8,8 @@
 // r = 16 (t / 32) + (t % 32) / 4 and r + 8; register 0 (2) codes k = 4 (t % 4) + 0..3 (+ 16) of
 // row r, register 1 (3) the same of row r + 8. Four codes are two bytes of the row's packed
 // slab, nibble order = k order, so one table lookup (prmt on the 4 nibbles) gives one register.
-// The thread reads the 32-bit word holding them (the prepared layout keeps their signs in the
-// same word, transform/fp4_to_fp8.cuh) and keeps half h = t % 2 of its conversion.
+// The thread reads the 32-bit word holding them (their signs in the same word,
+// transform/fp4_to_fp8.cuh) and keeps half h = t % 2 of its conversion.
 //
 // Exactness: per weight row and k-block a base exponent (the row's largest scale byte not yet
 // covered); 32-blocks within 14 below it are converted with table base - s, the rest wait for a
@@ -70,7 +71,7 @@ __device__ __forceinline__ bool warpgroup_any(bool pred, uint32_t barrier_id) {
   return result != 0;
 }
 
-template <uint32_t BLOCK_T, uint32_t BLOCK_W, bool kPrepared>
+template <uint32_t BLOCK_T, uint32_t BLOCK_W>
 struct Fp4RegisterMma {
   static constexpr bool kOwnsKBlock = true;  // k_block() below runs the whole k-block
   using Atom = typename detail::Fp8RsAtom<BLOCK_T>::Type;
@@ -191,7 +192,7 @@ struct Fp4RegisterMma {
           const uint32_t fill = (sj == 0xFF && first) ? fp4::kNanWord : 0u;
 #pragma unroll
           for (uint32_t q = 0; q < 2; ++q) {
-            const uint32_t v = fp4::convert_half<kPrepared>(cw[h][j][q], tw.x, tw.y, half);
+            const uint32_t v = fp4::convert_raw_half(cw[h][j][q], tw.x, tw.y, half);
             a[j][2 * q + h] = in_window ? v : fill;
           }
         }

@@ -40,7 +40,7 @@ struct Fp4PassInfo {
   uint32_t more;  // another pass of this k-block follows
 };
 
-template <uint32_t BLOCK_N, bool kPrepared, uint32_t kNumStages_ = 2>
+template <uint32_t BLOCK_N, uint32_t kNumStages_ = 2>
 struct Fp4ExpandTransform {
   static constexpr bool kEnabled = true;
   static constexpr bool kMathReadsInput = true;  // A stays in the TMA ring
@@ -159,8 +159,8 @@ struct Fp4ExpandTransform {
           const uint32_t s = sc.s[it];
           const bool in_window = s <= base && s + kWindow >= base;
           uint4 v;
-          fp4::convert<kPrepared>(codes[i].x, tab[i].x, tab[i].y, v.x, v.y);
-          fp4::convert<kPrepared>(codes[i].y, tab[i].x, tab[i].y, v.z, v.w);
+          fp4::convert_raw(codes[i].x, tab[i].x, tab[i].y, v.x, v.y);
+          fp4::convert_raw(codes[i].y, tab[i].x, tab[i].y, v.z, v.w);
           // Outside this pass's window: zeros (another pass takes the block), or NaNs for a
           // NaN scale in the first pass.
           const uint32_t fill = (s == 0xFF && first_pass) ? fp4::kNanWord : 0u;

@@ -9,14 +9,11 @@
 // (pipeline/fp4_expand_transform.cuh); the MMA's result is then scaled by 2^(base - 133) at the
 // per-128-K promotion.
 //
-// Two operand layouts, both 8 codes (code j in nibble j) per little-endian 32-bit word:
-//   raw      the OCP/gpt-oss checkpoint layout: nibble j = code j (sign in its bit 3);
-//   prepared moegemm.prepare_mxfp4_weights: nibble k keeps code k's magnitude in bits 0-2 and
-//            carries the sign of code k/2 (k even) or 4 + (k-1)/2 (k odd) in bit 3, so the
-//            signs of output word 0 sit at bits 8j+3 and those of word 1 at bits 8j+7.
-// Per word: two PRMT table lookups (selectors masked with 0x7777: PTX prmt reads a selector
-// nibble's bit 3 as "replicate the sign") plus the sign gather: 4 logic ops (prepared) or a
-// PRMT spread and 4 more (raw).
+// The operand layout: the OCP/gpt-oss checkpoint's, 8 codes per little-endian 32-bit word, code
+// j in nibble j (sign in its bit 3); the prepared layout has its own conversion
+// (transform/fp4_table.cuh). Per word: two PRMT table lookups (selectors masked with 0x7777: PTX
+// prmt reads a selector nibble's bit 3 as "replicate the sign") plus the sign gather, a PRMT
+// spread and 4 logic ops.
 //
 // __host__ __device__ so that tests/test_fp4_convert_host.py can run the exact device code on
 // the CPU (prmt emulated there).
@@ -92,36 +89,13 @@ __host__ __device__ __forceinline__ void convert_raw(uint32_t w, uint32_t lo, ui
   out1 = mag1 | (y1 & 0x80008000u) | ((y1 << 4) & 0x00800080u);
 }
 
-// 8 codes (one word) -> 8 E4M3 bytes (two words), prepared layout.
-__host__ __device__ __forceinline__ void convert_prepared(uint32_t w, uint32_t lo, uint32_t hi,
-                                                          uint32_t& out0, uint32_t& out1) {
-  out0 = prmt(lo, hi, w & 0x7777u) | ((w << 4) & 0x80808080u);
-  out1 = prmt(lo, hi, (w >> 16) & 0x7777u) | (w & 0x80808080u);
-}
-
-template <bool kPrepared>
-__host__ __device__ __forceinline__ void convert(uint32_t w, uint32_t lo, uint32_t hi,
-                                                 uint32_t& out0, uint32_t& out1) {
-  if constexpr (kPrepared) {
-    convert_prepared(w, lo, hi, out0, out1);
-  } else {
-    convert_raw(w, lo, hi, out0, out1);
-  }
-}
-
-// Half `h` (codes 4h..4h+3) of a word's conversion: out1 of convert() for h = 1, out0 for 0,
-// without computing the other (the register-operand MMA needs one register per 4 codes).
-template <bool kPrepared>
-__host__ __device__ __forceinline__ uint32_t convert_half(uint32_t w, uint32_t lo, uint32_t hi,
-                                                          uint32_t h) {
+// Half `h` (codes 4h..4h+3) of a word's conversion: out1 of convert_raw() for h = 1, out0 for
+// 0, without computing the other (the register-operand MMA needs one register per 4 codes).
+__host__ __device__ __forceinline__ uint32_t convert_raw_half(uint32_t w, uint32_t lo,
+                                                              uint32_t hi, uint32_t h) {
   const uint32_t mag = prmt(lo, hi, (w >> (16 * h)) & 0x7777u);
-  if constexpr (kPrepared) {
-    // Signs of codes 0..3 at bits 8j + 3, of codes 4..7 at 8j + 7.
-    return mag | ((w << (4 - 4 * h)) & 0x80808080u);
-  } else {
-    const uint32_t y = prmt(w, 0, 0x1100u + 0x2222u * h);
-    return mag | (y & 0x80008000u) | ((y << 4) & 0x00800080u);
-  }
+  const uint32_t y = prmt(w, 0, 0x1100u + 0x2222u * h);
+  return mag | (y & 0x80008000u) | ((y << 4) & 0x00800080u);
 }
 
 }  // namespace moegemm::fp4
