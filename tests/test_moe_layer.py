@@ -340,9 +340,15 @@ def test_fullgraph_compile_sees_one_fused_moe_mxfp4_op(w2_prepared: bool) -> Non
     bias = torch.zeros(E, 2 * I, device=dev)
     w13 = moegemm.prepare_moe_weights((blocks, scales), activation="swiglu_oai", w13_bias=bias,
                                       mxfp4_layout="raw")  # fmt: skip
-    w2b = torch.zeros(E, H, I // 2, dtype=u8, device=dev)
-    w2s = torch.zeros(E, H, I // 32, dtype=u8, device=dev)
-    w2 = moegemm.Mxfp4Weights(w2b, w2s, True) if w2_prepared else (w2b, w2s)
+    if w2_prepared:  # the prepared layout's tensors: code rows of Ip / 2 bytes, offsets words
+        kb = -(-I // 128)
+        w2b = torch.zeros(E, H, 64 * kb, dtype=u8, device=dev).narrow(-1, 0, I // 2)
+        w2s = torch.zeros(E, 2 * kb, H, dtype=torch.int32, device=dev)
+        w2 = moegemm.Mxfp4Weights(w2b, w2s, True)
+    else:
+        w2b = torch.zeros(E, H, I // 2, dtype=u8, device=dev)
+        w2s = torch.zeros(E, H, I // 32, dtype=u8, device=dev)
+        w2 = (w2b, w2s)
     b2 = torch.zeros(E, H, device=dev)
     ws = moegemm.MoEWorkspace(5, 2, E, H, I, "mxfp4", device=dev)
 
@@ -371,7 +377,8 @@ def test_fullgraph_compile_sees_one_fused_moe_mxfp4_op(w2_prepared: bool) -> Non
     assert [str(n.target) for n in nodes] == ["moegemm.fused_moe_mxfp4"]
     assert nodes[0].args[-4:] == ("swiglu_oai", False, w2_prepared, "sm_90a")
     assert torch.compile(Experts(w2), fullgraph=True, backend="aot_eager")(*args).shape == (5, H)
-    short = (w2b[:, :, : I // 4], w2s)
+    short = (torch.zeros(E, H, I // 4, dtype=u8, device=dev),
+             torch.zeros(E, H, I // 32, dtype=u8, device=dev))  # fmt: skip
     with pytest.raises((ValueError, torch._dynamo.exc.Unsupported), match="w2 blocks"):
         torch.compile(Experts(short), fullgraph=True, backend=backend)(*args)
 
@@ -386,24 +393,24 @@ def _mxfp4_pair(e: int, n: int, k: int, seed: int):
 @pytest.mark.parametrize("layout", ["raw", "prepared"])
 def test_mxfp4_w13_keeps_its_rows_paired_and_its_values(layout: str) -> None:
     """The MXFP4 w13 gets the BF16 row order on codes and scales alike; its dequantized value
-    in source order equals the checkpoint's (the prepared nibble layout moves signs only)."""
+    in source order equals the checkpoint's (the prepared layout keeps every value)."""
     from moegemm.api.mxfp4_weights import Mxfp4Weights, unprepare_mxfp4_weights
     from moegemm.quant import dequantize_mxfp4
 
-    b, sfb = _mxfp4_pair(2, 32, 64, 3)
+    b, sfb = _mxfp4_pair(2, 64, 64, 3)
     for act in ("silu", "swiglu_oai"):
         p = moegemm.prepare_moe_weights((b, sfb), activation=act, mxfp4_layout=layout)
         assert p.is_mxfp4 and p.mxfp4_prepared == (layout == "prepared")
-        assert (p.num_experts, p.intermediate, p.hidden) == (2, 16, 64)
+        assert (p.num_experts, p.intermediate, p.hidden) == (2, 32, 64)
         codes, scales = p.weight, p.scales
         if layout == "prepared":
             codes, scales = unprepare_mxfp4_weights(Mxfp4Weights(p.weight, p.scales))
         want = dequantize_mxfp4(b, sfb)
         got = source_order(dequantize_mxfp4(codes, scales), act)
         assert torch.equal(got, want)
-    blocks4 = b.reshape(2, 32, 2, 16)  # gpt-oss's [E, 2I, H/32, 16] view
+    blocks4 = b.reshape(2, 64, 2, 16)  # gpt-oss's [E, 2I, H/32, 16] view
     q = moegemm.prepare_moe_weights((blocks4, sfb), activation="swiglu_oai", mxfp4_layout="raw")
-    assert q.weight.shape == (2, 32, 32)
+    assert q.weight.shape == (2, 64, 32)
     with pytest.raises(ValueError, match="scales"):
         moegemm.prepare_moe_weights((b, sfb[:, :, :1]))
 

@@ -19,8 +19,9 @@ from moegemm.heuristics import SM90
 from moegemm.quant import quantize_mxfp4
 
 STUB = Path(moegemm.__file__).with_name("_C.pyi")
-LAUNCHERS = ("Sm90Bf16MoeGemmLauncher", "Sm90Fp8Fp4MoeGemmLauncher", "MoeRouteGatherLauncher",
-             "MoeQuantizeRowsLauncher", "MoeCombineLauncher")  # fmt: skip
+LAUNCHERS = ("Sm90Bf16MoeGemmLauncher", "Sm90Fp8Fp4MoeGemmLauncher",
+             "Sm90Fp8Fp4TableMoeGemmLauncher", "MoeRouteGatherLauncher", "MoeQuantizeRowsLauncher",
+             "MoeCombineLauncher")  # fmt: skip
 
 
 def declared() -> dict[str, tuple[list[str], int]]:
@@ -123,15 +124,18 @@ def test_mxfp4_layer_launches(recorder) -> None:
     ws = moegemm.MoEWorkspace(T, K, E, H, I, weight_dtype="mxfp4", device="cpu")
     moegemm.fused_moe(x, w13, w2, w, ids, w2_bias=bias2, workspace=ws)
     names = [n for n, _, _ in recorder.launches]
-    assert names == ["MoeRouteGatherLauncher", "Sm90Fp8Fp4MoeGemmLauncher",
+    # w13 in the prepared layout (the default) takes the table kernel; w2, a checkpoint pair,
+    # the checkpoint-layout kernel.
+    assert names == ["MoeRouteGatherLauncher", "Sm90Fp8Fp4TableMoeGemmLauncher",
                      "MoeQuantizeRowsLauncher", "Sm90Fp8Fp4MoeGemmLauncher",
                      "MoeCombineLauncher"]  # fmt: skip
     (_, route, _), (_, g1, i1), (_, q, qi), (_, g2, i2), (_, comb, _) = recorder.launches
     assert route["sfa_sorted_ptr"] == ptr(ws.sfa_x)
     assert (g1["a_ptr"], g1["sfa_ptr"], g1["d_ptr"]) == (ptr(ws.x_sorted), ptr(ws.sfa_x), ptr(ws.h))
     assert (g1["b_ptr"], g1["sfb_ptr"]) == (ptr(w13.weight), ptr(w13.scales))
+    # Prepared: code rows of Hp / 2 bytes (H = 256 = Hp), offsets words [E, 2 Hp/128, 2I].
     assert i1 == (T * K, T * K, 2 * I, H, E, H, H // 2, 2 * I * H // 2, I, 0, H // 128, 1, 0,
-                  2 * I * H // 32, H // 32)  # fmt: skip
+                  2 * (H // 128) * 2 * I * 4, 4 * 2 * I)  # fmt: skip
     assert (q["src_ptr"], q["dst_ptr"], q["scales_ptr"]) == (ptr(ws.h), ptr(ws.h8), ptr(ws.sfa_h))
     assert q["row_bound_ptr"] == ptr(ws.offs) + 4 * (E - 1) and qi == (T * K, I, I, 0)
     assert (g2["a_ptr"], g2["sfa_ptr"], g2["d_ptr"]) == (ptr(ws.h8), ptr(ws.sfa_h), ptr(ws.y))
@@ -155,8 +159,9 @@ def test_masked_launches(recorder, mxfp4: bool) -> None:
     out = moegemm.fused_moe_masked(x, masked, w13, w2, 16)
     names = [n for n, _, _ in recorder.launches]
     gemm = "Sm90Fp8Fp4MoeGemmLauncher" if mxfp4 else "Sm90Bf16MoeGemmLauncher"
+    gemm13 = "Sm90Fp8Fp4TableMoeGemmLauncher" if mxfp4 else gemm  # prepared w13
     if mxfp4:
-        assert names == ["MoeQuantizeRowsLauncher", gemm, "MoeQuantizeRowsLauncher", gemm]
+        assert names == ["MoeQuantizeRowsLauncher", gemm13, "MoeQuantizeRowsLauncher", gemm]
         # Both quantizations take masked_m as per-group counts: only the rows it holds.
         quants = [(p, i) for n, p, i in recorder.launches if n == "MoeQuantizeRowsLauncher"]
         assert [(p["row_bound_ptr"], i) for p, i in quants] == [
@@ -165,7 +170,7 @@ def test_masked_launches(recorder, mxfp4: bool) -> None:
         ]
     else:
         assert names == [gemm, gemm]
-    gemms = [(p, i) for n, p, i in recorder.launches if n == gemm]
+    gemms = [(p, i) for n, p, i in recorder.launches if n in (gemm, gemm13)]
     for p, ints in gemms:
         assert p["group_info_ptr"] == ptr(masked) and ints[:2] == (E * max_m, max_m)
     assert gemms[1][0]["d_ptr"] == ptr(out)

@@ -50,18 +50,24 @@ class ShapeWeights:
             w8, ws = per_token_cast_to_fp8(w, gran_k=k)
             self.w8[group], self.ws[group] = w8, ws.squeeze(-1)
         import moegemm
+        from ..api.mxfp4_weights import SM90_ROW_BLOCK
 
-        self.prepared = moegemm.prepare_mxfp4_weights(self.b, self.sfb)
+        # The prepared layout takes whole 64-row blocks; other N run the checkpoint form only.
+        self.prepared = (
+            moegemm.prepare_mxfp4_weights(self.b, self.sfb) if n % SM90_ROW_BLOCK == 0 else None
+        )
 
     def forms(self, group: int | None = None) -> list[tuple[str, object]]:
-        """(name, the second operand) for both forms; `group` picks one group's 2-D weights."""
-        if group is None:
-            return [("raw", (self.b, self.sfb)), ("prepared", self.prepared)]
+        """(name, the second operand) for both forms (the checkpoint one only where N is no
+        multiple of 64); `group` picks one group's 2-D weights."""
         prep = self.prepared
-        return [
-            ("raw", (self.b[group], self.sfb[group])),
-            ("prepared", type(prep)(prep.b[group], prep.sfb[group], prepared=True)),
-        ]
+        if group is None:
+            raw = [("raw", (self.b, self.sfb))]
+            return raw if prep is None else [*raw, ("prepared", prep)]
+        raw = [("raw", (self.b[group], self.sfb[group]))]
+        if prep is None:
+            return raw
+        return [*raw, ("prepared", type(prep)(prep.b[group], prep.sfb[group], prepared=True))]
 
     def dequantized(self, group: int) -> torch.Tensor:
         from ..quant import dequantize_mxfp4
