@@ -617,12 +617,16 @@ def print_deepgemm_report(rows: list[dict]) -> None:
                 continue
             geo = statistics.geometric_mean(vals)
             worst = min(sel, key=lambda r: r.get(key) or 1e9)
-            print(f"  {label:13s} {key:15s} n={len(vals):3d} geomean {geo:5.2f} min "
-                  f"{min(vals):5.2f} ({worst.get('case', '?')} {worst.get('layout', '')})")
+            print(
+                f"  {label:13s} {key:15s} n={len(vals):3d} geomean {geo:5.2f} min "
+                f"{min(vals):5.2f} ({worst.get('case', '?')} {worst.get('layout', '')})"
+            )
     for r in timed:
-        print(f"  {r.get('case', '?')[:52]:52s} {r.get('layout', ''):9s} "
-              f"ours {r.get('prepared_us', 0):8.1f} us  DG {r['deepgemm_us']:8.1f} us  "
-              f"x {r['x_dg_inrun']:5.2f}  copy {100 * (r.get('pct_copy') or 0):4.0f}%")
+        print(
+            f"  {r.get('case', '?')[:52]:52s} {r.get('layout', ''):9s} "
+            f"ours {r.get('prepared_us', 0):8.1f} us  DG {r['deepgemm_us']:8.1f} us  "
+            f"x {r['x_dg_inrun']:5.2f}  copy {100 * (r.get('pct_copy') or 0):4.0f}%"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

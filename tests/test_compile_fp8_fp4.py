@@ -270,7 +270,9 @@ def table_configs() -> list:
 TABLE_CONFIGS = table_configs()
 
 
-@pytest.mark.parametrize("kind,config", TABLE_CONFIGS, ids=[c.short_name() for _, c in TABLE_CONFIGS])
+@pytest.mark.parametrize(
+    "kind,config", TABLE_CONFIGS, ids=[c.short_name() for _, c in TABLE_CONFIGS]
+)
 def test_table_kernel_mainloop_gate(kind: str, config, tmp_path) -> None:
     """The table kernel as the heuristics emit it: wgmma batches of four that ptxas does not
     serialize (no C7514 / C7518 / C7519), no local memory, and per steady-state k-block one

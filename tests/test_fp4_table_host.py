@@ -64,7 +64,7 @@ def thread_inputs(weights, group: int, rb: int, kb: int) -> list[tuple[int, ...]
     full = codes.as_strided((*codes.shape[:-1], kp2), codes.stride())
     block = full[group, rb * 64 : rb * 64 + 64, kb * 64 : kb * 64 + 64].reshape(-1)
     flat = block.to(torch.int64)
-    word_of = lambda off: int(sum(int(flat[off + i]) << (8 * i) for i in range(4)))  # noqa: E731
+    word_of = lambda off: int(sum(int(flat[off + i]) << (8 * i) for i in range(4)))
     out = []
     for t in range(128):
         w = [word_of((i // 4) * 2048 + 16 * t + 4 * (i % 4)) for i in range(8)]

@@ -257,6 +257,7 @@ class Sm90Fp8Fp4GemmLauncher:
     @property
     def num_blocks(self) -> int:
         """CTAs per launch (the planned count: no clusters, no clamp)."""
+
 class Sm90Fp8Fp4TableGemmLauncher:
     """Launches sm90_fp8_fp4_swap_ab_gemm on prepared weights (prepare_mxfp4_weights: b the thread-ordered
     codes, rows Kp / 2 bytes apart; sfb the offsets words int32 [G, 2 KB, N]), with the kernel and its launch shape bound; keeps `kernel`
@@ -778,6 +779,7 @@ class Sm90Fp8Fp4MoeGemmLauncher:
     @property
     def num_blocks(self) -> int:
         """CTAs per launch (the planned count: no clusters, no clamp)."""
+
 class Sm90Fp8Fp4TableMoeGemmLauncher:
     """Sm90Fp8Fp4MoeGemmLauncher's twin on prepared weights (the table kernel built with a
     MoE epilogue): arguments as there, b and sfb as Sm90Fp8Fp4TableGemmLauncher's."""

@@ -166,9 +166,10 @@ def _fragment_sources() -> tuple[torch.Tensor, torch.Tensor]:
     i = torch.arange(8).view(1, 8, 1)  # word: i = 2 j + q
     n = torch.arange(8).view(1, 1, 8)  # nibble of the word
     row = 16 * (t // 32) + (t % 32) // 4
-    k_of = lambda c: 32 * (i // 2) + 16 * (i % 2) + 4 * (t % 4) + c  # noqa: E731
+    k_of = lambda c: 32 * (i // 2) + 16 * (i % 2) + 4 * (t % 4) + c
     mag = torch.where(n < 4, row * 128 + k_of(n % 4), (row + 8) * 128 + k_of(n % 4))
     sign = torch.where(n % 2 == 0, row * 128 + k_of(n // 2), (row + 8) * 128 + k_of(n // 2))
+
     # [t, i, n] -> bytes at (i / 4) * 2048 + 16 t + 4 (i % 4) + n / 2, nibble n % 2.
     def order(x: torch.Tensor) -> torch.Tensor:
         x = x.view(128, 2, 4, 4, 2).permute(1, 0, 2, 3, 4)  # [i / 4, t, i % 4, byte, nibble]
@@ -247,9 +248,11 @@ def _unprepare_sm90(weights: Mxfp4Weights) -> tuple[torch.Tensor, torch.Tensor]:
     codes, words = weights.b, weights.sfb
     n, k, num_kb = sm90_prepared_shape(codes)
     lead = codes.shape[:-2]
-    full = codes.as_strided(
-        (*lead, n, num_kb * 64), (*codes.stride()[:-2], codes.stride(-2), 1)
-    ) if codes.numel() else codes
+    full = (
+        codes.as_strided((*lead, n, num_kb * 64), (*codes.stride()[:-2], codes.stride(-2), 1))
+        if codes.numel()
+        else codes
+    )
     blocks = full.unflatten(-2, (n // 64, 64)).unflatten(-1, (num_kb, 64)).transpose(-3, -2)
     packed = blocks.flatten(-2)  # [.., N/64, KB, 4096] in the block byte order
     nibbles = torch.stack((packed & 0xF, packed >> 4), dim=-1).flatten(-2)  # [.., 8192]

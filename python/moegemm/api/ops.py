@@ -157,9 +157,7 @@ def _(
     expected_m: int,
     prepared: bool = False,
 ) -> None:
-    fp8_fp4.check_masked(
-        a, sfa, b, sfb, d, masked_m, expected_m, placed=False, prepared=prepared
-    )
+    fp8_fp4.check_masked(a, sfa, b, sfb, d, masked_m, expected_m, placed=False, prepared=prepared)
 
 
 OPS = {

@@ -103,9 +103,7 @@ def build_launcher(device: int, desc: GemmDesc, config: GemmConfig | None = None
     if desc.ab_dtype == "fp8_fp4" and arch.name == "sm_100f":
         launcher_type = _C.Sm100Fp8Fp4MoeGemmLauncher if moe else _C.Sm100Fp8Fp4GemmLauncher
     elif desc.ab_dtype == "fp8_fp4" and desc.weights == "prepared":  # the table kernel
-        launcher_type = (
-            _C.Sm90Fp8Fp4TableMoeGemmLauncher if moe else _C.Sm90Fp8Fp4TableGemmLauncher
-        )
+        launcher_type = _C.Sm90Fp8Fp4TableMoeGemmLauncher if moe else _C.Sm90Fp8Fp4TableGemmLauncher
     elif desc.ab_dtype == "fp8_fp4":
         launcher_type = _C.Sm90Fp8Fp4MoeGemmLauncher if moe else _C.Sm90Fp8Fp4GemmLauncher
     elif moe:

@@ -50,6 +50,7 @@ class ShapeWeights:
             w8, ws = per_token_cast_to_fp8(w, gran_k=k)
             self.w8[group], self.ws[group] = w8, ws.squeeze(-1)
         import moegemm
+
         from ..api.mxfp4_weights import SM90_ROW_BLOCK
 
         # The prepared layout takes whole 64-row blocks; other N run the checkpoint form only.
