@@ -16,7 +16,8 @@ TMA-aligned layout); b uint8 [.., N, K / 2] row-major with 16-byte aligned rows 
 the low nibble of byte i); sfb uint8 [.., N, K / 32] with unit stride along K / 32; d bfloat16
 [.., M, N] row-major with 16-byte aligned rows. K a positive multiple of 32, N of 8. The second
 operand is the (b, sfb) tuple of the checkpoint layout or the Mxfp4Weights of
-prepare_mxfp4_weights (mxfp4_weights.py); the two take different kernels.
+prepare_mxfp4_weights (mxfp4_weights.py: N a multiple of 64, its own shapes); the two take
+different kernels, the prepared one the table kernel (every layout, tokens on the wgmma's N).
 
 As the BF16 functions: signature-keyed plans (plans.py), one checker producing every error, a
 plan hit re-checks only the 16-byte bases of a, b, d and the current device (the bound launch).

@@ -63,10 +63,10 @@ UNIT_SCALE = 127  # UE8M0 1.0
 
 @dataclass(frozen=True, eq=False)  # eq=False: tensors do not compare to a bool
 class Mxfp4Weights:
-    """MXFP4 weights for the FP8 x FP4 GEMMs: b uint8 [.., N, K/2] and sfb uint8 [.., N, K/32]
-    (UE8M0). prepared=True: b is in the prepared nibble layout (module doc), as
-    prepare_mxfp4_weights returns it; prepared=False: b is the checkpoint layout, as a plain
-    (b, sfb) tuple would be."""
+    """MXFP4 weights for the FP8 x FP4 GEMMs. prepared=True: prepare_mxfp4_weights' tensors (module
+    doc: codes uint8 [.., N, K/2] with rows of Kp/2 bytes, offsets words int32 [.., 2 KB, N]);
+    prepared=False: the checkpoint layout, b uint8 [.., N, K/2] and sfb uint8 [.., N, K/32]
+    (UE8M0), as a plain (b, sfb) tuple would be."""
 
     b: torch.Tensor
     sfb: torch.Tensor
@@ -138,8 +138,7 @@ def _zero_block_scales_rebased(b: torch.Tensor, sfb: torch.Tensor) -> torch.Tens
     zero) moved next to its neighbours: the largest byte of its row's other blocks in the same
     128 of K, else of its row, else the median of those row maxima over the rows of its matrix
     (an all-zero row). quantize_mxfp4 gives such blocks byte 0, ~120 binades below the others,
-    and the kernel (pipeline/fp4_expand_transform.cuh) would convert any tile holding one in
-    two passes; no value changes (benchmarks/fp4_pass_fraction.py measured the effect)."""
+    which would send their 64-row block down the table kernel's exact path; no value changes."""
     nb = sfb.shape[-1]
     zero = (b.unflatten(-1, (nb, MXFP4_GROUP // 2)) & 0x77 == 0).all(-1)  # magnitudes only
     if not bool(zero.any()):  # one sync, at load time

@@ -10,8 +10,9 @@ The bias w13_bias [E, 2I] (gpt-oss carries one) follows its rows and is kept in 
 
 MXFP4 experts (gpt-oss ships them): w13 is the checkpoint's (blocks, scales) pair, blocks uint8
 [E, 2I, H/2] (or gpt-oss's [E, 2I, H/32, 16] view of it) and scales uint8 [E, 2I, H/32], or an
-Mxfp4Weights; the same row order is applied to both, then (mxfp4_layout="prepared", the
-default) prepare_mxfp4_weights' nibble layout, 1.08 x faster in the FP8 x FP4 kernels. For an
+Mxfp4Weights in the checkpoint layout; the same row order is applied to both, then
+(mxfp4_layout="prepared", the default) prepare_mxfp4_weights' layout, which the fast FP8 x FP4
+kernel takes (BENCHMARKS.md). For an
 SM100 GPU (arch "sm_100f", the default where the blocks sit on one; compiled and statically
 checked, not run on hardware) the SM100 preparation, the only form its kernel takes.
 """
