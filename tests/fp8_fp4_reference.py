@@ -129,7 +129,8 @@ def weights_arg(b: torch.Tensor, sfb: torch.Tensor, form: str) -> object:
         import moegemm
 
         prepared = moegemm.prepare_mxfp4_weights(b, sfb)
-        assert prepared.prepared and prepared.b.shape == b.shape and prepared.b.dtype == b.dtype
+        kp = -(-2 * b.shape[-1] // 128) * 128
+        assert prepared.prepared and prepared.b.shape == (*b.shape[:-1], kp // 2)
         return prepared
     raise ValueError(f"unknown weight form {form!r}")
 

@@ -60,9 +60,7 @@ def thread_inputs(weights, group: int, rb: int, kb: int) -> list[tuple[int, ...]
     """Per thread t of one (64-row, 128-K) block: its 8 code words and its rows' offsets
     words, read from the prepared tensors as the kernel's loads do."""
     codes, words = weights.b, weights.sfb
-    kp2 = codes.stride(-2)
-    full = codes.as_strided((*codes.shape[:-1], kp2), codes.stride())
-    block = full[group, rb * 64 : rb * 64 + 64, kb * 64 : kb * 64 + 64].reshape(-1)
+    block = codes[group, rb * 64 : rb * 64 + 64, kb * 64 : kb * 64 + 64].reshape(-1)
     flat = block.to(torch.int64)
     word_of = lambda off: int(sum(int(flat[off + i]) << (8 * i) for i in range(4)))
     out = []

@@ -81,12 +81,12 @@ def masked_ops(fake: bool = False, max_m: int = 32) -> dict:
 
 
 def prepared_tensors(b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Weights of b's shape in the prepared layout: codes [.., N, K/2] with rows of Kp / 2
-    bytes, offsets words int32 [.., 2 KB, N]; on b's device (FakeCuda stays FakeCuda)."""
+    """Weights of b's shape in the prepared layout: codes [.., N, Kp / 2], offsets words int32
+    [.., 2 KB, N]; on b's device (FakeCuda stays FakeCuda)."""
     n, k = b.shape[-2], 2 * b.shape[-1]
     nkb = math.ceil(k / 128)
     device = "cpu" if isinstance(b, FakeCuda) else b.device
-    codes = torch.empty(*b.shape[:-1], 64 * nkb, dtype=U8, device=device).narrow(-1, 0, k // 2)
+    codes = torch.empty(*b.shape[:-1], 64 * nkb, dtype=U8, device=device)
     words = torch.empty(*b.shape[:-2], 2 * nkb, n, dtype=I32, device=device)
     if isinstance(b, FakeCuda):
         return gpu(codes), gpu(words)

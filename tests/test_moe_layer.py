@@ -342,7 +342,7 @@ def test_fullgraph_compile_sees_one_fused_moe_mxfp4_op(w2_prepared: bool) -> Non
                                       mxfp4_layout="raw")  # fmt: skip
     if w2_prepared:  # the prepared layout's tensors: code rows of Ip / 2 bytes, offsets words
         kb = -(-I // 128)
-        w2b = torch.zeros(E, H, 64 * kb, dtype=u8, device=dev).narrow(-1, 0, I // 2)
+        w2b = torch.zeros(E, H, 64 * kb, dtype=u8, device=dev)
         w2s = torch.zeros(E, 2 * kb, H, dtype=torch.int32, device=dev)
         w2 = moegemm.Mxfp4Weights(w2b, w2s, True)
     else:
@@ -404,7 +404,7 @@ def test_mxfp4_w13_keeps_its_rows_paired_and_its_values(layout: str) -> None:
         assert (p.num_experts, p.intermediate, p.hidden) == (2, 32, 64)
         codes, scales = p.weight, p.scales
         if layout == "prepared":
-            codes, scales = unprepare_mxfp4_weights(Mxfp4Weights(p.weight, p.scales))
+            codes, scales = unprepare_mxfp4_weights(Mxfp4Weights(p.weight, p.scales, k=p.hidden))
         want = dequantize_mxfp4(b, sfb)
         got = source_order(dequantize_mxfp4(codes, scales), act)
         assert torch.equal(got, want)

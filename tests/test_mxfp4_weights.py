@@ -30,10 +30,17 @@ def test_prepare_round_trips_exactly(shape: tuple[int, int, int]) -> None:
     weights = moegemm.prepare_mxfp4_weights(b, sfb)
     assert isinstance(weights, moegemm.Mxfp4Weights) and weights.prepared
     num_kb = -(-k // 128)
-    assert weights.b.shape == b.shape and weights.b.stride()[-2:] == (64 * num_kb, 1)
+    assert weights.b.shape == (g, n, 64 * num_kb) and weights.b.is_contiguous()
     assert weights.sfb.shape == (g, 2 * num_kb, n) and weights.sfb.dtype == torch.int32
+    assert weights.k == k
     b2, sfb2 = unprepare_mxfp4_weights(weights)
     assert torch.equal(b2, b) and torch.equal(sfb2, sfb)
+    # A copy (another device, a checkpoint) keeps everything: the tensors are whole.
+    copied = moegemm.Mxfp4Weights(weights.b.clone(), weights.sfb.clone(), k=k)
+    assert torch.equal(unprepare_mxfp4_weights(copied)[0], b)
+    if k % 128:  # without k the padded codes come back: K rounded up to 128, zero codes
+        padded, _ = unprepare_mxfp4_weights(moegemm.Mxfp4Weights(weights.b, weights.sfb))
+        assert torch.equal(padded[..., : k // 2], b) and not padded[..., k // 2 :].any()
     assert unprepare_mxfp4_weights(moegemm.Mxfp4Weights(b, sfb, prepared=False))[0] is b
 
 

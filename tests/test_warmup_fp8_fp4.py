@@ -166,9 +166,9 @@ def _weights_fp32(b, wrong_prepared: bool) -> torch.Tensor:
 
     b_, sfb, prepared = unpack_weights(b)
     if prepared:
-        codes, sfb = unprepare_mxfp4_weights(Mxfp4Weights(b_, sfb))
+        codes, sfb = unprepare_mxfp4_weights(Mxfp4Weights(b_, sfb, k=b.k))
         # A kernel that ignores the layout reads the thread-ordered codes as checkpoint ones.
-        b_ = b_.contiguous() if wrong_prepared else codes
+        b_ = b_[..., : codes.shape[-1]] if wrong_prepared else codes
     return dequantize_mxfp4(b_, sfb)
 
 

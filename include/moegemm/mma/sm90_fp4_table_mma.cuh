@@ -10,10 +10,11 @@
 // (one LDS.64, the two rows adjacent), the 8 tables (two IMADs each) and 16 A registers.
 //
 // Pipeline inside the warpgroup (two compile-time A register sets, so no indexing by a runtime
-// value and no second accumulator set, which ptxas 13.0 serializes):
-//   issue kb's 4 wgmma (RS, m64 x BLOCK_T x 32) from set kb % 2 into `tmp`
+// value; only wgmma.wait_group 0, as ptxas 13.0 serializes wait_group 1 on two sets):
+//   kb's 4 wgmma (RS, m64 x BLOCK_T x 32) from set kb % 2 are in flight
 //   wait for stage kb + 1 and convert it into the other set     (hides under the wgmma)
-//   wait for the wgmma, promote: acc += tmp * 2^(top - 133) of the row * the token's scale
+//   wait for the wgmma; with two temporary sets (BLOCK_T <= 32) issue kb + 1 first, then
+//   promote kb: acc += tmp * 2^(top - 133) of the row * the token's scale
 //   release stage kb
 // The promotion every 128 of K is also the one that bounds the FP8 accumulation.
 //

@@ -16,7 +16,7 @@ TMA-aligned layout); b uint8 [.., N, K / 2] row-major with 16-byte aligned rows 
 the low nibble of byte i); sfb uint8 [.., N, K / 32] with unit stride along K / 32; d bfloat16
 [.., M, N] row-major with 16-byte aligned rows. K a positive multiple of 32, N of 8. The second
 operand is the (b, sfb) tuple of the checkpoint layout or the Mxfp4Weights of
-prepare_mxfp4_weights (mxfp4_weights.py: N a multiple of 64, its own shapes); the two take
+prepare_mxfp4_weights (mxfp4_weights.py: N a multiple of 64, codes [.., N, Kp / 2]); the two take
 different kernels, the prepared one the table kernel (every layout, tokens on the wgmma's N).
 
 As the BF16 functions: signature-keyed plans (plans.py), one checker producing every error, a
@@ -184,11 +184,11 @@ def _check_operands(
             f"b must have shape {(a.shape[0], n, k // 2)} (a's {a.shape[0]} groups), got "
             f"{tuple(b.shape)}"
         )
-    require_shape("b", b, (*groups, n, k // 2))
     _check_n(n)
     if prepared:
         _check_prepared(b, sfb, groups, n, k)
     else:
+        require_shape("b", b, (*groups, n, k // 2))
         require_shape("sfb", sfb, (*groups, n, k // MXFP4_GROUP))
     require_shape("sfa", sfa, (*a.shape[:-1], math.ceil(k / SFA_BLOCK_K)))
     require_shape("d", d, (*a.shape[:-1], n))
@@ -196,16 +196,12 @@ def _check_operands(
 
 
 def _check_prepared(b: Tensor, sfb: Tensor, groups: tuple[int, ...], n: int, k: int) -> None:
-    """The prepared layout's own shape rules: N a multiple of 64, code rows Kp / 2 bytes apart,
-    the offsets words [.., 2 KB, N] with rows of N words."""
+    """The prepared layout's own shape rules: N a multiple of 64, codes [.., N, Kp / 2] (K padded
+    to a multiple of 128), the offsets words [.., 2 KB, N] with rows of N words."""
     num_kb = math.ceil(k / SM90_K_BLOCK)
     if n % SM90_ROW_BLOCK != 0:
         raise ValueError(f"N (b.shape[-2]) of prepared weights must be a multiple of 64, got {n}")
-    if n > 0 and (b.stride(-1) != 1 or b.stride(-2) != 64 * num_kb):
-        raise ValueError(
-            f"prepared b must have rows of Kp / 2 = {64 * num_kb} bytes (strides (.., "
-            f"{64 * num_kb}, 1)), got strides {b.stride()}: pass prepare_mxfp4_weights' tensors"
-        )
+    require_shape("b", b, (*groups, n, 64 * num_kb))
     require_shape("sfb", sfb, (*groups, 2 * num_kb, n))
     if sfb.numel() and (sfb.stride(-1) != 1 or sfb.stride(-2) != n):
         raise ValueError(f"prepared sfb must have rows of N words, got strides {sfb.stride()}")

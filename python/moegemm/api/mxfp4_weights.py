@@ -10,8 +10,9 @@ section 7 has the arithmetic). N must be a multiple of 64; K is padded with zero
 multiple of 128 (KB = Kp / 128 k-blocks). Same bytes per weight as the checkpoint: 0.5 for the
 codes, 1/32 for the offsets words.
 
-- b: uint8 [.., N, K/2] whose rows are Kp/2 bytes apart (a view of an [.., N, Kp/2] buffer).
-  Each (64-row block, k-block) is a 64 x 64-byte sub-array holding 4096 bytes in the order the
+- b: uint8 [.., N, Kp/2], contiguous (Mxfp4Weights.k keeps the checkpoint K; a call takes K from
+  the activations). Each (64-row block, k-block) is a 64 x 64-byte sub-array holding 4096 bytes
+  in the order the
   kernel's 128 threads read them: thread t (rows r = 16 (t / 32) + (t % 32) / 4 and r + 8 of
   the block) owns 8 words w[i], i = 2 j + q, holding the codes of k = 32 j + 16 q + 4 (t % 4)
   + c (c = 0..3); word i sits at byte (i / 4) * 2048 + 16 t + 4 (i % 4) (two conflict-free
@@ -64,7 +65,7 @@ UNIT_SCALE = 127  # UE8M0 1.0
 @dataclass(frozen=True, eq=False)  # eq=False: tensors do not compare to a bool
 class Mxfp4Weights:
     """MXFP4 weights for the FP8 x FP4 GEMMs. prepared=True: prepare_mxfp4_weights' tensors (module
-    doc: codes uint8 [.., N, K/2] with rows of Kp/2 bytes, offsets words int32 [.., 2 KB, N]);
+    doc: codes uint8 [.., N, Kp/2], offsets words int32 [.., 2 KB, N], k the checkpoint K);
     prepared=False: the checkpoint layout, b uint8 [.., N, K/2] and sfb uint8 [.., N, K/32]
     (UE8M0), as a plain (b, sfb) tuple would be."""
 
@@ -74,6 +75,9 @@ class Mxfp4Weights:
     # The architecture the layout is for: "sm_90a" (the layout above), or "sm_100f" (the SM100
     # one of the module doc: b [.., N, Kp / 2], sfb uint8 [.., Kp / 128, 4 Np]; prepared only).
     arch: str = SM90_ARCH
+    # The checkpoint K of SM90-prepared weights (their codes hold Kp); 0: unknown, taken as Kp
+    # by unprepare_mxfp4_weights. The GEMMs take K from the activations.
+    k: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.prepared, bool):
@@ -209,7 +213,7 @@ def _prepare_sm90(b: torch.Tensor, sfb: torch.Tensor) -> Mxfp4Weights:
     packed = nibbles[..., 0] | (nibbles[..., 1] << 4)  # [.., N/64, KB, 4096]
     codes = packed.unflatten(-1, (64, 64)).transpose(-3, -2)  # [.., N/64, 64, KB, 64]
     codes = codes.reshape(*lead, n, kp // 2).contiguous()
-    return Mxfp4Weights(codes[..., : k // 2], _offsets_words(sfb, n, nb, num_kb), prepared=True)
+    return Mxfp4Weights(codes, _offsets_words(sfb, n, nb, num_kb), prepared=True, k=k)
 
 
 def _offsets_words(sfb: torch.Tensor, n: int, nb: int, num_kb: int) -> torch.Tensor:
@@ -237,22 +241,17 @@ def _offsets_words(sfb: torch.Tensor, n: int, nb: int, num_kb: int) -> torch.Ten
     return (((words + 2**31) % 2**32) - 2**31).to(torch.int32).contiguous()
 
 
-def sm90_prepared_shape(b: torch.Tensor) -> tuple[int, int, int]:
-    """(N, K, KB) of SM90-prepared codes b [.., N, K/2] (rows Kp / 2 bytes apart)."""
-    n, k = b.shape[-2], 2 * b.shape[-1]
-    return n, k, -(-k // SM90_K_BLOCK)
-
-
 def _unprepare_sm90(weights: Mxfp4Weights) -> tuple[torch.Tensor, torch.Tensor]:
     codes, words = weights.b, weights.sfb
-    n, k, num_kb = sm90_prepared_shape(codes)
+    n, num_kb = codes.shape[-2], codes.shape[-1] // 64
+    if codes.shape[-1] % 64 or n % SM90_ROW_BLOCK or tuple(words.shape[-2:]) != (2 * num_kb, n):
+        raise ValueError(
+            f"prepared weights must be prepare_mxfp4_weights' tensors: codes [.., N, Kp/2] and "
+            f"offsets words [.., 2 Kp/128, N], got {tuple(codes.shape)} and {tuple(words.shape)}"
+        )
+    k = weights.k or num_kb * SM90_K_BLOCK
     lead = codes.shape[:-2]
-    full = (
-        codes.as_strided((*lead, n, num_kb * 64), (*codes.stride()[:-2], codes.stride(-2), 1))
-        if codes.numel()
-        else codes
-    )
-    blocks = full.unflatten(-2, (n // 64, 64)).unflatten(-1, (num_kb, 64)).transpose(-3, -2)
+    blocks = codes.unflatten(-2, (n // 64, 64)).unflatten(-1, (num_kb, 64)).transpose(-3, -2)
     packed = blocks.flatten(-2)  # [.., N/64, KB, 4096] in the block byte order
     nibbles = torch.stack((packed & 0xF, packed >> 4), dim=-1).flatten(-2)  # [.., 8192]
     mag_src, sign_src = (x.to(codes.device).flatten() for x in _fragment_sources())

@@ -29,6 +29,7 @@ import torch
 
 from ..api import checks, plans
 from ..api.device import arch_for_device
+from ..api.mxfp4_weights import SM90_ARCH
 from ..heuristics import GemmDesc
 from ..jit.codegen import (
     MOE_COMBINE_THREADS,
@@ -149,6 +150,12 @@ def _check_w13(w13: object, activation: str | None, w13_bias: object) -> Prepare
         )
     if w13_bias is not None:
         raise ValueError("pass w13_bias to prepare_moe_weights; the prepared w13 carries it")
+    if w13.is_mxfp4 and w13.mxfp4_prepared and w13.mxfp4_arch == SM90_ARCH:
+        from .mxfp4 import check_prepared_mxfp4
+
+        # A copy that lost a tensor's shape or contiguity would be read at the wrong pitch.
+        e, i, h = w13.num_experts, w13.intermediate, w13.hidden
+        check_prepared_mxfp4("w13", w13.weight, w13.scales, e, 2 * i, h)
     return w13
 
 

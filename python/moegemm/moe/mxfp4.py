@@ -71,19 +71,25 @@ def check_w2_mxfp4(w2: object, e: int, h: int, i: int) -> tuple[torch.Tensor, to
 
 
 def _check_w2_prepared(w2: Mxfp4Weights, e: int, h: int, i: int) -> tuple:
-    """SM90-prepared w2 (prepare_mxfp4_weights): codes [E, H, I/2] with rows of Ip/2 bytes,
-    offsets words int32 [E, 2 Ip/128, H]."""
+    """SM90-prepared w2 (prepare_mxfp4_weights): codes [E, H, Ip/2], offsets words int32
+    [E, 2 Ip/128, H], both contiguous."""
     if i % 32:
         raise ValueError(f"MXFP4 w2 needs I a multiple of 32, got {i}")
-    kb = -(-i // SM90_K_BLOCK)
-    checks.require_shape("w2 codes (prepared)", w2.b, (e, h, i // 2))
-    checks.require_shape("w2 offsets (prepared)", w2.sfb, (e, 2 * kb, h))
-    if w2.b.stride() != (h * 64 * kb, 64 * kb, 1) or not w2.sfb.is_contiguous():
-        raise ValueError(
-            "prepared w2 must be prepare_mxfp4_weights' tensors as returned (codes rows of "
-            f"Ip/2 = {64 * kb} bytes, contiguous offsets words), got strides {w2.b.stride()}"
-        )
+    check_prepared_mxfp4("w2", w2.b, w2.sfb, e, h, i)
     return w2.b, w2.sfb, True
+
+
+def check_prepared_mxfp4(name: str, codes: object, words: object, e: int, n: int, k: int) -> None:
+    """SM90-prepared experts of [e, n, k] weights as prepare_mxfp4_weights returns them: codes
+    uint8 [e, n, Kp/2] and offsets words int32 [e, 2 Kp/128, n], contiguous (the layer's launch
+    integers assume it)."""
+    kb = -(-k // SM90_K_BLOCK)
+    checks.require_tensor(f"{name} codes (prepared)", codes, (torch.uint8,), 3)
+    checks.require_tensor(f"{name} offsets (prepared)", words, (torch.int32,), 3)
+    checks.require_shape(f"{name} codes (prepared)", codes, (e, n, 64 * kb))
+    checks.require_shape(f"{name} offsets (prepared)", words, (e, 2 * kb, n))
+    checks.require_contiguous(f"{name} codes (prepared)", codes)
+    checks.require_contiguous(f"{name} offsets (prepared)", words)
 
 
 def _padded(x: int, to: int) -> int:
@@ -126,8 +132,8 @@ def fp8_gemm_args(rows: int, m: int, n: int, k: int, e: int, lda: int, ldd: int,
                   arch: str = SM90_ARCH, prepared: bool = False) -> tuple:  # fmt: skip
     """The FP8 x FP4 MoE launcher's bound integers for row-major FP8 A (lda bytes) with
     contiguous per-128 scales [rows, ceil(k / 128)], contiguous MXFP4 B and its scales, D with
-    ldd columns. B on SM90: [E, n, k/2] and scales [E, n, k/32], or prepared: codes with rows
-    of Kp/2 bytes and offsets words int32 [E, 2 Kp/128, n]; on SM100 (its preparation): codes
+    ldd columns. B on SM90: [E, n, k/2] and scales [E, n, k/32], or prepared: codes
+    [E, n, Kp/2] and offsets words int32 [E, 2 Kp/128, n]; on SM100 (its preparation): codes
     [E, n, Kp/2] and scale words [E, Kp/128, Np] (Kp, Np: k, n rounded up to 128)."""
     blocks = -(-k // FP8_BLOCK)
     if arch == SM90_ARCH and prepared:

@@ -37,8 +37,8 @@ class PreparedW13:
     """w13 in the kernel's order, its bias in the same order ([E, 2I] FP32) or None, and the
     activation both were prepared for. BF16 experts: weight [E, 2I, H] BF16 and scales None;
     MXFP4 experts: weight the packed codes uint8 [E, 2I, H/2], scales the UE8M0 bytes
-    [E, 2I, H/32], or with mxfp4_prepared prepare_mxfp4_weights' tensors (codes [E, 2I, H/2]
-    with rows of Hp/2 bytes, offsets words int32 [E, 2 Hp/128, 2I]), for
+    [E, 2I, H/32], or with mxfp4_prepared prepare_mxfp4_weights' tensors (codes [E, 2I, Hp/2],
+    offsets words int32 [E, 2 Hp/128, 2I]; Hp = H rounded up to 128, mxfp4_hidden = H), for
     mxfp4_arch (SM100: codes [E, 2I, Hp/2] padded to Hp = H rounded up to 128, scale words
     [E, Hp/128, 4 Np], and mxfp4_hidden the unpadded H)."""
 
@@ -185,7 +185,7 @@ def _prepare_mxfp4(w13, activation: str, w13_bias, layout: str, arch: str | None
     if layout == "prepared":
         # The prepared tensors as they come: the codes' rows are Hp/2 bytes apart.
         packed = prepare_mxfp4_weights(b, sfb)
-        return PreparedW13(packed.b, bias, activation, packed.sfb, True)
+        return PreparedW13(packed.b, bias, activation, packed.sfb, True, mxfp4_hidden=h)
     return PreparedW13(b.contiguous(), bias, activation, sfb.contiguous(), False)
 
 

@@ -68,7 +68,8 @@ class ShapeWeights:
         raw = [("raw", (self.b[group], self.sfb[group]))]
         if prep is None:
             return raw
-        return [*raw, ("prepared", type(prep)(prep.b[group], prep.sfb[group], prepared=True))]
+        one = type(prep)(prep.b[group], prep.sfb[group], prepared=True, k=prep.k)
+        return [*raw, ("prepared", one)]
 
     def dequantized(self, group: int) -> torch.Tensor:
         from ..quant import dequantize_mxfp4
