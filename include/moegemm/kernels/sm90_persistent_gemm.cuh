@@ -387,6 +387,18 @@ struct PersistentGemm {
       if (threadIdx.x % 128 == 0) tma_store_drain();
   }
 
+  // An idle math warpgroup's tile (rows past N): every stage awaited and released, so the ring
+  // stays in step with the warpgroups that compute.
+  __device__ __forceinline__ static void pass_tile(const Ring& ring, typename Ring::State& in,
+                                                   uint32_t num_k_blocks, uint32_t lane_idx) {
+    for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
+      ring.consumer_wait(in);
+      __syncwarp();
+      ring.consumer_release(in.stage_idx, lane_idx, true);
+      in.advance();
+    }
+  }
+
   // Math warpgroups whose MMA policy runs whole tiles (Mma::kRunsTile: the FP8 x FP4 kernel on
   // prepared weights, which converts k-block kb + 1 while kb's wgmma run): the skeleton walks
   // the schedule, keeps idle warpgroups in step with the ring and stores.
@@ -402,12 +414,7 @@ struct PersistentGemm {
     while (scheduler.next(work)) {
       const uint32_t num_k_blocks = Kernel::num_k_blocks(k_blocks, work);
       if (Kernel::math_idle(params, work, math_wg)) {  // uniform in the warpgroup
-        for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
-          ring.consumer_wait(in);
-          __syncwarp();
-          ring.consumer_release(in.stage_idx, lane_idx, true);
-          in.advance();
-        }
+        pass_tile(ring, in, num_k_blocks, lane_idx);
         continue;
       }
       Mma::zero(acc);
@@ -437,12 +444,7 @@ struct PersistentGemm {
     while (scheduler.next(work)) {
       const uint32_t num_k_blocks = Kernel::num_k_blocks(k_blocks, work);
       if (Kernel::math_idle(params, work, math_wg)) {  // uniform in the warpgroup
-        for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
-          ring.consumer_wait(in);
-          __syncwarp();
-          ring.consumer_release(in.stage_idx, lane_idx, true);
-          in.advance();
-        }
+        pass_tile(ring, in, num_k_blocks, lane_idx);
         continue;
       }
       Mma::zero(acc);
