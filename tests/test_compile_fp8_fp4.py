@@ -3,7 +3,8 @@ cubin. Checkpoint-layout weights (impls/sm90_fp8_fp4_grouped_gemm.cuh and its de
 one kernel, QGMMA batched, the E2M1 -> E4M3 table lookups (PRMT) and 16-byte tile stores of the
 transform, no local memory; every tile scheduler, one and two math warpgroups, tile widths 16
 to 192, register and TMA-store epilogues. Prepared weights (the table kernel): the gate on its
-mainloop's SASS (test_table_kernel_mainloop_gate). Needs nvcc, not a GPU."""
+mainloop's SASS (test_table_kernel_mainloop_gate), and its prefill twin (tokens on M, the table
+transform). Needs nvcc, not a GPU."""
 
 from __future__ import annotations
 
@@ -38,10 +39,12 @@ def fp8_fp4_sass(spec) -> str:
     return dump_sass(cuobjdump, cubin_path)
 
 
-def assert_register_pool(cubin_path, num_threads: int) -> None:
+def assert_register_pool(cubin_path, num_threads: int, math_wgs: int | None = None) -> None:
     """setmaxnreg.inc only draws on what setmaxnreg.dec released into the CTA's pool: the math
     warpgroups' growth must fit the producer's (and transform's) surrender, or they wait forever.
-    Every warpgroup but the math ones deallocates; every math one allocates the same count."""
+    Every warpgroup but the math ones deallocates (the producer to the smallest count, every
+    transform warpgroup to the other); every math one allocates the same count. math_wgs: the
+    math warpgroups where several transform warpgroups share one dealloc instruction."""
     import re
 
     cuobjdump = find_cuobjdump()
@@ -57,8 +60,14 @@ def assert_register_pool(cubin_path, num_threads: int) -> None:
         int(v, 16) for v in re.findall(r"USETMAXREG\.TRY_ALLOC\.CTAPOOL \w+, (0x[0-9a-f]+)", sass)
     }
     assert deallocs and len(allocs) == 1, (deallocs, allocs)
-    math_wgs = num_threads // 128 - len(deallocs)
-    released = sum(128 * (launch - v) for v in deallocs)
+    if math_wgs is None:
+        math_wgs = num_threads // 128 - len(deallocs)
+    producer, *transform = sorted(deallocs)
+    assert len(set(transform)) <= 1, deallocs
+    transform_wgs = num_threads // 128 - math_wgs - 1
+    released = 128 * (launch - producer) + 128 * transform_wgs * (
+        launch - max(transform or [launch])
+    )
     needed = 128 * math_wgs * (allocs.pop() - launch)
     assert 0 <= needed <= released, (launch, deallocs, needed, released)
 
@@ -99,6 +108,50 @@ def test_kernel_compiles_for_sm90a(
     assert_register_pool(cache.build_or_load(spec), config.launch.num_threads)
 
 
+def assert_prefill_table_kernel(sass: str, block_n: int) -> None:
+    """The prefill kernel on prepared weights (pipeline/fp4_table_transform.cuh): no local
+    memory, QGMMA batched four a k-block, the table conversion (PRMT) stored 4 bytes a lane, and
+    no warp reduction in the transform (every thread reads the blocks' flags itself)."""
+    assert "LDL" not in sass and "STL" not in sass, "no local-memory traffic"
+    qgmma = [line for line in sass.splitlines() if "QGMMA." in line]
+    assert qgmma and all(f"QGMMA.64x{block_n}x32.F32.E4M3.E4M3" in q for q in qgmma)
+    assert 4 * sum("gsb0" in line for line in qgmma) <= len(qgmma), "wgmma serialized"
+    assert "PRMT" in sass, "the table lookups of the conversion"
+    assert re.search(r"\bSTS \[", sass), "the E4M3 tile written 4 bytes a lane"
+    assert "REDUX" not in sass
+
+
+PREFILL_VARIANTS = [
+    ("m_grouped_offsets", 128, 128, False, "none"),
+    ("m_grouped_masked", 128, 64, True, "none"),
+    ("bf16_gemm_nt", 64, 128, True, "none"),
+    ("m_grouped_offsets", 128, 128, False, "swiglu"),
+]
+
+
+@pytest.mark.parametrize("kind,block_m,block_n,tma_store,epilogue", PREFILL_VARIANTS)
+def test_prefill_table_kernel_compiles(
+    kind: str, block_m: int, block_n: int, tma_store: bool, epilogue: str
+) -> None:
+    """The prefill kernel on prepared weights: one and two transform warpgroups (block_n 64 and
+    128), both epilogues, a fused MoE epilogue; the register pool of five warpgroups holds."""
+    from moegemm.heuristics import sm90_fp8_fp4_table as table
+    from moegemm.heuristics.sm90_bf16 import tma_store_cols
+
+    desc = GemmDesc(kind, 256, 2048, 2048, 4, ab_dtype="fp8_fp4", weights="prepared")
+    cols = tma_store_cols(block_n, desc) if tma_store else 0
+    stages = table.prefill_max_stages(block_m, block_n, cols, SM90)
+    config = table.make_prefill_config(block_m, block_n, stages, SM90, cols)
+    spec = sm90_fp8_fp4_spec(config, kind, "prepared", epilogue)
+    assert "kPreparedWeights = true;" in spec.source
+    sass = fp8_fp4_sass(spec)
+    assert_prefill_table_kernel(sass, block_n)
+    assert ("UTMASTG" in sass) == bool(cols)
+    assert_register_pool(
+        cache.build_or_load(spec), config.launch.num_threads, config.launch.num_math_warpgroups
+    )
+
+
 def test_heuristic_picks_compile() -> None:
     """The configs the heuristics choose at decode (the decode kernel) and prefill build for
     both layouts."""
@@ -110,10 +163,16 @@ def test_heuristic_picks_compile() -> None:
             config = select_config(desc, SM90)
             spec = sm90_fp8_fp4_spec(config, kind, weights)
             sass = fp8_fp4_sass(spec)
-            assert_register_pool(cache.build_or_load(spec), config.launch.num_threads)
+            assert_register_pool(
+                cache.build_or_load(spec),
+                config.launch.num_threads,
+                config.launch.num_math_warpgroups,
+            )
             if config.layout.swap_ab:  # tokens on the wgmma's N side
                 block_t = config.layout.block_m
                 assert f"QGMMA.64x{block_t}x32.F32.E4M3.E4M3" in sass and "LDL" not in sass
+            elif weights == "prepared":
+                assert_prefill_table_kernel(sass, config.layout.block_n)
             else:
                 assert_fp8_fp4_kernel(sass, config.layout.block_n)
 
@@ -124,8 +183,8 @@ def test_bad_requests_are_refused() -> None:
         sm90_fp8_fp4_spec(config, "m_grouped_offsets", "fp4")
     with pytest.raises(ValueError, match="kind"):
         sm90_fp8_fp4_spec(config, "k_grouped", "raw")
-    with pytest.raises(ValueError, match="prepared weights take the swapped"):
-        sm90_fp8_fp4_spec(config, "m_grouped_offsets", "prepared")
+    with pytest.raises(ValueError, match="each math warpgroup owns 64 rows"):
+        sm90_fp8_fp4_spec(make_config(96, 128, 4, SM90, 0), "m_grouped_offsets", "prepared")
 
 
 @pytest.mark.parametrize(

@@ -68,21 +68,43 @@ def table_smem(block_t: int, block_w: int, stages: int) -> int:
     return stages * (block_t * 128 + block_w * 64 + kib(block_t * 4) + kib(block_w * 4) + 16)
 
 
+def prefill_smem(block_m: int, block_n: int, stages: int, store_cols: int) -> int:
+    """The prefill kernel's shared memory on prepared weights, written out again: the TMA ring
+    (tokens, codes, token scales, offsets words, a barrier pair), three transform stages (the
+    E4M3 tile, 1 KiB of pass metadata, a barrier pair) and the TMA store's staging tile."""
+    kib = lambda nbytes: -(-nbytes // 1024) * 1024
+    stage = block_m * 128 + block_n * 64 + kib(block_m * 4) + kib(block_n * 4) + 16
+    tstage = block_n * 128 + 1024 + 16
+    return stages * stage + 3 * tstage + (block_m * block_n * 2 if store_cols else 0)
+
+
 @pytest.mark.parametrize("desc", PREPARED, ids=lambda d: f"{d.kind}-{d.m}-{d.n}-{d.k}")
-def test_prepared_weights_take_the_table_kernel_only(desc: GemmDesc) -> None:
+def test_prepared_weights_take_the_table_kernels_only(desc: GemmDesc) -> None:
     every = list(heuristics.enumerate_configs(desc, SM90))
     assert every == sm90_fp8_fp4_table.enumerate_configs(desc, SM90) and every
-    blocks = {(c.layout.block_m, c.launch.num_math_warpgroups) for c in every}
+    swapped = [c for c in every if c.layout.swap_ab]
+    blocks = {(c.layout.block_m, c.launch.num_math_warpgroups) for c in swapped}
     choices = sm90_fp8_fp4_table.token_choices(desc.kind)
     assert blocks == {(t, w) for t in choices for w in range(1, 5)
                       if t <= sm90_fp8_fp4_table.MAX_TOKENS[w]}  # fmt: skip
+    tiles = {(c.layout.block_m, c.layout.block_n) for c in every if not c.layout.swap_ab}
+    assert tiles == {(64, 64), (64, 128), (128, 64), (128, 128)}
     for c in every:
-        lay = c.layout
-        assert heuristics.is_legal(c, desc, SM90) and lay.swap_ab
-        assert lay.block_n == 64 * c.launch.num_math_warpgroups
-        assert c.pipeline.smem_bytes == table_smem(lay.block_m, lay.block_n, c.pipeline.num_stages)
-        more = table_smem(lay.block_m, lay.block_n, c.pipeline.num_stages + 1)
-        assert c.pipeline.num_stages == 12 or more > BUDGET
+        lay, stages = c.layout, c.pipeline.num_stages
+        assert heuristics.is_legal(c, desc, SM90)
+        if lay.swap_ab:  # the decode kernel
+            assert lay.block_n == 64 * c.launch.num_math_warpgroups
+            assert c.pipeline.smem_bytes == table_smem(lay.block_m, lay.block_n, stages)
+            more = table_smem(lay.block_m, lay.block_n, stages + 1)
+        else:  # the prefill kernel: tokens on M, a transform warpgroup
+            assert lay.block_m == 64 * c.launch.num_math_warpgroups
+            transform = 2 if lay.block_n == 128 else 1  # warpgroups
+            assert c.launch.num_threads == 128 * (1 + transform + c.launch.num_math_warpgroups)
+            assert c.pipeline.transform_stages == 3
+            smem = prefill_smem(lay.block_m, lay.block_n, stages, c.store_cols)
+            assert c.pipeline.smem_bytes == smem
+            more = prefill_smem(lay.block_m, lay.block_n, stages + 1, c.store_cols)
+        assert stages == 12 or more > BUDGET
         # A table config computes nothing on checkpoint weights, nor the reverse.
         assert not heuristics.is_legal(c, dataclasses.replace(desc, weights="raw"), SM90)
     raw = heuristics.enumerate_configs(dataclasses.replace(desc, weights="raw"), SM90)
@@ -90,6 +112,30 @@ def test_prepared_weights_take_the_table_kernel_only(desc: GemmDesc) -> None:
     # m_indices segments are 128-row aligned: token blocks divide 128.
     if desc.kind == "m_grouped_contiguous":
         assert all(128 % c.layout.block_m == 0 for c in every)
+
+
+# (groups, n, k, rows per group) -> the fastest measured config on the H200 (2026-12-04, offsets
+# layout, the decode and prefill kernels timed side by side; BENCHMARKS.md).
+MEASURED_FASTEST = [
+    ((32, 4096, 7168, 8), "m8n256k128s11w4c1x1t"),
+    ((32, 4096, 7168, 32), "m32n192k128s12w3c1x1t"),
+    ((32, 5760, 2880, 64), "m64n192k128s10w3c1x1t"),
+    ((32, 4096, 7168, 256), "m128n128k128s8w2c1x1t"),
+    ((128, 2048, 768, 128), "m128n128k128s5w2c1x1e64x3"),
+    ((128, 2048, 768, 1024), "m128n128k128s5w2c1x1e64x3"),
+    ((32, 5760, 2880, 1024), "m128n128k128s5w2c1x1e64x3"),
+]
+
+
+@pytest.mark.parametrize("shape,fastest", MEASURED_FASTEST, ids=lambda v: str(v))
+def test_prepared_picks_match_the_measured_fastest(shape: tuple, fastest: str) -> None:
+    """On prepared weights the model ranks the decode kernel (token blocks on N) against the
+    prefill kernel (tokens on M): at these measured points it picks the fastest config (a decode
+    kernel up to 64 rows per group and on K 7168, the prefill kernel with TMA stores on K 768 and
+    2880 from 128 rows)."""
+    g, n, k, rows = shape
+    desc = fp4("m_grouped_offsets", g * rows, n, k, g, expected_m=rows, weights="prepared")
+    assert select_config(desc, SM90).short_name() == fastest
 
 
 def test_table_model_prefers_few_tokens_and_many_warpgroups_at_decode() -> None:
@@ -218,11 +264,10 @@ def test_selection_is_the_cheapest_and_deterministic(desc: GemmDesc) -> None:
     best = min(sm90_fp8_fp4.estimate_cycles(c, desc, SM90)
                for c in sm90_fp8_fp4.enumerate_configs(desc, SM90))  # fmt: skip
     assert round(sm90_fp8_fp4.estimate_cycles(picked, desc, SM90)) == round(best)
-    # Prepared weights take the table kernel, a swapped tile.
-    prepared = sm90_fp8_fp4.select(dataclasses.replace(desc, weights="prepared"), SM90)
-    assert prepared.layout.swap_ab and sm90_fp8_fp4_table.is_legal(
-        prepared, dataclasses.replace(desc, weights="prepared"), SM90
-    )
+    # Prepared weights take a table kernel (decode or prefill).
+    prepared_desc = dataclasses.replace(desc, weights="prepared")
+    prepared = sm90_fp8_fp4.select(prepared_desc, SM90)
+    assert sm90_fp8_fp4_table.is_legal(prepared, prepared_desc, SM90)
 
 
 def test_the_pipes_count_fp4_bytes_fp8_rate_and_conversion() -> None:

@@ -66,15 +66,18 @@ def test_blocks_outside_the_window_take_the_exact_path() -> None:
 
 
 def test_offsets_words_of_a_row() -> None:
-    """Row 9 (column 16 * 0 + 2 * 1 + 1 = 3 of its block), scale bytes 120, 118, 109, 115:
-    offsets 12, 10, 1, 7 and the float 2^(120 - 133)."""
+    """Row 9 (column 16 * 0 + 2 * 1 + 1 = 3 of its block), scale bytes 121, 119, 111, 116 in a
+    64-row block whose largest byte is 122 (row 40): offsets s - 122 + 12 = 11, 9, 1, 6, and
+    the block's float 2^(122 - 133) on every row."""
     b, sfb = random_pair(1, 64, 128, 1, 112, 121)
-    sfb[0, 9] = torch.tensor([120, 118, 109, 115], dtype=U8)
-    word = int(moegemm.prepare_mxfp4_weights(b, sfb).sfb[0, 0, 3]) & 0xFFFFFFFF
-    assert [(word >> (16 + 4 * j)) & 0xF for j in range(4)] == [12, 10, 1, 7]
-    assert word & EXACT_FLAG == 0  # every row of the block within 12 binades
-    scale = torch.tensor([(word & 0xFFFF) << 16], dtype=torch.int32)
-    assert scale.view(torch.float32).item() == 2.0 ** (120 - 133)
+    sfb[0, 9] = torch.tensor([121, 119, 111, 116], dtype=U8)
+    sfb[0, 40, 2] = 122
+    words = moegemm.prepare_mxfp4_weights(b, sfb).sfb[0, 0].long() & 0xFFFFFFFF
+    word = int(words[3])
+    assert [(word >> (16 + 4 * j)) & 0xF for j in range(4)] == [11, 9, 1, 6]
+    assert word & EXACT_FLAG == 0  # the block's bytes within 12 binades
+    halves = torch.tensor((words & 0xFFFF).tolist(), dtype=torch.int32) << 16
+    assert (halves.view(torch.float32) == 2.0 ** (122 - 133)).all()  # one top per block
 
 
 def test_prepare_checks() -> None:

@@ -1,37 +1,51 @@
 // SM90 FP8 x FP4 GEMM, NT, dense or m-grouped: D[r, n] = sum_k A[r, k] sfa[r, k/128] *
 // W[g(r), n, k] 2^(sfb[g(r), n, k/32] - 127), A E4M3 with FP32 scales per 128 of K, W MXFP4
-// (packed E2M1 with UE8M0 scales per 32 of K), D BF16. The skeleton of
-// kernels/sm90_persistent_gemm.cuh with
-//   loader     PackedWeightLoader (A and the packed weights of one 128-wide k-block),
+// (E2M1 with UE8M0 scales per 32 of K), D BF16; tokens on the wgmma's M side (the prefill
+// kernel; impls/sm90_fp8_fp4_swap_ab_gemm.cuh is its decode twin). The skeleton of
+// kernels/sm90_persistent_gemm.cuh with, by the weights' layout (Config::kPreparedWeights):
+// Prepared weights (python/moegemm/api/mxfp4_weights.py):
+//   loader     TableWeightLoader: A, the thread-ordered codes and the offsets words by TMA, the
+//              tokens' scales by the producer's lanes,
+//   transform  Fp4TableTransform (pipeline/fp4_table_transform.cuh): the table conversion into
+//              the E4M3 tile, one warpgroup, or two where the tile's 64-row blocks pair up; a
+//              pass per k-block promoted with one factor per 64 weight rows, four exact passes
+//              (a factor per weight row) where the preparation flagged a block,
+// Checkpoint weights (the raw OCP layout):
+//   loader     PackedWeightLoader (A and the packed weights of one 128-wide k-block, both scales
+//              by the producer's lanes),
 //   transform  Fp4ExpandTransform (pipeline/fp4_expand_transform.cuh): E2M1 -> E4M3 with the
-//              scales folded in exactly, one or more passes per k-block,
-//   MMA        Fp8PromoteMma (wgmma m64 x BLOCK_N x 32 E4M3, promoted into FP32 every 128 of
-//              K, or every pass, with sfa of the row times the pass's weight factor),
+//              scales folded in exactly, one or more passes per k-block (a factor per pass),
+// and for both
+//   MMA        Fp8PromoteMma (wgmma m64 x BLOCK_N x 32 E4M3, promoted into FP32 every pass with
+//              sfa of the row times the pass's weight factors),
 //   scheduler  Config::Scheduler: dense, m_indices, offsets or masked (scheduler/), as BF16,
 //   epilogue   BF16 TMA stores (Config::kStoreCols != 0) or register stores, as BF16.
 //
-// Warp roles (2 + kNumMathWG warpgroups of 128 threads):
+// Warp roles (1 + T + kNumMathWG warpgroups of 128 threads, T transform warpgroups):
 //   warpgroup 0      producer. Warp 0 walks the tile schedule; one elected lane issues the TMA
-//                    loads of A and the packed weights, all 32 lanes cp.async the k-block's
-//                    activation and weight scales into the stage; setmaxnreg.dec 40.
-//   warpgroup 1      transform. Waits for the stage, expands the weights into a transform
-//                    stage per pass with the scales from the stage.
-//   warpgroups 2..   math, 64 rows of A each: waits for the TMA stage (A) and each pass's
+//                    loads, all 32 lanes cp.async the k-block's scales the TMA does not load
+//                    into the stage; setmaxnreg.dec 40 (32 beside two transform warpgroups).
+//   warpgroups 1..T  transform. Wait for the stage, write each pass's E4M3 tile and its
+//                    metadata into a transform stage.
+//   the rest         math, 64 rows of A each: wait for the TMA stage (A) and each pass's
 //                    transform stage (W as E4M3), wgmma, wait, promote; then the epilogue.
 // Pipelines:
 //   TMA ring, kNumStages: full[s] arrive count 1 + 32 (the producer's expect-tx arrive and one
-//     cp.async arrive per producer lane: the scales) + the bytes of both boxes; empty[s] 4
-//     arrives of the transform warps + one per math warp (A is read by the math warpgroups).
-//   transform ring, Config::kTransformStages: tfull[t] 128 arrives (every transform thread,
+//     cp.async arrive per producer lane: the scales) + the bytes of the boxes; empty[s] 4
+//     arrives per transform warpgroup + one per math warp (A is read by the math warpgroups).
+//   transform ring, Config::kTransformStages: tfull[t] 128 T arrives (every transform thread,
 //     after its stores and fence.proxy.async), tempty[t] one arrive per math warp.
-// Shared memory: [A | W packed | sfa | sfb words] x kNumStages, [W E4M3 | pass metadata] x
-//   kTransformStages, the
-//   transform's tables, D staging (TMA stores), barriers.
+// Shared memory: [A | W codes | sfa | sfb or offsets words] x kNumStages, [W E4M3 | pass
+//   metadata] x kTransformStages, the checkpoint transform's tables, D staging (TMA stores),
+//   barriers.
 // Tails: TMA zero-fills past K, N and the rows; activation scales of rows past the tile's bound
-//   read as 0 (never stored); weight scales past N or K are not read.
+//   read as 0 (never stored); weight scales past N or K are not read (the prepared layout pads K
+//   with zero codes to 128).
 #pragma once
 
 #include <cuda_bf16.h>
+
+#include <type_traits>
 
 #include <moegemm/common/sm90_fp8_fp4_params.h>
 #include <moegemm/epilogue/functors.cuh>
@@ -43,6 +57,7 @@
 #include <moegemm/loader/tma_loaders.cuh>
 #include <moegemm/mma/sm90_fp8_promote_mma.cuh>
 #include <moegemm/pipeline/fp4_expand_transform.cuh>
+#include <moegemm/pipeline/fp4_table_transform.cuh>
 #include <moegemm/scheduler/dense_scheduler.cuh>
 #include <moegemm/scheduler/group_walk_scheduler.cuh>
 
@@ -70,9 +85,12 @@ struct Fp8Fp4GemmKernel {
   static constexpr uint32_t kEpilogueSmemBytes = kTmaStore ? BLOCK_M * BLOCK_N * 2 : 0;
   static constexpr uint32_t kBytesDPerWG = kEpilogueSmemBytes / kNumMathWG;
 
-  using Loader = PackedWeightLoader<BLOCK_M, BLOCK_N>;
-  static_assert(!Config::kPreparedWeights, "prepared weights take the table kernel");
-  using Transform = Fp4ExpandTransform<BLOCK_N, Config::kTransformStages>;
+  static constexpr bool kPrepared = Config::kPreparedWeights;
+  using Loader = std::conditional_t<kPrepared, TableWeightLoader<BLOCK_M, BLOCK_N>,
+                                    PackedWeightLoader<BLOCK_M, BLOCK_N>>;
+  using Transform = std::conditional_t<kPrepared,
+                                       Fp4TableTransform<BLOCK_N, Config::kTransformStages>,
+                                       Fp4ExpandTransform<BLOCK_N, Config::kTransformStages>>;
   using Mma = Fp8PromoteMma<BLOCK_N>;
   // The fused MoE layer's epilogues (epilogue/functors.cuh): BF16 register stores.
   static constexpr uint32_t kMoe = moe_epilogue_of<Config>::value;

@@ -23,7 +23,7 @@
 //   warpgroup 0          producer. Warp 0 walks the schedule (warp-cooperative schedulers);
 //                        one elected lane acquires each stage, arms its full barrier with the
 //                        loader's bytes and issues the loader's boxes; setmaxnreg.dec 40.
-//   warpgroup 1          (with a transform only) the transform: TMA ring -> transform ring;
+//   warpgroup 1 (and 2)  (with a transform only) the transform: TMA ring -> transform ring;
 //                        with Transform::kMathReadsInput the math warpgroups read the TMA
 //                        ring's other slabs too, and a k-block may take several out stages
 //                        (passes, each promoted by the MMA policy: Kernel::row_scales gives
@@ -90,8 +90,8 @@ struct PersistentGemm {
   static_assert(!kTransform || kClusterSize == 1, "a transform stage runs without clusters");
   static_assert(!kTransform || !Loader::kNeedsFixup, "fixups repair the TMA ring's stages");
   static_assert(kNumMathWG <= NamedBarrier::kMaxMathWarpgroups, "named barrier ranges");
-  // transform() splits a stage over the threads of one warpgroup.
-  static_assert(Transform::kNumWarpgroups <= 1, "a transform runs in one warpgroup");
+  // transform() hands the policy its thread index over all its warpgroups (0 .. 128 W - 1).
+  static_assert(Transform::kNumWarpgroups <= 2, "a transform runs in one or two warpgroups");
 
   using Ring = PipelineRing<kNumStages, kClusterSize>;
   using Stages = typename Loader::template Stages<kNumStages>;
@@ -104,7 +104,9 @@ struct PersistentGemm {
   static constexpr uint32_t kFirstMathWG = 1 + kNumTransformWG;
   static constexpr uint32_t kNumThreads = 128 * (kFirstMathWG + kNumMathWG);
   static constexpr uint32_t kNumMathWarps = 4 * kNumMathWG;
-  static constexpr uint32_t kProducerRegs = 40;
+  // The producer's registers: 40, or 32 beside two transform warpgroups (five warpgroups
+  // launch with 96 registers a thread: the math ones need what both give back).
+  static constexpr uint32_t kProducerRegs = kNumTransformWG == 2 ? 32 : 40;
   static constexpr uint32_t kTransformRegs = kTransform ? Transform::kNumRegs : 0;
   // 64K registers per SM for one CTA: what the producer and transform give back goes to math.
   static constexpr uint32_t kMathRegsFit =
@@ -271,7 +273,7 @@ struct PersistentGemm {
                                                    const MmaRing& out_ring, uint8_t* smem,
                                                    uint8_t* smem_out, uint32_t lane_idx,
                                                    Sched scheduler, uint32_t k_blocks) {
-    const uint32_t thread = threadIdx.x % 128;
+    const uint32_t thread = threadIdx.x - 128;  // over the transform's warpgroups
     typename Ring::State in;
     typename MmaRing::State out;
     typename Kernel::Work work;
@@ -463,7 +465,8 @@ struct PersistentGemm {
   // Math warpgroups of a transform with kMathReadsInput: per k-block, the TMA stage (slabs the
   // transform does not produce, e.g. the activations) and one or more transform stages
   // (passes), each issued into a temporary accumulator set, waited for and promoted into the
-  // accumulators with Kernel::row_scales times the pass's own factor (Transform::pass_info).
+  // accumulators with Kernel::row_scales times the pass's own factors (Transform::pass_info:
+  // one per pass, per 64 columns or per column, as the pass says).
   // Every wgmma batch is retired before its stages go back: the promotion needs its result.
   template <typename Sched>
   __device__ __forceinline__ static void consume_passes(
@@ -519,7 +522,7 @@ struct PersistentGemm {
           __syncwarp();
           tring.consumer_release(state.stage_idx, lane_idx, true);
           state.advance();
-          Mma::promote(acc, tmp, scale_lo * info.scale, scale_hi * info.scale);
+          info.template promote<Mma>(acc, tmp, scale_lo, scale_hi);
         }
         ring.consumer_release(in.stage_idx, lane_idx, true);
         in.advance();

@@ -14,13 +14,13 @@
 //   kb's 4 wgmma (RS, m64 x BLOCK_T x 32) from set kb % 2 are in flight
 //   wait for stage kb + 1 and convert it into the other set     (hides under the wgmma)
 //   wait for the wgmma; with two temporary sets (BLOCK_T <= 32) issue kb + 1 first, then
-//   promote kb: acc += tmp * 2^(top - 133) of the row * the token's scale
+//   promote kb: acc += tmp * 2^(top - 133) of the row's 64-row block * the token's scale
 //   release stage kb
 // The promotion every 128 of K is also the one that bounds the FP8 accumulation.
 //
-// Exact fallback: a (64-row, 128-K) block holding a row whose 4 scale bytes span more than the
-// table window (or whose largest byte is below 7, where 2^(top - 133) is no normal float) is
-// flagged by the preparation; the flag is read from the block's first word, so it is uniform in
+// Exact fallback: a (64-row, 128-K) block whose scale bytes span more than the table window (or
+// whose largest byte is below 7, where 2^(top - 133) is no normal float) is flagged by the
+// preparation; the flag is read from the block's first word, so it is uniform in
 // the warpgroup whatever the data. Such a k-block runs 4 more passes through the same wgmma
 // code, pass p converting only its 32-block p - 1 with offset 12 and promoting with that block's
 // own 2^(s - 133) (the scale bytes read from global memory, the second plane of the offsets

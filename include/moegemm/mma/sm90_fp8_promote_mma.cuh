@@ -58,6 +58,37 @@ struct Fp8PromoteMma {
     for (uint32_t i = 0; i < BLOCK_N / 2; ++i)
       acc.v[0][i] = fmaf(tmp.v[0][i], (i / 2) % 2 ? scale_hi : scale_lo, acc.v[0][i]);
   }
+
+  // As promote, times a factor per 64 columns (shared memory; accumulator i sits in column
+  // 8 (i / 4) + 2 (t % 4) + i % 2, so in block i / 32): one broadcast load and two multiplies
+  // per block.
+  __device__ __forceinline__ static void promote_blocks(Accum& acc, const Accum& tmp,
+                                                        const float* factors, float scale_lo,
+                                                        float scale_hi) {
+#pragma unroll
+    for (uint32_t b = 0; b < (BLOCK_N + 63) / 64; ++b) {
+      const float f = factors[b];
+      const float lo = scale_lo * f, hi = scale_hi * f;
+#pragma unroll
+      for (uint32_t i = 32 * b; i < 32 * b + 32 && i < BLOCK_N / 2; ++i)
+        acc.v[0][i] = fmaf(tmp.v[0][i], (i / 2) % 2 ? hi : lo, acc.v[0][i]);
+    }
+  }
+
+  // As promote, times a factor per column (shared memory, BLOCK_N floats).
+  __device__ __forceinline__ static void promote_columns(Accum& acc, const Accum& tmp,
+                                                         const float* factors, float scale_lo,
+                                                         float scale_hi) {
+    const uint32_t quad = threadIdx.x % 4;
+#pragma unroll
+    for (uint32_t g = 0; g < BLOCK_N / 8; ++g) {
+      const float2 f = *reinterpret_cast<const float2*>(factors + 8 * g + 2 * quad);
+      acc.v[0][4 * g + 0] = fmaf(tmp.v[0][4 * g + 0], scale_lo * f.x, acc.v[0][4 * g + 0]);
+      acc.v[0][4 * g + 1] = fmaf(tmp.v[0][4 * g + 1], scale_lo * f.y, acc.v[0][4 * g + 1]);
+      acc.v[0][4 * g + 2] = fmaf(tmp.v[0][4 * g + 2], scale_hi * f.x, acc.v[0][4 * g + 2]);
+      acc.v[0][4 * g + 3] = fmaf(tmp.v[0][4 * g + 3], scale_hi * f.y, acc.v[0][4 * g + 3]);
+    }
+  }
 };
 
 }  // namespace moegemm::sm90

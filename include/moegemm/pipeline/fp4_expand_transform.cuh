@@ -38,6 +38,13 @@ namespace moegemm {
 struct Fp4PassInfo {
   float scale;    // 2^(base - 133): the pass's weight factor
   uint32_t more;  // another pass of this k-block follows
+
+  // acc += tmp * (row scale x the pass's factor).
+  template <typename Mma, typename Accum>
+  __device__ __forceinline__ void promote(Accum& acc, const Accum& tmp, float scale_lo,
+                                          float scale_hi) const {
+    Mma::promote(acc, tmp, scale_lo * scale, scale_hi * scale);
+  }
 };
 
 template <uint32_t BLOCK_N, uint32_t kNumStages_ = 2>

@@ -5,8 +5,9 @@
 //   TMA ring (full/empty)        transform ring (tfull/tempty)
 //   producer --> transform wg --> math warpgroups
 //
-// The transform warpgroup consumes the TMA ring like the math warpgroups would (waits full[s],
-// each of its warps releases empty[s] once its threads' reads are done: 4 arrives), and
+// The transform warpgroup (or two: Transform::kNumWarpgroups) consumes the TMA ring like the
+// math warpgroups would (waits full[s], each of its warps releases empty[s] once its threads'
+// reads are done: 4 arrives a warpgroup), and
 // produces the transform ring without transactions: every transform thread writes its share,
 // fences the generic -> async proxy (wgmma reads through the async proxy) and arrives on
 // tfull[t] (arrive count 128); the math warps release tempty[t] as they would release the TMA
@@ -14,7 +15,8 @@
 // no ring, no shared memory, no barrier, and the math warpgroups read the TMA ring directly.
 //
 // A transform policy provides:
-//   kEnabled = true, kNumStages (its ring), kNumRegs (setmaxnreg of its warpgroup),
+//   kEnabled = true, kNumStages (its ring), kNumWarpgroups (1 or 2: the policy gets its thread
+//     index over all of them), kNumRegs (setmaxnreg of each),
 //   template <typename InStages> using OutStages (its ring's StageLayout),
 //   kScratchBytes, init_scratch(scratch, thread): its own shared memory (tables), set up by the
 //     transform threads before the CTA's first barrier;
@@ -24,7 +26,8 @@
 //     release it with the transform (empty[s] counts the transform's 4 warps and every math
 //     warp); per landed k-block the policy's stage_scales(...) reads what it needs of the
 //     stage besides the operand and run_k_block(...) emits one or more out stages (passes),
-//     each carrying its own metadata the MMA reads (pipeline/fp4_expand_transform.cuh).
+//     each carrying its own metadata the MMA reads, and pass_info(out) what the MMA's promotion
+//     needs of it (pipeline/fp4_expand_transform.cuh, pipeline/fp4_table_transform.cuh).
 #pragma once
 
 #include <stdint.h>

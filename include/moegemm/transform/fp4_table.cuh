@@ -1,8 +1,10 @@
-// E2M1 codes -> E4M3 register operands by an 8-entry table per (weight row, 32-block), for the
-// prepared MXFP4 layout (python/moegemm/api/mxfp4_weights.py, "the prepared layout").
+// E2M1 codes -> E4M3 bytes by an 8-entry table per (weight row, 32-block), for the prepared MXFP4
+// layout (python/moegemm/api/mxfp4_weights.py, "the prepared layout"): the decode kernel's
+// register operands (mma/sm90_fp4_table_mma.cuh) and the prefill kernel's shared-memory tile
+// (pipeline/fp4_table_transform.cuh).
 //
-// Offsets. A 32-block of scale byte s in a row whose largest byte in the 128 of K is `top` is
-// converted with offset e = s - top + 12 in [1, 12]; the table of e holds the E4M3 bytes of
+// Offsets. A 32-block of scale byte s whose 64-row block's largest byte in the 128 of K is `top`
+// is converted with offset e = s - top + 12 in [1, 12]; the table of e holds the E4M3 bytes of
 // v * 2^(e - 6) for the eight magnitudes v in {0, 0.5, 1, 1.5, 2, 3, 4, 6}:
 //   lo (codes 0-3) = e * 0x08080800 + 0x0C080000,  hi (codes 4-7) = e * 0x08080808 + 0x1C181410,
 // two IMADs, exact for e in [1, 12] (code 1 lands on exponent field e >= 1, a normal; code 7 on

@@ -5,7 +5,8 @@ MXFP4 layout: element 2i in the low nibble of byte i) or as the `Mxfp4Weights` t
 returns. Preparing is a one-time, load-time repack (engines do it when they load a model); the
 raw layout works without it.
 
-The prepared layout (SM90; include/moegemm/mma/sm90_fp4_table_mma.cuh reads it, FP4_ON_HOPPER.md
+The prepared layout (SM90; the decode kernel's include/moegemm/mma/sm90_fp4_table_mma.cuh and the
+prefill kernel's include/moegemm/pipeline/fp4_table_transform.cuh read it, FP4_ON_HOPPER.md
 section 7 has the arithmetic). N must be a multiple of 64; K is padded with zero codes to Kp, a
 multiple of 128 (KB = Kp / 128 k-blocks). Same bytes per weight as the checkpoint: 0.5 for the
 codes, 1/32 for the offsets words.
@@ -22,9 +23,11 @@ codes, 1/32 for the offsets words.
   per 4 weights places them.
 - sfb: int32 [.., 2 KB, N]. Plane 0 (rows 0..KB-1): the offsets word of each (k-block, row): bits
   16-31 the offsets e_j = s_j - top + 12 in [1, 12] of its four 32-blocks (nibble j), top the
-  row's largest scale byte in the k-block; bits 0-15 the high half of the float 2^(top - 133)
-  (the promotion's row factor), bit 15 (its sign) set on every row of a 64-row block that takes
-  the exact path: one of its rows spans more than 12 binades in the k-block, or has top < 7. Plane
+  largest scale byte of the row's 64-row block in the k-block (one top per block: the
+  promotion's factor is one float per 64 weight rows, in either kernel); bits 0-15 the high half
+  of the float 2^(top - 133), bit 15 (its sign) set on every row of a 64-row block that takes
+  the exact path: the block's scale bytes in the k-block span more than 12 binades, or
+  top < 7. Plane
   1 (rows KB..2KB-1): the row's four scale bytes (byte j = block j, 0 past K), which only the
   exact path reads. Inside each 64 rows, row 16 g + 8 h + i sits at column 16 g + 2 i + h (a
   thread's two rows adjacent: one 8-byte load).
@@ -221,17 +224,20 @@ def _offsets_words(sfb: torch.Tensor, n: int, nb: int, num_kb: int) -> torch.Ten
     s = sfb.to(torch.int32)
     s = torch.nn.functional.pad(s, (0, 4 * num_kb - nb), value=-1).unflatten(-1, (num_kb, 4))
     valid = s >= 0  # [.., N, KB, 4]
-    top = s.amax(-1)  # each k-block holds a block inside K
-    low = torch.where(valid, s, 256).amin(-1)
-    fast = (top - low <= TABLE_TOP_OFFSET - 1) & (top >= TABLE_MIN_TOP)
+    # One top per (64-row block, k-block): the block's largest byte (each k-block holds a
+    # 32-block inside K), the smallest valid one deciding the exact path.
+    by_block = (n // SM90_ROW_BLOCK, SM90_ROW_BLOCK)
+    top = s.amax(-1).unflatten(-2, by_block).amax(-2, keepdim=True)  # [.., N/64, 1, KB]
+    low = torch.where(valid, s, 256).amin(-1).unflatten(-2, by_block).amin(-2, keepdim=True)
+    exact = (top - low > TABLE_TOP_OFFSET - 1) | (top < TABLE_MIN_TOP)
+    top = top.expand(*top.shape[:-2], SM90_ROW_BLOCK, num_kb).flatten(-3, -2)  # [.., N, KB]
+    exact = exact.expand(*exact.shape[:-2], SM90_ROW_BLOCK, num_kb).flatten(-3, -2)
     e = torch.where(valid, s - top.unsqueeze(-1) + TABLE_TOP_OFFSET, TABLE_TOP_OFFSET)
     e = e.clamp(1, TABLE_TOP_OFFSET)
     shifts = torch.tensor([16, 20, 24, 28], dtype=torch.int32, device=s.device)
     offsets = (e.long() << shifts).sum(-1)
     scale_half = torch.where(top >= TABLE_MIN_TOP, (top - 6) << 7, 0)
-    exact = ~fast.unflatten(-2, (n // SM90_ROW_BLOCK, SM90_ROW_BLOCK)).all(-2, keepdim=True)
-    exact = exact.expand(*exact.shape[:-3], n // SM90_ROW_BLOCK, SM90_ROW_BLOCK, num_kb)
-    words = offsets | scale_half | torch.where(exact.flatten(-3, -2), EXACT_FLAG, 0)
+    words = offsets | scale_half | torch.where(exact, EXACT_FLAG, 0)
     byte_shifts = torch.tensor([0, 8, 16, 24], dtype=torch.int32, device=s.device)
     raw = (torch.where(valid, s, 0).long() << byte_shifts).sum(-1)
     planes = torch.cat((words, raw), dim=-1).transpose(-2, -1)  # [.., 2 KB, N]

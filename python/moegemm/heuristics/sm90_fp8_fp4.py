@@ -157,7 +157,7 @@ MAX_BLOCK_N = {1: 192, 2: 160}
 
 def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> Iterator[GemmConfig]:
     """Every tile shape with both epilogues (where the TMA store is possible) and as many
-    stages as fit; prepared weights take the table kernel's configs (sm90_fp8_fp4_table) only.
+    stages as fit; prepared weights take the table kernels' configs (sm90_fp8_fp4_table) only.
     All of them pass is_legal for a legal desc."""
     if desc.weights == "prepared":
         yield from sm90_fp8_fp4_table.enumerate_configs(desc, arch)
@@ -190,8 +190,8 @@ def desc_legal(desc: GemmDesc) -> bool:
 
 def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
     """Whether a kernel of `config` computes `desc` on `arch` (what `config=` accepts); swapped
-    configs are the decode kernel's (sm90_fp8_fp4_decode), or on prepared weights the table
-    kernel's (sm90_fp8_fp4_table), the only one prepared weights take."""
+    configs are the decode kernel's (sm90_fp8_fp4_decode); prepared weights take the table
+    kernels' configs only (sm90_fp8_fp4_table: decode and prefill)."""
     lay, pipe, launch = config.layout, config.pipeline, config.launch
     num_wg = launch.num_math_warpgroups
     if not moe_epilogue_legal(config, desc):

@@ -1,17 +1,26 @@
-"""Configs of the FP8 x FP4 kernel on prepared weights (impls/sm90_fp8_fp4_swap_ab_gemm.cuh with
-prepared weights, mma/sm90_fp4_table_mma.cuh): weights on the wgmma's M side as register operands
-converted by table, 64 weight rows per math warpgroup, tokens (8..128) on N, every layout.
+"""Configs of the FP8 x FP4 kernels on prepared weights (python/moegemm/api/mxfp4_weights.py):
 
-The cycle model, fitted to the H200: a CTA works through its tile's k-blocks one at a time, each
-costing a floor plus a share per math warpgroup (its conversion, wgmma and promotion, the
-promotion growing with the tokens), and the problem is bounded below by HBM moving its bytes
-once (the family's `streamed`)."""
+- swapped (decode, `layout.swap_ab`): impls/sm90_fp8_fp4_swap_ab_gemm.cuh with
+  mma/sm90_fp4_table_mma.cuh, weights on the wgmma's M side as register operands converted by
+  table, 64 weight rows per math warpgroup, tokens (8..128) on N, every layout;
+- prefill: impls/sm90_fp8_fp4_grouped_gemm.cuh with pipeline/fp4_table_transform.cuh, one or
+  two transform warpgroups converting each k-block's weights by the same table into the E4M3
+  tile W = block_m / 64 math warpgroups read with SS wgmma, tokens on M (64 or 128), weight rows
+  on N (64 or 128).
+
+The cycle models, fitted to the H200: the decode kernel's CTA works through its tile's k-blocks
+one at a time, each costing a floor plus a share per math warpgroup (its conversion, wgmma and
+promotion, the promotion growing with the tokens); the prefill kernel's k-block costs the
+slowest of its tensor cores (with the promotion one warpgroup leaves exposed) and its transform
+warpgroup. Both are bounded below by HBM moving the problem's bytes once (the family's
+`streamed`)."""
 
 from __future__ import annotations
 
 from .arch import ArchSpec
 from .config import GemmConfig, GemmDesc, LaunchConfig, Layout, PipelineConfig, StorageConfig
-from .sm90_bf16 import PIPELINE_FILL_CYCLES, TILE_OVERHEAD_CYCLES
+from .ragged import RAGGED_KINDS, expected_rows_per_group
+from .sm90_bf16 import PIPELINE_FILL_CYCLES, tma_store_cols
 from .waves import count_tiles, expected_waves
 
 BLOCK_K = 128
@@ -70,7 +79,10 @@ def token_choices(kind: str) -> tuple[int, ...]:
 
 
 def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
-    """What the kernel computes (desc_legal of the family already checked)."""
+    """What the kernels compute (desc_legal of the family already checked): a swapped config is
+    the decode kernel's, any other the prefill kernel's."""
+    if not config.layout.swap_ab:
+        return prefill_is_legal(config, desc, arch)
     lay, pipe, launch = config.layout, config.pipeline, config.launch
     num_wg = launch.num_math_warpgroups
     return (
@@ -96,11 +108,11 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
 
 
 def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> list[GemmConfig]:
-    """Every config for desc's layout: each token count and warpgroup count, with as many
-    stages as fit."""
+    """Every config for desc's layout: the decode kernel's for each token count and warpgroup
+    count, the prefill kernel's for each tile and epilogue, with as many stages as fit."""
     if desc.kind not in KINDS or desc.weights != "prepared":
         return []
-    configs = []
+    configs = prefill_configs(desc, arch)
     for block_t in token_choices(desc.kind):
         for num_wg in range(1, MAX_MATH_WARPGROUPS + 1):
             if block_t > MAX_TOKENS[num_wg]:
@@ -111,12 +123,18 @@ def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> list[GemmConfig]:
     return configs
 
 
-# Cycles of one k-block of a CTA, fitted to the H200 (2026-12-03, DeepSeek-V3 and gpt-oss
-# shapes, tokens 8..128, 1..4 warpgroups; within ~8% of every measured config): a floor, plus
-# per math warpgroup its conversion and chain, growing with the tokens it promotes.
-KBLOCK_FLOOR_CYCLES = 700
-KBLOCK_CYCLES_PER_WARPGROUP = 150
-KBLOCK_CYCLES_PER_TOKEN = 3  # per warpgroup
+# The decode kernel on the H200, fitted (2026-12-04: the DeepSeek-V3 L1, gpt-oss L1 and
+# Qwen3-30B L2 shapes at 8..4096 rows per group, offsets layout, every decode config whose token
+# block holds about the rows and the prefill kernel's configs, timed side by side; the pick is
+# within 0.5% of the fastest measured config in the geometric mean, 4.5% at worst): a k-block
+# costs a floor plus a share per math warpgroup (its conversion, wgmma and promotion, the
+# promotion growing with the tokens); a tile adds a fixed cost and its transposed register
+# stores, per KiB of outputs.
+KBLOCK_FLOOR_CYCLES = 360
+KBLOCK_CYCLES_PER_WARPGROUP = 205
+KBLOCK_CYCLES_PER_TOKEN = 2.6  # per warpgroup
+TILE_CYCLES = 1470
+STORE_CYCLES_PER_KI_OUTPUT = 205  # per 1024 outputs of a tile
 
 
 def kblock_cycles(block_t: int, num_wg: int) -> float:
@@ -124,13 +142,156 @@ def kblock_cycles(block_t: int, num_wg: int) -> float:
     return KBLOCK_FLOOR_CYCLES + num_wg * per_wg
 
 
+def decode_waves(desc: GemmDesc, block_t: int, block_w: int, num_sms: int) -> float:
+    """Waves of the decode kernel. On the grouped walk a group counts the token blocks of the
+    mean rows: the block of the rows above the mean, beside the group's first, reads its
+    weights from L2 and costs little (measured: a block wide enough for every group's rows is
+    slower than the mean's block at 8..64 rows per group)."""
+    if desc.kind not in RAGGED_KINDS:
+        return expected_waves(desc, block_t, block_w, num_sms)
+    rows = expected_rows_per_group(desc)
+    if desc.kind == "m_grouped_masked":
+        rows = min(rows, desc.m)
+    tiles = desc.num_groups * -(-rows // block_t) * -(-desc.n // block_w)
+    return tiles / num_sms
+
+
 def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec, streamed: float) -> float:
     """Cycles of the whole problem: waves of tiles, each its k-blocks one after another, bounded
     below by `streamed` (HBM moving the problem's bytes once)."""
+    lay = config.layout
+    if not lay.swap_ab:
+        return prefill_estimate_cycles(config, desc, arch, streamed)
+    if count_tiles(desc, lay.block_m, lay.block_n) == 0:
+        return float(PIPELINE_FILL_CYCLES)
+    waves = decode_waves(desc, lay.block_m, lay.block_n, arch.num_sms)
+    k_blocks = -(-desc.k // BLOCK_K)
+    tile = k_blocks * kblock_cycles(lay.block_m, config.launch.num_math_warpgroups)
+    tile += TILE_CYCLES + STORE_CYCLES_PER_KI_OUTPUT * lay.block_m * lay.block_n / 1024
+    return max(waves * tile, streamed) + PIPELINE_FILL_CYCLES
+
+
+# The prefill kernel (tokens on M). Its tile: block_m tokens (one math warpgroup per 64) x
+# block_n weight rows (64-row blocks of the prepared layout).
+PREFILL_BLOCK_M = (64, 128)
+PREFILL_BLOCK_N = (64, 128)
+PREFILL_TRANSFORM_STAGES = 3
+TRANSFORM_META_BYTES = 1024  # per transform stage: the pass's flags and factors
+
+
+def prefill_smem_bytes(block_m: int, block_n: int, num_stages: int, store_cols: int) -> int:
+    """The TMA ring (tokens, codes, token scales, offsets words per stage), the transform ring
+    (E4M3 tiles and their metadata), the BF16 staging tile of the TMA-store epilogue and the
+    barriers of both rings."""
+    stage = block_m * BLOCK_K + block_n * BLOCK_K // 2 + _kib(block_m * 4) + _kib(block_n * 4)
+    tstage = block_n * BLOCK_K + TRANSFORM_META_BYTES
+    dstage = block_m * block_n * 2 if store_cols else 0
+    barriers = BARRIER_BYTES * (num_stages + PREFILL_TRANSFORM_STAGES)
+    return num_stages * stage + PREFILL_TRANSFORM_STAGES * tstage + dstage + barriers
+
+
+def prefill_max_stages(block_m: int, block_n: int, store_cols: int, arch: ArchSpec) -> int:
+    fixed = prefill_smem_bytes(block_m, block_n, 0, store_cols)
+    per_stage = prefill_smem_bytes(block_m, block_n, 1, store_cols) - fixed
+    return min(MAX_STAGES, (arch.smem_budget - SMEM_RESERVE - fixed) // per_stage)
+
+
+def make_prefill_config(
+    block_m: int, block_n: int, num_stages: int, arch: ArchSpec, store_cols: int = 0
+) -> GemmConfig:
+    num_wg = block_m // 64
+    return GemmConfig(
+        layout=Layout(block_m=block_m, block_n=block_n, block_k=BLOCK_K),
+        storage=StorageConfig(
+            load_box_a=(BLOCK_K, block_m),
+            load_box_b=(BLOCK_K // 2, block_n),
+            swizzle_a=128,
+            swizzle_b=BLOCK_K // 2,
+            store_box_d=(store_cols, 64) if store_cols else None,
+            swizzle_d=2 * store_cols,
+        ),
+        pipeline=PipelineConfig(
+            num_stages=num_stages,
+            smem_bytes=prefill_smem_bytes(block_m, block_n, num_stages, store_cols),
+            transform_stages=PREFILL_TRANSFORM_STAGES,
+        ),
+        launch=LaunchConfig(
+            num_sms=arch.num_sms,
+            # producer, transform (two where the 64-row blocks pair up), math warpgroups
+            num_threads=128 * (1 + transform_warpgroups(block_n) + num_wg),
+            num_math_warpgroups=num_wg,
+        ),
+    )
+
+
+def transform_warpgroups(block_n: int) -> int:
+    """pipeline/fp4_table_transform.cuh: warpgroup w converts 64-row blocks w, w + 2, .."""
+    return 2 if block_n % 128 == 0 else 1
+
+
+def _prefill_store_cols(block_n: int, desc: GemmDesc) -> tuple[int, ...]:
+    """Register stores, and the TMA store where the output allows it (BF16 without C or a
+    fused epilogue)."""
+    if desc.d_dtype == "bf16" and not desc.with_c and desc.epilogue == "none":
+        return (0, tma_store_cols(block_n, desc))
+    return (0,)
+
+
+def prefill_configs(desc: GemmDesc, arch: ArchSpec) -> list[GemmConfig]:
+    configs = []
+    for block_m in PREFILL_BLOCK_M:
+        for block_n in PREFILL_BLOCK_N:
+            for store_cols in _prefill_store_cols(block_n, desc):
+                stages = prefill_max_stages(block_m, block_n, store_cols, arch)
+                if stages >= MIN_STAGES:
+                    configs.append(make_prefill_config(block_m, block_n, stages, arch, store_cols))
+    return configs
+
+
+def prefill_is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
+    lay, pipe = config.layout, config.pipeline
+    return (
+        desc.kind in KINDS
+        and desc.weights == "prepared"
+        and not lay.swap_ab
+        and lay.block_m in PREFILL_BLOCK_M
+        and lay.block_n in PREFILL_BLOCK_N
+        and lay.cluster_m == 1
+        and lay.cluster_n == 1
+        and lay.stripe_m == 0
+        and config.store_cols in _prefill_store_cols(lay.block_n, desc)
+        and MIN_STAGES <= pipe.num_stages <= MAX_STAGES
+        and pipe.smem_bytes <= arch.smem_budget - SMEM_RESERVE
+        and config
+        == make_prefill_config(lay.block_m, lay.block_n, pipe.num_stages, arch, config.store_cols)
+    )
+
+
+# The prefill kernel on the H200, fitted with the decode kernel's constants above (same sweeps):
+# a k-block costs a share per math warpgroup (its wgmma and promotion, with the issue slots it
+# shares with the transform) and per 64 weight rows (their conversion); a tile adds a fixed cost
+# and, with register stores, a cost per KiB of outputs (the TMA store drains in the background).
+PREFILL_KBLOCK_CYCLES_PER_MATH_WG = 192
+PREFILL_KBLOCK_CYCLES_PER_WEIGHT_BLOCK = 373
+PREFILL_TILE_CYCLES = 1690
+PREFILL_STORE_CYCLES_PER_KI_OUTPUT = 59
+
+
+def prefill_kblock_cycles(block_m: int, block_n: int) -> float:
+    return PREFILL_KBLOCK_CYCLES_PER_MATH_WG * (
+        block_m // 64
+    ) + PREFILL_KBLOCK_CYCLES_PER_WEIGHT_BLOCK * (block_n // 64)
+
+
+def prefill_estimate_cycles(
+    config: GemmConfig, desc: GemmDesc, arch: ArchSpec, streamed: float
+) -> float:
     lay = config.layout
     if count_tiles(desc, lay.block_m, lay.block_n) == 0:
         return float(PIPELINE_FILL_CYCLES)
     waves = expected_waves(desc, lay.block_m, lay.block_n, arch.num_sms)
     k_blocks = -(-desc.k // BLOCK_K)
-    tile = k_blocks * kblock_cycles(lay.block_m, config.launch.num_math_warpgroups)
-    return max(waves * (tile + TILE_OVERHEAD_CYCLES), streamed) + PIPELINE_FILL_CYCLES
+    tile = k_blocks * prefill_kblock_cycles(lay.block_m, lay.block_n) + PREFILL_TILE_CYCLES
+    if not config.store_cols:
+        tile += PREFILL_STORE_CYCLES_PER_KI_OUTPUT * lay.block_m * lay.block_n / 1024
+    return max(waves * tile, streamed) + PIPELINE_FILL_CYCLES

@@ -289,8 +289,6 @@ def sm90_fp8_fp4_spec(
     moe = _moe_member(config, "bf16", False, kind, epilogue, None)
     if lay.swap_ab:
         return _fp8_fp4_swap_ab_spec(config, kind, weights, moe, epilogue)
-    if weights == "prepared":
-        raise ValueError("fp8_fp4: prepared weights take the swapped (table) kernel only")
     if lay.block_m != 64 * config.launch.num_math_warpgroups:
         raise ValueError("fp8_fp4: each math warpgroup owns 64 rows (block_m = 64 x warpgroups)")
     if config.pipeline.transform_stages < 1:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
@@ -11,13 +12,15 @@ SLEEP_CYCLES_PER_US = 1980  # torch.cuda._sleep counts clock cycles; H200 boost 
 
 
 def calc_diff(x: torch.Tensor, y: torch.Tensor) -> float:
-    """1 - cosine-like similarity, as DeepGEMM defines it: 0 for equal tensors, NaN-poisoned or
-    unwritten outputs give a large value (or NaN, which also fails any `< tol` check)."""
+    """1 - cosine-like similarity, as DeepGEMM defines it: 0 for equal tensors. NaN-poisoned
+    (unwritten) or non-finite outputs give inf, never NaN: a NaN would pass `max(worst, diff)`
+    unseen (Python's max keeps its first argument against a NaN)."""
     x, y = x.double(), y.double()
     denominator = (x * x + y * y).sum()
     if denominator == 0:
         return 0.0 if torch.equal(x, y) else 1.0
-    return float(1 - 2 * (x * y).sum() / denominator)
+    diff = float(1 - 2 * (x * y).sum() / denominator)
+    return diff if math.isfinite(diff) else math.inf
 
 
 def reference_gemm_nt(
