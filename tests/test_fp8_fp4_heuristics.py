@@ -138,6 +138,18 @@ def test_prepared_picks_match_the_measured_fastest(shape: tuple, fastest: str) -
     assert select_config(desc, SM90).short_name() == fastest
 
 
+def test_moe_epilogues_keep_the_decode_kernel() -> None:
+    """The fused layer's epilogues on prepared weights: decode-kernel configs only, even at
+    prefill sizes, and a forced prefill config is refused."""
+    desc = fp4("m_grouped_offsets", 32 * 2048, 5760, 2880, 32, expected_m=2048,
+               weights="prepared", epilogue="swiglu")  # fmt: skip
+    every = list(heuristics.enumerate_configs(desc, SM90))
+    assert every and all(c.layout.swap_ab for c in every)
+    plain = dataclasses.replace(desc, epilogue="none")
+    prefill = select_config(plain, SM90)
+    assert not prefill.layout.swap_ab and not heuristics.is_legal(prefill, desc, SM90)
+
+
 def test_table_model_prefers_few_tokens_and_many_warpgroups_at_decode() -> None:
     """Measured on the H200: 8 rows a group run fastest with 4 math warpgroups and the
     narrowest token block; a k-block's cost grows with the tokens each warpgroup promotes."""
