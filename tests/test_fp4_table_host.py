@@ -97,10 +97,11 @@ def converted_block(exe: Path, weights, group: int, rb: int, kb: int) -> torch.T
 
 
 def window_scales(n: int, nb: int, seed: int) -> torch.Tensor:
-    """Scale bytes whose 4 blocks in every 128 of K span 0..11 binades below their top, so the
-    offsets cover the whole window [1, 12]."""
+    """Scale bytes 0..11 binades below one top per (64-row block, 128 of K), the layout's unit,
+    so the offsets cover the whole window [1, 12]; every row's first 32-block holds the top."""
     g = torch.Generator().manual_seed(seed)
-    top = torch.randint(110, 140, (1, n, -(-nb // 4)), generator=g).repeat_interleave(4, -1)
+    top = torch.randint(110, 140, (1, n // 64, 1, -(-nb // 4)), generator=g)
+    top = top.expand(1, n // 64, 64, top.shape[-1]).reshape(1, n, -1).repeat_interleave(4, -1)
     drop = torch.randint(0, 12, (1, n, top.shape[-1]), generator=g)
     drop[..., 0::4] = 0  # block 0 holds the top
     return (top - drop)[..., :nb].to(torch.uint8)
