@@ -33,7 +33,7 @@ TOL = 1e-5
 
 def run_info() -> dict[str, str]:
     """What a result file needs to be placed in a table: GPU, torch, commit and UTC time. The
-    commit is $TREE_COMMIT where set (scripts/gpu_run.sh sets it: a copied tree may have no
+    commit is $TREE_COMMIT where set (tools/gpu_run.sh sets it: a copied tree may have no
     .git), else `git describe` of this checkout."""
     commit = os.environ.get("TREE_COMMIT", "")
     if not commit:

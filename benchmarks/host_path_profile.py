@@ -11,7 +11,7 @@ GPU finishes each kernel long before the host issues the next, so the time is th
 --cpu-stub times the Python side of a plan hit on CPU tensors, with the launcher (which checks
 the current device) and the stream getter stubbed (no ratio: torch.mm on the CPU computes);
 --fake-driver puts _C's real bound launches in instead of the stub launcher, launching into
-the fake CUDA driver of tests/fake_driver (built here with the C++ compiler; it records
+the fake CUDA driver of tests/helpers/fake_driver (built here with the C++ compiler; it records
 launches and does nothing), so the C++ side (argument conversion, fill, descriptor memo,
 launch) is timed too.
 --first-call adds a breakdown of the first call in a new process with a warm disk cache (GPU)."""
@@ -145,7 +145,7 @@ FAKE_ELF += struct.pack("<HHIQQQIHHHHHH", 2, 190, 1, 0, 0, 0, 0, 64, 0, 0, 0, 0,
 
 
 def load_fake_driver(build_dir: Path) -> ctypes.CDLL:
-    """Builds tests/fake_driver/libcuda_fake.cpp and loads it before _C first dlopens
+    """Builds tests/helpers/fake_driver/libcuda_fake.cpp and loads it before _C first dlopens
     libcuda.so.1, which then resolves to it (the dynamic loader matches the soname)."""
     cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
     cuda = Path(os.environ.get("CUDA_HOME") or "/usr/local/cuda") / "include"
@@ -155,7 +155,7 @@ def load_fake_driver(build_dir: Path) -> ctypes.CDLL:
     cmd = [
         cxx, "-std=c++17", "-O2", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1",
         f"-I{REPO / 'include'}", "-isystem", str(cuda), "-o", str(lib),
-        str(REPO / "tests" / "fake_driver" / "libcuda_fake.cpp"),
+        str(REPO / "tests" / "helpers" / "fake_driver" / "libcuda_fake.cpp"),
     ]  # fmt: skip
     subprocess.run(cmd, check=True)
     fake = ctypes.CDLL(str(lib), mode=ctypes.RTLD_GLOBAL)

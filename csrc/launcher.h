@@ -311,7 +311,7 @@ auto bind_method(std::index_sequence<I...>) {
 //   launcher.bind(device, *fill's integers) -> launch      plan time, positional only
 //   launch(*fill's pointers, stream) -> bool               call time, a builtin function
 //   launcher.num_blocks                                    CTAs launched, after the clamp
-// python/moegemm/_C.pyi declares each class; tests/test_c_stub.py keeps the two in step.
+// python/moegemm/_C.pyi declares each class; tests/unit/test_c_stub.py keeps the two in step.
 template <typename Family>
 void register_launcher(pybind11::module_& m) {
   namespace py = pybind11;

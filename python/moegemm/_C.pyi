@@ -15,7 +15,7 @@ context is not on `device` (the caller's full checks then name the problem). The
 checked once, at bind time (ValueError); a call argument that is not an int in [0, 2**64)
 raises TypeError.
 
-tests/test_c_stub.py checks that this file declares exactly what _C exposes.
+tests/unit/test_c_stub.py checks that this file declares exactly what _C exposes.
 """
 
 from collections.abc import Callable

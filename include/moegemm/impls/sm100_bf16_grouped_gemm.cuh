@@ -112,7 +112,7 @@ struct Bf16Gemm {
   static constexpr uint32_t kNumEpilogueWarps = 4;
   static constexpr uint32_t kFirstEpilogueWarp = 4;
   static constexpr uint32_t kNumThreads = 256;
-  // Arrive counts of the barriers (tests/test_compile_sm100.py recomputes them independently).
+  // Arrive counts of the barriers (tests/compile/test_compile_sm100.py recomputes them independently).
   static constexpr uint32_t kFullArrivals = Loader::kFillArrivals;  // arrive.expect_tx
   static constexpr uint32_t kEmptyArrivals = 1;                     // one tcgen05.commit
   static constexpr uint32_t kTmemFullArrivals = 1;                  // one tcgen05.commit

@@ -149,7 +149,7 @@ struct Fp8Fp4Gemm {
   static constexpr uint32_t kFirstEpilogueWarp = 4;
   static constexpr uint32_t kScaleWarp = 3;
   static constexpr uint32_t kNumThreads = 256;
-  // Arrive counts (tests/test_compile_sm100_fp8_fp4.py recomputes them independently).
+  // Arrive counts (tests/compile/test_compile_sm100_fp8_fp4.py recomputes them independently).
   static constexpr uint32_t kFullArrivals = 2;  // arrive.expect_tx + the scale warp's lane 0
   static constexpr uint32_t kEmptyArrivals = 1;
   static constexpr uint32_t kTmemFullArrivals = 1;

@@ -1,5 +1,5 @@
 // Encoders of the two descriptors a tcgen05.mma reads, as constexpr functions that compile for
-// the host too: tests/test_compile_sm100.py builds a host program that prints these next to
+// the host too: tests/compile/test_compile_sm100.py builds a host program that prints these next to
 // CuTe's own constexpr encoders (cute::UMMA::make_instr_desc, make_umma_desc) for every config
 // the SM100 heuristics emit, and compares them.
 //

@@ -1,5 +1,5 @@
 // Encoders of the descriptors of the SM100 FP8 x FP4 kernel (kind::mxf8f6f4.block_scale), as
-// constexpr functions that compile for the host too: tests/test_compile_sm100_fp8_fp4.py prints
+// constexpr functions that compile for the host too: tests/compile/test_compile_sm100_fp8_fp4.py prints
 // them next to CuTe's (cute::UMMA::make_instr_desc_block_scaled, make_umma_desc, the
 // SmemDescriptor bit fields) and compares them.
 //

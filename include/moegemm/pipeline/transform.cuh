@@ -50,7 +50,7 @@ struct NoTransform {
 
 // The trivial transform: copies every slab of a stage unchanged (16 bytes a thread and step),
 // so the MMA reads the same bytes from the transform ring. Exists to compile and test the
-// transform role of the skeleton (tests/test_compile_only.py).
+// transform role of the skeleton (tests/compile/test_compile_only.py).
 template <uint32_t kNumStages_ = 2>
 struct CopyTransform {
   static constexpr bool kEnabled = true;

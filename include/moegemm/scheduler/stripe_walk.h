@@ -1,6 +1,6 @@
 // The grouped walk in stripes: which (m-block, n-block) of one group a tile index names.
 // Host-and-device, free of CUDA headers, so a CPU test can compile it with the host compiler
-// and check every tile of every group shape is named exactly once (tests/test_stripe_walk.py).
+// and check every tile of every group shape is named exactly once (tests/unit/test_stripe_walk.py).
 #pragma once
 
 #include <cstdint>

@@ -18,7 +18,7 @@
 //   m = w & 0x77777777                     (prmt reads a selector nibble's bit 3 as "replicate")
 //   row r   = prmt(lo_r,  hi_r,  m)       | ((w << 4) & 0x80808080)
 //   row r+8 = prmt(lo_r8, hi_r8, m >> 16) |  (w       & 0x80808080)
-// __host__ __device__ so tests/test_fp4_convert_host.py runs this exact code on the CPU.
+// __host__ __device__ so tests/compile/test_fp4_convert_host.py runs this exact code on the CPU.
 #pragma once
 
 #include <stdint.h>

@@ -15,7 +15,7 @@
 // prmt reads a selector nibble's bit 3 as "replicate the sign") plus the sign gather, a PRMT
 // spread and 4 logic ops.
 //
-// __host__ __device__ so that tests/test_fp4_convert_host.py can run the exact device code on
+// __host__ __device__ so that tests/compile/test_fp4_convert_host.py can run the exact device code on
 // the CPU (prmt emulated there).
 #pragma once
 

@@ -1,6 +1,6 @@
 """NVLink multicast stays off for expert parallelism (issue 20): NCCL's NVLS, torch symmetric
 memory's multicast object and NVSHMEM's NVLS are all disabled in every process, and no kernel
-of moegemm.ep uses multimem instructions (tests/test_compile_ep.py checks the SASS).
+of moegemm.ep uses multimem instructions (tests/compile/test_compile_ep.py checks the SASS).
 
 Call `set_multicast_off()` first thing in every process (before torch.distributed or NCCL
 initializes: they read the variables once); EPMoE verifies with `require_multicast_off()`."""

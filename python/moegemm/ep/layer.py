@@ -375,7 +375,7 @@ def _refuse_multicast(handle: Any) -> None:
 
 def _resolve_device(device: torch.device | int | str | None) -> torch.device:
     """The layer's device: the current CUDA device by default. A CPU device is accepted for
-    host-only tests (tests/test_ep_glue.py), whose launchers are recorders."""
+    host-only tests (tests/unit/test_ep_glue.py), whose launchers are recorders."""
     if device is None:
         return torch.device("cuda", torch.cuda.current_device())
     if isinstance(device, int):

@@ -43,7 +43,7 @@ CONTIGUOUS_ALIGNMENT = 128  # rows; each m_indices segment starts on a multiple 
 MAX_ACCUM_REGS = 128  # FP32 accumulators per math thread that fit under setmaxnreg 232
 MIN_STAGES, MAX_STAGES = 3, 8
 # Stages of 48 KB (m128 x n256, m256 x n128) stop at three: on DeepSeek-V3's GEMM1 at 8192
-# tokens (K = 7168, skewed groups; scripts/profile_moe.py, e8be87e) a fourth made the m128n256
+# tokens (K = 7168, skewed groups; tools/profile_moe.py, e8be87e) a fourth made the m128n256
 # kernel 27% slower with either epilogue (register stores 9.11 vs 7.22 ms, staged SwiGLU 9.36
 # vs 7.35 ms). Not measured for the k-grouped kernel, which keeps its own count.
 WIDE_STAGE_BYTES, WIDE_MAX_STAGES = 48 * 1024, 3
@@ -562,7 +562,7 @@ def selection_key(desc: GemmDesc) -> tuple:
     - k-grouped: m, n are the output's; of the rows per group (k) only ceil(k / BLOCK_K) is read.
     - offsets, masked: the rows per group, the walk's rows (walk_rows) and, per block_m of the
       enumerated configs, the waves.RaggedBlocks (capacity cut, wave bound).
-    tests/test_warmup_coverage.py checks that no other read of m or expected_m exists.
+    tests/unit/test_warmup_coverage.py checks that no other read of m or expected_m exists.
     """
     base = (desc.kind, desc.n, desc.num_groups, desc.ab_dtype, desc.d_dtype, desc.with_c)
     base += (desc.epilogue,)

@@ -2,7 +2,7 @@
 wgmma's M side as register operands, 64 weight rows per math warpgroup, tokens on N.
 
 The family's enumeration includes them and sm90_fp8_fp4.estimate_cycles prices them here with
-a model fitted to the H200 (scripts/fp8_fp4_config_sweep.py): a CTA works through its tile's
+a model fitted to the H200 (tools/fp8_fp4_config_sweep.py): a CTA works through its tile's
 k-blocks one at a time, each costing a latency floor plus a share per math warpgroup (they take
 turns on the SM's issue slots to convert their 64 weight rows and promote), the share growing with
 the tokens each promotes. The conversion dominates: the per-k-block time does not depend on N or

@@ -1,0 +1,143 @@
+"""prepare_mxfp4_weights and its inverse without a GPU (one CUDA test): the SM90 prepared layout
+(python/moegemm/api/mxfp4_weights.py) round-trips exactly, keeps every dequantized value, flags
+the 64-row blocks that take the kernel's exact path, moves the scale bytes of all-zero blocks
+next to their neighbours', and refuses what the kernels do not take. The table conversion of
+the layout against dequantize_mxfp4: tests/compile/test_fp4_table_host.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import moegemm
+from moegemm import quant
+from moegemm.api.mxfp4_weights import EXACT_FLAG, SM90_ROW_BLOCK, unprepare_mxfp4_weights
+
+U8 = torch.uint8
+
+
+def random_pair(g: int, n: int, k: int, seed: int, low: int = 100, high: int = 140):
+    gen = torch.Generator().manual_seed(seed)
+    b = torch.randint(0, 256, (g, n, k // 2), generator=gen, dtype=U8)
+    sfb = torch.randint(low, high, (g, n, k // 32), generator=gen, dtype=U8)
+    return b, sfb
+
+
+@pytest.mark.parametrize("shape", [(1, 64, 128), (3, 192, 2880), (2, 128, 96), (1, 64, 32)])
+def test_prepare_round_trips_exactly(shape: tuple[int, int, int]) -> None:
+    g, n, k = shape
+    b, sfb = random_pair(g, n, k, 5)
+    weights = moegemm.prepare_mxfp4_weights(b, sfb)
+    assert isinstance(weights, moegemm.Mxfp4Weights) and weights.prepared
+    num_kb = -(-k // 128)
+    assert weights.b.shape == (g, n, 64 * num_kb) and weights.b.is_contiguous()
+    assert weights.sfb.shape == (g, 2 * num_kb, n) and weights.sfb.dtype == torch.int32
+    assert weights.k == k
+    b2, sfb2 = unprepare_mxfp4_weights(weights)
+    assert torch.equal(b2, b) and torch.equal(sfb2, sfb)
+    # A copy (another device, a checkpoint) keeps everything: the tensors are whole.
+    copied = moegemm.Mxfp4Weights(weights.b.clone(), weights.sfb.clone(), k=k)
+    assert torch.equal(unprepare_mxfp4_weights(copied)[0], b)
+    if k % 128:  # without k the padded codes come back: K rounded up to 128, zero codes
+        padded, _ = unprepare_mxfp4_weights(moegemm.Mxfp4Weights(weights.b, weights.sfb))
+        assert torch.equal(padded[..., : k // 2], b) and not padded[..., k // 2 :].any()
+    assert unprepare_mxfp4_weights(moegemm.Mxfp4Weights(b, sfb, prepared=False))[0] is b
+
+
+def test_prepare_keeps_dequantized_values() -> None:
+    w = torch.randn(2, 64, 96) * torch.logspace(-4, 4, 96)
+    b, sfb = quant.quantize_mxfp4(w)
+    back, sfb2 = unprepare_mxfp4_weights(moegemm.prepare_mxfp4_weights(b, sfb))
+    assert torch.equal(quant.dequantize_mxfp4(back, sfb2), quant.dequantize_mxfp4(b, sfb))
+
+
+def test_blocks_outside_the_window_take_the_exact_path() -> None:
+    n, k = 128, 256
+    b, sfb = random_pair(1, n, k, 3, 120, 130)
+    sfb[0, 70, 1] = sfb[0, 70, 0:4].max() - 12  # 13 binades in row 70's first k-block
+    sfb[0, 5, 4:8] = 3  # a top below 7: 2^(top - 133) is no normal float
+    weights = moegemm.prepare_mxfp4_weights(b, sfb)
+    flags = (weights.sfb[0, :2] & EXACT_FLAG) != 0  # [KB, N]
+    expected = torch.zeros(2, n, dtype=torch.bool)
+    expected[0, 64:] = True  # the whole 64-row block of row 70
+    expected[1, :64] = True  # the block of row 5, second k-block
+    assert torch.equal(flags, expected)
+    assert torch.equal(unprepare_mxfp4_weights(weights)[1], sfb)  # the scale plane
+
+
+def test_offsets_words_of_a_row() -> None:
+    """Row 9 (column 16 * 0 + 2 * 1 + 1 = 3 of its block), scale bytes 121, 119, 111, 116 in a
+    64-row block whose largest byte is 122 (row 40): offsets s - 122 + 12 = 11, 9, 1, 6, and
+    the block's float 2^(122 - 133) on every row."""
+    b, sfb = random_pair(1, 64, 128, 1, 112, 121)
+    sfb[0, 9] = torch.tensor([121, 119, 111, 116], dtype=U8)
+    sfb[0, 40, 2] = 122
+    words = moegemm.prepare_mxfp4_weights(b, sfb).sfb[0, 0].long() & 0xFFFFFFFF
+    word = int(words[3])
+    assert [(word >> (16 + 4 * j)) & 0xF for j in range(4)] == [11, 9, 1, 6]
+    assert word & EXACT_FLAG == 0  # the block's bytes within 12 binades
+    halves = torch.tensor((words & 0xFFFF).tolist(), dtype=torch.int32) << 16
+    assert (halves.view(torch.float32) == 2.0 ** (122 - 133)).all()  # one top per block
+
+
+def test_prepare_checks() -> None:
+    b, sfb = random_pair(2, 64, 64, 2)
+    prepare = moegemm.prepare_mxfp4_weights
+    nan = sfb.clone()
+    nan[1, 3, 1] = 0xFF
+    pattern = r"^sfb holds the NaN scale byte 0xFF \(first at index \(1, 3, 1\)\)"
+    with pytest.raises(ValueError, match=pattern):
+        prepare(b, nan)
+    with pytest.raises(TypeError, match="^b must have dtype torch.uint8, got torch.int8"):
+        prepare(b.to(torch.int8), sfb)
+    with pytest.raises(TypeError, match="^sfb must be a torch.Tensor, got list"):
+        prepare(b, sfb.tolist())
+    with pytest.raises(ValueError, match=r"^b must have shape \(2, 64, 32\)"):
+        prepare(torch.zeros(2, 64, 48, dtype=U8), sfb)
+    with pytest.raises(ValueError, match="^sfb must have K/32 > 0 blocks"):
+        prepare(torch.zeros(2, 64, 0, dtype=U8), torch.zeros(2, 64, 0, dtype=U8))
+    with pytest.raises(ValueError, match="^b must be"):
+        prepare(torch.zeros(32, dtype=U8), torch.zeros(2, dtype=U8))
+    with pytest.raises(ValueError, match=f"multiple of {SM90_ROW_BLOCK}"):
+        prepare(torch.zeros(1, 96, 64, dtype=U8), torch.full((1, 96, 4), 127, dtype=U8))
+    strided = torch.full((2, 64, 4), 120, dtype=U8)[..., ::2]
+    out = prepare(b, strided)
+    assert torch.equal(unprepare_mxfp4_weights(out)[1], strided)
+    with pytest.raises(TypeError, match="^weights must be a moegemm.Mxfp4Weights"):
+        unprepare_mxfp4_weights((b, sfb))
+
+
+@pytest.mark.gpu
+def test_prepare_on_cuda_equals_cpu() -> None:
+    b, sfb = random_pair(4, 128, 2880, 7, 0, 255)
+    cpu = moegemm.prepare_mxfp4_weights(b, sfb)
+    gpu = moegemm.prepare_mxfp4_weights(b.cuda(), sfb.cuda())
+    assert torch.equal(gpu.b.cpu(), cpu.b) and torch.equal(gpu.sfb.cpu(), cpu.sfb)
+
+
+def test_all_zero_blocks_take_their_neighbours_scale() -> None:
+    """A 32-block of zero codes (quantize_mxfp4 gives it byte 0) gets the largest byte of its
+    row's other blocks in its 128 of K, else of its row, else the median row maximum of the
+    matrix at that k-block: its values stay zero, and no 64-row block takes the kernel's exact
+    path for it."""
+    gen = torch.Generator().manual_seed(3)
+    w = torch.randn(2, 64, 320, generator=gen) * 0.02
+    w[0, 5] = 0  # a whole row
+    w[0, 17, 64:96] = 0  # one block
+    w[1, 40, :128] = 0  # a whole 128-K block of a row
+    w[1, 41, 128:] = -0.0  # negative zeros are zero codes too
+    b, sfb = quant.quantize_mxfp4(w)
+    assert (sfb[0, 5] == 0).all() and sfb[0, 17, 2] == 0
+    prepared = moegemm.prepare_mxfp4_weights(b, sfb)
+    _, new = unprepare_mxfp4_weights(prepared)
+    assert torch.equal(sfb, quant.quantize_mxfp4(w)[1])  # input untouched
+    assert torch.equal(quant.dequantize_mxfp4(b, new), quant.dequantize_mxfp4(b, sfb))
+    assert new[0, 17, 2] == sfb[0, 17, [0, 1, 3]].max()
+    assert (new[1, 40, :4] == sfb[1, 40, 4:].max()).all()
+    assert (new[0, 5] > 100).all()  # the matrix's median row maximum, not 0
+    changed = new != sfb
+    assert torch.equal(changed, (b.unflatten(-1, (10, 16)) & 0x77 == 0).all(-1))
+    assert not ((prepared.sfb[:, :3] & EXACT_FLAG) != 0).any()
+    # The same weights without the rebasing would take the exact path.
+    flagged = moegemm.prepare_mxfp4_weights(b | 0x11, sfb)  # no zero block left
+    assert ((flagged.sfb[:, :3] & EXACT_FLAG) != 0).any()

@@ -1,0 +1,109 @@
+"""Times the heuristics' pick against the decode kernel's configs on FP8 x FP4 problems.
+
+    python3 tools/fp8_fp4_config_sweep.py [--problems NAME,...] [--json PATH]
+
+For each problem (a grouped GEMM with uniform rows per group, operands as in
+profile_fp8_fp4.py): the heuristics' pick, and every decode config (impls/
+sm90_fp8_fp4_swap_ab_gemm.cuh) whose token tile is the smallest that holds the rows, with 1..4
+math warpgroups, compiled in parallel first. Each config is checked against FP32 on the
+dequantized operands (a failure is reported and not timed), then timed (median µs, weights
+larger than L2 so no call reads them from it). The table: µs per config, the pick marked, and
+the best decode config's speed over the pick's. This is how the decode kernel's cost in the
+heuristics is calibrated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from profile_fp8_fp4 import Problem, desc_of, legal_configs
+
+from moegemm.heuristics import SM90, select_config
+from moegemm.heuristics.sm90_fp8_fp4_decode import TOKEN_CHOICES
+
+# name: (groups, n, k, rows per group, layout); every weight set exceeds 3 x L2
+PROBLEMS = {
+    "dsv3-l1-r1-masked": (32, 4096, 7168, 1, "masked"),
+    "dsv3-l1-r8-masked": (32, 4096, 7168, 8, "masked"),
+    "dsv3-l1-r8-offs": (32, 4096, 7168, 8, "offs"),
+    "dsv3-l1-r32-offs": (32, 4096, 7168, 32, "offs"),
+    "dsv3-l1-r64-offs": (32, 4096, 7168, 64, "offs"),
+    "dsv3-l2-r8-masked": (32, 7168, 2048, 8, "masked"),
+    "gptoss-l1-r8-offs": (32, 5760, 2880, 8, "offs"),
+    "qwen3-l1-r4-offs": (128, 1536, 2048, 4, "offs"),
+}
+
+
+def candidates(args: argparse.Namespace) -> list:
+    desc = desc_of(args)
+    legal = legal_configs(desc)
+    block_t = next(t for t in TOKEN_CHOICES if t >= min(args.rows, TOKEN_CHOICES[-1]))
+    decode = [c for c in legal.values() if c.layout.swap_ab and c.layout.block_m == block_t]
+    pick = select_config(desc, SM90)
+    return [pick, *(c for c in decode if c != pick)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--problems", default=",".join(PROBLEMS))
+    parser.add_argument("--weights", choices=("raw", "prepared"), default="prepared")
+    parser.add_argument("--json", type=Path)
+    opts = parser.parse_args(argv)
+    names = opts.problems.split(",")
+    unknown = [n for n in names if n not in PROBLEMS]
+    if unknown:
+        parser.error(f"unknown problems {unknown}; known: {', '.join(PROBLEMS)}")
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from bench_common import Timer, precompile, spec_for
+
+    plans = []
+    for name in names:
+        g, n, k, r, layout = PROBLEMS[name]
+        args = argparse.Namespace(groups=g, n=n, k=k, rows=r, layout=layout, weights=opts.weights)
+        plans.append((name, args, candidates(args)))
+    precompile([spec_for(desc_of(a), c) for _, a, cs in plans for c in cs])
+
+    timer, results = Timer(), []
+    for name, args, configs in plans:
+        problem = Problem(args)
+        row = {"problem": name, "pick": configs[0].short_name(), "us": {}, "errors": {}}
+        for config in configs:
+            label = config.short_name()
+            print(f"{name}: {label} ...", end=" ", flush=True)  # a hang names its config
+            try:
+                diff = problem.check(config)
+                if not diff < 1e-4:
+                    row["errors"][label] = f"calc_diff {diff:.2e}"
+                    continue
+                row["us"][label] = timer(lambda c=config, p=problem: p.call(c))
+            except Exception as exc:  # noqa: BLE001 - reported per config
+                row["errors"][label] = f"{type(exc).__name__}: {exc}"[:300]
+            print(f"{row['us'].get(label, float('nan')):.1f} us", flush=True)
+        decode = {c: t for c, t in row["us"].items() if c.endswith("t") and c != row["pick"]}
+        pick_us = row["us"].get(row["pick"])
+        if decode and pick_us:
+            best = min(decode, key=decode.get)
+            row["best_decode"], row["speedup"] = best, pick_us / decode[best]
+        results.append(row)
+        del problem
+        for c, e in row["errors"].items():
+            print(f"  !! {c}: {e}", flush=True)
+
+    print(f"\n{'problem':22} {'pick us':>9} {'best decode':>22} {'us':>9} {'pick/best':>9}")
+    for row in results:
+        pick_us = row["us"].get(row["pick"], float("nan"))
+        best = row.get("best_decode", "-")
+        best_us = row["us"].get(best, float("nan"))
+        speed = row.get("speedup", float("nan"))
+        print(f"{row['problem']:22} {pick_us:9.1f} {best:>22} {best_us:9.1f} {speed:9.3f}")
+    if opts.json:
+        opts.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
