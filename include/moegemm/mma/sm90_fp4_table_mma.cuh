@@ -39,30 +39,6 @@
 
 namespace moegemm::sm90 {
 
-namespace detail {
-
-// Shared-memory loads by 32-bit shared-window address (no generic-to-shared conversion per
-// k-block); volatile keeps them after the stage's barrier wait.
-__device__ __forceinline__ uint4 lds128(uint32_t addr) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "r"(addr));
-  return v;
-}
-__device__ __forceinline__ uint2 lds64(uint32_t addr) {
-  uint2 v;
-  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(addr));
-  return v;
-}
-__device__ __forceinline__ uint32_t lds32(uint32_t addr) {
-  uint32_t v;
-  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr));
-  return v;
-}
-
-}  // namespace detail
-
 template <uint32_t BLOCK_T, uint32_t BLOCK_W>
 struct Fp4TableMma {
   static constexpr bool kRunsTile = true;
@@ -122,9 +98,9 @@ struct Fp4TableMma {
   // r (x) and r + 8 (y).
   __device__ __forceinline__ static uint2 convert(const Slabs& stage, const Lane& lane,
                                                   uint32_t (&a)[16]) {
-    const uint4 c0 = detail::lds128(stage.codes + lane.code_offset);
-    const uint4 c1 = detail::lds128(stage.codes + lane.code_offset + kBlockBytes / 2);
-    const uint2 ow = detail::lds64(stage.offsets + lane.pair_offset);
+    const uint4 c0 = lds128(stage.codes + lane.code_offset);
+    const uint4 c1 = lds128(stage.codes + lane.code_offset + kBlockBytes / 2);
+    const uint2 ow = lds64(stage.offsets + lane.pair_offset);
     const uint32_t w[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
     fp4::convert_k_block(w, ow.x, ow.y, a);
     return ow;
@@ -133,8 +109,8 @@ struct Fp4TableMma {
   // Exact pass p (1..4) of a flagged k-block: only 32-block p - 1, at offset 12.
   __device__ __forceinline__ static void convert_exact(const Slabs& stage, const Lane& lane,
                                                        uint32_t pass, uint32_t (&a)[16]) {
-    const uint4 c0 = detail::lds128(stage.codes + lane.code_offset);
-    const uint4 c1 = detail::lds128(stage.codes + lane.code_offset + kBlockBytes / 2);
+    const uint4 c0 = lds128(stage.codes + lane.code_offset);
+    const uint4 c1 = lds128(stage.codes + lane.code_offset + kBlockBytes / 2);
     const uint32_t w[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
     const fp4::Table t12 = fp4::table_of_offset(fp4::kMaxOffset);
 #pragma unroll
@@ -155,7 +131,7 @@ struct Fp4TableMma {
                                                  float scale_r, float scale_r8) {
 #pragma unroll
     for (uint32_t c = 0; c < BLOCK_T / 8; ++c) {
-      const uint2 bits = detail::lds64(stage.sfa + 4 * (8 * c + 2 * lane.quad));
+      const uint2 bits = lds64(stage.sfa + 4 * (8 * c + 2 * lane.quad));
       const float2 cs = make_float2(__uint_as_float(bits.x), __uint_as_float(bits.y));
       acc.v[0][4 * c + 0] = fmaf(tmp.v[0][4 * c + 0], scale_r * cs.x, acc.v[0][4 * c + 0]);
       acc.v[0][4 * c + 1] = fmaf(tmp.v[0][4 * c + 1], scale_r * cs.y, acc.v[0][4 * c + 1]);
@@ -198,7 +174,7 @@ struct Fp4TableMma {
     // A warp vote: ptxas then knows the branch is uniform (a wgmma on a path it must assume
     // divergent serializes every wgmma of the kernel, C7518).
     const bool exact =
-        __any_sync(0xFFFFFFFFu, (detail::lds32(stage.offsets + lane.block_offset) &
+        __any_sync(0xFFFFFFFFu, (lds32(stage.offsets + lane.block_offset) &
                                  fp4::kExactFlag) != 0);
     if (!exact) {
       promote(acc, t, stage, lane, fp4::row_scale_of(ow.x), fp4::row_scale_of(ow.y));

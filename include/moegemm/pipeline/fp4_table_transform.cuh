@@ -54,31 +54,6 @@ struct Fp4TablePassInfo {
   }
 };
 
-namespace table_transform {
-
-__device__ __forceinline__ uint4 lds128(uint32_t addr) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "r"(addr));
-  return v;
-}
-__device__ __forceinline__ uint2 lds64(uint32_t addr) {
-  uint2 v;
-  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(addr));
-  return v;
-}
-__device__ __forceinline__ uint32_t lds32(uint32_t addr) {
-  uint32_t v;
-  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr));
-  return v;
-}
-__device__ __forceinline__ void sts32(uint32_t addr, uint32_t v) {
-  asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v));
-}
-
-}  // namespace table_transform
-
 template <uint32_t BLOCK_N, uint32_t kNumStages_ = 2>
 struct Fp4TableTransform {
   static constexpr bool kEnabled = true;
@@ -138,7 +113,7 @@ struct Fp4TableTransform {
                                                      const uint32_t (&a)[16]) {
 #pragma unroll
     for (uint32_t i = 0; i < 16; ++i)
-      table_transform::sts32(tile + lane.chunk[i / 2] + 1024 * (i % 2), a[i]);
+      sts32(tile + lane.chunk[i / 2] + 1024 * (i % 2), a[i]);
   }
 
   // One k-block: pass 0 and, where the tile holds a flagged block, the four exact passes, each
@@ -161,21 +136,21 @@ struct Fp4TableTransform {
     uint32_t flagged = 0;  // the same in every thread: the blocks' first words
 #pragma unroll
     for (uint32_t b = 0; b < kNumBlocks; ++b)
-      if (table_transform::lds32(offsets + 256 * b) & fp4::kExactFlag) flagged |= 1u << b;
+      if (lds32(offsets + 256 * b) & fp4::kExactFlag) flagged |= 1u << b;
     uint32_t w[kBlocksPerWG][8];
     uint2 ow[kBlocksPerWG];
 #pragma unroll
     for (uint32_t i = 0; i < kBlocksPerWG; ++i) {
       const uint32_t b = wg + i * kNumWarpgroups;
-      const uint4 c0 = table_transform::lds128(codes + b * kBlockBytes);
-      const uint4 c1 = table_transform::lds128(codes + b * kBlockBytes + kBlockBytes / 2);
-      ow[i] = table_transform::lds64(offsets + 256 * b + lane.pair_offset);
+      const uint4 c0 = lds128(codes + b * kBlockBytes);
+      const uint4 c1 = lds128(codes + b * kBlockBytes + kBlockBytes / 2);
+      ow[i] = lds64(offsets + 256 * b + lane.pair_offset);
       w[i][0] = c0.x, w[i][1] = c0.y, w[i][2] = c0.z, w[i][3] = c0.w;
       w[i][4] = c1.x, w[i][5] = c1.y, w[i][6] = c1.z, w[i][7] = c1.w;
     }
     float factor = 0.0f;  // threads 0 .. kNumBlocks - 1: their block's
     if (thread < kNumBlocks) {
-      const uint32_t word = table_transform::lds32(offsets + 256 * thread);
+      const uint32_t word = lds32(offsets + 256 * thread);
       factor = (word & fp4::kExactFlag) ? 0.0f : fp4::row_scale_of(word);
     }
 

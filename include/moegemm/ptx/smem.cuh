@@ -1,4 +1,6 @@
-// Shared-memory stores the epilogues and transforms use, the generic -> async proxy fence that
+// Shared-memory loads and stores by shared-window address (no generic-to-shared conversion per
+// use; volatile keeps the loads after the barrier waits they follow), the stores the epilogues
+// and transforms use, the generic -> async proxy fence that
 // makes ordinary shared-memory writes visible to wgmma and TMA reads, and the 4-byte
 // asynchronous global -> shared copies (cp.async) that complete on a stage's mbarrier.
 #pragma once
@@ -6,6 +8,27 @@
 #include <stdint.h>
 
 namespace moegemm {
+
+__device__ __forceinline__ uint4 lds128(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ uint2 lds64(uint32_t addr) {
+  uint2 v;
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ uint32_t lds32(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ void sts32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v));
+}
 
 __device__ __forceinline__ void st_shared_v2_f32(uint32_t smem_addr, float x, float y) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(smem_addr), "f"(x), "f"(y) : "memory");
