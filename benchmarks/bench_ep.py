@@ -1,4 +1,4 @@
-"""Expert parallelism over the GPUs of one host (issue 20): moegemm.ep.EPMoE against NCCL in
+"""Expert parallelism over the GPUs of one host: moegemm.ep.EPMoE against NCCL in
 the same run. NOT YET RUN: written without a multi-GPU machine.
 
     python benchmarks/bench_ep.py --ranks 2 [--models deepseek-v3,qwen3-235b]

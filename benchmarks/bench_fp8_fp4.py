@@ -1,4 +1,4 @@
-"""FP8 x FP4 (MXFP4 weights) m-grouped GEMMs against in-run peers, on one H200 (issue 17).
+"""FP8 x FP4 (MXFP4 weights) m-grouped GEMMs against in-run peers, on one H200.
 
 Cases (fp8_fp4_cases.py): the 16 m-grouped DeepGEMM anchors, the decode / prefill / masked
 suites of moe_shapes.json and a rows-per-group sweep (1 ... 4096) on the DeepSeek-V3, gpt-oss

@@ -1,4 +1,4 @@
-"""The fused MoE layer against in-run peers on one H200 (issue 18).
+"""The fused MoE layer against in-run peers on one H200.
 
 For each model of moe_cases.MODELS and T of moe_cases.TOKENS (routing given: distinct experts
 per token from a skewed load), the layer's time per call, CUDA-graph timed: each variant is

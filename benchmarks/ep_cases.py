@@ -1,4 +1,4 @@
-"""bench_ep.py's cases, buffer sizing and targets (issue 20): CPU logic, tested in
+"""bench_ep.py's cases, buffer sizing and targets: CPU logic, tested in
 tests/test_ep_bench.py."""
 
 from __future__ import annotations

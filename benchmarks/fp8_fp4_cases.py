@@ -5,7 +5,7 @@ tables). CPU-only logic, used by bench_fp8_fp4.py and tests/test_bench_fp8_fp4.p
 Cases: the 16 m-grouped DeepGEMM anchors (bf16_cases.ANCHOR_CASES: the same rows), the decode,
 prefill and masked suites of moe_shapes.json, and a rows-per-group sweep (SWEEP_ROWS) on six
 shapes. Each case carries its nominal rows per group (the expected_m of its suite or anchor, the
-sweep's r), which the regimes of the targets are defined on (issue 17: decode <= 32 rows per
+sweep's r), which the regimes of the targets are defined on (decode <= 32 rows per
 group, the 64-256 band, every rows per group).
 
 Anchors (data, from ../shared/BENCHMARKS.md, measured on the H200 on 2026-11-29 and 2026-12-01):

@@ -43,7 +43,7 @@ from bench_bf16 import (
 import moegemm
 from moegemm.api.plans import build_plan
 from moegemm.heuristics import GemmDesc, enumerate_configs, estimate_cycles, is_legal
-from moegemm.heuristics.sm90_bf16 import walk_stripe_m
+from moegemm.heuristics.sm90_bf16 import CLUSTER_SHAPES, walk_stripe_m
 from moegemm.testing import calc_diff
 
 TARGET_GEOMEAN, TARGET_EVERY = 0.97, 0.90
@@ -107,9 +107,6 @@ def desc_for(q: QCase) -> GemmDesc:
 
 def _n_bucket(block_n: int) -> int:
     return (block_n - 1) // 64  # 16-64, 80-128, 144-192, 208-256
-
-
-CLUSTER_SHAPES = ((2, 1), (1, 2))
 
 
 def with_cluster_twins(cands: list, desc: GemmDesc, arch) -> list:

@@ -1,5 +1,5 @@
 """The current tree's kernels against a baseline build of another revision, interleaved in ONE
-process: "performance must not move" (issue 16).
+process: "performance must not move".
 
     python tools/build_twins.py [--baseline REV_OR_DIR] [--json PATH] [--quick] [--cases RX]
 
@@ -60,7 +60,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))  # the benchmarks' cases and timer
 from bench_common import Timer
 
 DEVICE = "cuda"  # the CPU test runs the whole flow on "cpu" with fake packages
-DEFAULT_REV = "3f8aa66"  # the pre-refactor baseline of issue 16
+DEFAULT_REV = "3f8aa66"  # the baseline before the skeleton refactor
 TOL = 1e-5  # calc_diff against FP32 (BENCHMARKS.md protocol)
 L2_BYTES = 60 * 2**20
 

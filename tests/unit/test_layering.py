@@ -1,4 +1,4 @@
-"""Dependencies point one way (issue 16, section 2): warmup -> api -> heuristics, jit -> runtime.
+"""Dependencies point one way: warmup -> api -> heuristics, jit -> runtime.
 
 The API uses the heuristics through the package alone (so their modules can be split) and the
 JIT; nothing in it imports the warmup, which sits above the API. No jit module imports

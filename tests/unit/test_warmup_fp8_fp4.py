@@ -1,4 +1,4 @@
-"""The warmup with --weights mxfp4 (the FP8 x FP4 family, issue 17): it builds every kernel
+"""The warmup with --weights mxfp4 (the FP8 x FP4 family): it builds every kernel
 select_config can pick for the presets that ship MXFP4 experts (and a BF16 preset declared FP4),
 for every token count 1..16384, every layout of the family and both weight forms, and nothing of
 BF16; and the GPU check's FP8 x FP4 plumbing (routing, padded m_indices, masked buffers, both

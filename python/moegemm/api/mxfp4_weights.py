@@ -50,6 +50,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..heuristics import ARCH_ALIASES, SM90, SM100
+
 MXFP4_GROUP = 32  # weights per UE8M0 scale byte
 NAN_SCALE = 0xFF  # UE8M0's NaN
 SM90_ROW_BLOCK = 64  # the prepared layout's row blocks (one math warpgroup's rows)
@@ -57,9 +59,16 @@ SM90_K_BLOCK = 128  # ... and k-blocks
 TABLE_TOP_OFFSET = 12  # e = s - top + 12, exact for e in [1, 12]
 TABLE_MIN_TOP = 7  # 2^(top - 133) is a normal float from here
 EXACT_FLAG = 0x8000
-SM90_ARCH = "sm_90a"
-SM100_ARCH = "sm_100f"
-ARCHS = {"sm_90a": SM90_ARCH, "sm_100f": SM100_ARCH, "sm_100a": SM100_ARCH}
+SM90_ARCH = SM90.name
+SM100_ARCH = SM100.name
+# What the `arch` arguments take: the archs and their aliases (heuristics/arch.py).
+MXFP4_ARCH_NAMES = frozenset({SM90_ARCH, SM100_ARCH, *ARCH_ALIASES})
+
+
+def canonical_arch(name: str) -> str:
+    return ARCH_ALIASES.get(name, name)
+
+
 SM100_K_BLOCK = 128  # Kp: K padded to this; scale words hold 4 blocks of 32
 SM100_ROW_CHUNK = 128  # Np: N padded to this; the tcgen05.cp order permutes within it
 UNIT_SCALE = 127  # UE8M0 1.0
@@ -129,13 +138,13 @@ def prepare_mxfp4_weights(b: torch.Tensor, sfb: torch.Tensor, arch: str = "sm_90
     tensors). Raises ValueError for a scale byte 0xFF (NaN), which would make the block's
     outputs NaN, for N not a multiple of 64 (SM90), and for shapes the functions do not take.
     """
-    if arch not in ARCHS:
-        raise ValueError(f"arch must be one of {sorted(ARCHS)}, got {arch!r}")
+    if arch not in MXFP4_ARCH_NAMES:
+        raise ValueError(f"arch must be one of {sorted(MXFP4_ARCH_NAMES)}, got {arch!r}")
     b, sfb = _check_pair(b, sfb)
     if bool((sfb == NAN_SCALE).any()):  # the sync a load-time call may afford
         bad = (sfb == NAN_SCALE).nonzero()[0].tolist()
         raise ValueError(f"sfb holds the NaN scale byte 0xFF (first at index {tuple(bad)})")
-    if ARCHS[arch] == SM100_ARCH:
+    if canonical_arch(arch) == SM100_ARCH:
         return _prepare_sm100(b, sfb)
     return _prepare_sm90(b, sfb)
 

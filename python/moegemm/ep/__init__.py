@@ -1,4 +1,4 @@
-"""Expert parallelism across the GPUs of one host (issue 20): EPMoE (dispatch -> the experts'
+"""Expert parallelism across the GPUs of one host: EPMoE (dispatch -> the experts'
 masked GEMMs -> combine over NVLink peer pointers from torch symmetric memory), its host buffer
 plan, the multicast-off environment guards and a pure-torch reference model of placement and
 combine. Above moegemm.moe (it runs fused_moe_masked), below nothing.

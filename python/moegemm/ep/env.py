@@ -1,4 +1,4 @@
-"""NVLink multicast stays off for expert parallelism (issue 20): NCCL's NVLS, torch symmetric
+"""NVLink multicast stays off for expert parallelism: NCCL's NVLS, torch symmetric
 memory's multicast object and NVSHMEM's NVLS are all disabled in every process, and no kernel
 of moegemm.ep uses multimem instructions (tests/compile/test_compile_ep.py checks the SASS).
 

@@ -1,4 +1,4 @@
-"""EPMoE: one MoE layer's routed experts split over the GPUs of one host (issue 20).
+"""EPMoE: one MoE layer's routed experts split over the GPUs of one host.
 
     ep = EPMoE(group, num_experts, top_k, hidden, intermediate, "bf16", max_tokens_per_rank)
     out = ep.forward(x, topk_ids, topk_weights, w13_local, w2_local)    # [T, H], this rank's

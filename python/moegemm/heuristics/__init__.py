@@ -3,8 +3,8 @@
 Modules: config.py (problem and config types), arch.py (per-arch facts), ragged.py (ragged
 group statistics), waves.py (the wave model), search.py (ranking), and one module per arch x
 operand types with its configs and cycle model: sm90_bf16.py, sm90_fp8_fp4.py (GemmDesc.ab_dtype
-"fp8_fp4"), sm100_bf16.py and sm100_fp8_fp4.py (compiled and statically checked, not run on hardware);
-sm100.py refuses what SM100 has no kernel for.
+"fp8_fp4"), sm100_bf16.py and sm100_fp8_fp4.py (compiled and statically checked, not run on hardware),
+each refusing by name what it has no kernel for.
 """
 
 from __future__ import annotations
@@ -14,13 +14,15 @@ import os
 import sys
 from collections.abc import Iterator
 
-from . import sm90_bf16, sm90_fp8_fp4, sm100, sm100_bf16, sm100_fp8_fp4
-from .arch import ARCHS, SM90, SM100, ArchSpec, arch_for, arch_for_compute_capability
+from . import sm90_bf16, sm90_fp8_fp4, sm100_bf16, sm100_fp8_fp4
+from .arch import ARCH_ALIASES, ARCHS, SM90, SM100, ArchSpec, arch_for, arch_for_compute_capability
 from .config import GemmConfig, GemmDesc, LaunchConfig, Layout, PipelineConfig, StorageConfig
-from .sm90_bf16 import CONTIGUOUS_ALIGNMENT, SWAP_AB_KINDS, WALK_STRIPE_M
+from .sm90_bf16 import CLUSTER_SHAPES, CONTIGUOUS_ALIGNMENT, SWAP_AB_KINDS, WALK_STRIPE_M
 
 __all__ = [
     "ARCHS",
+    "ARCH_ALIASES",
+    "CLUSTER_SHAPES",
     "CONTIGUOUS_ALIGNMENT",
     "SM90",
     "SM100",
@@ -43,16 +45,20 @@ __all__ = [
 ]
 
 
+# (arch name, GemmDesc.ab_dtype) -> the family module (GemmDesc refuses other operand types).
+_FAMILIES = {
+    (SM90.name, "bf16"): sm90_bf16,
+    (SM90.name, "fp8_fp4"): sm90_fp8_fp4,
+    (SM100.name, "bf16"): sm100_bf16,
+    (SM100.name, "fp8_fp4"): sm100_fp8_fp4,
+}
+
+
 def _family(arch: ArchSpec, desc: GemmDesc):  # -> the family module
-    if arch.name == "sm_90a":
-        return sm90_fp8_fp4 if desc.ab_dtype == "fp8_fp4" else sm90_bf16
-    if arch.name == "sm_100f":
-        if desc.ab_dtype == "bf16":
-            return sm100_bf16
-        if desc.ab_dtype == "fp8_fp4":
-            return sm100_fp8_fp4
-        sm100.select_config(desc, arch)  # raises: no SM100 kernel for it yet
-    raise ValueError(f"moegemm has no kernels for {arch.name} yet; SM90 (Hopper) is supported")
+    family = _FAMILIES.get((arch.name, desc.ab_dtype))
+    if family is None:
+        raise ValueError(f"moegemm has no kernels for {arch.name} yet; SM90 (Hopper) is supported")
+    return family
 
 
 @functools.cache

@@ -1,6 +1,6 @@
 """FP8 x FP4 on SM90: the prefill kernel's configs (enumeration, legality) and its cycle model.
 
-The kernel (the FP8 mainloop on the skeleton, issue 17): a producer warpgroup streams A (FP8,
+The kernel (the FP8 mainloop on the skeleton): a producer warpgroup streams A (FP8,
 1 B per value) and B (packed E2M1, 0.5 B per weight, plus one UE8M0 byte per 32 weights) through
 a TMA ring; a transform warpgroup expands each B tile from FP4 to FP8 into a ring of its own
 (transform_stages deep); W = block_m / 64 math warpgroups issue SS wgmma at the FP8 rate and

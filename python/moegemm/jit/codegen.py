@@ -13,6 +13,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+from ..heuristics import CLUSTER_SHAPES as MULTI_CTA_CLUSTERS
+from ..heuristics import SWAP_AB_KINDS
 from ..heuristics.config import MOE_EPILOGUE_IDS, GemmConfig, GemmDesc
 from .spec import KernelSpec
 
@@ -22,8 +24,7 @@ WGMMA_BASE_N = (8, 16, 32, 64, 96, 128, 192, 256)
 # The layouts of the grouped walk (scheduler/group_walk_scheduler.cuh): the only ones with walk
 # stripes, and the ones the swap-AB kernel serves.
 GROUP_WALK_KINDS = ("m_grouped_offsets", "m_grouped_masked")
-SWAP_AB_KINDS = GROUP_WALK_KINDS
-CLUSTER_SHAPES = ((1, 1), (2, 1), (1, 2))
+CLUSTER_SHAPES = ((1, 1), *MULTI_CTA_CLUSTERS)  # the heuristics enumerate (1, 1) only
 
 _OUT_TYPES = {"bf16": "__nv_bfloat16", "fp32": "float"}
 
@@ -411,7 +412,7 @@ def moe_combine_spec(arch: str = "sm_90a") -> KernelSpec:
     return KernelSpec(name=name, source=source, arch=arch)
 
 
-# The expert-parallel kernels (include/moegemm/ep/, issue 20): one template parameter the CTA's
+# The expert-parallel kernels (include/moegemm/ep/): one template parameter the CTA's
 # threads, and for the dispatch whether rows travel as FP8 with per-128 scales (MXFP4 experts).
 EP_DISPATCH_THREADS = 512
 EP_COMBINE_THREADS = 256

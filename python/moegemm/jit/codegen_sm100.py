@@ -8,11 +8,11 @@ Compiled and statically checked, not run on hardware.
 
 from __future__ import annotations
 
+from ..heuristics import SM100
 from ..heuristics.config import GemmConfig, GemmDesc
 from .codegen import _OUT_TYPES, _SCHEDULERS, _moe_member, config_struct
 from .spec import KernelSpec
 
-SM100_ARCH = "sm_100f"
 _HEADER = "sm100_bf16_grouped_gemm"
 _FUNCTION = "sm100_bf16_grouped_gemm_kernel"
 _COMPOSITION = "Bf16Gemm"
@@ -65,7 +65,7 @@ def sm100_bf16_gemm_spec(
         f"template __global__ void moegemm::sm100::{_FUNCTION}<{space}::Config>(\n"
         f"    const __grid_constant__ moegemm::{_PARAMS});\n"
     )
-    return KernelSpec(name=name, source=source, arch=SM100_ARCH)
+    return KernelSpec(name=name, source=source, arch=SM100.name)
 
 
 def sm100_bf16_k_grouped_spec(config: GemmConfig, with_c: bool) -> KernelSpec:
@@ -92,7 +92,7 @@ def sm100_bf16_k_grouped_spec(config: GemmConfig, with_c: bool) -> KernelSpec:
         f"{name}::Config>(\n"
         "    const __grid_constant__ moegemm::Sm90Bf16KGroupedParams);\n"
     )
-    return KernelSpec(name=name, source=source, arch=SM100_ARCH)
+    return KernelSpec(name=name, source=source, arch=SM100.name)
 
 
 def sm100_fp8_fp4_gemm_spec(
@@ -134,7 +134,7 @@ def sm100_fp8_fp4_gemm_spec(
         f"{space}::Config>(\n"
         "    const __grid_constant__ moegemm::Sm100Fp8Fp4GemmParams);\n"
     )
-    return KernelSpec(name=name, source=source, arch=SM100_ARCH)
+    return KernelSpec(name=name, source=source, arch=SM100.name)
 
 
 def sm100_kernel_spec(desc: GemmDesc, config: GemmConfig) -> KernelSpec:

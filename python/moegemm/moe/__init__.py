@@ -1,4 +1,4 @@
-"""The fused MoE layer (issue 18): fused_moe, fused_moe_masked, MoEWorkspace and
+"""The fused MoE layer: fused_moe, fused_moe_masked, MoEWorkspace and
 prepare_moe_weights. Above the API (it composes moegemm's kernels), below the warmup."""
 
 from __future__ import annotations

@@ -23,8 +23,14 @@ from dataclasses import dataclass
 
 import torch
 
-from ..api.mxfp4_weights import ARCHS as MXFP4_ARCHS
-from ..api.mxfp4_weights import SM90_ARCH, SM100_ARCH, Mxfp4Weights, prepare_mxfp4_weights
+from ..api.mxfp4_weights import (
+    MXFP4_ARCH_NAMES,
+    SM90_ARCH,
+    SM100_ARCH,
+    Mxfp4Weights,
+    canonical_arch,
+    prepare_mxfp4_weights,
+)
 
 ACTIVATIONS = ("silu", "swiglu_oai")
 # The first GEMM's epilogue (GemmDesc.epilogue) of each activation.
@@ -133,8 +139,8 @@ def default_mxfp4_arch(t: torch.Tensor) -> str:
 
 
 def _prepare_mxfp4(w13, activation: str, w13_bias, layout: str, arch: str | None) -> PreparedW13:
-    if arch is not None and arch not in MXFP4_ARCHS:
-        raise ValueError(f"arch must be one of {sorted(MXFP4_ARCHS)} or None, got {arch!r}")
+    if arch is not None and arch not in MXFP4_ARCH_NAMES:
+        raise ValueError(f"arch must be one of {sorted(MXFP4_ARCH_NAMES)} or None, got {arch!r}")
     if isinstance(w13, Mxfp4Weights):
         if w13.arch == SM100_ARCH:
             raise ValueError(
@@ -171,7 +177,7 @@ def _prepare_mxfp4(w13, activation: str, w13_bias, layout: str, arch: str | None
         )
     if layout not in ("raw", "prepared"):
         raise ValueError(f"mxfp4_layout must be 'raw' or 'prepared', got {layout!r}")
-    arch = MXFP4_ARCHS[arch] if arch is not None else default_mxfp4_arch(b)
+    arch = canonical_arch(arch) if arch is not None else default_mxfp4_arch(b)
     if arch == SM100_ARCH and (layout == "raw" or prepared):
         raise ValueError(
             "SM100 takes MXFP4 experts in its own preparation only: pass the checkpoint's "

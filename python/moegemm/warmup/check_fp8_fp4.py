@@ -7,7 +7,7 @@ time, then passed both ways a caller may pass them (the raw (b, sfb) pair and
 prepare_mxfp4_weights' prepared form: the warmup built both). Activations are
 per_token_cast_to_fp8 (gran_k 128) of random BF16 rows. The reference is FP32 on exactly what
 the kernel reads: a.float() * sfa per 128 of K, times dequantize_mxfp4(b, sfb) (exact), so the
-only error left is the kernel's accumulation and the BF16 output (calc_diff < 1e-4, issue 17).
+only error left is the kernel's accumulation and the BF16 output (calc_diff < 1e-4).
 Routed shapes run offs, m_indices and masked (max_m = tokens) on rows = tokens x top_k of a
 random top-k routing; one-group shapes the dense GEMM. Outputs are NaN-poisoned first.
 
@@ -29,7 +29,7 @@ from ..testing import bench_us, calc_diff
 from . import check as base
 from .check import ALIGN, MAX_BUFFER_BYTES, _peer_us, _poisoned, _randn, _Report, _routing
 
-TOLERANCE = 1e-4  # calc_diff against the dequantized reference (issue 17)
+TOLERANCE = 1e-4  # calc_diff against the dequantized reference
 SFA_BLOCK_K = 128  # activation scale granularity along K
 LAYOUT_WIDTH = 14  # "m_indices/prep"
 
