@@ -109,3 +109,22 @@ def test_importing_the_jit_loads_nothing_above_it() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+PRODUCT_FILES = sorted(
+    p
+    for p in (PYTHON_DIR / "moegemm").rglob("*.py")
+    if "testing" not in p.relative_to(PYTHON_DIR).parts
+)
+
+
+@pytest.mark.parametrize("path", PRODUCT_FILES, ids=lambda p: str(p.relative_to(PYTHON_DIR)))
+def test_no_product_module_imports_the_test_helpers(path: Path) -> None:
+    """moegemm.testing is the tests' and benchmarks' face of moegemm.measure and
+    moegemm.moe.reference; the product (the warmup's self-check, EP's reference path) imports
+    those directly."""
+    package = path.relative_to(PYTHON_DIR).with_suffix("").parts[:-1]
+    if path.name == "__init__.py":
+        package = path.relative_to(PYTHON_DIR).parts[:-1]
+    imported = _imports(path, tuple(package))
+    assert [m for m in imported if m.startswith("moegemm.testing")] == []

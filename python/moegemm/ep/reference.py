@@ -1,7 +1,7 @@
 """A pure-torch model of expert-parallel dispatch and combine (CPU or GPU tensors, R ranks
 simulated in one process): where each (token, choice) lands, and what each rank's output is.
 It pins the kernels' contract (include/moegemm/ep/): tests check it against
-moegemm.testing.moe_reference.fused_moe_reference, and the GPU tests check the kernels
+moegemm.moe.reference.fused_moe_reference, and the GPU tests check the kernels
 against it.
 
 Placement. Expert e lives on rank e // E_local as local expert e % E_local. On its owner, an
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..testing.moe_reference import expert_forward, expert_forward_fp8
+from ..moe.reference import expert_forward, expert_forward_fp8
 
 
 @dataclass

@@ -20,7 +20,7 @@ from typing import TextIO
 
 import torch
 
-from ..testing import bench_us, calc_diff
+from ..measure import bench_us, calc_diff
 from .specs import (
     DEFAULT_MAX_TOKENS,
     check_arguments,

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import torch
 
-from ..testing import bench_us, calc_diff
+from ..measure import bench_us, calc_diff
 from . import check as base
 from .check import ALIGN, MAX_BUFFER_BYTES, _peer_us, _poisoned, _randn, _Report, _routing
 
