@@ -128,3 +128,62 @@ def test_no_product_module_imports_the_test_helpers(path: Path) -> None:
         package = path.relative_to(PYTHON_DIR).parts[:-1]
     imported = _imports(path, tuple(package))
     assert [m for m in imported if m.startswith("moegemm.testing")] == []
+
+
+def _module_graph() -> tuple[dict[str, set[str]], list[tuple[str, str]]]:
+    """(module -> the moegemm modules it imports at load, [(module, target)] of imports inside
+    functions). `from pkg import name` counts as pkg.name where that is a module file."""
+    root = PYTHON_DIR
+    files = {}
+    for path in (root / "moegemm").rglob("*.py"):
+        parts = path.relative_to(root).with_suffix("").parts
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+
+    def targets(module: str, node: ast.Import | ast.ImportFrom) -> list[str]:
+        if isinstance(node, ast.Import):
+            return [alias.name for alias in node.names]
+        package = module if files[module].name == "__init__.py" else module.rsplit(".", 1)[0]
+        base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+        target = ".".join([*base, *([node.module] if node.module else [])])
+        subs = [f"{target}.{alias.name}" for alias in node.names]
+        return [sub if sub in files else target for sub in subs]
+
+    at_load: dict[str, set[str]] = {module: set() for module in files}
+    in_functions = []
+    for module, path in files.items():
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            for sub in ast.walk(node) if isinstance(node, (ast.If, ast.Try)) else [node]:
+                if isinstance(sub, (ast.Import, ast.ImportFrom)):
+                    at_load[module] |= {t for t in targets(module, sub) if t in files}
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for sub in ast.walk(node):
+                    if isinstance(sub, (ast.Import, ast.ImportFrom)):
+                        in_functions += [(module, t) for t in targets(module, sub) if t in files]
+    for module, imported in at_load.items():
+        imported.discard(module)
+    return at_load, [(a, b) for a, b in in_functions if a != b]
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph[todo.pop()]:
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def test_no_import_cycles_hidden_or_not() -> None:
+    """No module imports itself through its load-time imports, and no import inside a function
+    closes a cycle (the function-level import that used to hide one: codegen <-> codegen_sm100,
+    the MoE layer <-> its MXFP4 half, the two warmup checks)."""
+    at_load, in_functions = _module_graph()
+    assert [m for m in at_load if m in _reachable(at_load, m)] == []
+    every = {module: set(targets) for module, targets in at_load.items()}
+    for module, target in in_functions:
+        every[module].add(target)
+    hidden = sorted({(a, b) for a, b in in_functions if a in _reachable(every, b)})
+    assert hidden == []

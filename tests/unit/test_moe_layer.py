@@ -19,7 +19,8 @@ from moegemm.heuristics import (
     selection_key,
 )
 from moegemm.heuristics.sm90_bf16 import smem_bytes_for
-from moegemm.jit.codegen import kernel_spec, sm90_bf16_gemm_spec
+from moegemm.jit.codegen import sm90_bf16_gemm_spec
+from moegemm.jit.kernels import kernel_spec
 from moegemm.moe.weights import kernel_order, source_order, split_gate_up
 from moegemm.testing.moe_reference import (
     expert_forward,

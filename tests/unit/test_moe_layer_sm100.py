@@ -12,7 +12,7 @@ import torch
 import moegemm
 from moegemm.api.mxfp4_weights import prepare_mxfp4_weights, unprepare_mxfp4_weights
 from moegemm.heuristics import arch_for, select_config
-from moegemm.jit.codegen import kernel_spec
+from moegemm.jit.kernels import kernel_spec
 from moegemm.moe.mxfp4 import (
     fp8_gemm_args,
     mxfp4_layer_gemms,

@@ -73,9 +73,10 @@ def recorder(monkeypatch):
     log = Recorder()
     for name, spec in declared().items():
         monkeypatch.setattr(_C, name, fake_launcher(name, spec, log))
-    for module in ("moegemm.api.plans", "moegemm.moe.layer", "moegemm.moe.mxfp4"):
+    for module in ("moegemm.api.plans", "moegemm.moe.launches", "moegemm.moe.mxfp4"):
         monkeypatch.setattr(f"{module}.load_kernel", lambda spec: spec)
-    for module in ("moegemm.api.plans", "moegemm.moe.layer", "moegemm.moe.mxfp4"):
+    for module in ("moegemm.api.plans", "moegemm.moe.launches", "moegemm.moe.layer",
+                   "moegemm.moe.mxfp4"):  # fmt: skip
         monkeypatch.setattr(f"{module}.arch_for_device", lambda device: SM90)
     monkeypatch.setattr(checks, "require_placement", lambda tma, others: 0)
     monkeypatch.setattr(plans, "raw_stream", lambda device: 0)

@@ -213,16 +213,18 @@ class FakeKernels:
 
 def _run_on_cpu(monkeypatch: pytest.MonkeyPatch, kernels: FakeKernels, shape: dict, tokens):
     import moegemm
-    from moegemm.warmup import check, check_fp8_fp4
+    from moegemm.warmup import check, check_common
 
-    monkeypatch.setattr(check, "DEVICE", "cpu")
+    monkeypatch.setattr(check_common, "DEVICE", "cpu")
     monkeypatch.setattr(moegemm, "fp8_fp4_gemm_nt", kernels.dense, raising=False)
     monkeypatch.setattr(moegemm, "m_grouped_fp8_fp4_gemm_nt_contiguous", kernels.contiguous,
                         raising=False)  # fmt: skip
     monkeypatch.setattr(moegemm, "m_grouped_fp8_fp4_gemm_nt_masked", kernels.masked,
                         raising=False)  # fmt: skip
-    monkeypatch.setattr(check_fp8_fp4, "bench_us", lambda fn: 1.0)
-    monkeypatch.setattr(check, "bench_us", lambda fn: 1.0)
+    from moegemm.warmup import check_fp8_fp4
+
+    for module in (check, check_common, check_fp8_fp4):
+        monkeypatch.setattr(module, "bench_us", lambda fn: 1.0)
     out = io.StringIO()
     rep = check._fp8_fp4_report(out)
     gen = torch.Generator().manual_seed(0)

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from ..heuristics import GemmConfig, GemmDesc, select_config
-from ..jit.codegen import kernel_spec  # the kernel of a call; the warmup builds the same
+from ..jit.kernels import kernel_spec  # the kernel of a call; the warmup builds the same
 from ..jit.runtime import load_kernel
 from .device import arch_for_device, register_plan_cache
 

@@ -36,8 +36,12 @@ from ..jit.codegen import (
     ep_dispatch_spec,
 )
 from ..jit.runtime import load_kernel
+from ..moe.layer import check_any_w2, fused_moe_masked, masked_plan
+from ..moe.mxfp4 import require_weights_for
 from ..moe.weights import PreparedW13
+from ..moe.workspace import MoEWorkspace
 from .env import require_multicast_off
+from .experts import Mxfp4MaskedExperts
 from .plan import EPBufferPlan
 from .status import describe_status
 
@@ -188,8 +192,6 @@ class EPMoE:
             self.h8 = torch.empty(rows, i, dtype=torch.float8_e4m3fn, device=dev)
             self.sfa_h = torch.empty(rows, -(-i // 128), dtype=torch.float32, device=dev)
         else:
-            from ..moe.workspace import MoEWorkspace
-
             # fused_moe_masked reads only the workspace's h (and its device, intermediate);
             # the other buffers are this layer's, named so that nothing is allocated.
             self._ws = MoEWorkspace.of_buffers(
@@ -286,8 +288,6 @@ class EPMoE:
     __call__ = forward
 
     def _check_forward(self, x, topk_ids, topk_weights, w13, w2, w2_bias, out) -> tuple:
-        from ..moe.layer import _check_any_w2
-
         checks.require_tensor("x", x, (torch.bfloat16,), 2)
         t, h = x.shape
         if h != self.hidden:
@@ -317,10 +317,8 @@ class EPMoE:
         if w13.is_mxfp4 != self.fp8:
             raise ValueError(f"the layer's experts are {self.weight_dtype}; w13_local is "
                              f"{'mxfp4' if w13.is_mxfp4 else 'bf16'}")  # fmt: skip
-        packed = _check_any_w2(w13, w2, w2_bias, el, self.hidden, self.intermediate)
+        packed = check_any_w2(w13, w2, w2_bias, el, self.hidden, self.intermediate)
         if w13.is_mxfp4:  # experts prepared for another GPU: a clear error, not a bad bind
-            from ..moe.mxfp4 import require_weights_for
-
             require_weights_for(arch_for_device(self.device.index or 0).name, w13)
         w2_key = (w2.stride(1), w2.stride(0)) if packed is None else ("mxfp4", packed[2])
         if out is not None:
@@ -427,13 +425,9 @@ class _ForwardPlan:
         self.expected_m = ep.expected_m
         self.mxfp4 = None
         if not ep.fp8:
-            from ..moe.layer import masked_plan
-
             masked_plan(dev, ep.experts_per_rank, ep.max_m, ep.hidden, ep.intermediate,
                         self.expected_m, ep.activation, *w2_key)  # fmt: skip
         if ep.fp8:
-            from .experts import Mxfp4MaskedExperts
-
             self.mxfp4 = Mxfp4MaskedExperts(
                 dev, ep.experts_per_rank, ep.max_m, ep.hidden, ep.intermediate, self.expected_m,
                 w13, w2_key[1],
@@ -450,8 +444,6 @@ class _ForwardPlan:
         )
         plans.require_launched(launched, dev)  # nothing after a dispatch that did not launch
         if self.mxfp4 is None:
-            from ..moe.layer import fused_moe_masked
-
             fused_moe_masked(
                 ep.x_recv, ep.masked_m, w13, w2, self.expected_m, w2_bias=w2_bias, out=ep.y,
                 workspace=ep._ws, row_weight=ep.recv_weight,

@@ -343,13 +343,8 @@ def _fp8_fp4_swap_ab_spec(
     return KernelSpec(name=name, source=source, arch="sm_90a")
 
 
-def kernel_spec(desc: GemmDesc, config: GemmConfig, arch: str = "sm_90a") -> KernelSpec:
-    """The kernel a call of `desc` compiles for `config` on `arch` (an ArchSpec name): what the
-    API loads and the warmup builds."""
-    if arch != "sm_90a":
-        from .codegen_sm100 import sm100_kernel_spec  # imports this module: no cycle at load
-
-        return sm100_kernel_spec(desc, config)
+def sm90_kernel_spec(desc: GemmDesc, config: GemmConfig) -> KernelSpec:
+    """The SM90 kernel a call of `desc` compiles for `config` (jit/kernels.py picks the arch)."""
     if desc.ab_dtype == "fp8_fp4":
         return sm90_fp8_fp4_spec(config, desc.kind, desc.weights, desc.epilogue)
     if desc.kind == "k_grouped":

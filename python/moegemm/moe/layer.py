@@ -23,7 +23,6 @@ kernels in five launches: moe/mxfp4.py.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 
@@ -31,52 +30,21 @@ from ..api import checks, plans
 from ..api.device import arch_for_device
 from ..api.mxfp4_weights import SM90_ARCH
 from ..heuristics import GemmDesc
-from ..jit.codegen import (
-    MOE_COMBINE_THREADS,
-    MOE_ROUTE_THREADS,
-    moe_combine_spec,
-    moe_route_gather_spec,
+from .launches import MAX_EXPERTS, combine_launch, route_launch
+from .mxfp4 import (
+    Mxfp4LayerPlan,
+    Mxfp4MaskedPlan,
+    check_prepared_mxfp4,
+    check_w2_mxfp4,
+    masked_buffers,
+    require_weights_for,
+    w2_arch,
 )
-from ..jit.runtime import load_kernel
 from .weights import EPILOGUE_OF, PreparedW13
 from .workspace import MoEWorkspace
 
-MAX_EXPERTS = 1024  # the route kernel's shared-memory tables
-MAX_SLOTS_PER_CTA = 2048
-ROUTE_WARPS = MOE_ROUTE_THREADS // 32
-COMBINE_CTAS_PER_SM = 8
-
 _plans: dict[tuple, _LayerPlan] = plans.new_plan_cache()
 _masked_plans: dict[tuple, _MaskedPlan] = plans.new_plan_cache()
-
-
-def route_launch(device: int, p: dict[str, int], fp8: bool = False) -> Any:
-    """The bound route-and-gather launch of one signature (fp8: the MXFP4 layer's FP8 gather):
-    each CTA places and gathers about slots / SMs slots, at most MAX_SLOTS_PER_CTA."""
-    from .. import _C
-
-    arch = arch_for_device(device)
-    slots, e = p["tokens"] * p["top_k"], p["experts"]
-    spc = min(MAX_SLOTS_PER_CTA, max(1, math.ceil(slots / arch.num_sms)))
-    smem = 4 * (e * (2 + ROUTE_WARPS) + spc)  # route_gather.cuh's tables
-    kernel = load_kernel(moe_route_gather_spec(arch.name, fp8=fp8))
-    launcher = _C.MoeRouteGatherLauncher(
-        kernel, 1, 1, 1, math.ceil(slots / spc), MOE_ROUTE_THREADS, smem, 1, 1
-    )
-    return launcher.bind(device, p["tokens"], p["top_k"], e, p["hidden"], p["ldx"], spc)
-
-
-def combine_launch(device: int, p: dict[str, int]) -> Any:
-    """The bound combine launch of one signature: (token, column chunk) items, grid-stride."""
-    from .. import _C
-
-    arch = arch_for_device(device)
-    t, h = p["tokens"], p["hidden"]
-    chunks = math.ceil(h / 8 / MOE_COMBINE_THREADS)
-    ctas = max(1, min(t * chunks, arch.num_sms * COMBINE_CTAS_PER_SM))
-    kernel = load_kernel(moe_combine_spec(arch.name))
-    launcher = _C.MoeCombineLauncher(kernel, 1, 1, 1, ctas, MOE_COMBINE_THREADS, 0, 1, 1)
-    return launcher.bind(device, t, p["top_k"], h, p["ldo"])
 
 
 def layer_gemms(sizes: dict[str, int], activation: str) -> tuple:
@@ -151,8 +119,6 @@ def _check_w13(w13: object, activation: str | None, w13_bias: object) -> Prepare
     if w13_bias is not None:
         raise ValueError("pass w13_bias to prepare_moe_weights; the prepared w13 carries it")
     if w13.is_mxfp4 and w13.mxfp4_prepared and w13.mxfp4_arch == SM90_ARCH:
-        from .mxfp4 import check_prepared_mxfp4
-
         # A copy that lost a tensor's shape or contiguity would be read at the wrong pitch.
         e, i, h = w13.num_experts, w13.intermediate, w13.hidden
         check_prepared_mxfp4("w13", w13.weight, w13.scales, e, 2 * i, h)
@@ -232,7 +198,7 @@ def check_fused_moe(
         raise ValueError(f"x has {x.shape[1]} columns, w13 was prepared for hidden {h}")
     ldx = checks.row_stride("x", x)
     k = _check_routing(topk_ids, topk_weights, t)
-    packed_w2 = _check_any_w2(prepared, w2, w2_bias, e, h, i)
+    packed_w2 = check_any_w2(prepared, w2, w2_bias, e, h, i)
     if e > MAX_EXPERTS:
         raise ValueError(f"at most {MAX_EXPERTS} experts, got {e}")
     if out is not None:
@@ -240,7 +206,7 @@ def check_fused_moe(
     return (t, k, e, h, i, ldx), packed_w2
 
 
-def _check_any_w2(prepared: PreparedW13, w2: object, w2_bias: object, e: int, h: int, i: int):
+def check_any_w2(prepared: PreparedW13, w2: object, w2_bias: object, e: int, h: int, i: int):
     """w2 of the experts' kind: BF16 [E, H, I], or MXFP4 (blocks, scales) / Mxfp4Weights with
     MXFP4 w13. Returns (blocks, scales, prepared) for MXFP4, None for BF16."""
     if w2_bias is not None:
@@ -250,7 +216,6 @@ def _check_any_w2(prepared: PreparedW13, w2: object, w2_bias: object, e: int, h:
     if not prepared.is_mxfp4:
         _check_w2(w2, e, h, i)
         return None
-    from .mxfp4 import check_w2_mxfp4, w2_arch
 
     if isinstance(w2, torch.Tensor):
         raise TypeError("w13 holds MXFP4 experts: w2 must be MXFP4 too, (blocks, scales)")
@@ -322,7 +287,6 @@ def fused_moe(
 def _fused_moe_mxfp4(x, w13: PreparedW13, w2, topk_weights, topk_ids, w2_bias, out, workspace,
                      sizes: tuple) -> torch.Tensor:  # fmt: skip
     """fused_moe with MXFP4 experts (moe/mxfp4.py), after the structural checks."""
-    from .mxfp4 import Mxfp4LayerPlan, require_weights_for
 
     t, k, e, h, i, ldx = sizes
     w2b, w2s, w2_prepared = w2  # checked: (blocks, scales, prepared)
@@ -412,7 +376,7 @@ def fused_moe_masked(
     checks.require_index_vector("masked_m", masked_m, e)
     if isinstance(expected_m, bool) or not isinstance(expected_m, int) or expected_m <= 0:
         raise TypeError(f"expected_m must be a positive int, got {expected_m!r}")
-    mxfp4 = _check_any_w2(prepared, w2, w2_bias, e, h, i)
+    mxfp4 = check_any_w2(prepared, w2, w2_bias, e, h, i)
     if row_weight is not None:
         checks.require_tensor("row_weight", row_weight, (torch.float32,), 2)
         checks.require_shape("row_weight", row_weight, (e, max_m))
@@ -465,7 +429,6 @@ def fused_moe_masked(
 
 def _masked_mxfp4(x, masked_m, w13: PreparedW13, w2, w2_bias, out, workspace, sizes: tuple,
                   row_weight_ptr: int = 0):  # fmt: skip
-    from .mxfp4 import Mxfp4MaskedPlan, masked_buffers, require_weights_for
 
     device, e, max_m, h, i, expected = sizes
     w2b, w2s, w2_prepared = w2

@@ -41,6 +41,7 @@ from ..jit.codegen import (
     moe_quantize_rows_spec,
 )
 from ..jit.runtime import load_kernel
+from .launches import combine_launch, route_launch
 from .weights import EPILOGUE_OF, PreparedW13
 from .workspace import FP8_BLOCK, MoEWorkspace
 
@@ -201,8 +202,6 @@ class Mxfp4LayerPlan:
     """The five bound launches of one MXFP4 fused_moe signature."""
 
     def __init__(self, device: int, p: dict[str, int], w13: PreparedW13, w2_prepared: bool):
-        from .layer import combine_launch, route_launch
-
         slots, i = p["tokens"] * p["top_k"], p["intermediate"]
         self.route = route_launch(device, p, fp8=True)
         (d1, args1), (d2, args2) = mxfp4_layer_gemms(p, w13, w2_prepared)

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TextIO
 
 import torch
 
 from ..measure import bench_us, calc_diff
+from . import check_common as common
+from . import check_fp8_fp4
 from .specs import (
     DEFAULT_MAX_TOKENS,
     check_arguments,
@@ -29,35 +31,14 @@ from .specs import (
     check_weights,
 )
 
-TOLERANCE = 1e-5
-DEVICE = "cuda"  # where the check's tensors live (a CPU test of the FP8 x FP4 plumbing swaps it)
 DEFAULT_CHECK_TOKENS = (1, 64, 1024, 4096)
-# A call whose largest tensor (FP32 reference or output included) exceeds this is skipped: a
-# check, not a stress test. DeepSeek-V3's k-grouped output (256 x 4096 x 7168 FP32) is 28 GiB.
-MAX_BUFFER_BYTES = 32 << 30
-ALIGN = 128  # get_mk_alignment_for_contiguous_layout()
-
-
-def _routing(tokens: int, top_k: int, groups: int, gen: torch.Generator) -> torch.Tensor:
-    """Rows per group of a random top-k routing (each token to top_k distinct experts)."""
-    scores = torch.rand(tokens, groups, generator=gen, device=DEVICE)
-    experts = scores.topk(min(top_k, groups), dim=1).indices.flatten()
-    return torch.bincount(experts, minlength=groups).to(torch.int64)
-
-
-def _poisoned(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-    return torch.full(shape, float("nan"), device=DEVICE, dtype=dtype)
-
-
-def _randn(*shape: int, gen: torch.Generator, scale: float = 1.0) -> torch.Tensor:
-    return (torch.randn(*shape, generator=gen, device=DEVICE) * scale).bfloat16()
 
 
 def _weights(g: int, n: int, k: int, gen: torch.Generator) -> torch.Tensor:
     """[G, N, K] BF16 weights, drawn one group at a time (no FP32 copy of them all)."""
-    b = torch.empty(g, n, k, device=DEVICE, dtype=torch.bfloat16)
+    b = torch.empty(g, n, k, device=common.DEVICE, dtype=torch.bfloat16)
     for group in range(g):
-        b[group] = _randn(n, k, gen=gen, scale=0.02)
+        b[group] = common.randn(n, k, gen=gen, scale=0.02)
     return b
 
 
@@ -76,126 +57,95 @@ class _Diff:
         return 0.0 if self.sq == 0 else 1 - 2 * self.xy / self.sq
 
 
-def _peer_us(*fns: Callable[[], object]) -> float:
-    """torch's time for the same problem by the first of fns this torch build accepts, NaN where
-    it refuses them all."""
-    for fn in fns:
-        try:
-            fn()
-        except (RuntimeError, TypeError, ValueError):
-            continue
-        return bench_us(fn)
-    return math.nan
-
-
 def _skipped(out: TextIO, layout: str, label: str, tokens: int) -> None:
     print(f"{layout:9s} {label:26s} {tokens:6d} skipped (a tensor > 32 GiB)", file=out)
 
 
-class _Report:
-    def __init__(self, out: TextIO, tolerance: float = TOLERANCE, layout_width: int = 9) -> None:
-        self.out, self.ok, self.ratios = out, True, []
-        self.tolerance, self.width = tolerance, layout_width
-        print(
-            f"{'layout':{layout_width}s} {'shape':26s} {'tokens':>6s} {'rows':>7s} {'diff':>8s} "
-            f"{'us':>9s} {'torch us':>9s} {'x torch':>7s}",
-            file=out,
-        )
-
-    def row(self, layout: str, label: str, tokens: int, rows: int, diff: float, us: float,
-            peer: float) -> None:  # fmt: skip
-        passed = diff < self.tolerance  # NaN (an unwritten row) fails too
-        self.ok &= passed
-        speed = peer / us  # NaN where torch refused the problem
-        if not math.isnan(speed):
-            self.ratios.append(speed)
-        print(
-            f"{layout:{self.width}s} {label:26s} {tokens:6d} {rows:7d} {diff:8.1e} {us:9.1f} {peer:9.1f} "
-            f"{speed:7.3f}" + ("" if passed else "  FAILED"),
-            file=self.out,
-        )
-
-
-def _check_dense(rep: _Report, label: str, n: int, k: int, tokens: int, gen) -> None:
+def _check_dense(rep: common.Report, label: str, n: int, k: int, tokens: int, gen) -> None:
     import moegemm
 
-    a, b = _randn(tokens, k, gen=gen), _randn(n, k, gen=gen, scale=0.02)
-    d = _poisoned(tokens, n)
+    a, b = common.randn(tokens, k, gen=gen), common.randn(n, k, gen=gen, scale=0.02)
+    d = common.poisoned(tokens, n)
     moegemm.bf16_gemm_nt(a, b, d)
     diff = calc_diff(d, a.float() @ b.float().t())
     us = bench_us(lambda: moegemm.bf16_gemm_nt(a, b, d))
-    rep.row("dense", label, tokens, tokens, diff, us, _peer_us(lambda: torch.mm(a, b.t(), out=d)))
+    rep.row(
+        "dense", label, tokens, tokens, diff, us, common.peer_us(lambda: torch.mm(a, b.t(), out=d))
+    )
 
 
-def _check_routed(rep: _Report, label: str, b: torch.Tensor, tokens: int, top_k: int,
+def _check_routed(rep: common.Report, label: str, b: torch.Tensor, tokens: int, top_k: int,
                   gen) -> None:  # fmt: skip
     import moegemm
 
     g, n, k = b.shape
-    counts = _routing(tokens, top_k, g, gen)
+    counts = common.routing(tokens, top_k, g, gen)
     rows = int(counts.sum())
     bt = b.transpose(-2, -1)  # torch._grouped_mm takes [G, K, N]
-    a = _randn(rows, k, gen=gen)
+    a = common.randn(rows, k, gen=gen)
     ends = counts.cumsum(0)
     offs = ends.to(torch.int32)
-    ref = torch.empty(rows, n, device=DEVICE)
+    ref = torch.empty(rows, n, device=common.DEVICE)
     starts = (ends - counts).tolist()
     for group, (start, size) in enumerate(zip(starts, counts.tolist())):
         ref[start : start + size] = a[start : start + size].float() @ b[group].float().t()
-    peer = _peer_us(lambda: torch._grouped_mm(a, bt, offs=offs))
+    peer = common.peer_us(lambda: torch._grouped_mm(a, bt, offs=offs))
 
-    d = _poisoned(rows, n)
+    d = common.poisoned(rows, n)
     moegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, offs=offs)
     us = bench_us(lambda: moegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, offs=offs))
     rep.row("offs", label, tokens, rows, calc_diff(d, ref), us, peer)
 
     # m_indices: each group's rows copied to a segment aligned to ALIGN rows; padding rows -1.
-    padded = [math.ceil(size / ALIGN) * ALIGN for size in counts.tolist()]
+    padded = [math.ceil(size / common.ALIGN) * common.ALIGN for size in counts.tolist()]
     pad_starts = [sum(padded[:i]) for i in range(g)]
-    total = max(ALIGN, sum(padded))
+    total = max(common.ALIGN, sum(padded))
     real = torch.cat(
-        [torch.arange(s, s + size, device=DEVICE) for s, size in zip(pad_starts, counts.tolist())]
+        [
+            torch.arange(s, s + size, device=common.DEVICE)
+            for s, size in zip(pad_starts, counts.tolist())
+        ]
     )
-    m_indices = torch.full((total,), -1, device=DEVICE, dtype=torch.int32)
-    m_indices[real] = torch.repeat_interleave(torch.arange(g, device=DEVICE), counts).int()
-    a_pad = torch.zeros(total, k, device=DEVICE, dtype=torch.bfloat16)
+    m_indices = torch.full((total,), -1, device=common.DEVICE, dtype=torch.int32)
+    m_indices[real] = torch.repeat_interleave(torch.arange(g, device=common.DEVICE), counts).int()
+    a_pad = torch.zeros(total, k, device=common.DEVICE, dtype=torch.bfloat16)
     a_pad[real] = a
-    d = _poisoned(total, n)
+    d = common.poisoned(total, n)
     moegemm.m_grouped_bf16_gemm_nt_contiguous(a_pad, b, d, m_indices)
     us = bench_us(lambda: moegemm.m_grouped_bf16_gemm_nt_contiguous(a_pad, b, d, m_indices))
     rep.row("m_indices", label, tokens, rows, calc_diff(d[real], ref), us, peer)
 
     # masked: a [G, max_m, K] buffer with max_m = tokens (holds any routing).
     max_m = tokens
-    if g * max_m * max(n, k) * 4 <= MAX_BUFFER_BYTES:
-        a_masked = torch.zeros(g, max_m, k, device=DEVICE, dtype=torch.bfloat16)
-        ref_masked = torch.zeros(g, max_m, n, device=DEVICE)
-        valid = torch.zeros(g, max_m, dtype=torch.bool, device=DEVICE)
+    if g * max_m * max(n, k) * 4 <= common.MAX_BUFFER_BYTES:
+        a_masked = torch.zeros(g, max_m, k, device=common.DEVICE, dtype=torch.bfloat16)
+        ref_masked = torch.zeros(g, max_m, n, device=common.DEVICE)
+        valid = torch.zeros(g, max_m, dtype=torch.bool, device=common.DEVICE)
         for group, (start, size) in enumerate(zip(starts, counts.tolist())):
             a_masked[group, :size] = a[start : start + size]
             ref_masked[group, :size] = ref[start : start + size]
             valid[group, :size] = True
         masked_m = counts.to(torch.int32)
         expected = min(max_m, math.ceil(tokens * top_k / g))
-        d = _poisoned(g, max_m, n)
+        d = common.poisoned(g, max_m, n)
 
         def masked() -> None:
             moegemm.m_grouped_bf16_gemm_nt_masked(a_masked, b, d, masked_m, expected)
 
         masked()
         us = bench_us(masked)
-        masked_peer = _peer_us(lambda: torch._grouped_mm(a_masked, bt))
+        masked_peer = common.peer_us(lambda: torch._grouped_mm(a_masked, bt))
         rep.row("masked", label, tokens, rows, calc_diff(d[valid], ref_masked[valid]), us,
                 masked_peer)  # fmt: skip
     else:
         _skipped(rep.out, "masked", label, tokens)
 
     # k-grouped weight gradient of this shape: d[g] = dy_g^T x_g, M = n, N = k, FP32 out.
-    if g * n * k * 4 > MAX_BUFFER_BYTES:
+    if g * n * k * 4 > common.MAX_BUFFER_BYTES:
         _skipped(rep.out, "k-grouped", label, tokens)
         return
-    dy, x = _randn(rows, n, gen=gen), _randn(rows, k, gen=gen)
-    d = _poisoned(g, n, k, dtype=torch.float32)
+    dy, x = common.randn(rows, n, gen=gen), common.randn(rows, k, gen=gen)
+    d = common.poisoned(g, n, k, dtype=torch.float32)
     moegemm.k_grouped_bf16_gemm_tn_contiguous(dy, x, d, offs)
     diff = _Diff()
     for group, (start, size) in enumerate(zip(starts, counts.tolist())):
@@ -204,7 +154,7 @@ def _check_routed(rep: _Report, label: str, b: torch.Tensor, tokens: int, top_k:
     us = bench_us(lambda: moegemm.k_grouped_bf16_gemm_tn_contiguous(dy, x, d, offs))
     # As bench_bf16.py calls it: FP32 out where this torch supports it, else BF16 out.
     dy_t = dy.t()
-    k_peer = _peer_us(
+    k_peer = common.peer_us(
         lambda: torch._grouped_mm(dy_t, x, offs=offs, out_dtype=torch.float32),
         lambda: torch._grouped_mm(dy_t, x, offs=offs),
     )
@@ -225,7 +175,7 @@ def run_check(
     at `token_counts` (default: those of DEFAULT_CHECK_TOKENS up to max_tokens, and max_tokens if
     fewer remain), with `top_k` experts per token. Prints one line per call to `out` (default
     stdout) and a summary; returns True when every output matched the FP32 reference
-    (calc_diff < TOLERANCE). Calls whose operands exceed MAX_BUFFER_BYTES are skipped.
+    (calc_diff < TOLERANCE). Calls whose operands exceed MAX_BUFFER_BYTES (32 GiB) are skipped.
     weights="mxfp4" checks the FP8 x FP4 kernels instead (check_fp8_fp4.py: both weight forms,
     the dequantized reference, calc_diff < 1e-4, torch FP8 rowwise as the peer)."""
     if token_counts is None:
@@ -239,19 +189,21 @@ def run_check(
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         raise RuntimeError("run_check needs an SM90 (Hopper) GPU")
     out = out or sys.stdout
-    gen = torch.Generator(device=DEVICE)
+    gen = torch.Generator(device=common.DEVICE)
     gen.manual_seed(seed)
     if weights == "mxfp4":
         fp4_rep = _fp8_fp4_report(out)
         _check_fp8_fp4(checked, token_counts, top_k, gen, fp4_rep)
         return _summary(fp4_rep)
-    rep = _Report(out)
+    rep = common.Report(out)
     for shape, n, k, g in checked:
         label = f"{shape.get('op', '')} n={n} k={k}" + (f" G={g}" if g > 1 else "")
-        b = _weights(g, n, k, gen) if 1 < g and g * n * k * 2 <= MAX_BUFFER_BYTES else None
+        b = _weights(g, n, k, gen) if 1 < g and g * n * k * 2 <= common.MAX_BUFFER_BYTES else None
         for tokens in token_counts:
             rows = tokens * (top_k if g > 1 else 1)
-            if max(rows * max(n, k) * 4, g * n * k * 2) > MAX_BUFFER_BYTES:  # reference, weights
+            if (
+                max(rows * max(n, k) * 4, g * n * k * 2) > common.MAX_BUFFER_BYTES
+            ):  # reference, weights
                 _skipped(out, "all", label, tokens)
                 continue
             if g == 1:
@@ -263,7 +215,7 @@ def run_check(
     return _summary(rep)
 
 
-def _summary(rep: _Report) -> bool:
+def _summary(rep: common.Report) -> bool:
     out = rep.out
     if rep.ratios:
         geo = math.exp(sum(math.log(r) for r in rep.ratios) / len(rep.ratios))
@@ -274,23 +226,20 @@ def _summary(rep: _Report) -> bool:
     return rep.ok
 
 
-def _fp8_fp4_report(out: TextIO) -> _Report:
-    from . import check_fp8_fp4
-
-    return _Report(out, check_fp8_fp4.TOLERANCE, check_fp8_fp4.LAYOUT_WIDTH)
+def _fp8_fp4_report(out: TextIO) -> common.Report:
+    return common.Report(out, check_fp8_fp4.TOLERANCE, check_fp8_fp4.LAYOUT_WIDTH)
 
 
 def _check_fp8_fp4(checked: list, token_counts: Sequence[int], top_k: int,
-                   gen: torch.Generator, rep: _Report) -> None:  # fmt: skip
+                   gen: torch.Generator, rep: common.Report) -> None:  # fmt: skip
     """run_check's FP8 x FP4 path: per shape, its MXFP4 weights once, then every token count."""
-    from . import check_fp8_fp4 as fp4
-
+    fp4 = check_fp8_fp4
     for shape, n, k, g in checked:
         label = f"{shape.get('op', '')} n={n} k={k}" + (f" G={g}" if g > 1 else "")
         w = fp4.ShapeWeights(g, n, k, gen) if fp4.weights_fit(g, n, k) else None
         for tokens in token_counts:
             rows = tokens * (top_k if g > 1 else 1)
-            if w is None or rows * max(n, k) * 4 > MAX_BUFFER_BYTES:  # reference, weights
+            if w is None or rows * max(n, k) * 4 > common.MAX_BUFFER_BYTES:  # reference, weights
                 _skipped(rep.out, "all", label, tokens)
             elif g == 1:
                 fp4.check_dense(rep, label, w, tokens, gen)

@@ -26,8 +26,7 @@ from collections.abc import Callable
 import torch
 
 from ..measure import bench_us, calc_diff
-from . import check as base
-from .check import ALIGN, MAX_BUFFER_BYTES, _peer_us, _poisoned, _randn, _Report, _routing
+from . import check_common as common
 
 TOLERANCE = 1e-4  # calc_diff against the dequantized reference
 SFA_BLOCK_K = 128  # activation scale granularity along K
@@ -40,12 +39,12 @@ class ShapeWeights:
     def __init__(self, g: int, n: int, k: int, gen: torch.Generator) -> None:
         from ..quant import per_token_cast_to_fp8, quantize_mxfp4
 
-        self.b = torch.empty(g, n, k // 2, device=base.DEVICE, dtype=torch.uint8)
-        self.sfb = torch.empty(g, n, k // 32, device=base.DEVICE, dtype=torch.uint8)
-        self.w8 = torch.empty(g, n, k, device=base.DEVICE, dtype=torch.float8_e4m3fn)
-        self.ws = torch.empty(g, n, device=base.DEVICE, dtype=torch.float32)
+        self.b = torch.empty(g, n, k // 2, device=common.DEVICE, dtype=torch.uint8)
+        self.sfb = torch.empty(g, n, k // 32, device=common.DEVICE, dtype=torch.uint8)
+        self.w8 = torch.empty(g, n, k, device=common.DEVICE, dtype=torch.float8_e4m3fn)
+        self.ws = torch.empty(g, n, device=common.DEVICE, dtype=torch.float32)
         for group in range(g):  # one group at a time: no FP32 copy of them all
-            w = _randn(n, k, gen=gen, scale=0.02)
+            w = common.randn(n, k, gen=gen, scale=0.02)
             self.b[group], self.sfb[group] = quantize_mxfp4(w)
             w8, ws = per_token_cast_to_fp8(w, gran_k=k)
             self.w8[group], self.ws[group] = w8, ws.squeeze(-1)
@@ -81,7 +80,7 @@ def _activations(rows: int, k: int, gen: torch.Generator):
     """(a, sfa) of random BF16 rows, their FP32 dequantization, and the rowwise cast for torch."""
     from ..quant import per_token_cast_to_fp8
 
-    x = _randn(rows, k, gen=gen)
+    x = common.randn(rows, k, gen=gen)
     a, sfa = per_token_cast_to_fp8(x, gran_k=SFA_BLOCK_K)
     a_ref = a.float() * sfa.repeat_interleave(SFA_BLOCK_K, dim=-1)[:, :k]
     a8r, sar = per_token_cast_to_fp8(x, gran_k=k)
@@ -90,22 +89,22 @@ def _activations(rows: int, k: int, gen: torch.Generator):
 
 def _fp8_zeros(*shape: int) -> torch.Tensor:
     """FP8 zeros made as bytes (0x00 is +0 in E4M3): no FP8 fill kernel needed."""
-    return torch.zeros(shape, device=base.DEVICE, dtype=torch.uint8).view(torch.float8_e4m3fn)
+    return torch.zeros(shape, device=common.DEVICE, dtype=torch.uint8).view(torch.float8_e4m3fn)
 
 
 def _torch_peer(fn_name: str, call: Callable[[Callable], object]) -> float:
     fn = getattr(torch, fn_name, None)
     if fn is None:  # an older torch: no FP8 peer
         return math.nan
-    return _peer_us(lambda: call(fn))
+    return common.peer_us(lambda: call(fn))
 
 
-def _row(rep: _Report, layout: str, form: str, label: str, tokens: int, rows: int,
+def _row(rep: common.Report, layout: str, form: str, label: str, tokens: int, rows: int,
          diff: float, us: float, peer: float) -> None:  # fmt: skip
     rep.row(f"{layout}/{form[:4]}", label, tokens, rows, diff, us, peer)
 
 
-def check_dense(rep: _Report, label: str, w: ShapeWeights, tokens: int, gen) -> None:
+def check_dense(rep: common.Report, label: str, w: ShapeWeights, tokens: int, gen) -> None:
     import moegemm
 
     _, n, k2 = w.b.shape
@@ -118,7 +117,7 @@ def check_dense(rep: _Report, label: str, w: ShapeWeights, tokens: int, gen) -> 
         lambda f: f(a8r, w8t, scale_a=sar.unsqueeze(1), scale_b=ws, out_dtype=torch.bfloat16),
     )
     for form, b in w.forms(0):
-        d = _poisoned(tokens, n)
+        d = common.poisoned(tokens, n)
         call = functools.partial(moegemm.fp8_fp4_gemm_nt, (a, sfa), b, d)
         call()
         diff = calc_diff(d, ref)
@@ -126,19 +125,19 @@ def check_dense(rep: _Report, label: str, w: ShapeWeights, tokens: int, gen) -> 
         _row(rep, "dense", form, label, tokens, tokens, diff, us, peer)
 
 
-def check_routed(rep: _Report, label: str, w: ShapeWeights, tokens: int, top_k: int,
+def check_routed(rep: common.Report, label: str, w: ShapeWeights, tokens: int, top_k: int,
                  gen) -> None:  # fmt: skip
     import moegemm
 
     g, n, k2 = w.b.shape
     k = 2 * k2
-    counts = _routing(tokens, top_k, g, gen)
+    counts = common.routing(tokens, top_k, g, gen)
     rows = int(counts.sum())
     a, sfa, a_ref, a8r, sar = _activations(rows, k, gen)
     ends = counts.cumsum(0)
     offs = ends.to(torch.int32)
     starts, sizes = (ends - counts).tolist(), counts.tolist()
-    ref = torch.zeros(rows, n, device=base.DEVICE)
+    ref = torch.zeros(rows, n, device=common.DEVICE)
     for group, (start, size) in enumerate(zip(starts, sizes)):
         if size:  # dequantize only the groups that have rows
             ref[start : start + size] = a_ref[start : start + size] @ w.dequantized(group).t()
@@ -149,7 +148,7 @@ def check_routed(rep: _Report, label: str, w: ShapeWeights, tokens: int, top_k: 
     )
     contiguous = moegemm.m_grouped_fp8_fp4_gemm_nt_contiguous
     for form, b in w.forms():
-        d = _poisoned(rows, n)
+        d = common.poisoned(rows, n)
         call = functools.partial(contiguous, (a, sfa), b, d, offs=offs)
         call()
         diff = calc_diff(d, ref)
@@ -157,20 +156,20 @@ def check_routed(rep: _Report, label: str, w: ShapeWeights, tokens: int, top_k: 
         _row(rep, "offs", form, label, tokens, rows, diff, us, peer)
 
     # m_indices: each group's rows copied to a segment aligned to ALIGN rows; padding rows -1.
-    padded = [math.ceil(size / ALIGN) * ALIGN for size in sizes]
+    padded = [math.ceil(size / common.ALIGN) * common.ALIGN for size in sizes]
     pad_starts = [sum(padded[:i]) for i in range(g)]
-    total = max(ALIGN, sum(padded))
+    total = max(common.ALIGN, sum(padded))
     real = torch.cat(
-        [torch.arange(s, s + size, device=base.DEVICE) for s, size in zip(pad_starts, sizes)]
+        [torch.arange(s, s + size, device=common.DEVICE) for s, size in zip(pad_starts, sizes)]
     )
-    m_indices = torch.full((total,), -1, device=base.DEVICE, dtype=torch.int32)
-    m_indices[real] = torch.repeat_interleave(torch.arange(g, device=base.DEVICE), counts).int()
+    m_indices = torch.full((total,), -1, device=common.DEVICE, dtype=torch.int32)
+    m_indices[real] = torch.repeat_interleave(torch.arange(g, device=common.DEVICE), counts).int()
     a_pad = _fp8_zeros(total, k)
-    sfa_pad = torch.ones(total, sfa.shape[1], device=base.DEVICE, dtype=sfa.dtype)
+    sfa_pad = torch.ones(total, sfa.shape[1], device=common.DEVICE, dtype=sfa.dtype)
     a_pad.view(torch.uint8)[real] = a.view(torch.uint8)  # byte indexing: any torch has it
     sfa_pad[real] = sfa
     for form, b in w.forms():
-        d = _poisoned(total, n)
+        d = common.poisoned(total, n)
         call = functools.partial(contiguous, (a_pad, sfa_pad), b, d, m_indices)
         call()
         diff = calc_diff(d[real], ref)
@@ -179,13 +178,13 @@ def check_routed(rep: _Report, label: str, w: ShapeWeights, tokens: int, top_k: 
 
     # masked: a [G, max_m, K] buffer with max_m = tokens (holds any routing).
     max_m = tokens
-    if g * max_m * max(n, k) * 4 > MAX_BUFFER_BYTES:
+    if g * max_m * max(n, k) * 4 > common.MAX_BUFFER_BYTES:
         print(f"{'masked':{LAYOUT_WIDTH}s} {label:26s} {tokens:6d} skipped (a tensor > 32 GiB)",
               file=rep.out)  # fmt: skip
         return
     a_masked = _fp8_zeros(g, max_m, k)
-    sfa_masked = torch.ones(g, max_m, sfa.shape[1], device=base.DEVICE, dtype=sfa.dtype)
-    valid = torch.zeros(g, max_m, dtype=torch.bool, device=base.DEVICE)
+    sfa_masked = torch.ones(g, max_m, sfa.shape[1], device=common.DEVICE, dtype=sfa.dtype)
+    valid = torch.zeros(g, max_m, dtype=torch.bool, device=common.DEVICE)
     for group, (start, size) in enumerate(zip(starts, sizes)):
         a_masked[group, :size] = a[start : start + size]
         sfa_masked[group, :size] = sfa[start : start + size]
@@ -194,7 +193,7 @@ def check_routed(rep: _Report, label: str, w: ShapeWeights, tokens: int, top_k: 
     expected = min(max_m, math.ceil(tokens * top_k / g))
     masked = moegemm.m_grouped_fp8_fp4_gemm_nt_masked
     for form, b in w.forms():
-        d = _poisoned(g, max_m, n)
+        d = common.poisoned(g, max_m, n)
         call = functools.partial(masked, (a_masked, sfa_masked), b, d, masked_m, expected)
         call()
         diff = calc_diff(d[valid], ref)  # valid rows in group order = the packed rows
@@ -204,4 +203,4 @@ def check_routed(rep: _Report, label: str, w: ShapeWeights, tokens: int, top_k: 
 
 def weights_fit(g: int, n: int, k: int) -> bool:
     """Whether one shape's weights (the FP8 peer copy is the largest) stay within the limit."""
-    return g * n * k <= MAX_BUFFER_BYTES
+    return g * n * k <= common.MAX_BUFFER_BYTES

@@ -20,11 +20,11 @@ from collections.abc import Iterator, Sequence
 
 from ..heuristics import GemmDesc, arch_for
 from ..jit.codegen import (
-    kernel_spec,
     moe_combine_spec,
     moe_quantize_rows_spec,
     moe_route_gather_spec,
 )
+from ..jit.kernels import kernel_spec
 from ..jit.spec import KernelSpec
 from ..moe.weights import EPILOGUE_OF
 from . import presets

@@ -56,7 +56,7 @@ from ..heuristics import (
     sm100_bf16,
     sm100_fp8_fp4,
 )
-from ..jit.codegen import kernel_spec
+from ..jit.kernels import kernel_spec
 from ..jit.spec import KernelSpec
 
 DEFAULT_MAX_TOKENS = 16384
