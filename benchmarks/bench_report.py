@@ -1,5 +1,5 @@
 """The BF16 grouped benchmark's ceilings, per-case metrics, table and summary (bench_bf16.py).
-Everything but `Ceilings` is CPU logic, tested in tests/test_bench_cases.py."""
+Everything but `Ceilings` is CPU logic, tested in benchmarks/tests/test_bench_cases.py."""
 
 from __future__ import annotations
 

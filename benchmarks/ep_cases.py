@@ -1,5 +1,5 @@
 """bench_ep.py's cases, buffer sizing and targets: CPU logic, tested in
-tests/test_ep_bench.py."""
+benchmarks/tests/test_ep_bench.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The fused MoE layer benchmark's cases, metrics and targets (bench_moe.py): CPU logic, tested
-in tests/test_bench_moe.py."""
+in benchmarks/tests/test_bench_moe.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Interleaved A/B timing and its statistics for tools/build_twins.py.
 
 The pure parts (interleave, compare, summarize, formatting) are tested on the CPU with a fake
-timer (tests/test_build_twins.py); on the GPU build_twins.py times with bench_common.Timer
+timer (tools/tests/test_build_twins.py); on the GPU build_twins.py times with bench_common.Timer
 (queued behind a GPU sleep, the method of bench_bf16.py).
 """
 
