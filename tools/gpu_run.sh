@@ -16,7 +16,10 @@
 #   bench      benchmarks/bench_bf16.py, the grouped family against its peers (~2 min)
 #   dense      benchmarks/bench_bf16_gemm.py, dense against cuBLAS (~1 min)
 #   fp8        benchmarks/bench_fp8_fp4.py, the FP8 x FP4 family against its peers (~3-4 min;
-#              GPU_RUN_FP8_ARGS, e.g. --quick)
+#              GPU_RUN_FP8_ARGS, e.g. --quick). Its peer DeepGEMM FP8 runs in the same process
+#              when GPU_RUN_DEEPGEMM_DIR names a DeepGEMM source tree with its fmt submodule
+#              (carry it): built in the background from the start, with the CUTLASS headers of
+#              the nvidia-cutlass wheel (~80 s on 16 cores); the stage waits for it.
 #   fp8cfg     tools/fp8_fp4_config_sweep.py: the FP8 x FP4 pick against the decode kernel's
 #              configs (GPU_RUN_FP8CFG_ARGS, e.g. --problems dsv3-l1-r8-masked; ~2-3 min)
 #   moe        benchmarks/bench_moe.py, the fused MoE layer against its peers (GPU_RUN_MOE_ARGS,
@@ -115,6 +118,24 @@ if [ "${GPU_RUN_BUILD:-1}" != 0 ]; then # 0: the package is built already (a war
   fi
   summary+=("$(printf '%-10s rc %-3s %5d s' build 0 $((SECONDS - t0)))")
 fi
+dg_pid=
+if [[ $stages == *,fp8,* && -n ${GPU_RUN_DEEPGEMM_DIR:-} ]]; then
+  dg_dir=$(cd "$GPU_RUN_DEEPGEMM_DIR" && pwd)
+  cutlass_inc="$site/cutlass_library/source/include"
+  (
+    cd "$dg_dir" || exit 1
+    # An archive of the tree leaves the CUTLASS submodule empty: the wheel's headers stand in.
+    [ -e third-party/cutlass/include ] || { mkdir -p third-party/cutlass &&
+      ln -sfn "$cutlass_inc" third-party/cutlass/include; }
+    for lib in cutlass cute; do
+      [ -e "deep_gemm/include/$lib" ] || ln -sfn "$cutlass_inc/$lib" "deep_gemm/include/$lib"
+    done
+    MAX_JOBS=8 python3 setup.py build || exit 1
+    so=$(find build -name "_C*.so" | head -1)
+    [ -n "$so" ] && ln -sf "../$so" deep_gemm/
+  ) >"$log_dir/deepgemm_build.log" 2>&1 &
+  dg_pid=$!
+fi
 
 if [[ $stages == *,tests,* ]]; then
   run_stage tests "${GPU_RUN_TESTS_TIMEOUT:-480}" pytest.log \
@@ -187,6 +208,13 @@ if [[ $stages == *,dense,* ]]; then
     python3 benchmarks/bench_bf16_gemm.py --json "$log_dir/bench_bf16_gemm.json"
 fi
 if [[ $stages == *,fp8,* ]]; then
+  if [ -n "$dg_pid" ]; then
+    if wait "$dg_pid"; then
+      export PYTHONPATH="$dg_dir:$PYTHONPATH" DG_JIT_CACHE_DIR=/tmp/deepgemm_cache
+    else
+      echo "!! DeepGEMM did not build (deepgemm_build.log): the fp8 stage runs without it"
+    fi
+  fi
   # shellcheck disable=SC2086
   run_stage fp8 "${GPU_RUN_FP8_TIMEOUT:-330}" bench_fp8_fp4.log \
     python3 benchmarks/bench_fp8_fp4.py --json "$log_dir/bench_fp8_fp4.json" ${GPU_RUN_FP8_ARGS:-}

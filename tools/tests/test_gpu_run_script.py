@@ -88,3 +88,15 @@ def test_the_sm100_stage_runs_exactly_the_arch_neutral_gpu_files() -> None:
     assert listed is not None
     names = {Path(word).name for word in listed.group(1).split()}
     assert names == ARCH_NEUTRAL_GPU_FILES
+
+
+def test_fp8_stage_builds_deepgemm_beside_when_given_a_tree() -> None:
+    """The FP8 x FP4 benchmark's peer: GPU_RUN_DEEPGEMM_DIR starts a background build before
+    the tests, and the fp8 stage waits for it and puts it on PYTHONPATH (or says it failed)."""
+    text = SCRIPT.read_text()
+    start = text.index("GPU_RUN_DEEPGEMM_DIR:-")
+    assert text.index("dg_pid=$!") > start
+    fp8 = text.index("run_stage fp8 ")
+    assert start < text.index('wait "$dg_pid"') < fp8
+    assert text.index('export PYTHONPATH="$dg_dir:$PYTHONPATH"') < fp8
+    assert text.index("run_stage tests ") > text.index("dg_pid=$!")  # built while tests run
