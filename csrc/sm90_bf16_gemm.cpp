@@ -1,6 +1,6 @@
 // Parameter filling of the BF16 kernels: include/moegemm/impls/sm90_bf16_grouped_gemm.cuh and
-// its swap-AB twin (dense and m-grouped layouts, Sm90Bf16GemmParams) and
-// sm90_bf16_k_grouped_gemm.cuh (weight gradients, Sm90Bf16KGroupedParams). Launch shape, cluster
+// its swap-AB twin (dense and m-grouped layouts, Bf16GemmParams) and
+// sm90_bf16_k_grouped_gemm.cuh (weight gradients, Bf16KGroupedParams). Launch shape, cluster
 // clamp, TMA encoding, launch and the bindings are the generic launcher's (launcher.h).
 //
 // This is the hot path of every BF16 GEMM call: the Python side has already checked shapes,
@@ -24,9 +24,9 @@ constexpr uint32_t kBf16Bytes = 2;
 constexpr CUtensorMapDataType kBf16 = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
 constexpr CUtensorMapSwizzle kSwizzle128B = CU_TENSOR_MAP_SWIZZLE_128B;
 
-struct Sm90Bf16Gemm {
-  using Params = Sm90Bf16GemmParams;
-  static constexpr const char* kName = "Sm90Bf16GemmLauncher";
+struct Bf16Gemm {
+  using Params = Bf16GemmParams;
+  static constexpr const char* kName = "Bf16GemmLauncher";
   static constexpr size_t kNumAlignedPointers = 4;  // a, b, d, c: what the Python checks align
   static constexpr const char* kDoc =
       "Launches sm90_bf16_grouped_gemm or its swap-AB twin (dense or m-grouped) with the kernel "
@@ -106,9 +106,9 @@ struct Sm90Bf16Gemm {
 // Config::kMoeEpilogue, without clusters. GEMM1 (SwiGLU): n counts w13's weight rows, D has
 // d_cols = n / 2 columns; GEMM2 (RowScale): the routing weight of every row, d_cols = n. Bias
 // [G, n] FP32 or 0. With TMA stores (unswapped kernel) the D map spans d_cols columns.
-struct Sm90Bf16MoeGemm {
-  using Params = Sm90Bf16GemmParams;
-  static constexpr const char* kName = "Sm90Bf16MoeGemmLauncher";
+struct Bf16MoeGemm {
+  using Params = Bf16GemmParams;
+  static constexpr const char* kName = "Bf16MoeGemmLauncher";
   static constexpr size_t kNumAlignedPointers = 3;  // a, b, d
   static constexpr const char* kDoc =
       "Launches sm90_bf16_grouped_gemm (or its swap-AB twin) built with a MoE epilogue. Call "
@@ -118,7 +118,7 @@ struct Sm90Bf16MoeGemm {
       "d_cols) fixes the integers. Never synchronizes.";
 
   static void check_shape(const LaunchShape& shape) {
-    Sm90Bf16Gemm::check_shape(shape);
+    Bf16Gemm::check_shape(shape);
     if (shape.cluster_m != 1 || shape.cluster_n != 1) {
       throw std::invalid_argument(std::string(kName) + ": MoE epilogues run without clusters");
     }
@@ -138,7 +138,7 @@ struct Sm90Bf16MoeGemm {
     }
     LaunchShape operands = shape;
     operands.store_cols = 0;  // the D map, if any, is this launcher's (d_cols wide)
-    if (!Sm90Bf16Gemm::fill(operands, params, tma, a_ptr, b_ptr, d_ptr, 0, group_info_ptr, rows,
+    if (!Bf16Gemm::fill(operands, params, tma, a_ptr, b_ptr, d_ptr, 0, group_info_ptr, rows,
                             m, n, k, num_groups, lda, ldb, ldb_group, ldd, 0)) {
       return false;
     }
@@ -155,9 +155,9 @@ struct Sm90Bf16MoeGemm {
   }
 };
 
-struct Sm90Bf16KGrouped {
-  using Params = Sm90Bf16KGroupedParams;
-  static constexpr const char* kName = "Sm90Bf16KGroupedLauncher";
+struct Bf16KGrouped {
+  using Params = Bf16KGroupedParams;
+  static constexpr const char* kName = "Bf16KGroupedLauncher";
   static constexpr size_t kNumAlignedPointers = 4;  // a, b, d, c: what the Python checks align
   static constexpr const char* kDoc =
       "Launches sm90_bf16_k_grouped_gemm with the kernel and its launch shape bound. Call with "
@@ -208,9 +208,9 @@ struct Sm90Bf16KGrouped {
 }  // namespace
 
 void register_sm90_bf16_gemm(pybind11::module_& m) {
-  register_launcher<Sm90Bf16Gemm>(m);
-  register_launcher<Sm90Bf16MoeGemm>(m);
-  register_launcher<Sm90Bf16KGrouped>(m);
+  register_launcher<Bf16Gemm>(m);
+  register_launcher<Bf16MoeGemm>(m);
+  register_launcher<Bf16KGrouped>(m);
 }
 
 }  // namespace moegemm

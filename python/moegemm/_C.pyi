@@ -57,7 +57,7 @@ def set_pdl(enabled: bool) -> None:
 def get_pdl() -> bool:
     """Whether launches use programmatic dependent launch."""
 
-class Sm90Bf16GemmLauncher:
+class Bf16GemmLauncher:
     """Launches sm90_bf16_grouped_gemm or its swap-AB twin (dense or m-grouped) with the kernel
     and its launch shape bound; keeps `kernel` alive. The cluster shape must be the compiled
     one: 1x1, 2x1 or 1x2."""
@@ -126,7 +126,7 @@ class Sm90Bf16GemmLauncher:
     def num_blocks(self) -> int:
         """CTAs per launch: the planned count, clamped to the clusters that fit at once."""
 
-class Sm90Bf16KGroupedLauncher:
+class Bf16KGroupedLauncher:
     """Launches sm90_bf16_k_grouped_gemm, or its SM100 twin sm100_bf16_k_grouped_gemm (same
     parameters and TMA boxes), with the kernel and its launch shape bound; keeps `kernel`
     alive. Takes no clusters (cluster_m = cluster_n = 1)."""
@@ -488,7 +488,7 @@ class Sm100Fp8Fp4MoeGemmLauncher:
     def num_blocks(self) -> int:
         """CTAs per launch (the planned count: no clusters, no clamp)."""
 
-class Sm90Bf16MoeGemmLauncher:
+class Bf16MoeGemmLauncher:
     """Launches sm90_bf16_grouped_gemm (or its swap-AB twin) built with a fused-MoE epilogue
     (Config::kMoeEpilogue: SwiGLU, D with n / 2 columns, or RowScale); register or TMA stores
     (store_cols), no clusters."""
@@ -527,7 +527,7 @@ class Sm90Bf16MoeGemmLauncher:
         stream: int,
         /,
     ) -> None:
-        """As Sm90Bf16GemmLauncher without C, plus FP32 bias [G, n] and row scale [rows] pointers (0:
+        """As Bf16GemmLauncher without C, plus FP32 bias [G, n] and row scale [rows] pointers (0:
         absent). An empty output launches nothing. Asynchronous."""
 
     def bind(

@@ -180,7 +180,7 @@ def test_stub_declares_the_launchers_plans_use():
     # python/moegemm/api/plans.py builds these with keyword store_cols, binds each plan's
     # integers (bind) and reads num_blocks.
     declared = parse_stub(STUB.read_text())
-    for name in ("Sm90Bf16GemmLauncher", "Sm90Bf16KGroupedLauncher"):
+    for name in ("Bf16GemmLauncher", "Bf16KGroupedLauncher"):
         members = stub_members(declared[name])
         assert {"__init__", "__call__", "bind", "num_blocks"} <= members.keys()
         assert ("store_cols", True, False) in stub_params(members["__init__"], method=True)

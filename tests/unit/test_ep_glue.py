@@ -21,7 +21,7 @@ from moegemm.heuristics import SM90
 from moegemm.quant import quantize_mxfp4
 
 STUB = Path(moegemm.__file__).with_name("_C.pyi")
-LAUNCHERS = ("EpDispatchLauncher", "EpCombineLauncher", "Sm90Bf16MoeGemmLauncher",
+LAUNCHERS = ("EpDispatchLauncher", "EpCombineLauncher", "Bf16MoeGemmLauncher",
              "Sm90Fp8Fp4MoeGemmLauncher", "Sm90Fp8Fp4TableMoeGemmLauncher",
              "MoeQuantizeRowsLauncher")  # fmt: skip
 E, K, H, I, TMAX = 8, 2, 256, 128, 6
@@ -101,7 +101,7 @@ def test_forward_launch_sequence(launches, mxfp4: bool) -> None:
     out = ep.forward(x, ids, w, w13, w2)
     assert out.shape == (5, H) and out.data_ptr() == p(ep.out)
     names = [n for n, *_ in launches]
-    gemm = "Sm90Fp8Fp4MoeGemmLauncher" if mxfp4 else "Sm90Bf16MoeGemmLauncher"
+    gemm = "Sm90Fp8Fp4MoeGemmLauncher" if mxfp4 else "Bf16MoeGemmLauncher"
     gemm13 = "Sm90Fp8Fp4TableMoeGemmLauncher" if mxfp4 else gemm  # prepared w13: the table kernel
     middle = [gemm13, "MoeQuantizeRowsLauncher", gemm] if mxfp4 else [gemm, gemm]
     assert names == ["EpDispatchLauncher", *middle, "EpCombineLauncher"]

@@ -19,7 +19,7 @@ from moegemm.heuristics import SM90
 from moegemm.quant import quantize_mxfp4
 
 STUB = Path(moegemm.__file__).with_name("_C.pyi")
-LAUNCHERS = ("Sm90Bf16MoeGemmLauncher", "Sm90Fp8Fp4MoeGemmLauncher",
+LAUNCHERS = ("Bf16MoeGemmLauncher", "Sm90Fp8Fp4MoeGemmLauncher",
              "Sm90Fp8Fp4TableMoeGemmLauncher", "MoeRouteGatherLauncher", "MoeQuantizeRowsLauncher",
              "MoeCombineLauncher")  # fmt: skip
 
@@ -100,8 +100,8 @@ def test_bf16_layer_launches(recorder) -> None:
     ws = moegemm.MoEWorkspace(T, K, E, H, I, device="cpu")
     out = moegemm.fused_moe(x, w13, w2, w, ids, workspace=ws)
     names = [n for n, _, _ in recorder.launches]
-    assert names == ["MoeRouteGatherLauncher", "Sm90Bf16MoeGemmLauncher",
-                     "Sm90Bf16MoeGemmLauncher", "MoeCombineLauncher"]  # fmt: skip
+    assert names == ["MoeRouteGatherLauncher", "Bf16MoeGemmLauncher",
+                     "Bf16MoeGemmLauncher", "MoeCombineLauncher"]  # fmt: skip
     (_, route, rints), (_, g1, i1), (_, g2, i2), (_, comb, _) = recorder.launches
     assert route["x_ptr"] == ptr(x) and route["x_sorted_ptr"] == ptr(ws.x_sorted)
     assert route["sfa_sorted_ptr"] == 0 and rints[:4] == (T, K, E, H)
@@ -159,7 +159,7 @@ def test_masked_launches(recorder, mxfp4: bool) -> None:
     masked = torch.zeros(E, dtype=torch.int32)
     out = moegemm.fused_moe_masked(x, masked, w13, w2, 16)
     names = [n for n, _, _ in recorder.launches]
-    gemm = "Sm90Fp8Fp4MoeGemmLauncher" if mxfp4 else "Sm90Bf16MoeGemmLauncher"
+    gemm = "Sm90Fp8Fp4MoeGemmLauncher" if mxfp4 else "Bf16MoeGemmLauncher"
     gemm13 = "Sm90Fp8Fp4TableMoeGemmLauncher" if mxfp4 else gemm  # prepared w13
     if mxfp4:
         assert names == ["MoeQuantizeRowsLauncher", gemm13, "MoeQuantizeRowsLauncher", gemm]

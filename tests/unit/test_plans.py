@@ -481,8 +481,8 @@ def test_a_plan_binds_the_heuristics_pick(
         pass
 
     arch = arch_for(arch_name, 132 if arch_name == "sm_90a" else 148)
-    monkeypatch.setattr(C, "Sm90Bf16GemmLauncher", Launcher)
-    monkeypatch.setattr(C, "Sm90Bf16KGroupedLauncher", KGroupedLauncher)
+    monkeypatch.setattr(C, "Bf16GemmLauncher", Launcher)
+    monkeypatch.setattr(C, "Bf16KGroupedLauncher", KGroupedLauncher)
     monkeypatch.setattr(plans_mod, "load_kernel", lambda spec: spec)
     monkeypatch.setattr(plans_mod, "arch_for_device", lambda device: arch)
     kind, m, n, k, groups, expected, with_c = desc

@@ -84,14 +84,14 @@ def test_exposes_runtime_api():
         "encode_tma_desc",
         "set_pdl",
         "get_pdl",
-        "Sm90Bf16GemmLauncher",
-        "Sm90Bf16KGroupedLauncher",
+        "Bf16GemmLauncher",
+        "Bf16KGroupedLauncher",
     ):
         assert callable(getattr(C, name)), name
     assert isinstance(C.Kernel.name, property) or hasattr(C.Kernel, "name")
     assert hasattr(C.Kernel, "num_regs")
     # python/moegemm/api/plans.py and the benchmarks read the CTA count after the cluster clamp.
-    for launcher in (C.Sm90Bf16GemmLauncher, C.Sm90Bf16KGroupedLauncher):
+    for launcher in (C.Bf16GemmLauncher, C.Bf16KGroupedLauncher):
         assert isinstance(launcher.num_blocks, property), launcher
 
 
@@ -184,7 +184,7 @@ extern "C" __global__ void second(int* p) { p[0] = 2; }
 # Records what the launcher put into the one __grid_constant__ parameter and the launch shape.
 PROBE = """
 #include <moegemm/common/sm90_gemm_params.h>
-extern "C" __global__ void moegemm_probe(const __grid_constant__ moegemm::Sm90Bf16GemmParams p) {
+extern "C" __global__ void moegemm_probe(const __grid_constant__ moegemm::Bf16GemmParams p) {
   extern __shared__ unsigned char smem[];
   if (threadIdx.x != 0) return;
   unsigned cluster_size;
@@ -272,7 +272,7 @@ def test_launcher_passes_params_cluster_and_pdl(tmp_path):
 
     def launcher(**overrides):
         args = {**shape, "smem_bytes": 100 * 1024, **overrides}
-        return C.Sm90Bf16GemmLauncher(kernel, **args)
+        return C.Bf16GemmLauncher(kernel, **args)
 
     before = C.get_pdl()
     try:

@@ -31,7 +31,7 @@ struct Sm90Fp8Fp4GemmParams {
   // weights: the offsets tensor, sfb_stride_group bytes a group.
   const uint8_t* sfb;
   const int32_t* group_info;  // m_indices, cumulative end rows or valid rows; nullptr dense
-  // The fused MoE layer's epilogues (Config::kMoeEpilogue, as Sm90Bf16GemmParams): FP32 bias
+  // The fused MoE layer's epilogues (Config::kMoeEpilogue, as Bf16GemmParams): FP32 bias
   // [G, N] in the kernel's row order or nullptr, the per-row scale [rows] of RowScale.
   const float* bias;
   const float* row_scale;

@@ -11,7 +11,7 @@ namespace moegemm {
 
 // D[r, n] = sum_k A[r, k] * B[g(r), n, k] (+ C[r, n]); A and B K-major BF16. The dense GEMM is
 // the one-group case.
-struct Sm90Bf16GemmParams {
+struct Bf16GemmParams {
   CUtensorMap tma_a;  // A [rows, K]: dims {K, rows}, box {BLOCK_K, BLOCK_M}, 128B swizzle
   CUtensorMap tma_b;  // B [G, N, K]: dims {K, N, G}, box {BLOCK_K, BLOCK_N, 1}, 128B swizzle
   // D [rows, N] BF16 for the TMA-store epilogue: dims {N, rows}, box {store_cols, 64}, swizzle of
@@ -35,7 +35,7 @@ struct Sm90Bf16GemmParams {
 
 // Weight gradients: D[g, m, n] = sum over rows t of group g of A[t, m] * B[t, n] (+ C[g, m, n]).
 // A and B are MN-major (the reduction runs over their rows), D and C FP32.
-struct Sm90Bf16KGroupedParams {
+struct Bf16KGroupedParams {
   CUtensorMap tma_a;  // A [T, M]: dims {M, T}, box {64, BLOCK_K}, 128B swizzle
   CUtensorMap tma_b;  // B [T, N]: dims {N, T}, box {64, BLOCK_K}, 128B swizzle
   // D as [G * M, N] FP32 for the TMA-store epilogue: box {32, 64}, 128B swizzle; unencoded when

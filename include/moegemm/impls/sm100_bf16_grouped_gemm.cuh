@@ -76,7 +76,7 @@ template <typename Config>
 struct Bf16Gemm {
   // The SM90 parameter struct: the same TMA boxes (A {64, BLOCK_M}, B {64, BLOCK_N, 1}), so the
   // host launcher (csrc/sm90_bf16_gemm.cpp) fills it unchanged.
-  using Params = Sm90Bf16GemmParams;
+  using Params = Bf16GemmParams;
   using OutT = typename Config::OutT;
   using Scheduler = typename Config::Scheduler;
   static constexpr uint32_t BLOCK_M = Config::kBlockM;
@@ -246,7 +246,7 @@ struct Bf16Gemm {
 
 template <typename Config>
 __global__ void __launch_bounds__(Bf16Gemm<Config>::kNumThreads, 1)
-    sm100_bf16_grouped_gemm_kernel(const __grid_constant__ Sm90Bf16GemmParams params) {
+    sm100_bf16_grouped_gemm_kernel(const __grid_constant__ Bf16GemmParams params) {
 #if defined(__CUDA_ARCH__)
 #if !defined(__CUDA_ARCH_FEAT_SM100_ALL) && !defined(__CUDA_ARCH_FAMILY_SPECIFIC__)
 #error "the SM100 kernels need an arch- or family-specific target (sm_100a / sm_100f)"

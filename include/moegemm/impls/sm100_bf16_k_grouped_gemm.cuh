@@ -80,8 +80,8 @@ namespace moegemm::sm100 {
 template <typename Config>
 struct Bf16KGroupedGemm {
   // The SM90 k-grouped parameters: the same TMA boxes ({64, BLOCK_K}, 128B swizzle), so the
-  // host launcher (csrc/sm90_bf16_gemm.cpp, Sm90Bf16KGroupedLauncher) fills them unchanged.
-  using Params = Sm90Bf16KGroupedParams;
+  // host launcher (csrc/sm90_bf16_gemm.cpp, Bf16KGroupedLauncher) fills them unchanged.
+  using Params = Bf16KGroupedParams;
   using Scheduler = typename Config::Scheduler;
   static constexpr uint32_t BLOCK_M = Config::kBlockM;
   static constexpr uint32_t BLOCK_N = Config::kBlockN;
@@ -286,7 +286,7 @@ struct Bf16KGroupedGemm {
 
 template <typename Config>
 __global__ void __launch_bounds__(Bf16KGroupedGemm<Config>::kNumThreads, 1)
-    sm100_bf16_k_grouped_gemm_kernel(const __grid_constant__ Sm90Bf16KGroupedParams params) {
+    sm100_bf16_k_grouped_gemm_kernel(const __grid_constant__ Bf16KGroupedParams params) {
 #if defined(__CUDA_ARCH__)
 #if !defined(__CUDA_ARCH_FEAT_SM100_ALL) && !defined(__CUDA_ARCH_FAMILY_SPECIFIC__)
 #error "the SM100 kernels need an arch- or family-specific target (sm_100a / sm_100f)"

@@ -68,7 +68,7 @@ namespace moegemm::sm90 {
 
 template <typename Config>
 struct Bf16GemmKernel {
-  using Params = Sm90Bf16GemmParams;
+  using Params = Bf16GemmParams;
   using OutT = typename Config::OutT;
   using Scheduler = typename Config::Scheduler;
   using Work = Tile;
@@ -177,7 +177,7 @@ using Bf16Gemm = PersistentGemm<Bf16GemmKernel<Config>>;
 
 template <typename Config>
 __global__ void __launch_bounds__(Bf16Gemm<Config>::kNumThreads, 1)
-    sm90_bf16_grouped_gemm_kernel(const __grid_constant__ Sm90Bf16GemmParams params) {
+    sm90_bf16_grouped_gemm_kernel(const __grid_constant__ Bf16GemmParams params) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   Bf16Gemm<Config>::run(params);
 #endif

@@ -40,7 +40,7 @@ namespace moegemm::sm90 {
 
 template <typename Config>
 struct Bf16SwapAbGemmKernel {
-  using Params = Sm90Bf16GemmParams;
+  using Params = Bf16GemmParams;
   using Scheduler = typename Config::Scheduler;
   using Work = Tile;
   static constexpr uint32_t BLOCK_M = Config::kBlockM;
@@ -100,7 +100,7 @@ using Bf16SwapAbGemm = PersistentGemm<Bf16SwapAbGemmKernel<Config>>;
 
 template <typename Config>
 __global__ void __launch_bounds__(Bf16SwapAbGemm<Config>::kNumThreads, 1)
-    sm90_bf16_grouped_gemm_swap_ab_kernel(const __grid_constant__ Sm90Bf16GemmParams params) {
+    sm90_bf16_grouped_gemm_swap_ab_kernel(const __grid_constant__ Bf16GemmParams params) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   Bf16SwapAbGemm<Config>::run(params);
 #endif

@@ -49,7 +49,7 @@ namespace moegemm::sm90 {
 
 template <typename Config>
 struct Bf16KGroupedGemmKernel {
-  using Params = Sm90Bf16KGroupedParams;
+  using Params = Bf16KGroupedParams;
   using Scheduler = typename Config::Scheduler;
   using Work = KGroupedTile;
   static constexpr uint32_t BLOCK_M = Config::kBlockM;
@@ -112,7 +112,7 @@ using Bf16KGroupedGemm = PersistentGemm<Bf16KGroupedGemmKernel<Config>>;
 
 template <typename Config>
 __global__ void __launch_bounds__(Bf16KGroupedGemm<Config>::kNumThreads, 1)
-    sm90_bf16_k_grouped_gemm_kernel(const __grid_constant__ Sm90Bf16KGroupedParams params) {
+    sm90_bf16_k_grouped_gemm_kernel(const __grid_constant__ Bf16KGroupedParams params) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   Bf16KGroupedGemm<Config>::run(params);
 #endif

@@ -107,11 +107,11 @@ def build_launcher(device: int, desc: GemmDesc, config: GemmConfig | None = None
     elif desc.ab_dtype == "fp8_fp4":
         launcher_type = _C.Sm90Fp8Fp4MoeGemmLauncher if moe else _C.Sm90Fp8Fp4GemmLauncher
     elif moe:
-        launcher_type = _C.Sm90Bf16MoeGemmLauncher
+        launcher_type = _C.Bf16MoeGemmLauncher
     elif desc.kind == "k_grouped":  # SM90 and SM100 kernels: the same params and TMA boxes
-        launcher_type = _C.Sm90Bf16KGroupedLauncher
+        launcher_type = _C.Bf16KGroupedLauncher
     else:
-        launcher_type = _C.Sm90Bf16GemmLauncher
+        launcher_type = _C.Bf16GemmLauncher
     # Persistent CTAs, whole clusters of them (a cluster's CTAs share an operand of each tile).
     cluster = lay.cluster_m * lay.cluster_n
     wanted = -(-max_ctas(desc, config) // cluster) * cluster

@@ -48,13 +48,13 @@ class _Kernel:
 
 
 _GROUPED = _Kernel(
-    "sm90_bf16_grouped_gemm", "sm90_bf16_grouped_gemm_kernel", "Bf16Gemm", "Sm90Bf16GemmParams"
+    "sm90_bf16_grouped_gemm", "sm90_bf16_grouped_gemm_kernel", "Bf16Gemm", "Bf16GemmParams"
 )
 _SWAP_AB = _Kernel(
     "sm90_bf16_grouped_gemm_swap_ab",
     "sm90_bf16_grouped_gemm_swap_ab_kernel",
     "Bf16SwapAbGemm",
-    "Sm90Bf16GemmParams",
+    "Bf16GemmParams",
 )
 _FP8_FP4 = _Kernel(
     "sm90_fp8_fp4_grouped_gemm",
@@ -72,7 +72,7 @@ _K_GROUPED = _Kernel(
     "sm90_bf16_k_grouped_gemm",
     "sm90_bf16_k_grouped_gemm_kernel",
     "Bf16KGroupedGemm",
-    "Sm90Bf16KGroupedParams",
+    "Bf16KGroupedParams",
 )
 
 

@@ -16,7 +16,7 @@ from .spec import KernelSpec
 _HEADER = "sm100_bf16_grouped_gemm"
 _FUNCTION = "sm100_bf16_grouped_gemm_kernel"
 _COMPOSITION = "Bf16Gemm"
-_PARAMS = "Sm90Bf16GemmParams"  # the SM90 launcher's params: same TMA boxes
+_PARAMS = "Bf16GemmParams"  # the SM90 launcher's params: same TMA boxes
 
 
 def sm100_bf16_gemm_spec(
@@ -90,7 +90,7 @@ def sm100_bf16_k_grouped_spec(config: GemmConfig, with_c: bool) -> KernelSpec:
         '"config.launch.num_threads");\n'
         "template __global__ void moegemm::sm100::sm100_bf16_k_grouped_gemm_kernel<"
         f"{name}::Config>(\n"
-        "    const __grid_constant__ moegemm::Sm90Bf16KGroupedParams);\n"
+        "    const __grid_constant__ moegemm::Bf16KGroupedParams);\n"
     )
     return KernelSpec(name=name, source=source, arch=SM100.name)
 

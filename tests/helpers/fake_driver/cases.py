@@ -95,7 +95,7 @@ def gemm_launcher(kernel, **overrides):
         "smem_bytes": 200_000, "cluster_m": 1, "cluster_n": 1, "store_cols": 0,
     }  # fmt: skip
     shape.update(overrides)
-    return C.Sm90Bf16GemmLauncher(kernel, **shape)
+    return C.Bf16GemmLauncher(kernel, **shape)
 
 
 # (a, b, d, c, group_info, rows, m, n, k, num_groups, lda, ldb, ldb_group, ldd, ldc)
@@ -161,7 +161,7 @@ def test_cluster_clamp_asks_the_driver_with_the_launch_shape(kernel):
     assert gemm_launcher(kernel, num_blocks=7).num_blocks == 7
     assert FAKE.fake_occupancy_queries() == before + 2
     FAKE.fake_set_max_active_clusters(0)
-    with pytest.raises(RuntimeError, match="Sm90Bf16GemmLauncher: no cluster of 2 CTAs fits"):
+    with pytest.raises(RuntimeError, match="Bf16GemmLauncher: no cluster of 2 CTAs fits"):
         gemm_launcher(kernel, cluster_m=2)
 
 
@@ -230,7 +230,7 @@ def test_launcher_keeps_its_kernel_alive():
 @pytest.mark.parametrize("num_tokens, store_cols", [(1000, 0), (0, 32), (17, 32)])
 def test_k_grouped_launch_fills_every_field(kernel, num_tokens, store_cols):
     FAKE.fake_set_params_kind(K_GROUPED)
-    launcher = C.Sm90Bf16KGroupedLauncher(kernel, 128, 256, 64, 100, 256, 150_000, 1, 1, store_cols)
+    launcher = C.Bf16KGroupedLauncher(kernel, 128, 256, 64, 100, 256, 150_000, 1, 1, store_cols)
     assert launcher.num_blocks == 100
     m, n, groups = 512, 768, 4
     launcher(A, B, D, CPTR, INFO, m, n, num_tokens, groups, 520, 776, 7)
@@ -250,8 +250,8 @@ def test_k_grouped_launch_fills_every_field(kernel, num_tokens, store_cols):
 
 
 def test_k_grouped_takes_no_clusters(kernel):
-    with pytest.raises(ValueError, match="Sm90Bf16KGroupedLauncher: the k-grouped kernel takes"):
-        C.Sm90Bf16KGroupedLauncher(kernel, 128, 256, 64, 100, 256, 150_000, 2, 1)
+    with pytest.raises(ValueError, match="Bf16KGroupedLauncher: the k-grouped kernel takes"):
+        C.Bf16KGroupedLauncher(kernel, 128, 256, 64, 100, 256, 150_000, 2, 1)
 
 
 # ---- bound launches: launcher.bind(0, *integers)(*pointers, stream), the plans' hot path ----
@@ -291,7 +291,7 @@ def test_a_bound_k_grouped_launch_launches_what_the_unbound_call_does(
     kernel, num_tokens, store_cols
 ):
     FAKE.fake_set_params_kind(K_GROUPED)
-    launcher = C.Sm90Bf16KGroupedLauncher(kernel, 128, 256, 64, 100, 256, 150_000, 1, 1, store_cols)
+    launcher = C.Bf16KGroupedLauncher(kernel, 128, 256, 64, 100, 256, 150_000, 1, 1, store_cols)
     args = (A, B, D, CPTR, INFO, 512, 768, num_tokens, 4, 520, 776)
     unbound, bound = bound_and_unbound(launcher, args, 7)
     assert bound == unbound and f"num_tokens={num_tokens}" in bound

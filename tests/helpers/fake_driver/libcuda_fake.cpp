@@ -37,15 +37,15 @@ struct State {
   int kernel_count = 1;
   int smem_limit = 232448;  // the H200's opt-in maximum per block
   int context = 1;  // 0: none current; n: a context of device n - 1 (fake_set_context)
-  int params_kind = 0;  // 0: Sm90Bf16GemmParams, 1: Sm90Bf16KGroupedParams
+  int params_kind = 0;  // 0: Bf16GemmParams, 1: Bf16KGroupedParams
   // Counters and the last launch.
   int launches = 0, encodes = 0, set_attributes = 0, occupancy_queries = 0;
   CUlaunchConfig launch = {};
   unsigned cluster[3] = {0, 0, 0};
   int pdl = 0;
   unsigned occupancy_cluster = 0, occupancy_threads = 0, occupancy_smem = 0;
-  alignas(64) unsigned char params[sizeof(moegemm::Sm90Bf16GemmParams) +
-                                   sizeof(moegemm::Sm90Bf16KGroupedParams)];
+  alignas(64) unsigned char params[sizeof(moegemm::Bf16GemmParams) +
+                                   sizeof(moegemm::Bf16KGroupedParams)];
   std::string report;
 };
 State g;
@@ -147,8 +147,8 @@ CUresult fake_cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction, void** 
       g.pdl = attr.value.programmaticStreamSerializationAllowed;
     }
   }
-  const size_t bytes = g.params_kind == 0 ? sizeof(moegemm::Sm90Bf16GemmParams)
-                                          : sizeof(moegemm::Sm90Bf16KGroupedParams);
+  const size_t bytes = g.params_kind == 0 ? sizeof(moegemm::Bf16GemmParams)
+                                          : sizeof(moegemm::Bf16KGroupedParams);
   memcpy(g.params, args[0], bytes);
   return CUDA_SUCCESS;
 }
@@ -277,7 +277,7 @@ const char* fake_last_launch() {
   append(out, "occupancy_threads", g.occupancy_threads);
   append(out, "occupancy_smem", g.occupancy_smem);
   if (g.params_kind == 0) {
-    moegemm::Sm90Bf16GemmParams p;
+    moegemm::Bf16GemmParams p;
     memcpy(&p, g.params, sizeof(p));
     append_desc(out, "tma_a", p.tma_a);
     append_desc(out, "tma_b", p.tma_b);
@@ -293,7 +293,7 @@ const char* fake_last_launch() {
     append(out, "ldd", p.ldd);
     append(out, "ldc", p.ldc);
   } else {
-    moegemm::Sm90Bf16KGroupedParams p;
+    moegemm::Bf16KGroupedParams p;
     memcpy(&p, g.params, sizeof(p));
     append_desc(out, "tma_a", p.tma_a);
     append_desc(out, "tma_b", p.tma_b);
