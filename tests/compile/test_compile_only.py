@@ -71,7 +71,7 @@ def make_config(
         pipeline=PipelineConfig(
             stages, ring_bytes(kind, block_m, block_n, stages) + staging + extra_smem
         ),
-        launch=LaunchConfig(132, 128 * (num_wg + 1 + extra_warpgroups), num_wg),
+        launch=LaunchConfig(128 * (num_wg + 1 + extra_warpgroups), num_wg),
     )
 
 

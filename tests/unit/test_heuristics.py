@@ -74,7 +74,7 @@ def test_fewer_sms_changes_the_wave_count_not_legality() -> None:
     desc = GemmDesc("bf16_gemm_nt", m=8192, n=8192, k=8192)
     small = arch_for("sm_90a", 66)
     config = select_config(desc, small)
-    assert isinstance(config, GemmConfig) and config.launch.num_sms == 66
+    assert isinstance(config, GemmConfig)
     assert sm90.estimate_cycles(config, desc, small) > sm90.estimate_cycles(
         select_config(desc, SM90), desc, SM90
     )
@@ -268,6 +268,7 @@ def test_picks_equal_the_baseline(tmp_path) -> None:
     import dataclasses
     import json
     import os
+    import re
     import subprocess
     import sys
 
@@ -295,7 +296,9 @@ def test_picks_equal_the_baseline(tmp_path) -> None:
         env=env,
         check=True,
     )
-    baseline = json.loads(result.stdout)
+    # The baseline's LaunchConfig still carries num_sms (a field never read, since removed).
+    baseline = [re.sub(r"LaunchConfig\(num_sms=\d+, ", "LaunchConfig(", b)
+                for b in json.loads(result.stdout)]  # fmt: skip
     ours = [
         repr(sm90.select(d, arch_for("sm_90a", sms))).replace(", transform_stages=0)", ")")
         for d, sms in cases

@@ -107,7 +107,9 @@ class PipelineConfig:
 
 @dataclass(frozen=True)
 class LaunchConfig:
-    num_sms: int
+    """Threads a CTA and math warpgroups. The grid is the plan's (the device's SM count), so a
+    config is the same kernel on any SM count."""
+
     num_threads: int
     num_math_warpgroups: int
 

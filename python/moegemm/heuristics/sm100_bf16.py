@@ -142,9 +142,7 @@ def make_config(block_m: int, block_n: int, swap_ab: bool, arch: ArchSpec) -> Ge
         pipeline=PipelineConfig(
             num_stages=num_stages, smem_bytes=smem_bytes_for(block_m, block_n, num_stages)
         ),
-        launch=LaunchConfig(
-            num_sms=arch.num_sms, num_threads=NUM_THREADS, num_math_warpgroups=EPILOGUE_WARPGROUPS
-        ),
+        launch=LaunchConfig(num_threads=NUM_THREADS, num_math_warpgroups=EPILOGUE_WARPGROUPS),
     )
 
 

@@ -120,9 +120,7 @@ def make_config(block_m: int, swap_ab: bool, arch: ArchSpec) -> GemmConfig:
         pipeline=PipelineConfig(
             num_stages=num_stages, smem_bytes=smem_bytes_for(block_m, num_stages)
         ),
-        launch=LaunchConfig(
-            num_sms=arch.num_sms, num_threads=NUM_THREADS, num_math_warpgroups=EPILOGUE_WARPGROUPS
-        ),
+        launch=LaunchConfig(num_threads=NUM_THREADS, num_math_warpgroups=EPILOGUE_WARPGROUPS),
     )
 
 

@@ -239,9 +239,7 @@ def make_config(
                 block_m, block_n, num_stages, store_cols, k_grouped, out_cols
             ),
         ),
-        launch=LaunchConfig(
-            num_sms=arch.num_sms, num_threads=128 * (num_wg + 1), num_math_warpgroups=num_wg
-        ),
+        launch=LaunchConfig(num_threads=128 * (num_wg + 1), num_math_warpgroups=num_wg),
     )
 
 

@@ -142,7 +142,6 @@ def make_config(
             transform_stages=TRANSFORM_STAGES,
         ),
         launch=LaunchConfig(
-            num_sms=arch.num_sms,
             num_threads=128 * (2 + num_wg),  # producer, transform, math warpgroups
             num_math_warpgroups=num_wg,
         ),

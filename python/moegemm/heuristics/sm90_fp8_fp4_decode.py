@@ -60,9 +60,7 @@ def make_config(block_t: int, num_wg: int, num_stages: int, arch: ArchSpec) -> G
         pipeline=PipelineConfig(
             num_stages=num_stages, smem_bytes=smem_bytes_for(block_t, block_w, num_stages)
         ),
-        launch=LaunchConfig(
-            num_sms=arch.num_sms, num_threads=128 * (1 + num_wg), num_math_warpgroups=num_wg
-        ),
+        launch=LaunchConfig(num_threads=128 * (1 + num_wg), num_math_warpgroups=num_wg),
     )
 
 
