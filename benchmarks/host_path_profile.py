@@ -172,9 +172,7 @@ def fake_launcher_plans() -> Callable:
 
     def make_plan(device: int, desc, args: tuple[int, ...], config=None) -> Plan:
         if desc.kind == "k_grouped":
-            launcher = _C.Bf16KGroupedLauncher(
-                kernel, 128, 128, 64, 132, 256, 150_000, 1, 1, 32
-            )
+            launcher = _C.Bf16KGroupedLauncher(kernel, 128, 128, 64, 132, 256, 150_000, 1, 1, 32)
         else:
             launcher = _C.Bf16GemmLauncher(kernel, 128, 128, 64, 132, 384, 200_000, 1, 1, 64)
         return Plan(0, launcher.bind(0, *args), args, config, launcher)
