@@ -140,13 +140,6 @@ struct Fp4TableMma {
     }
   }
 
-  // 2^(s - 133) of scale byte `byte` of a raw word, 0 where the block lies past K.
-  __device__ __forceinline__ static float exact_scale(uint32_t word, uint32_t block,
-                                                      uint32_t valid_blocks) {
-    const int s = static_cast<int>((word >> (8 * block)) & 0xFF);
-    return block < valid_blocks ? ldexpf(1.0f, s - 133) : 0.0f;
-  }
-
   // The 4 wgmma of one k-block (A registers `a`, the tokens of `stage`) into `t`.
   __device__ __forceinline__ static void issue(const uint32_t (&a)[16], Accum& t,
                                                const Slabs& stage) {
@@ -193,8 +186,8 @@ struct Fp4TableMma {
         issue(a, t, stage);
         warpgroup_wait<0>();
         warpgroup_fence_regs<kNumAccum>(t.v[0]);
-        promote(acc, t, stage, lane, exact_scale(raw.x, pass, valid_blocks),
-                        exact_scale(raw.y, pass, valid_blocks));
+        promote(acc, t, stage, lane, fp4::exact_scale(raw.x, pass, valid_blocks),
+                        fp4::exact_scale(raw.y, pass, valid_blocks));
       }
     }
     __syncwarp();

@@ -213,12 +213,10 @@ struct Fp4TableTransform {
             }
           }
           store_block(tile + b * 64 * 128, lane, a);
-          if (thread % 4 == 0) {
-            const int s_r = static_cast<int>((raw[i].x >> (8 * pass)) & 0xFF);
-            const int s_r8 = static_cast<int>((raw[i].y >> (8 * pass)) & 0xFF);
-            const bool live = exact && pass < valid_blocks;
-            factors[64 * b + lane.row] = live ? ldexpf(1.0f, s_r - 133) : 0.0f;
-            factors[64 * b + lane.row + 8] = live ? ldexpf(1.0f, s_r8 - 133) : 0.0f;
+          if (thread % 4 == 0) {  // unflagged blocks: factor 0
+            const uint32_t live_blocks = exact ? valid_blocks : 0;
+            factors[64 * b + lane.row] = fp4::exact_scale(raw[i].x, pass, live_blocks);
+            factors[64 * b + lane.row + 8] = fp4::exact_scale(raw[i].y, pass, live_blocks);
           }
         }
         if (thread == 0) {

@@ -79,6 +79,14 @@ __host__ __device__ __forceinline__ float row_scale_of(uint32_t word) {
 #endif
 }
 
+// The exact path's factor of 32-block `block` of a raw scale word (the offsets tensor's second
+// plane): 2^(s - 133), 0 where the block lies past K (block >= valid_blocks).
+__host__ __device__ __forceinline__ float exact_scale(uint32_t word, uint32_t block,
+                                                      uint32_t valid_blocks) {
+  const int s = static_cast<int>((word >> (8 * block)) & 0xFF);
+  return block < valid_blocks ? ldexpf(1.0f, s - 133) : 0.0f;
+}
+
 // One prepared word -> the two A registers of rows r (first) and r + 8 (second).
 __host__ __device__ __forceinline__ void convert_word(uint32_t w, const Table& row_r,
                                                       const Table& row_r8, uint32_t& out_r,
