@@ -31,6 +31,7 @@ from .sm90_bf16 import (
     epilogue_cycles,
     tma_store_cols,
 )
+from .sm90_fp8_fp4_table import tma_store_possible
 from .waves import RaggedBlocks, count_tiles, expected_waves
 
 BLOCK_K = 128  # one 128-byte swizzle row of FP8 A; one 128-K promotion step (one sfa column)
@@ -99,12 +100,6 @@ def max_stages(block_m: int, block_n: int, store_cols: int, arch: ArchSpec) -> i
     fixed = smem_bytes_for(block_m, block_n, 0, store_cols)
     per_stage = smem_bytes_for(block_m, block_n, 1, store_cols) - fixed
     return min(MAX_STAGES, (smem_limit(arch) - fixed) // per_stage)
-
-
-def tma_store_possible(desc: GemmDesc) -> bool:
-    """As BF16: the staged epilogue writes BF16 without C (the only output of this family);
-    the fused MoE layer's epilogues store from registers."""
-    return desc.d_dtype == "bf16" and not desc.with_c and desc.epilogue == "none"
 
 
 def moe_epilogue_legal(config: GemmConfig, desc: GemmDesc) -> bool:

@@ -226,12 +226,15 @@ def transform_warpgroups(block_n: int) -> int:
     return 2 if block_n % 128 == 0 else 1
 
 
+def tma_store_possible(desc: GemmDesc) -> bool:
+    """As BF16: the staged epilogue writes BF16 without C (the only output of this family);
+    the fused MoE layer's epilogues store from registers. Both FP8 x FP4 mainloops share it."""
+    return desc.d_dtype == "bf16" and not desc.with_c and desc.epilogue == "none"
+
+
 def _prefill_store_cols(block_n: int, desc: GemmDesc) -> tuple[int, ...]:
-    """Register stores, and the TMA store where the output allows it (BF16 without C or a
-    fused epilogue)."""
-    if desc.d_dtype == "bf16" and not desc.with_c and desc.epilogue == "none":
-        return (0, tma_store_cols(block_n, desc))
-    return (0,)
+    """Register stores, and the TMA store where the output allows it."""
+    return (0, tma_store_cols(block_n, desc)) if tma_store_possible(desc) else (0,)
 
 
 def prefill_serves(desc: GemmDesc) -> bool:
