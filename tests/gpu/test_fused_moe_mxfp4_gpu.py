@@ -85,6 +85,44 @@ def test_gpt_oss(experts: int, t: int, layout: str) -> None:
     run_and_check(t, 4, experts, 2880, 2880, "swiglu_oai", True, layout, drop=0.05, seed=40 + t)
 
 
+def picks_prefill_kernel(gemms) -> bool:
+    from moegemm.heuristics import SM90, select_config
+
+    return all(not select_config(desc, SM90).layout.swap_ab for desc, _ in gemms)
+
+
+@pytest.mark.parametrize("activation,bias", [("silu", False), ("swiglu_oai", True)])
+def test_prefill_sizes_on_the_prefill_kernel(activation: str, bias: bool) -> None:
+    """~1000 rows an expert on prepared weights: both GEMMs pick the prefill kernel with the
+    layer's epilogues (swiglu, swiglu_oai with biases, row_scale); 2I = 960 leaves a partial
+    128-row tile and K = I = 480 a partial k-block."""
+    from moegemm.moe.mxfp4 import mxfp4_layer_gemms
+
+    t, k, e, h, i = 2048, 4, 8, 1024, 480
+    sizes = {"tokens": t, "top_k": k, "experts": e, "hidden": h, "intermediate": i}
+    prepared = mxfp4_layer(e, h, i, activation, bias, "prepared", seed=80)[4]
+    assert picks_prefill_kernel(mxfp4_layer_gemms(sizes, prepared, True))
+    run_and_check(t, k, e, h, i, activation, bias, "prepared", drop=0.1, seed=80)
+
+
+def test_masked_prefill_sizes_on_the_prefill_kernel() -> None:
+    from moegemm.moe.mxfp4 import mxfp4_masked_gemms
+
+    e, max_m, h, i = 6, 700, 512, 256
+    w13f, w2f, b13, b2, prepared, w2 = mxfp4_layer(e, h, i, "swiglu_oai", True, "prepared", 90)
+    assert picks_prefill_kernel(mxfp4_masked_gemms(e, max_m, h, i, 500, prepared, True))
+    masked_m = torch.tensor([0, 1, 700, 90, 999, 513], device="cuda", dtype=torch.int32)
+    x = torch.randn(e, max_m, h, device="cuda", generator=gen(91)).bfloat16()
+    out = torch.full((e, max_m, h), float("nan"), device="cuda", dtype=torch.bfloat16)
+    moegemm.fused_moe_masked(x, masked_m, prepared, w2, 500, w2_bias=b2, out=out)
+    for g in range(e):
+        rows = min(int(masked_m[g]), max_m)
+        if rows:
+            want = expert_forward_fp8(x[g, :rows], w13f[g], w2f[g], "swiglu_oai", b13[g], b2[g])
+            assert calc_diff(out[g, :rows].float(), want) < TOL, g
+        assert out[g, rows:].isnan().all()
+
+
 def test_deterministic_sync_free_and_allocation_free() -> None:
     t, k, e, h, i = 256, 4, 32, 1024, 512
     _, _, _, b2, prepared, w2 = mxfp4_layer(e, h, i, "swiglu_oai", True, "prepared", seed=70)

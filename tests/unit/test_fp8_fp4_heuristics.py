@@ -138,16 +138,19 @@ def test_prepared_picks_match_the_measured_fastest(shape: tuple, fastest: str) -
     assert select_config(desc, SM90).short_name() == fastest
 
 
-def test_moe_epilogues_keep_the_decode_kernel() -> None:
-    """The fused layer's epilogues on prepared weights: decode-kernel configs only, even at
-    prefill sizes, and a forced prefill config is refused."""
-    desc = fp4("m_grouped_offsets", 32 * 2048, 5760, 2880, 32, expected_m=2048,
-               weights="prepared", epilogue="swiglu")  # fmt: skip
-    every = list(heuristics.enumerate_configs(desc, SM90))
-    assert every and all(c.layout.swap_ab for c in every)
-    plain = dataclasses.replace(desc, epilogue="none")
-    prefill = select_config(plain, SM90)
-    assert not prefill.layout.swap_ab and not heuristics.is_legal(prefill, desc, SM90)
+def test_moe_epilogues_take_the_prefill_kernel_at_prefill_sizes() -> None:
+    """The fused layer's epilogues on prepared weights: the prefill kernel at prefill sizes, with
+    register stores only (the MoE stores scatter rows), and the decode kernel at decode sizes."""
+    for epilogue in ("swiglu", "swiglu_oai", "row_scale"):
+        desc = fp4("m_grouped_offsets", 32 * 2048, 5760, 2880, 32, expected_m=2048,
+                   weights="prepared", epilogue=epilogue)  # fmt: skip
+        picked = select_config(desc, SM90)
+        assert not picked.layout.swap_ab and picked.store_cols == 0
+        assert heuristics.is_legal(picked, desc, SM90)
+        prefill = [c for c in heuristics.enumerate_configs(desc, SM90) if not c.layout.swap_ab]
+        assert prefill and all(c.store_cols == 0 for c in prefill)
+        decode = dataclasses.replace(desc, m=32 * 8, expected_m=8)
+        assert select_config(decode, SM90).layout.swap_ab
 
 
 def test_table_model_prefers_few_tokens_and_many_warpgroups_at_decode() -> None:

@@ -237,15 +237,7 @@ def _prefill_store_cols(block_n: int, desc: GemmDesc) -> tuple[int, ...]:
     return (0, tma_store_cols(block_n, desc)) if tma_store_possible(desc) else (0,)
 
 
-def prefill_serves(desc: GemmDesc) -> bool:
-    """The fused MoE layer's epilogues compile on the prefill kernel but have not run on a GPU
-    with prepared weights yet (BENCHMARKS.md): its GEMMs keep the decode kernel."""
-    return desc.epilogue == "none"
-
-
 def prefill_configs(desc: GemmDesc, arch: ArchSpec) -> list[GemmConfig]:
-    if not prefill_serves(desc):
-        return []
     configs = []
     for block_m in PREFILL_BLOCK_M:
         for block_n in PREFILL_BLOCK_N:
@@ -261,7 +253,6 @@ def prefill_is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool
     return (
         desc.kind in KINDS
         and desc.weights == "prepared"
-        and prefill_serves(desc)
         and not lay.swap_ab
         and lay.block_m in PREFILL_BLOCK_M
         and lay.block_n in PREFILL_BLOCK_N
