@@ -274,6 +274,11 @@ def test_summary_geomeans_and_report(capsys) -> None:
     bench.add_metrics(row, 4000.0)
     line = bench.format_row(row)
     assert line.startswith("c ") and "decode" in line and "100.0" in line
+    estimated = bench.format_row(make_row(raw_us=100.0, vs_dg=1.25))
+    in_run = bench.format_row(make_row(raw_us=100.0, vs_dg=1.25, deepgemm_us=150.0,
+                                       x_dg_inrun=1.5))  # fmt: skip
+    assert "~1.25" in estimated.split() and "150.0" not in estimated
+    assert "1.50" in in_run.split() and "150.0" in in_run.split() and "~1.25" not in in_run
 
 
 # ----------------------------------------------------------------------------------------------
