@@ -2,10 +2,11 @@
 
     python3 tools/fp8_fp4_config_sweep.py [--problems NAME,...] [--json PATH]
 
-For each problem (a grouped GEMM with uniform rows per group, operands as in
-profile_fp8_fp4.py): the heuristics' pick, and every decode config (impls/
-sm90_fp8_fp4_swap_ab_gemm.cuh) whose token tile is the smallest that holds the rows, with 1..4
-math warpgroups, compiled in parallel first. Each config is checked against FP32 on the
+For each problem (a grouped GEMM with uniform rows per group, or "ragged": the benchmark
+protocol's int(rows * U(0.7, 1.3)); operands as in profile_fp8_fp4.py): the heuristics' pick, and
+every decode config (impls/sm90_fp8_fp4_swap_ab_gemm.cuh) whose token tile holds the mean rows
+up to the largest group's (the smallest of each), with 1..4 math warpgroups, compiled in
+parallel first. Each config is checked against FP32 on the
 dequantized operands (a failure is reported and not timed), then timed (median µs, weights
 larger than L2 so no call reads them from it). The table: µs per config, the pick marked, and
 the best decode config's speed over the pick's. This is how the decode kernel's cost in the
@@ -19,13 +20,19 @@ import json
 import sys
 from pathlib import Path
 
-from profile_fp8_fp4 import Problem, desc_of, legal_configs
+from profile_fp8_fp4 import Problem, desc_of, group_rows, legal_configs
 
 from moegemm.heuristics import SM90, select_config
 from moegemm.heuristics.sm90_fp8_fp4_decode import TOKEN_CHOICES
 
-# name: (groups, n, k, rows per group, layout); every weight set exceeds 3 x L2
+# name: (groups, n, k, rows per group, layout[, ragged]); every weight set exceeds 3 x L2
 PROBLEMS = {
+    "dsv3-l1-r8-masked-ragged": (32, 4096, 7168, 8, "masked", True),
+    "dsv3-l1-r32-masked-ragged": (32, 4096, 7168, 32, "masked", True),
+    "dsv3-l1-r8-offs-ragged": (32, 4096, 7168, 8, "offs", True),
+    "dsv3-l1-r64-masked-ragged": (32, 4096, 7168, 64, "masked", True),
+    "gptoss-l1-r8-masked-ragged": (32, 5760, 2880, 8, "masked", True),
+    "qwen3-l2-r32-masked-ragged": (128, 2048, 768, 32, "masked", True),
     "dsv3-l1-r1-masked": (32, 4096, 7168, 1, "masked"),
     "dsv3-l1-r8-masked": (32, 4096, 7168, 8, "masked"),
     "dsv3-l1-r8-offs": (32, 4096, 7168, 8, "offs"),
@@ -40,8 +47,16 @@ PROBLEMS = {
 def candidates(args: argparse.Namespace) -> list:
     desc = desc_of(args)
     legal = legal_configs(desc)
-    block_t = next(t for t in TOKEN_CHOICES if t >= min(args.rows, TOKEN_CHOICES[-1]))
-    decode = [c for c in legal.values() if c.layout.swap_ab and c.layout.block_m == block_t]
+
+    def tile_for(rows: int) -> int:
+        return next(t for t in TOKEN_CHOICES if t >= min(rows, TOKEN_CHOICES[-1]))
+
+    lo, hi = tile_for(args.rows), tile_for(max(group_rows(args)))
+    decode = [
+        c
+        for c in legal.values()
+        if c.layout.swap_ab and lo <= c.layout.block_m <= hi and c.launch.num_math_warpgroups > 1
+    ]
     pick = select_config(desc, SM90)
     return [pick, *(c for c in decode if c != pick)]
 
@@ -62,8 +77,10 @@ def main(argv: list[str] | None = None) -> int:
 
     plans = []
     for name in names:
-        g, n, k, r, layout = PROBLEMS[name]
-        args = argparse.Namespace(groups=g, n=n, k=k, rows=r, layout=layout, weights=opts.weights)
+        g, n, k, r, layout, *ragged = PROBLEMS[name]
+        args = argparse.Namespace(
+            groups=g, n=n, k=k, rows=r, layout=layout, weights=opts.weights, ragged=bool(ragged)
+        )
         plans.append((name, args, candidates(args)))
     precompile([spec_for(desc_of(a), c) for _, a, cs in plans for c in cs])
 

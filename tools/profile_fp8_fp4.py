@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import random
 
 from moegemm.heuristics import (
     SM90,
@@ -34,14 +35,23 @@ LAYOUTS = {"offs": "m_grouped_offsets", "m_indices": "m_grouped_contiguous"}
 LAYOUTS["masked"] = "m_grouped_masked"
 
 
+def group_rows(args: argparse.Namespace) -> list[int]:
+    """Rows of each group: `rows` each, or with --ragged the protocol's int(rows * U(0.7, 1.3))
+    (seed 0, as the benchmarks draw them)."""
+    if not getattr(args, "ragged", False):
+        return [args.rows] * args.groups
+    rng = random.Random(0)
+    return [int(args.rows * rng.uniform(0.7, 1.3)) for _ in range(args.groups)]
+
+
 def desc_of(args: argparse.Namespace) -> GemmDesc:
-    rows = args.groups * args.rows
+    sizes = group_rows(args)
     if args.layout == "masked":
-        m, expected = args.rows, args.rows
+        m, expected = max(max(sizes), 1), args.rows
     elif args.layout == "m_indices":
-        m, expected = args.groups * 128 * math.ceil(args.rows / 128), 0
+        m, expected = sum(128 * math.ceil(s / 128) for s in sizes), 0
     else:
-        m, expected = rows, args.rows
+        m, expected = sum(sizes), args.rows
     return GemmDesc(
         LAYOUTS[args.layout], m, args.n, args.k, args.groups, ab_dtype="fp8_fp4",
         expected_m=expected, weights=args.weights,
@@ -64,6 +74,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--weights", choices=("raw", "prepared"), default="prepared")
     parser.add_argument("--config", help="a config short name (default: the heuristics' pick)")
     parser.add_argument("--launches", type=int, default=3)
+    parser.add_argument(
+        "--ragged",
+        action="store_true",
+        help="rows per group int(rows * U(0.7, 1.3)), the benchmark protocol's spread",
+    )
     parser.add_argument("--list", action="store_true", help="print the legal configs and exit")
     args = parser.parse_args(argv)
     if min(args.groups, args.n, args.k, args.rows, args.launches) < 1 or args.k % 32:
@@ -83,8 +98,10 @@ class Problem:
 
         g, n, k, r = args.groups, args.n, args.k, args.rows
         self.layout, self.rows = args.layout, r
+        sizes = group_rows(args)
+        cap = max(max(sizes), 1)
         gen = torch.Generator(device="cuda").manual_seed(0)
-        x = torch.randn(g, r, k, device="cuda", generator=gen, dtype=torch.bfloat16)
+        x = torch.randn(g, cap, k, device="cuda", generator=gen, dtype=torch.bfloat16)
         w = torch.randn(g, n, k, device="cuda", generator=gen, dtype=torch.bfloat16) * 0.02
         b, sfb = quantize_mxfp4(w)
         self.weights = (
@@ -93,22 +110,29 @@ class Problem:
         self.wf = dequantize_mxfp4(b, sfb)
         if args.layout == "masked":
             self.a, self.sfa = per_token_cast_to_fp8(x)
-            self.d = torch.full((g, r, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-            self.masked_m = torch.full((g,), r, device="cuda", dtype=torch.int32)
-            self.ref_rows = [(gi, slice(None)) for gi in range(g)]
+            self.d = torch.full((g, cap, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            self.masked_m = torch.tensor(sizes, device="cuda", dtype=torch.int32)
+            self.ref_rows = [(gi, slice(0, rows)) for gi, rows in enumerate(sizes) if rows]
         else:
-            pad = 128 * math.ceil(r / 128) if args.layout == "m_indices" else r
-            xs = torch.zeros(g, pad, k, device="cuda", dtype=torch.bfloat16)
-            xs[:, :r] = x
-            self.a, self.sfa = per_token_cast_to_fp8(xs.view(g * pad, k))
-            self.d = torch.full((g * pad, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            pads = [128 * math.ceil(s / 128) if args.layout == "m_indices" else s for s in sizes]
+            starts = [sum(pads[:gi]) for gi in range(g)]
+            xs = torch.zeros(max(sum(pads), 1), k, device="cuda", dtype=torch.bfloat16)
+            for gi, rows in enumerate(sizes):
+                xs[starts[gi] : starts[gi] + rows] = x[gi, :rows]
+            self.a, self.sfa = per_token_cast_to_fp8(xs)
+            self.d = torch.full((xs.shape[0], n), float("nan"), device="cuda",
+                                dtype=torch.bfloat16)  # fmt: skip
             if args.layout == "m_indices":
-                info = torch.arange(g, device="cuda", dtype=torch.int32).repeat_interleave(pad)
-                self.kwargs = {"m_indices": info}
+                info = torch.full((xs.shape[0],), -1, dtype=torch.int32)
+                for gi, rows in enumerate(sizes):
+                    info[starts[gi] : starts[gi] + pads[gi]] = gi
+                self.kwargs = {"m_indices": info.cuda()}
             else:
-                offs = torch.arange(1, g + 1, device="cuda", dtype=torch.int32) * pad
-                self.kwargs = {"offs": offs}
-            self.ref_rows = [(gi, slice(gi * pad, gi * pad + r)) for gi in range(g)]
+                ends = [starts[gi] + pads[gi] for gi in range(g)]
+                self.kwargs = {"offs": torch.tensor(ends, device="cuda", dtype=torch.int32)}
+            self.ref_rows = [
+                (gi, slice(starts[gi], starts[gi] + rows)) for gi, rows in enumerate(sizes) if rows
+            ]
 
     def call(self, config: GemmConfig | None) -> None:
         import moegemm
@@ -131,12 +155,11 @@ class Problem:
         self.call(config)
         k = self.a.shape[-1]
         af = self.a.float() * self.sfa.repeat_interleave(128, dim=-1)[..., :k]
-        worst, r = 0.0, self.rows
-        for gi, rows in self.ref_rows:
-            masked = self.layout == "masked"
-            got = self.d[gi] if masked else self.d[rows]
-            want = (af[gi] if masked else af[rows]) @ self.wf[gi].t()
-            worst = max(worst, calc_diff(got.float()[:r], want[:r]))
+        worst = 0.0
+        masked = self.layout == "masked"
+        for gi, rows in self.ref_rows:  # masked: group gi's rows; else rows of the packed d
+            got, a = (self.d[gi][rows], af[gi][rows]) if masked else (self.d[rows], af[rows])
+            worst = max(worst, calc_diff(got.float(), a @ self.wf[gi].t()))
         torch.cuda.synchronize()
         return worst
 
