@@ -14,6 +14,8 @@
 //                          are gates, 16 p + 8 + i their ups; D has N / 2 columns, gate row
 //                          16 p + i writing column 8 p + i). Lane l and lane l ^ 8 hold a gate
 //                          and its up for the same tokens: one shuffle pairs them.
+//   store_tmem_tile:       an m-grouped tile of the BF16 and FP8 x FP4 kernels: one of the
+//                          three above, as the composition's orientation and epilogue say.
 // Rows at or past `row_end` (another group, padding, the tensor's end) and columns at or past N
 // are never written. Compiled and statically checked, not run on hardware.
 #pragma once
@@ -138,6 +140,32 @@ __device__ __forceinline__ void store_tmem_transposed_moe(
           d[static_cast<uint64_t>(row) * ldd + col] = __float2bfloat16(SwiGlu<kMoe>::apply(x, up));
       }
     }
+  }
+}
+
+// One accumulator of an m-grouped kernel's tile (scheduler/tile.cuh: rows [row0, row_end) of
+// group `group`, n-block n_block) as the composition stores it: the fused MoE layer's epilogue
+// (kMoe, swapped tiles: the group's bias row of Params::bias, Params::row_scale), swapped tiles,
+// or unswapped ones through `functor`. Params: d, ldd, n, bias, row_scale as the BF16 and the
+// FP8 x FP4 parameter structs name them.
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, bool kSwapAB, uint32_t kMoe, typename OutT,
+          typename Params, typename TileT, typename Functor>
+__device__ __forceinline__ void store_tmem_tile(const Params& params, uint32_t tmem_acc,
+                                                const TileT& tile, uint32_t quadrant,
+                                                const Functor& functor) {
+  OutT* d = static_cast<OutT*>(params.d);
+  const uint32_t col0 = tile.n_block * BLOCK_N;
+  if constexpr (kMoe != kMoeNone) {
+    const float* bias =
+        params.bias != nullptr ? params.bias + uint64_t{tile.group} * params.n : nullptr;
+    store_tmem_transposed_moe<BLOCK_M, kMoe>(tmem_acc, quadrant, tile.row0, tile.row_end, col0,
+                                             params.n, d, params.ldd, bias, params.row_scale);
+  } else if constexpr (kSwapAB) {
+    store_tmem_transposed<BLOCK_M, OutT>(tmem_acc, quadrant, tile.row0, tile.row_end, col0,
+                                         params.n, d, params.ldd);
+  } else {
+    store_tmem_rows<BLOCK_N, OutT>(tmem_acc, quadrant, tile.row0, tile.row_end, col0, params.n, d,
+                                   params.ldd, functor);
   }
 }
 

@@ -8,249 +8,91 @@
 //              true:  the weights' BLOCK_N = 128 rows are the MMA's M side, the tile's BLOCK_M
 //              tokens (16..256) its N side (decode: few tokens per group need no padding to 128),
 //   OutT, kWithC  BF16 or FP32 out, C added (unswapped tiles only).
-// Composition:
+// The skeleton of kernels/sm100_persistent_gemm.cuh (warp roles, TMA ring, double-buffered
+// tensor-memory accumulators, fences, teardown) with
+//   tiles      MGroupedTiles (kernels/sm100_m_grouped.cuh, shared by the m-grouped kernels): the
+//              Config's tile, one CTA per tile, the layout's scheduler, all of K in every tile,
 //   loader     KMajorLoader (loader/tma_loaders.cuh): per k-block one BLOCK_M x 64 box of A and
-//              one BLOCK_N x 64 box of B, 128B swizzle, into one stage of the ring,
-//   MMA        UmmaBf16 (mma/sm100_umma.cuh): 4 x tcgen05.mma kind::f16 128 x N x 16 per k-block,
-//   epilogue   epilogue/sm100_tmem_store.cuh: tcgen05.ld 32x32b into registers, Identity or
-//              AddC (epilogue/functors.cuh), stores from registers; for the fused MoE layer
-//              (Config::kMoeEpilogue, swapped tiles, BF16 out) SwiGLU (D has N / 2 columns) or
-//              RowScale, with the group's bias.
-//
-// Warp roles (one CTA per SM, 256 threads = 8 warps):
-//   warp 0      TMA producer: walks the schedule, one elected lane arms and fills the stages.
-//   warp 1      MMA issuer: walks the schedule; lane 0 issues every tcgen05.mma and the
-//               tcgen05.commit that releases a stage (empty[s]) and hands an accumulator to the
-//               epilogue (tmem_full[a]). Lane 0 issues both: a commit tracks its own thread's MMAs.
-//               Also initialises the barriers.
-//   warp 2      tensor-memory allocator: tcgen05.alloc of kTmemCols columns at start, then
-//               relinquish_alloc_permit (a CTA of the next kernel may allocate as soon as this
-//               one deallocates), tcgen05.dealloc after the final CTA barrier. The alloc spins
-//               while the columns are taken: every config the heuristics emit uses over half of
-//               the shared memory, so no second CTA of this kernel shares the SM; a CTA of the
-//               previous kernel (PDL) holding columns only delays this one until it exits.
-//   warp 3      idle (keeps the epilogue warpgroup aligned to warps 4..7).
-//   warps 4..7  epilogue warpgroup: warp 4 + q reads tensor-memory lanes [32 q, 32 q + 32).
-// Pipelines:
-//   TMA ring (pipeline/ring.cuh), kNumStages stages:
-//     full[s]   producer -> MMA. Arrive count 1 (arrive.expect_tx) + the loader's bytes
-//               (BLOCK_M + BLOCK_N) x 128.
-//     empty[s]  MMA -> producer. Arrive count 1: the tcgen05.commit after the stage's MMAs.
-//   Accumulators, kAccumStages = 2 buffers of kAccumCols FP32 columns in tensor memory (the
-//   epilogue of tile i overlaps the mainloop of tile i + 1):
-//     tmem_full[a]   MMA -> epilogue. Arrive count 1: the tcgen05.commit after a tile's last MMA.
-//     tmem_empty[a]  epilogue -> MMA. Arrive count 4: lane 0 of each epilogue warp once its
-//                    tcgen05.ld of buffer a completed (tcgen05.wait::ld, fence before sync).
-//   tcgen05 fences: after_thread_sync after every wait that precedes tcgen05 work,
-//   before_thread_sync before every arrive that follows it.
-// Shared memory: [A stages | B stages | full | empty | tmem_full | tmem_empty | TMEM address]
-//   = kNumStages x (BLOCK_M + BLOCK_N) x 128 + (2 kNumStages + 4) x 8 + 16 bytes; slabs 1024-byte
-//   aligned as the 128B swizzle and the UMMA descriptors' base offset 0 require.
+//              one BLOCK_N x 64 box of B, 128B swizzle, into one stage of the ring; full[s]
+//              expects (BLOCK_M + BLOCK_N) x 128 bytes,
+//   MMA        UmmaBf16 (mma/sm100_umma.cuh): 4 x tcgen05.mma kind::f16 128 x N x 16 per k-block
+//              (swap-AB: the weights' slab is the MMA's A operand),
+//   epilogue   store_tmem_tile (epilogue/sm100_tmem_store.cuh): tcgen05.ld 32x32b into
+//              registers, Identity or AddC (epilogue/functors.cuh), stores from registers; for
+//              the fused MoE layer (Config::kMoeEpilogue, swapped tiles, BF16 out) SwiGLU (D has
+//              N / 2 columns) or RowScale, with the group's bias.
+// Warp 3 idles (no fill warp); every tile has k-blocks (no empty tiles).
+// Shared memory: [A stages | B stages | barriers | TMEM address]
+//   = kNumStages x (BLOCK_M + BLOCK_N) x 128 + (2 kNumStages + 4) x 8 + 16 bytes.
 // Tails: TMA zero-fills reads past the rows, N and K; stores check rows against the tile's bound
 //   and columns against N. Every tile runs all of K (K > 0: the API handles K = 0).
 #pragma once
 
 #include <cuda_bf16.h>
 
-#include <cutlass/arch/barrier.h>
-
 #include <type_traits>
 
 #include <moegemm/common/sm90_gemm_params.h>
 #include <moegemm/epilogue/functors.cuh>
 #include <moegemm/epilogue/sm100_tmem_store.cuh>
-#include <moegemm/kernels/config_traits.cuh>
+#include <moegemm/kernels/sm100_m_grouped.cuh>
+#include <moegemm/kernels/sm100_persistent_gemm.cuh>
 #include <moegemm/loader/tma_loaders.cuh>
 #include <moegemm/mma/sm100_umma.cuh>
-#include <moegemm/pipeline/ring.cuh>
-#include <moegemm/ptx/barrier.cuh>
-#include <moegemm/ptx/pdl.cuh>
-#include <moegemm/ptx/smem.cuh>
-#include <moegemm/ptx/tcgen05.cuh>
 #include <moegemm/scheduler/dense_scheduler.cuh>
 #include <moegemm/scheduler/group_walk_scheduler.cuh>
 
 namespace moegemm::sm100 {
 
+// The SM90 parameter struct: the same TMA boxes (A {64, BLOCK_M}, B {64, BLOCK_N, 1}), so the
+// host launcher (csrc/sm90_bf16_gemm.cpp) fills it unchanged.
 template <typename Config>
-struct Bf16Gemm {
-  // The SM90 parameter struct: the same TMA boxes (A {64, BLOCK_M}, B {64, BLOCK_N, 1}), so the
-  // host launcher (csrc/sm90_bf16_gemm.cpp) fills it unchanged.
-  using Params = Bf16GemmParams;
-  using OutT = typename Config::OutT;
-  using Scheduler = typename Config::Scheduler;
-  static constexpr uint32_t BLOCK_M = Config::kBlockM;
-  static constexpr uint32_t BLOCK_N = Config::kBlockN;
-  static constexpr uint32_t BLOCK_K = Config::kBlockK;
-  static constexpr uint32_t kNumStages = Config::kNumStages;
-  static constexpr bool kSwapAB = Config::kSwapAB;
+struct Bf16GemmKernel : MGroupedTiles<Config, Bf16GemmParams> {
+  using Base = MGroupedTiles<Config, Bf16GemmParams>;
+  using Base::BLOCK_M, Base::BLOCK_N, Base::BLOCK_K, Base::kNumStages, Base::kSwapAB, Base::kMoe;
+  using Base::kUmmaM, Base::kUmmaN;
+  using typename Base::OutT;
   static constexpr bool kWithC = Config::kWithC;
-  static_assert(Config::kClusterM == 1 && Config::kClusterN == 1 && Scheduler::kClusterM == 1 &&
-                    Scheduler::kClusterN == 1,
-                "one CTA per tile (cta_group::1)");
-  static_assert(Config::kStoreCols == 0, "stores from registers");
-  static_assert(Config::kStripeM == 0 || !kSwapAB, "swapped tiles walk whole groups");
   static_assert(!kSwapAB || !kWithC, "swap-AB: no C");
   static_assert(BLOCK_K == 64, "one 128-byte swizzle atom of BF16 per row");
-  static constexpr uint32_t kUmmaM = kSwapAB ? BLOCK_N : BLOCK_M;
-  static constexpr uint32_t kUmmaN = kSwapAB ? BLOCK_M : BLOCK_N;
 
   using Loader = KMajorLoader<__nv_bfloat16, BLOCK_M, BLOCK_N, BLOCK_K>;
   using Stages = typename Loader::template Stages<kNumStages>;
-  using Ring = PipelineRing<kNumStages>;
   using Mma = UmmaBf16<kUmmaM, kUmmaN, BLOCK_K>;
   using Epilogue = std::conditional_t<kWithC, AddC, Identity>;
-  static constexpr uint32_t kMoe = moe_epilogue_of<Config>::value;
   static_assert(kMoe == kMoeNone || (kSwapAB && !kWithC && std::is_same_v<OutT, __nv_bfloat16>),
                 "MoE epilogues: swapped tiles, BF16 out, no C");
   static_assert(kMoe != kMoeSwiGluSilu && kMoe != kMoeSwiGluOai || BLOCK_N % 16 == 0,
                 "SwiGLU pairs 8 gate with 8 up rows");
 
-  static constexpr uint32_t kAccumStages = 2;
-  static constexpr uint32_t kTmemCols = tmem_cols_for(Mma::kAccumCols, kAccumStages);
+  static constexpr uint32_t kTmemCols = tmem_cols_for(Mma::kAccumCols, kTmemAccumStages);
   static_assert(kTmemCols != 0, "two accumulators fit in 512 tensor-memory columns");
-  static constexpr uint32_t kNumEpilogueWarps = 4;
-  static constexpr uint32_t kFirstEpilogueWarp = 4;
-  static constexpr uint32_t kNumThreads = 256;
-  // Arrive counts of the barriers (tests/compile/test_compile_sm100.py recomputes them independently).
-  static constexpr uint32_t kFullArrivals = Loader::kFillArrivals;  // arrive.expect_tx
-  static constexpr uint32_t kEmptyArrivals = 1;                     // one tcgen05.commit
-  static constexpr uint32_t kTmemFullArrivals = 1;                  // one tcgen05.commit
-  static constexpr uint32_t kTmemEmptyArrivals = kNumEpilogueWarps; // lane 0 of each warp
-  static constexpr uint32_t kExpectedBytes = Loader::kExpectedBytes;
-  static constexpr uint32_t kBarrierBytes = (2 * kNumStages + 2 * kAccumStages) * sizeof(Barrier);
-  static constexpr uint32_t kTmemSlotBytes = 16;
-  static constexpr uint32_t kSmemBytes = Stages::kRingBytes + kBarrierBytes + kTmemSlotBytes;
-  static_assert(kSmemBytes <= 232448, "SM100 opt-in shared memory per block");
+  static constexpr bool kFixesStages = false;
+  static constexpr bool kFillWarp = false;
 
-  __device__ __forceinline__ static void run(const Params& params) {
-    extern __shared__ __align__(1024) uint8_t smem[];
-    Barrier* barriers = reinterpret_cast<Barrier*>(smem + Stages::kRingBytes);
-    const Ring ring(barriers);
-    Barrier* tmem_full = barriers + 2 * kNumStages;
-    Barrier* tmem_empty = tmem_full + kAccumStages;
-    uint32_t* tmem_slot = reinterpret_cast<uint32_t*>(tmem_empty + kAccumStages);
-    const uint32_t warp = warp_idx_sync();
-    const uint32_t lane = threadIdx.x % 32;
+  __device__ __forceinline__ static void issue_k_block(const StageRef& stage, const Tile&,
+                                                       uint32_t kb, uint32_t d_tmem, uint32_t) {
+    const uint32_t a_smem = smem_u32(Stages::template slab<0>(stage));
+    const uint32_t b_smem = smem_u32(Stages::template slab<1>(stage));
+    // Swap-AB: the weights' slab (B) is the MMA's A operand (its M side).
+    Mma::k_block(d_tmem, kSwapAB ? b_smem : a_smem, kSwapAB ? a_smem : b_smem, kb > 0);
+  }
 
-    if (warp == 0 && lane == 0) Loader::prefetch(params);
-    if (warp == 1 && lane == 0) {
-      ring.init(kEmptyArrivals, kFullArrivals);
-#pragma unroll
-      for (uint32_t a = 0; a < kAccumStages; ++a) {
-        tmem_full[a].init(kTmemFullArrivals);
-        tmem_empty[a].init(kTmemEmptyArrivals);
-      }
-      cutlass::arch::fence_barrier_init();
-    }
-    if (warp == 2) {
-      tmem_alloc<kTmemCols>(smem_u32(tmem_slot));
-      tmem_relinquish_alloc_permit();
-    }
-    tcgen05_fence_before_thread_sync();
-    __syncthreads();
-    tcgen05_fence_after_thread_sync();
-    const uint32_t tmem_base = *tmem_slot;
-
-    // Group sizes may be written by the previous kernel: read nothing global before this.
-    pdl_wait();
-    pdl_launch_dependents();
-    Scheduler scheduler(GroupingArgs{params.m, params.n, params.num_groups, params.group_info});
-    const uint32_t k_blocks = (params.k + BLOCK_K - 1) / BLOCK_K;
-    Tile tile;
-
-    if (warp == 0) {
-      typename Ring::State stage;
-#pragma unroll 1
-      while (scheduler.next(tile)) {
-#pragma unroll 1
-        for (uint32_t kb = 0; kb < k_blocks; ++kb) {
-          ring.producer_acquire(stage);
-          if (elect_one()) {
-            ring.producer_commit_bytes(stage, kExpectedBytes);
-            Loader::template load<Stages>(params, ring.full_barrier(stage),
-                                          StageRef{smem, stage.stage_idx}, tile, kb, 0);
-          }
-          __syncwarp();
-          stage.advance();
-        }
-      }
-    } else if (warp == 1) {
-      typename Ring::State stage;
-      PipelineState<kAccumStages> accum;
-#pragma unroll 1
-      while (scheduler.next(tile)) {
-        tmem_empty[accum.stage_idx].wait(accum.phase ^ 1);
-        tcgen05_fence_after_thread_sync();
-        const uint32_t d_tmem = tmem_base + accum.stage_idx * Mma::kAccumCols;
-#pragma unroll 1
-        for (uint32_t kb = 0; kb < k_blocks; ++kb) {
-          ring.consumer_wait(stage);
-          tcgen05_fence_after_thread_sync();
-          if (lane == 0) {
-            const StageRef ref{smem, stage.stage_idx};
-            const uint32_t a_smem = smem_u32(Stages::template slab<0>(ref));
-            const uint32_t b_smem = smem_u32(Stages::template slab<1>(ref));
-            // Swap-AB: the weights' slab (B) is the MMA's A operand (its M side).
-            Mma::k_block(d_tmem, kSwapAB ? b_smem : a_smem, kSwapAB ? a_smem : b_smem, kb > 0);
-            umma_commit(smem_u32(&ring.empty[stage.stage_idx]));
-          }
-          __syncwarp();
-          stage.advance();
-        }
-        if (lane == 0) umma_commit(smem_u32(&tmem_full[accum.stage_idx]));
-        __syncwarp();
-        accum.advance();
-      }
-    } else if (warp >= kFirstEpilogueWarp) {
-      const uint32_t quadrant = warp - kFirstEpilogueWarp;  // == warp % 4: its TMEM lanes
-      PipelineState<kAccumStages> accum;
-      Epilogue functor{};
-      if constexpr (kWithC) functor = Epilogue{params.c, params.ldc};
-      OutT* d = static_cast<OutT*>(params.d);
-#pragma unroll 1
-      while (scheduler.next(tile)) {
-        tmem_full[accum.stage_idx].wait(accum.phase);
-        tcgen05_fence_after_thread_sync();
-        const uint32_t d_tmem = tmem_base + accum.stage_idx * Mma::kAccumCols;
-        if constexpr (kMoe != kMoeNone) {
-          const float* bias =
-              params.bias != nullptr ? params.bias + uint64_t{tile.group} * params.n : nullptr;
-          store_tmem_transposed_moe<BLOCK_M, kMoe>(d_tmem, quadrant, tile.row0, tile.row_end,
-                                                   tile.n_block * BLOCK_N, params.n, d,
-                                                   params.ldd, bias, params.row_scale);
-        } else if constexpr (kSwapAB) {
-          store_tmem_transposed<BLOCK_M, OutT>(d_tmem, quadrant, tile.row0, tile.row_end,
-                                               tile.n_block * BLOCK_N, params.n, d, params.ldd);
-        } else {
-          store_tmem_rows<BLOCK_N, OutT>(d_tmem, quadrant, tile.row0, tile.row_end,
-                                         tile.n_block * BLOCK_N, params.n, d, params.ldd,
-                                         functor);
-        }
-        tcgen05_fence_before_thread_sync();
-        if (lane == 0) tmem_empty[accum.stage_idx].arrive();
-        accum.advance();
-      }
-    }
-
-    // Every MMA has completed (the epilogue waited on its commit) and every tensor-memory load
-    // has been waited for: the columns can go.
-    tcgen05_fence_before_thread_sync();
-    __syncthreads();
-    if (warp == 2) {
-      tcgen05_fence_after_thread_sync();
-      tmem_dealloc<kTmemCols>(tmem_base);
-    }
+  __device__ __forceinline__ static void epilogue(const Bf16GemmParams& params, uint32_t d_tmem,
+                                                  const Tile& tile, uint32_t quadrant) {
+    Epilogue functor{};
+    if constexpr (kWithC) functor = Epilogue{params.c, params.ldc};
+    store_tmem_tile<BLOCK_M, BLOCK_N, kSwapAB, kMoe, OutT>(params, d_tmem, tile, quadrant, functor);
   }
 };
 
 template <typename Config>
+using Bf16Gemm = PersistentGemm<Bf16GemmKernel<Config>>;
+
+template <typename Config>
 __global__ void __launch_bounds__(Bf16Gemm<Config>::kNumThreads, 1)
     sm100_bf16_grouped_gemm_kernel(const __grid_constant__ Bf16GemmParams params) {
-#if defined(__CUDA_ARCH__)
-#if !defined(__CUDA_ARCH_FEAT_SM100_ALL) && !defined(__CUDA_ARCH_FAMILY_SPECIFIC__)
-#error "the SM100 kernels need an arch- or family-specific target (sm_100a / sm_100f)"
-#endif
+#if defined(__CUDA_ARCH__)  // sm_100a / sm_100f only (kernels/sm100_persistent_gemm.cuh)
   Bf16Gemm<Config>::run(params);
 #endif
 }

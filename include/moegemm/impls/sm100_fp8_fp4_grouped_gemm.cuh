@@ -10,46 +10,34 @@
 //   kSwapAB    false: BLOCK_M = 128 token rows on the MMA's M side, the weights' BLOCK_N = 128
 //              rows on N; true: the weights' 128 rows on M, BLOCK_M tokens (32..128) on N.
 //   The weights' side of a tile is always 128 rows: one 128-row chunk of the prepared scales.
-// Composition:
-//   loader     TMA: per k-block (128 of K) one BLOCK_M x 128-byte box of A (128B swizzle), one
-//              128-row box of W as CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B (64 packed bytes a row
-//              in global memory, 128 bytes a row in shared memory: the unpacked E2M1 layout
-//              mxf8f6f4 reads; 128B swizzle) and the 512 bytes of W's scale words for the
-//              tile's 128 weight rows (already in tcgen05.cp order).
-//   scales     warp 3 turns A's FP32 scales into UE8M0 cells: a power of two 2^e (e in
-//              [-126, 127]) gives byte e + 127 repeated four times (one per 32-block); any other
-//              value (not a power of two, zero, negative, subnormal, Inf, NaN) gives 0xFF, the
-//              UE8M0 NaN: that token row's outputs come out NaN, never a silent wrong answer.
-//              Rows past the tile's bound get 1.0 (127).
-//   MMA        UmmaMxf8f6f4 (mma/sm100_umma_mx.cuh): 2 x tcgen05.cp + 4 x tcgen05.mma per k-block.
-//   epilogue   epilogue/sm100_tmem_store.cuh: tcgen05.ld 32x32b, BF16 stores from registers;
-//              for the fused MoE layer (Config::kMoeEpilogue, swapped tiles) SwiGLU on w13's
-//              16-row gate/up groups (D has N / 2 columns) or RowScale, with the group's bias:
-//              the same functors as the BF16 kernels (epilogue/functors.cuh).
-//
-// Warp roles (one CTA per SM, 256 threads = 8 warps):
-//   warp 0      TMA producer: one elected lane arms full[s] (arrive.expect_tx) and issues the
-//               three loads of each k-block.
-//   warp 1      MMA issuer: lane 0 issues the tcgen05.cp pair, the four MMAs and the commit of
-//               each k-block, and the commit handing an accumulator to the epilogue. Also
-//               initialises the barriers.
-//   warp 2      tensor-memory allocator (alloc kTmemCols, relinquish, dealloc at the end).
-//   warp 3      activation-scale warp (above): per k-block, after empty[s], each lane writes the
-//               16 bytes of one shared-memory scale row, fence.proxy.async (tcgen05.cp reads
-//               through the async proxy), __syncwarp, lane 0 arrives on full[s].
-//   warps 4..7  epilogue warpgroup: warp 4 + q reads tensor-memory lanes [32 q, 32 q + 32).
-// Pipelines:
-//   TMA ring, kNumStages stages:
-//     full[s]   producer + scale warp -> MMA. Arrive count 2 (the producer's arrive.expect_tx,
-//               the scale warp's lane 0) + kExpectedBytes of TMA transactions:
-//               BLOCK_M x 128 (A) + 128 x 64 (W: 4-bit codes counted packed, as CUTLASS's
-//               TmaTransactionBytes counts 16U4_ALIGN16B boxes) + 512 (W's scale words).
-//     empty[s]  MMA -> producer and scale warp. Arrive count 1: the tcgen05.commit after the
-//               stage's MMAs (which follow its tcgen05.cp in issue order: the copies have read
-//               the stage's scales too).
-//   Accumulators, kAccumStages = 2 buffers of kUmmaN FP32 columns:
-//     tmem_full[a]   MMA -> epilogue. Arrive count 1 (tcgen05.commit).
-//     tmem_empty[a]  epilogue -> MMA. Arrive count 4 (lane 0 of each epilogue warp).
+// The skeleton of kernels/sm100_persistent_gemm.cuh (warp roles, TMA ring, double-buffered
+// tensor-memory accumulators, fences, teardown) with
+//   tiles      MGroupedTiles (kernels/sm100_m_grouped.cuh, shared by the m-grouped kernels): the
+//              Config's tile, one CTA per tile, the layout's scheduler, all of K in every tile,
+//   loader     Fp8Fp4Loader (below), TMA: per k-block (128 of K) one BLOCK_M x 128-byte box of
+//              A (128B swizzle), one 128-row box of W as CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B
+//              (64 packed bytes a row in global memory, 128 bytes a row in shared memory: the
+//              unpacked E2M1 layout mxf8f6f4 reads; 128B swizzle) and the 512 bytes of W's
+//              scale words for the tile's 128 weight rows (already in tcgen05.cp order).
+//              full[s] expects BLOCK_M x 128 (A) + 128 x 64 (W: 4-bit codes counted packed, as
+//              CUTLASS's TmaTransactionBytes counts 16U4_ALIGN16B boxes) + 512 (W's scale
+//              words) bytes.
+//   scales     the skeleton's fill warp (warp 3, kFillWarp) turns A's FP32 scales into UE8M0
+//              cells: a power of two 2^e (e in [-126, 127]) gives byte e + 127 repeated four
+//              times (one per 32-block); any other value (not a power of two, zero, negative,
+//              subnormal, Inf, NaN) gives 0xFF, the UE8M0 NaN: that token row's outputs come
+//              out NaN, never a silent wrong answer. Rows past the tile's bound get 1.0 (127).
+//              Per k-block, after empty[s], each lane writes the 16 bytes of one shared-memory
+//              scale row, fence.proxy.async (tcgen05.cp reads through the async proxy); the
+//              skeleton's __syncwarp and lane 0's arrive on full[s] follow (arrive count 2).
+//   MMA        UmmaMxf8f6f4 (mma/sm100_umma_mx.cuh): 2 x tcgen05.cp + 4 x tcgen05.mma per
+//              k-block, issued by the MMA warp's lane 0; the tcgen05.commit that frees the
+//              stage follows the copies in issue order, so they have read its scales too.
+//   epilogue   store_tmem_tile (epilogue/sm100_tmem_store.cuh): tcgen05.ld 32x32b, BF16 stores
+//              from registers; for the fused MoE layer (Config::kMoeEpilogue, swapped tiles)
+//              SwiGLU on w13's 16-row gate/up groups (D has N / 2 columns) or RowScale, with
+//              the group's bias: the same functors as the BF16 kernels (epilogue/functors.cuh).
+// Every tile has k-blocks (no empty tiles).
 // Tensor-memory column map (kTmemCols = a power of two >= 2 kUmmaN + 8):
 //   [0, kUmmaN)               accumulator 0
 //   [kUmmaN, 2 kUmmaN)        accumulator 1
@@ -57,17 +45,15 @@
 //                             the same in each lane quadrant: column j, lane i = row 32 j + i)
 //   [2 kUmmaN + 4, + 8)       the MMA's B scales, likewise (rows past N unused)
 //   One scale buffer: a tcgen05.cp and the MMAs after it run in issue order.
-// Shared memory: [A stages | W stages | scale stages | full | empty | tmem_full | tmem_empty |
-//   TMEM address]; a scale stage is 1024 bytes: [0, 512) the activations' 128 rows x 4 bytes,
-//   [512, 1024) the weights', each as 32 rows of 16 bytes (word 4 i + j = row 32 j + i).
+// Shared memory: [A stages | W stages | scale stages | barriers | TMEM address]; a scale stage
+//   is 1024 bytes: [0, 512) the activations' 128 rows x 4 bytes, [512, 1024) the weights', each
+//   as 32 rows of 16 bytes (word 4 i + j = row 32 j + i).
 // Tails: TMA zero-fills A past K and the rows; the prepared W is padded to Kp = K rounded up
 //   to 128 (zero codes, scale 1.0) and its scales to 128-row chunks; stores check rows against
 //   the tile's bound and columns against N.
 #pragma once
 
 #include <cuda_bf16.h>
-
-#include <cutlass/arch/barrier.h>
 
 #include <string.h>
 
@@ -76,14 +62,12 @@
 #include <moegemm/common/sm100_fp8_fp4_params.h>
 #include <moegemm/epilogue/functors.cuh>
 #include <moegemm/epilogue/sm100_tmem_store.cuh>
-#include <moegemm/kernels/config_traits.cuh>
+#include <moegemm/kernels/sm100_m_grouped.cuh>
+#include <moegemm/kernels/sm100_persistent_gemm.cuh>
 #include <moegemm/mma/sm100_umma_mx.cuh>
-#include <moegemm/pipeline/ring.cuh>
 #include <moegemm/pipeline/stage_layout.cuh>
 #include <moegemm/ptx/barrier.cuh>
-#include <moegemm/ptx/pdl.cuh>
 #include <moegemm/ptx/smem.cuh>
-#include <moegemm/ptx/tcgen05.cuh>
 #include <moegemm/ptx/tma.cuh>
 #include <moegemm/scheduler/dense_scheduler.cuh>
 #include <moegemm/scheduler/group_walk_scheduler.cuh>
@@ -101,235 +85,123 @@ __host__ __device__ __forceinline__ uint32_t ue8m0_cell_of(float s) {
   return byte * 0x01010101u;
 }
 
+// Per k-block (128 of K): A's box, W's codes (packed in global memory, unpacked in shared
+// memory) and W's 512 bytes of scale words into the upper half of the stage's scale slab; the
+// lower half is the fill warp's (A's scales).
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t BLOCK_K>
+struct Fp8Fp4Loader {
+  static constexpr uint32_t kBytesA = BLOCK_M * BLOCK_K;            // E4M3
+  static constexpr uint32_t kBytesB = BLOCK_N * BLOCK_K;            // unpacked E2M1 in smem
+  static constexpr uint32_t kBytesBGlobal = BLOCK_N * BLOCK_K / 2;  // packed in global
+  static constexpr uint32_t kScaleRows = 128;
+  static constexpr uint32_t kBytesScaleOperand = kScaleRows * 4;    // 512
+  static constexpr uint32_t kBytesScales = 2 * kBytesScaleOperand;  // 1024
+  static constexpr uint32_t kExpectedBytes = kBytesA + kBytesBGlobal + kBytesScaleOperand;
+  static constexpr uint32_t kFillArrivals = 1;  // arrive.expect_tx
+  template <uint32_t kNumStages>
+  using Stages = StageLayout<kNumStages, kBytesA, kBytesB, kBytesScales>;
+
+  __device__ __forceinline__ static void prefetch(const Sm100Fp8Fp4GemmParams& params) {
+    prefetch_tma_desc(&params.tma_a);
+    prefetch_tma_desc(&params.tma_b);
+    prefetch_tma_desc(&params.tma_sfb);
+  }
+
+  template <typename Stages>
+  __device__ __forceinline__ static void load(const Sm100Fp8Fp4GemmParams& params, Barrier* bar,
+                                              const StageRef& stage, const Tile& tile, uint32_t kb,
+                                              uint32_t) {
+    const int32_t k_crd = static_cast<int32_t>(kb * BLOCK_K);
+    const int32_t n_crd = static_cast<int32_t>(tile.n_block * BLOCK_N);
+    const int32_t g = static_cast<int32_t>(tile.group);
+    tma_load_2d(&params.tma_a, bar, Stages::template slab<0>(stage), k_crd,
+                static_cast<int32_t>(tile.row0));
+    tma_load_3d(&params.tma_b, bar, Stages::template slab<1>(stage), k_crd, n_crd, g);
+    tma_load_3d(&params.tma_sfb, bar, Stages::template slab<2>(stage) + kBytesScaleOperand, n_crd,
+                static_cast<int32_t>(kb), g);
+  }
+};
+
 template <typename Config>
-struct Fp8Fp4Gemm {
-  using Params = Sm100Fp8Fp4GemmParams;
-  using OutT = typename Config::OutT;
-  using Scheduler = typename Config::Scheduler;
-  static constexpr uint32_t BLOCK_M = Config::kBlockM;
-  static constexpr uint32_t BLOCK_N = Config::kBlockN;
-  static constexpr uint32_t BLOCK_K = Config::kBlockK;
-  static constexpr uint32_t kNumStages = Config::kNumStages;
-  static constexpr bool kSwapAB = Config::kSwapAB;
-  static_assert(Config::kClusterM == 1 && Config::kClusterN == 1 && Scheduler::kClusterM == 1 &&
-                    Scheduler::kClusterN == 1,
-                "one CTA per tile (cta_group::1)");
-  static_assert(Config::kStoreCols == 0, "stores from registers");
-  static_assert(Config::kStripeM == 0 || !kSwapAB, "swapped tiles walk whole groups");
+struct Fp8Fp4GemmKernel : MGroupedTiles<Config, Sm100Fp8Fp4GemmParams> {
+  using Base = MGroupedTiles<Config, Sm100Fp8Fp4GemmParams>;
+  using Base::BLOCK_M, Base::BLOCK_N, Base::BLOCK_K, Base::kNumStages, Base::kSwapAB, Base::kMoe;
+  using Base::kUmmaM, Base::kUmmaN;
+  using typename Base::OutT;
   static_assert(!Config::kWithC, "no C");
   static_assert(std::is_same_v<OutT, __nv_bfloat16>, "BF16 out");
-  static constexpr uint32_t kMoe = moe_epilogue_of<Config>::value;
   static_assert(kMoe == kMoeNone || kSwapAB, "MoE epilogues on swapped tiles (weights on M)");
   static_assert(BLOCK_K == 128, "one 128-byte swizzle atom row of 8-bit elements");
   static_assert(BLOCK_N == 128, "the weights' side is one 128-row chunk of the prepared scales");
   static_assert(kSwapAB ? (BLOCK_M % 32 == 0 && BLOCK_M <= 128) : BLOCK_M == 128,
                 "tokens: 128 on M, or 32..128 on N (one 128-row scale chunk)");
-  static constexpr uint32_t kUmmaM = kSwapAB ? BLOCK_N : BLOCK_M;
-  static constexpr uint32_t kUmmaN = kSwapAB ? BLOCK_M : BLOCK_N;
 
-  static constexpr uint32_t kBytesA = BLOCK_M * BLOCK_K;           // E4M3
-  static constexpr uint32_t kBytesB = BLOCK_N * BLOCK_K;           // unpacked E2M1 in smem
-  static constexpr uint32_t kBytesBGlobal = BLOCK_N * BLOCK_K / 2; // packed in global
-  static constexpr uint32_t kScaleRows = 128;
-  static constexpr uint32_t kBytesScaleOperand = kScaleRows * 4;   // 512
-  static constexpr uint32_t kBytesScales = 2 * kBytesScaleOperand; // 1024
-  using Stages = StageLayout<kNumStages, kBytesA, kBytesB, kBytesScales>;
-  using Ring = PipelineRing<kNumStages>;
+  using Loader = Fp8Fp4Loader<BLOCK_M, BLOCK_N, BLOCK_K>;
+  using Stages = typename Loader::template Stages<kNumStages>;
   static constexpr uint32_t kFormatTokens = kMxFormatE4M3;
   static constexpr uint32_t kFormatWeights = kMxFormatE2M1;
   using Mma = UmmaMxf8f6f4<kUmmaM, kUmmaN, BLOCK_K, kSwapAB ? kFormatWeights : kFormatTokens,
                            kSwapAB ? kFormatTokens : kFormatWeights>;
 
-  static constexpr uint32_t kAccumStages = 2;
-  static constexpr uint32_t kTmemCols = tmem_cols_mx(Mma::kAccumCols, kAccumStages);
+  static constexpr uint32_t kTmemCols = tmem_cols_mx(Mma::kAccumCols, kTmemAccumStages);
   static_assert(kTmemCols != 0, "two accumulators and the scales fit in 512 columns");
-  static constexpr uint32_t kTmemSfaCol = kAccumStages * Mma::kAccumCols;
+  static constexpr uint32_t kTmemSfaCol = kTmemAccumStages * Mma::kAccumCols;
   static constexpr uint32_t kTmemSfbCol = kTmemSfaCol + Mma::kScaleCols;
-  static constexpr uint32_t kNumEpilogueWarps = 4;
-  static constexpr uint32_t kFirstEpilogueWarp = 4;
-  static constexpr uint32_t kScaleWarp = 3;
-  static constexpr uint32_t kNumThreads = 256;
-  // Arrive counts (tests/compile/test_compile_sm100_fp8_fp4.py recomputes them independently).
-  static constexpr uint32_t kFullArrivals = 2;  // arrive.expect_tx + the scale warp's lane 0
-  static constexpr uint32_t kEmptyArrivals = 1;
-  static constexpr uint32_t kTmemFullArrivals = 1;
-  static constexpr uint32_t kTmemEmptyArrivals = kNumEpilogueWarps;
-  static constexpr uint32_t kExpectedBytes = kBytesA + kBytesBGlobal + kBytesScaleOperand;
-  static constexpr uint32_t kBarrierBytes = (2 * kNumStages + 2 * kAccumStages) * sizeof(Barrier);
-  static constexpr uint32_t kTmemSlotBytes = 16;
-  static constexpr uint32_t kSmemBytes = Stages::kRingBytes + kBarrierBytes + kTmemSlotBytes;
-  static_assert(kSmemBytes <= 232448, "SM100 opt-in shared memory per block");
+  static constexpr bool kFixesStages = false;
+  static constexpr bool kFillWarp = true;  // A's scales
 
-  __device__ __forceinline__ static void run(const Params& params) {
-    extern __shared__ __align__(1024) uint8_t smem[];
-    Barrier* barriers = reinterpret_cast<Barrier*>(smem + Stages::kRingBytes);
-    const Ring ring(barriers);
-    Barrier* tmem_full = barriers + 2 * kNumStages;
-    Barrier* tmem_empty = tmem_full + kAccumStages;
-    uint32_t* tmem_slot = reinterpret_cast<uint32_t*>(tmem_empty + kAccumStages);
-    const uint32_t warp = warp_idx_sync();
-    const uint32_t lane = threadIdx.x % 32;
-
-    if (warp == 0 && lane == 0) {
-      prefetch_tma_desc(&params.tma_a);
-      prefetch_tma_desc(&params.tma_b);
-      prefetch_tma_desc(&params.tma_sfb);
-    }
-    if (warp == 1 && lane == 0) {
-      ring.init(kEmptyArrivals, kFullArrivals);
+  // The fill warp: lane i writes scale row i, the cells of token rows i, i + 32, i + 64, i + 96.
+  __device__ __forceinline__ static void fill_stage(const Sm100Fp8Fp4GemmParams& params,
+                                                    const StageRef& stage, const Tile& tile,
+                                                    uint32_t kb, uint32_t lane) {
+    const float* sfa_tile = params.sfa + uint64_t{tile.group} * params.sfa_stride_group;
+    const uint32_t group_row0 = tile.group * params.sfa_group_rows;
+    uint32_t cells[4];
 #pragma unroll
-      for (uint32_t a = 0; a < kAccumStages; ++a) {
-        tmem_full[a].init(kTmemFullArrivals);
-        tmem_empty[a].init(kTmemEmptyArrivals);
+    for (uint32_t j = 0; j < 4; ++j) {
+      const uint32_t r = 32 * j + lane;
+      const uint32_t row = tile.row0 + r;
+      cells[j] = 0x7f7f7f7fu;  // 1.0: rows past the tile's bound (never stored)
+      if (r < BLOCK_M && row < tile.row_end) {
+        const float s = sfa_tile[uint64_t{row - group_row0} * params.sfa_stride_row +
+                                 uint64_t{kb} * params.sfa_stride_kb];
+        cells[j] = ue8m0_cell_of(s);
       }
-      cutlass::arch::fence_barrier_init();
     }
-    if (warp == 2) {
-      tmem_alloc<kTmemCols>(smem_u32(tmem_slot));
-      tmem_relinquish_alloc_permit();
-    }
-    tcgen05_fence_before_thread_sync();
-    __syncthreads();
-    tcgen05_fence_after_thread_sync();
-    const uint32_t tmem_base = *tmem_slot;
+    uint8_t* slab = Stages::template slab<2>(stage);
+    *reinterpret_cast<uint4*>(slab + lane * 16) =
+        make_uint4(cells[0], cells[1], cells[2], cells[3]);
+    fence_proxy_async_shared();  // tcgen05.cp reads through the async proxy
+  }
 
-    pdl_wait();
-    pdl_launch_dependents();
-    Scheduler scheduler(GroupingArgs{params.m, params.n, params.num_groups, params.group_info});
-    const uint32_t k_blocks = (params.k + BLOCK_K - 1) / BLOCK_K;
-    Tile tile;
+  // Lane 0 of the MMA warp. Swap-AB: the weights (and their scales) are the MMA's A operand.
+  __device__ __forceinline__ static void issue_k_block(const StageRef& stage, const Tile&,
+                                                       uint32_t kb, uint32_t d_tmem,
+                                                       uint32_t tmem_base) {
+    const uint32_t a_smem = smem_u32(Stages::template slab<0>(stage));
+    const uint32_t b_smem = smem_u32(Stages::template slab<1>(stage));
+    const uint32_t sf_tokens = smem_u32(Stages::template slab<2>(stage));
+    const uint32_t sf_weights = sf_tokens + Loader::kBytesScaleOperand;
+    Mma::k_block(d_tmem, kSwapAB ? b_smem : a_smem, kSwapAB ? a_smem : b_smem,
+                 kSwapAB ? sf_weights : sf_tokens, kSwapAB ? sf_tokens : sf_weights,
+                 tmem_base + kTmemSfaCol, tmem_base + kTmemSfbCol, kb > 0);
+  }
 
-    if (warp == 0) {
-      typename Ring::State stage;
-#pragma unroll 1
-      while (scheduler.next(tile)) {
-#pragma unroll 1
-        for (uint32_t kb = 0; kb < k_blocks; ++kb) {
-          ring.producer_acquire(stage);
-          if (elect_one()) {
-            Barrier* bar = ring.full_barrier(stage);
-            ring.producer_commit_bytes(stage, kExpectedBytes);
-            const StageRef ref{smem, stage.stage_idx};
-            const int32_t k_crd = static_cast<int32_t>(kb * BLOCK_K);
-            const int32_t n_crd = static_cast<int32_t>(tile.n_block * BLOCK_N);
-            const int32_t g = static_cast<int32_t>(tile.group);
-            tma_load_2d(&params.tma_a, bar, Stages::template slab<0>(ref), k_crd,
-                        static_cast<int32_t>(tile.row0));
-            tma_load_3d(&params.tma_b, bar, Stages::template slab<1>(ref), k_crd, n_crd, g);
-            tma_load_3d(&params.tma_sfb, bar, Stages::template slab<2>(ref) + kBytesScaleOperand,
-                        n_crd, static_cast<int32_t>(kb), g);
-          }
-          __syncwarp();
-          stage.advance();
-        }
-      }
-    } else if (warp == kScaleWarp) {
-      typename Ring::State stage;
-#pragma unroll 1
-      while (scheduler.next(tile)) {
-        // Lane i writes scale row i: the cells of token rows i, i + 32, i + 64, i + 96.
-        const float* sfa_tile = params.sfa + uint64_t{tile.group} * params.sfa_stride_group;
-        const uint32_t group_row0 = tile.group * params.sfa_group_rows;
-#pragma unroll 1
-        for (uint32_t kb = 0; kb < k_blocks; ++kb) {
-          ring.producer_acquire(stage);
-          uint32_t cells[4];
-#pragma unroll
-          for (uint32_t j = 0; j < 4; ++j) {
-            const uint32_t r = 32 * j + lane;
-            const uint32_t row = tile.row0 + r;
-            cells[j] = 0x7f7f7f7fu;  // 1.0: rows past the tile's bound (never stored)
-            if (r < BLOCK_M && row < tile.row_end) {
-              const float s = sfa_tile[uint64_t{row - group_row0} * params.sfa_stride_row +
-                                       uint64_t{kb} * params.sfa_stride_kb];
-              cells[j] = ue8m0_cell_of(s);
-            }
-          }
-          uint8_t* slab = Stages::template slab<2>(StageRef{smem, stage.stage_idx});
-          *reinterpret_cast<uint4*>(slab + lane * 16) =
-              make_uint4(cells[0], cells[1], cells[2], cells[3]);
-          fence_proxy_async_shared();  // tcgen05.cp reads through the async proxy
-          __syncwarp();
-          if (lane == 0) ring.producer_arrive(stage);
-          stage.advance();
-        }
-      }
-    } else if (warp == 1) {
-      typename Ring::State stage;
-      PipelineState<kAccumStages> accum;
-#pragma unroll 1
-      while (scheduler.next(tile)) {
-        tmem_empty[accum.stage_idx].wait(accum.phase ^ 1);
-        tcgen05_fence_after_thread_sync();
-        const uint32_t d_tmem = tmem_base + accum.stage_idx * Mma::kAccumCols;
-#pragma unroll 1
-        for (uint32_t kb = 0; kb < k_blocks; ++kb) {
-          ring.consumer_wait(stage);
-          tcgen05_fence_after_thread_sync();
-          if (lane == 0) {
-            const StageRef ref{smem, stage.stage_idx};
-            const uint32_t a_smem = smem_u32(Stages::template slab<0>(ref));
-            const uint32_t b_smem = smem_u32(Stages::template slab<1>(ref));
-            const uint32_t sf_tokens = smem_u32(Stages::template slab<2>(ref));
-            const uint32_t sf_weights = sf_tokens + kBytesScaleOperand;
-            // Swap-AB: the weights (and their scales) are the MMA's A operand.
-            Mma::k_block(d_tmem, kSwapAB ? b_smem : a_smem, kSwapAB ? a_smem : b_smem,
-                         kSwapAB ? sf_weights : sf_tokens, kSwapAB ? sf_tokens : sf_weights,
-                         tmem_base + kTmemSfaCol, tmem_base + kTmemSfbCol, kb > 0);
-            umma_commit(smem_u32(&ring.empty[stage.stage_idx]));
-          }
-          __syncwarp();
-          stage.advance();
-        }
-        if (lane == 0) umma_commit(smem_u32(&tmem_full[accum.stage_idx]));
-        __syncwarp();
-        accum.advance();
-      }
-    } else if (warp >= kFirstEpilogueWarp) {
-      const uint32_t quadrant = warp - kFirstEpilogueWarp;
-      PipelineState<kAccumStages> accum;
-      OutT* d = static_cast<OutT*>(params.d);
-#pragma unroll 1
-      while (scheduler.next(tile)) {
-        tmem_full[accum.stage_idx].wait(accum.phase);
-        tcgen05_fence_after_thread_sync();
-        const uint32_t d_tmem = tmem_base + accum.stage_idx * Mma::kAccumCols;
-        if constexpr (kMoe != kMoeNone) {
-          const float* bias =
-              params.bias != nullptr ? params.bias + uint64_t{tile.group} * params.n : nullptr;
-          store_tmem_transposed_moe<BLOCK_M, kMoe>(d_tmem, quadrant, tile.row0, tile.row_end,
-                                                   tile.n_block * BLOCK_N, params.n, d,
-                                                   params.ldd, bias, params.row_scale);
-        } else if constexpr (kSwapAB) {
-          store_tmem_transposed<BLOCK_M, OutT>(d_tmem, quadrant, tile.row0, tile.row_end,
-                                               tile.n_block * BLOCK_N, params.n, d, params.ldd);
-        } else {
-          store_tmem_rows<BLOCK_N, OutT>(d_tmem, quadrant, tile.row0, tile.row_end,
-                                         tile.n_block * BLOCK_N, params.n, d, params.ldd,
-                                         Identity{});
-        }
-        tcgen05_fence_before_thread_sync();
-        if (lane == 0) tmem_empty[accum.stage_idx].arrive();
-        accum.advance();
-      }
-    }
-
-    tcgen05_fence_before_thread_sync();
-    __syncthreads();
-    if (warp == 2) {
-      tcgen05_fence_after_thread_sync();
-      tmem_dealloc<kTmemCols>(tmem_base);
-    }
+  __device__ __forceinline__ static void epilogue(const Sm100Fp8Fp4GemmParams& params,
+                                                  uint32_t d_tmem, const Tile& tile,
+                                                  uint32_t quadrant) {
+    store_tmem_tile<BLOCK_M, BLOCK_N, kSwapAB, kMoe, OutT>(params, d_tmem, tile, quadrant,
+                                                           Identity{});
   }
 };
 
 template <typename Config>
+using Fp8Fp4Gemm = PersistentGemm<Fp8Fp4GemmKernel<Config>>;
+
+template <typename Config>
 __global__ void __launch_bounds__(Fp8Fp4Gemm<Config>::kNumThreads, 1)
     sm100_fp8_fp4_grouped_gemm_kernel(const __grid_constant__ Sm100Fp8Fp4GemmParams params) {
-#if defined(__CUDA_ARCH__)
-#if !defined(__CUDA_ARCH_FEAT_SM100_ALL) && !defined(__CUDA_ARCH_FAMILY_SPECIFIC__)
-#error "the SM100 kernels need an arch- or family-specific target (sm_100a / sm_100f)"
-#endif
+#if defined(__CUDA_ARCH__)  // sm_100a / sm_100f only (kernels/sm100_persistent_gemm.cuh)
   Fp8Fp4Gemm<Config>::run(params);
 #endif
 }
