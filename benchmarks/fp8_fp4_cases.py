@@ -368,7 +368,7 @@ def kernel_specs(
 ) -> tuple[list, set[str]]:
     """The kernel specs the cases' calls load: ours (both weight layouts) and the BF16 peers',
     as the heuristics pick them for `arch`; and why any could not be chosen."""
-    from moegemm.heuristics import select_config
+    from moegemm.families import select_config
 
     specs, failures = [], set()
     for c in cases:

@@ -42,7 +42,8 @@ from bench_bf16 import (
 
 import moegemm
 from moegemm.api.plans import build_plan
-from moegemm.heuristics import GemmDesc, enumerate_configs, estimate_cycles, is_legal
+from moegemm.families import enumerate_configs, estimate_cycles, is_legal
+from moegemm.heuristics import GemmDesc
 from moegemm.heuristics.sm90_bf16 import CLUSTER_SHAPES, walk_stripe_m
 from moegemm.testing import calc_diff
 
@@ -144,7 +145,7 @@ def choose_candidates(
     missing, then a round-robin over (family, block_m, block_n range) buckets, each bucket's best
     first, so that the sample also spans tile shapes the model ranks low. max_configs <= 0:
     every legal config."""
-    from moegemm.heuristics import select_config
+    from moegemm.families import select_config
 
     legal = [c for c in enumerate_configs(desc, arch) if is_legal(c, desc, arch)]
     pick = select_config(desc, arch)

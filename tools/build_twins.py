@@ -149,7 +149,12 @@ class Side:
         )
 
     def pick(self, p: Problem, num_sms: int):
-        return self.sub("heuristics").select_config(self.desc(p), self.arch(num_sms))
+        """The package's pick: `families.select_config`, or `heuristics.select_config` where
+        the package has no families (a baseline revision before them)."""
+        select = getattr(self.sub("heuristics"), "select_config", None)
+        if select is None:
+            select = self.sub("families").select_config
+        return select(self.desc(p), self.arch(num_sms))
 
     def spec(self, p: Problem, num_sms: int):
         """The KernelSpec of the pick: `api.plans.kernel_spec(desc, config)` where the package

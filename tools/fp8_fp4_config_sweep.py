@@ -22,7 +22,8 @@ from pathlib import Path
 
 from profile_fp8_fp4 import Problem, desc_of, group_rows, legal_configs
 
-from moegemm.heuristics import SM90, select_config
+from moegemm.families import select_config
+from moegemm.heuristics import SM90
 from moegemm.heuristics.sm90_fp8_fp4_decode import TOKEN_CHOICES
 
 # name: (groups, n, k, rows per group, layout[, ragged]); every weight set exceeds 3 x L2

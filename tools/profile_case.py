@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from heuristic_quality import QCase, all_qcases, desc_for, sm90_arch
 
-from moegemm.heuristics import GemmConfig, enumerate_configs, is_legal
+from moegemm.families import enumerate_configs, is_legal
+from moegemm.heuristics import GemmConfig
 
 
 def find_case(case_id: str) -> QCase:

@@ -22,14 +22,8 @@ import argparse
 import math
 import random
 
-from moegemm.heuristics import (
-    SM90,
-    GemmConfig,
-    GemmDesc,
-    enumerate_configs,
-    is_legal,
-    sm90_fp8_fp4_decode,
-)
+from moegemm.families import enumerate_configs, is_legal
+from moegemm.heuristics import SM90, GemmConfig, GemmDesc, sm90_fp8_fp4_decode
 
 LAYOUTS = {"offs": "m_grouped_offsets", "m_indices": "m_grouped_contiguous"}
 LAYOUTS["masked"] = "m_grouped_masked"

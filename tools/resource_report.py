@@ -110,7 +110,8 @@ def _kernel_key(kind: str, config, d_dtype: str, with_c: bool) -> tuple:
 
 def picked_cases(limit_per_family: int) -> list[Case]:
     """Distinct heuristic picks, at most `limit_per_family` per (kind, swap_ab, out, C)."""
-    from moegemm.heuristics import SM90, select_config
+    from moegemm.families import select_config
+    from moegemm.heuristics import SM90
 
     seen: set[tuple] = set()
     per_family: Counter = Counter()

@@ -44,7 +44,8 @@ def test_precompiled_descriptions_follow_the_layouts() -> None:
     spec (the benchmark precompiles these in parallel before timing anything)."""
     import bench_common
 
-    from moegemm.heuristics import SM90, select_config
+    from moegemm.families import select_config
+    from moegemm.heuristics import SM90
 
     cases = bf16_cases.load_cases(quick=True)
     assert {c.layout for c in cases} == {"contiguous", "masked", "k_grouped"}
@@ -166,7 +167,8 @@ def test_walk_twin_columns_check_bits_and_time_alternately() -> None:
 
     import bench_bf16
 
-    from moegemm.heuristics import SM90, GemmDesc, select_config
+    from moegemm.families import select_config
+    from moegemm.heuristics import SM90, GemmDesc
 
     desc = GemmDesc("m_grouped_offsets", m=32768, n=4096, k=7168, num_groups=8)
     pick = select_config(desc, SM90)

@@ -14,7 +14,8 @@ import subprocess
 import pytest
 from test_compile_only import dump_sass
 
-from moegemm.heuristics import SM90, GemmDesc, select_config
+from moegemm.families import select_config
+from moegemm.heuristics import SM90, GemmDesc
 from moegemm.heuristics.sm90_fp8_fp4 import make_config, max_stages
 from moegemm.jit import cache
 from moegemm.jit.codegen import sm90_fp8_fp4_spec
@@ -201,7 +202,7 @@ def test_decode_kernel_compiles_for_sm90a(kind: str, block_t: int, num_wg: int):
     stages = decode.max_stages(block_t, 64 * num_wg, SM90)
     config = decode.make_config(block_t, num_wg, stages, SM90)
     desc = GemmDesc(kind, 64, 4096, 7168, 8, ab_dtype="fp8_fp4", expected_m=8, weights="raw")
-    from moegemm.heuristics import is_legal
+    from moegemm.families import is_legal
 
     assert is_legal(config, desc, SM90)
     spec = sm90_fp8_fp4_spec(config, kind, "raw")
@@ -216,7 +217,7 @@ def test_decode_kernel_compiles_for_sm90a(kind: str, block_t: int, num_wg: int):
 
 
 def test_decode_configs_are_chosen_at_decode_and_checked() -> None:
-    from moegemm.heuristics import is_legal
+    from moegemm.families import is_legal
     from moegemm.heuristics import sm90_fp8_fp4_decode as decode
 
     desc = GemmDesc(

@@ -8,12 +8,12 @@ from __future__ import annotations
 import pytest
 from test_compile_only import dump_sass
 
-from moegemm.heuristics import SM90, GemmDesc, select_config
+from moegemm.families import kernel_spec, select_config
+from moegemm.heuristics import SM90, GemmDesc
 from moegemm.jit import cache
 from moegemm.jit.codegen import moe_combine_spec, moe_route_gather_spec
 from moegemm.jit.compiler import find_cuobjdump
 from moegemm.jit.cubin import count_cubin_kernels
-from moegemm.jit.kernels import kernel_spec
 
 pytestmark = pytest.mark.nvcc
 

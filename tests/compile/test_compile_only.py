@@ -11,7 +11,8 @@ import subprocess
 
 import pytest
 
-from moegemm.heuristics import SM90, GemmDesc, select_config
+from moegemm.families import select_config
+from moegemm.heuristics import SM90, GemmDesc
 from moegemm.heuristics.config import (
     GemmConfig,
     LaunchConfig,

@@ -32,7 +32,8 @@ import pytest
 from sm100_elf import assert_cta_group_matches_launch
 from test_compile_sm100 import _config_block, allocator_traps, cuobjdump, opcodes  # noqa: F401
 
-from moegemm.heuristics import GemmDesc, arch_for, enumerate_configs, is_legal, select_config
+from moegemm.families import enumerate_configs, is_legal, select_config
+from moegemm.heuristics import GemmDesc, arch_for
 from moegemm.heuristics.config import GemmConfig
 from moegemm.jit import cache
 from moegemm.jit.codegen_sm100 import sm100_fp8_fp4_gemm_spec, sm100_kernel_spec

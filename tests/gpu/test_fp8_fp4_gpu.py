@@ -267,7 +267,8 @@ def test_masked_layout(
 
 def tile_configs(desc) -> list:
     """A few configs of the family: per (block_m, swap_ab), the smallest and largest block_n."""
-    from moegemm.heuristics import SM90, enumerate_configs
+    from moegemm.families import enumerate_configs
+    from moegemm.heuristics import SM90
 
     picked: dict[tuple, object] = {}
     for c in enumerate_configs(desc, SM90):

@@ -161,7 +161,8 @@ def test_heuristics_pick_the_prefill_kernel_for_long_groups() -> None:
     """At thousands of rows per group the heuristics pick the prefill kernel (tokens on M), and
     the result is exact."""
     import moegemm
-    from moegemm.heuristics import SM90, GemmDesc, select_config
+    from moegemm.families import select_config
+    from moegemm.heuristics import SM90, GemmDesc
 
     n, k, groups = 2048, 1024, 2
     sizes = [2000, 1500]

@@ -105,7 +105,8 @@ def test_prefill_staged_epilogues_with_bias_and_n_tails() -> None:
     """gpt-oss-20b at prefill: both GEMMs stage their results for TMA stores (SwiGLU with
     biases, 5760 weight rows in 224-row tiles and 2880 columns in 208/224-wide tiles: the last
     n-block of each is clipped), the route kernel's histograms at a few thousand slots."""
-    from moegemm.heuristics import SM90, select_config
+    from moegemm.families import select_config
+    from moegemm.heuristics import SM90
     from moegemm.moe.layer import layer_gemms
 
     e, k, h, i, act, bias = MODELS["gpt-oss-20b"]
@@ -221,7 +222,8 @@ def test_masked_variant(activation: str, bias: bool) -> None:
 def test_masked_variant_staged_prefill_tiles() -> None:
     """Large masked groups: both GEMMs stage results for TMA stores where a warpgroup's rows all
     lie below masked_m and store from registers across it; rows past masked_m stay untouched."""
-    from moegemm.heuristics import SM90, select_config
+    from moegemm.families import select_config
+    from moegemm.heuristics import SM90
     from moegemm.moe.layer import masked_gemms
 
     e, max_m, h, i, expected = 6, 300, 512, 256, 200

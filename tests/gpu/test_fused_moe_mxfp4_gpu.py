@@ -86,7 +86,8 @@ def test_gpt_oss(experts: int, t: int, layout: str) -> None:
 
 
 def picks_prefill_kernel(gemms) -> bool:
-    from moegemm.heuristics import SM90, select_config
+    from moegemm.families import select_config
+    from moegemm.heuristics import SM90
 
     return all(not select_config(desc, SM90).layout.swap_ab for desc, _ in gemms)
 

@@ -177,7 +177,8 @@ def skewed_sizes(num_groups: int, seed: int) -> list[int]:
 @pytest.mark.parametrize("tile", [None, (128, 256), (64, 128)])
 @pytest.mark.parametrize("num_groups", [1, 48, 128, 130])
 def test_k_grouped_tile_order_covers_every_tile_once(num_groups: int, tile) -> None:
-    from moegemm.heuristics import SM90, GemmDesc, enumerate_configs
+    from moegemm.families import enumerate_configs
+    from moegemm.heuristics import SM90, GemmDesc
 
     sizes = skewed_sizes(num_groups, seed=num_groups)
     m, n = 384, 256

@@ -44,7 +44,8 @@ def with_cluster(config, cluster_m: int, cluster_n: int):
 
 def epilogue_pairs(desc, block_ms=(64, 128, 256)):
     """(register-store config, TMA-store config) of the same tile, for each block_m."""
-    from moegemm.heuristics import SM90, enumerate_configs
+    from moegemm.families import enumerate_configs
+    from moegemm.heuristics import SM90
 
     by_tile: dict[tuple[int, int], dict[bool, object]] = {}
     for config in enumerate_configs(desc, SM90):
@@ -94,7 +95,8 @@ def test_walk_stripes_match_whole_group_walk() -> None:
     are long) writes the same bits as the whole-group walk, only inside each group: groups of 0,
     1 and thousands of rows (5 to 24 m-blocks: stripes of 4 to 8), several tiles per CTA,
     packed offsets and masked, one CTA per tile and a 2-CTA cluster sharing B."""
-    from moegemm.heuristics import SM90, GemmDesc, enumerate_configs, is_legal
+    from moegemm.families import enumerate_configs, is_legal
+    from moegemm.heuristics import SM90, GemmDesc
 
     sizes = [0, 3000, 1, 1500, 2100, 640, 1030]
     num_groups, n, k = len(sizes), 2880, 4096
@@ -168,7 +170,8 @@ def test_register_stores_stay_inside_rows_and_columns(block_m: int, block_n: int
     """Register stores (16 bytes per lane over groups of four 8-column slices, pairs for the
     rest of a tile's width) into a D whose rows are longer than N: the valid rows of each group
     are right and nothing else is written, neither padding columns nor rows past masked_m."""
-    from moegemm.heuristics import SM90, GemmDesc, enumerate_configs
+    from moegemm.families import enumerate_configs
+    from moegemm.heuristics import SM90, GemmDesc
 
     num_groups, max_m, n, k, pad = 4, 200, 1000, 768, 24  # 1000 = 3 * 256 + 232: N tails
     masked = [200, 37, 0, 129]
@@ -196,7 +199,8 @@ def test_register_stores_stay_inside_rows_and_columns(block_m: int, block_n: int
 @pytest.mark.parametrize("m", [200, 256])  # 200: the second warpgroup's rows run past M
 @pytest.mark.parametrize("with_c", [False, True])
 def test_k_grouped_tma_store_matches_register_stores(m: int, with_c: bool) -> None:
-    from moegemm.heuristics import SM90, GemmDesc, enumerate_configs
+    from moegemm.families import enumerate_configs
+    from moegemm.heuristics import SM90, GemmDesc
 
     sizes, n = [300, 0, 129, 64], 320  # 320 = 256 + 64: an N tail for 256-wide tiles
     total = sum(sizes)
@@ -231,7 +235,8 @@ CLUSTER_SHAPES = {
 def cluster_twins(desc):
     """(single-CTA config, 2-CTA cluster config) pairs of the same tile and epilogue, for both
     cluster shapes (2x1 shares B, 1x2 shares A) where the layout has them."""
-    from moegemm.heuristics import SM90, enumerate_configs, is_legal
+    from moegemm.families import enumerate_configs, is_legal
+    from moegemm.heuristics import SM90
 
     by_key: dict = {}
     for config in enumerate_configs(desc, SM90):
@@ -373,7 +378,8 @@ def test_cluster_multicast_matches_single_cta(pdl: bool) -> None:
 def test_k_grouped_in_place_reduce_add_matches_separate_c(m: int) -> None:
     """C = D in place goes out as TMA reduce-adds (C never read); the result must equal, bit for
     bit, a separate C (read and added in registers) and the register-store epilogue."""
-    from moegemm.heuristics import SM90, GemmDesc, enumerate_configs
+    from moegemm.families import enumerate_configs
+    from moegemm.heuristics import SM90, GemmDesc
 
     sizes, n = [300, 0, 129, 64, 1000], 320
     total = sum(sizes)

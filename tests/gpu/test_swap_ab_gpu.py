@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import moegemm
-from moegemm.heuristics import SM90, GemmDesc, enumerate_configs
+from moegemm.families import enumerate_configs
+from moegemm.heuristics import SM90, GemmDesc
 from moegemm.testing import calc_diff
 
 pytestmark = pytest.mark.gpu
@@ -93,7 +94,7 @@ def test_swap_ab_masked_layout_and_graph_replay() -> None:
 
 def test_heuristic_picks_swap_ab_where_it_runs() -> None:
     """The model sends 8 rows per group to the swapped kernel; the default path runs it."""
-    from moegemm.heuristics import select_config
+    from moegemm.families import select_config
 
     groups, rows, n, k = 32, 8, 4096, 7168
     desc = GemmDesc("m_grouped_offsets", groups * rows, n, k, groups, expected_m=rows)

@@ -8,12 +8,12 @@ import math
 
 import pytest
 
-from moegemm import heuristics
+from moegemm import families
+from moegemm.families import select_config
 from moegemm.heuristics import (
     SM90,
     GemmDesc,
     arch_for,
-    select_config,
     sm90_fp8_fp4,
     sm90_fp8_fp4_decode,
     sm90_fp8_fp4_table,
@@ -80,7 +80,7 @@ def prefill_smem(block_m: int, block_n: int, stages: int, store_cols: int) -> in
 
 @pytest.mark.parametrize("desc", PREPARED, ids=lambda d: f"{d.kind}-{d.m}-{d.n}-{d.k}")
 def test_prepared_weights_take_the_table_kernels_only(desc: GemmDesc) -> None:
-    every = list(heuristics.enumerate_configs(desc, SM90))
+    every = list(families.enumerate_configs(desc, SM90))
     assert every == sm90_fp8_fp4_table.enumerate_configs(desc, SM90) and every
     swapped = [c for c in every if c.layout.swap_ab]
     blocks = {(c.layout.block_m, c.launch.num_math_warpgroups) for c in swapped}
@@ -91,7 +91,7 @@ def test_prepared_weights_take_the_table_kernels_only(desc: GemmDesc) -> None:
     assert tiles == {(64, 64), (64, 128), (128, 64), (128, 128)}
     for c in every:
         lay, stages = c.layout, c.pipeline.num_stages
-        assert heuristics.is_legal(c, desc, SM90)
+        assert families.is_legal(c, desc, SM90)
         if lay.swap_ab:  # the decode kernel
             assert lay.block_n == 64 * c.launch.num_math_warpgroups
             assert c.pipeline.smem_bytes == table_smem(lay.block_m, lay.block_n, stages)
@@ -106,9 +106,9 @@ def test_prepared_weights_take_the_table_kernels_only(desc: GemmDesc) -> None:
             more = prefill_smem(lay.block_m, lay.block_n, stages + 1, c.store_cols)
         assert stages == 12 or more > BUDGET
         # A table config computes nothing on checkpoint weights, nor the reverse.
-        assert not heuristics.is_legal(c, dataclasses.replace(desc, weights="raw"), SM90)
-    raw = heuristics.enumerate_configs(dataclasses.replace(desc, weights="raw"), SM90)
-    assert not any(heuristics.is_legal(c, desc, SM90) for c in raw)
+        assert not families.is_legal(c, dataclasses.replace(desc, weights="raw"), SM90)
+    raw = families.enumerate_configs(dataclasses.replace(desc, weights="raw"), SM90)
+    assert not any(families.is_legal(c, desc, SM90) for c in raw)
     # m_indices segments are 128-row aligned: token blocks divide 128.
     if desc.kind == "m_grouped_contiguous":
         assert all(128 % c.layout.block_m == 0 for c in every)
@@ -161,8 +161,8 @@ def test_moe_epilogues_take_the_prefill_kernel_at_prefill_sizes() -> None:
                    weights="prepared", epilogue=epilogue)  # fmt: skip
         picked = select_config(desc, SM90)
         assert not picked.layout.swap_ab and picked.store_cols == 0
-        assert heuristics.is_legal(picked, desc, SM90)
-        prefill = [c for c in heuristics.enumerate_configs(desc, SM90) if not c.layout.swap_ab]
+        assert families.is_legal(picked, desc, SM90)
+        prefill = [c for c in families.enumerate_configs(desc, SM90) if not c.layout.swap_ab]
         assert prefill and all(c.store_cols == 0 for c in prefill)
         decode = dataclasses.replace(desc, m=32 * 8, expected_m=8)
         assert select_config(decode, SM90).layout.swap_ab
@@ -183,12 +183,12 @@ def test_table_model_prefers_few_tokens_and_many_warpgroups_at_decode() -> None:
 
 @pytest.mark.parametrize("desc", DESCS, ids=lambda d: f"{d.kind}-{d.m}-{d.n}-{d.k}")
 def test_every_enumerated_config_is_legal_and_fills_shared_memory(desc: GemmDesc) -> None:
-    every = list(heuristics.enumerate_configs(desc, SM90))
+    every = list(families.enumerate_configs(desc, SM90))
     configs = [c for c in every if not c.layout.swap_ab]
     decode = [c for c in every if c.layout.swap_ab]  # the decode kernel, for its layouts only
     assert decode == sm90_fp8_fp4_decode.enumerate_configs(desc, SM90)
     assert bool(decode) == (desc.kind in ("m_grouped_offsets", "m_grouped_masked"))
-    assert all(heuristics.is_legal(c, desc, SM90) for c in decode)
+    assert all(families.is_legal(c, desc, SM90) for c in decode)
     shapes = {(c.layout.block_m, c.layout.block_n, c.store_cols) for c in configs}
     # Every tile of the contract that a math thread holds without spills, with the register
     # and the TMA-store epilogue.
@@ -201,7 +201,7 @@ def test_every_enumerated_config_is_legal_and_fills_shared_memory(desc: GemmDesc
     }
     for c in configs:
         lay, pipe = c.layout, c.pipeline
-        assert heuristics.is_legal(c, desc, SM90), c.short_name()
+        assert families.is_legal(c, desc, SM90), c.short_name()
         assert lay.block_k == 128 and not lay.swap_ab and lay.cluster_size == 1
         assert lay.stripe_m == 0
         assert c.launch.num_math_warpgroups == lay.block_m // 64
@@ -274,11 +274,11 @@ def test_the_package_dispatches_on_ab_dtype() -> None:
     bf = dataclasses.replace(fp, ab_dtype="bf16")
     assert select_config(fp, SM90).pipeline.transform_stages == 2
     assert select_config(bf, SM90).pipeline.transform_stages == 0
-    assert all(c.pipeline.transform_stages == 0 for c in heuristics.enumerate_configs(bf, SM90))
-    assert heuristics.estimate_cycles(select_config(fp, SM90), fp, SM90) == (
+    assert all(c.pipeline.transform_stages == 0 for c in families.enumerate_configs(bf, SM90))
+    assert families.estimate_cycles(select_config(fp, SM90), fp, SM90) == (
         sm90_fp8_fp4.estimate_cycles(select_config(fp, SM90), fp, SM90)
     )
-    assert heuristics.selection_key(fp, SM90) != heuristics.selection_key(bf, SM90)
+    assert families.selection_key(fp, SM90) != families.selection_key(bf, SM90)
 
 
 def test_short_names() -> None:
@@ -372,7 +372,7 @@ def test_selection_key_is_complete() -> None:
         descs += [_ragged("m_grouped_masked", e, max_m=64) for e in range(1, 64)]
         by_key: dict = {}
         for d in descs:
-            by_key.setdefault(heuristics.selection_key(d, arch), set()).add(
+            by_key.setdefault(families.selection_key(d, arch), set()).add(
                 sm90_fp8_fp4.select(d, arch)
             )
         assert all(len(picks) == 1 for picks in by_key.values())

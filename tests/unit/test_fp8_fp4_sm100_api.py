@@ -1,7 +1,7 @@
 """The SM100 side of the FP8 x FP4 API on the CPU (no Blackwell GPU here; the kernels are
 compiled and statically checked, not run on hardware): prepare_mxfp4_weights(..., arch=
 "sm_100f") against an independent index computation, and the refusals of an SM100 device
-(simulated: fp8_fp4._device_arch_name patched) for raw or Hopper-prepared weights."""
+(simulated: fp8_fp4._device_arch patched) for raw or Hopper-prepared weights."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from moegemm.api.mxfp4_weights import (
     prepare_mxfp4_weights,
     unprepare_mxfp4_weights,
 )
+from moegemm.heuristics import SM100
 
 
 def _weights(g: int, n: int, k: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -66,7 +67,7 @@ def test_sm100_preparation_refusals() -> None:
 
 @pytest.fixture
 def on_sm100(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fp8_fp4, "_device_arch_name", lambda t: "sm_100f")
+    monkeypatch.setattr(fp8_fp4, "_device_arch", lambda t: SM100)
 
 
 def _acts(*lead: int, k: int = 256) -> tuple[torch.Tensor, torch.Tensor]:

@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from moegemm.heuristics import SM90, GemmDesc, arch_for, select_config
+from moegemm.families import select_config
+from moegemm.heuristics import SM90, GemmDesc, arch_for
 from moegemm.heuristics import sm90_bf16 as sm90
 from moegemm.heuristics.config import GemmConfig
 

@@ -1,10 +1,14 @@
-"""Dependencies point one way: warmup -> api -> heuristics, jit -> runtime.
+"""Dependencies point one way: heuristics <- jit <- families <- api <- moe <- ep, and the warmup
+above the API and the MoE layer.
 
-The API uses the heuristics through the package alone (so their modules can be split) and the
-JIT; nothing in it imports the warmup, which sits above the API. No jit module imports
-moegemm.api or moegemm.warmup (except `__main__`, the entry shim of `python -m moegemm.jit
---warmup`) nor a heuristics submodule, and importing moegemm.jit loads neither torch nor the
-layers above it."""
+The heuristics (types, arch facts, one model per family) import neither the JIT nor the
+families. No jit module imports a layer above it (except `__main__`, the entry shim of `python
+-m moegemm.jit --warmup`) nor a heuristics submodule, and importing moegemm.jit loads neither
+torch nor the layers above it. The families (moegemm.families: one record per arch x operand
+type) import nothing above them and no torch. The API uses the heuristics through the package
+alone (so their modules can be split), the families and the JIT; nothing in it imports the
+warmup, which sits above the API. Above the families no module tells families apart by
+comparing arch names: it asks the registry."""
 
 from __future__ import annotations
 
@@ -20,7 +24,12 @@ API_DIR = PYTHON_DIR / "moegemm" / "api"
 API_PACKAGE = ("moegemm", "api")
 JIT_DIR = PYTHON_DIR / "moegemm" / "jit"
 JIT_PACKAGE = ("moegemm", "jit")
-ABOVE = ("moegemm.api", "moegemm.warmup")
+FAMILIES_DIR = PYTHON_DIR / "moegemm" / "families"
+FAMILIES_PACKAGE = ("moegemm", "families")
+HEURISTICS_DIR = PYTHON_DIR / "moegemm" / "heuristics"
+HEURISTICS_PACKAGE = ("moegemm", "heuristics")
+ABOVE_FAMILIES = ("moegemm.api", "moegemm.warmup", "moegemm.moe", "moegemm.ep")
+ABOVE = ("moegemm.families", *ABOVE_FAMILIES)
 HEURISTICS_INTERFACE = ("config",)
 
 
@@ -54,7 +63,7 @@ def test_api_imports_the_heuristics_package_and_never_the_warmup(path: Path) -> 
 
 def test_the_checker_sees_relative_imports() -> None:
     names = _imports(API_DIR / "plans.py", API_PACKAGE)
-    assert "moegemm.heuristics.select_config" in names and "moegemm.jit.runtime" in names
+    assert "moegemm.families.select_config" in names and "moegemm.jit.runtime" in names
 
 
 def test_importing_the_api_loads_no_warmup(subprocess_env: dict[str, str]) -> None:
@@ -96,8 +105,39 @@ def test_import_resolution_sees_relative_imports() -> None:
 def test_importing_the_jit_loads_nothing_above_it() -> None:
     code = (
         "import sys, moegemm.jit, moegemm.jit.cache, moegemm.jit.runtime\n"
-        "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith("
-        "('moegemm.api', 'moegemm.warmup'))))\n"
+        f"print(sorted(m for m in sys.modules if m == 'torch' or m.startswith({ABOVE!r})))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env={"PYTHONPATH": str(PYTHON_DIR), "MOEGEMM_LIGHT_IMPORT": "1", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("path", sorted(FAMILIES_DIR.glob("*.py")), ids=lambda p: p.name)
+def test_families_import_nothing_above_them(path: Path) -> None:
+    imported = _imports(path, FAMILIES_PACKAGE)
+    above = [m for m in imported if m.startswith(ABOVE_FAMILIES) or m.startswith("torch")]
+    assert above == [], f"{path.name} imports {above}"
+
+
+@pytest.mark.parametrize("path", sorted(HEURISTICS_DIR.glob("*.py")), ids=lambda p: p.name)
+def test_heuristics_import_neither_the_jit_nor_the_families(path: Path) -> None:
+    imported = _imports(path, HEURISTICS_PACKAGE)
+    above = [m for m in imported if m.startswith(("moegemm.jit", *ABOVE))]
+    assert above == [], f"{path.name} imports {above}"
+
+
+def test_importing_the_families_loads_nothing_above_them() -> None:
+    code = (
+        "import sys, moegemm.families\n"
+        f"print(sorted(m for m in sys.modules if m == 'torch' or m.startswith("
+        f"{ABOVE_FAMILIES!r})))\n"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code],
@@ -128,6 +168,52 @@ def test_no_product_module_imports_the_test_helpers(path: Path) -> None:
         package = path.relative_to(PYTHON_DIR).parts[:-1]
     imported = _imports(path, tuple(package))
     assert [m for m in imported if m.startswith("moegemm.testing")] == []
+
+
+# Comparing arch names is left to the layers below the registry (the heuristics, the families,
+# and the JIT, whose arch parameters are nvcc targets); a layer above asks moegemm.families.
+ARCH_NAMES = frozenset({"sm_90a", "sm_100a", "sm_100f"})
+BELOW_THE_REGISTRY = ("heuristics", "families", "jit")
+
+
+def _arch_name_comparisons(source: str) -> list[int]:
+    """Lines of `source` comparing anything to an arch name literal ("sm_90a" == x, x in
+    ("sm_100f", ...))."""
+
+    def literals(node: ast.expr) -> list[str]:
+        elts = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+        return [e.value for e in elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Compare)
+        and any(v in ARCH_NAMES for side in (node.left, *node.comparators) for v in literals(side))
+    ]
+
+
+def test_the_checker_sees_arch_name_comparisons() -> None:
+    source = (
+        'a = arch.name == "sm_100f"\n'
+        'b = "sm_90a" != name\n'
+        'c = arch in ("sm_100f", "sm_100a")\n'
+        'd = f(arch="sm_90a")\n'
+        'e = {"sm_90a": 1}[name]\n'
+    )
+    assert _arch_name_comparisons(source) == [1, 2, 3]
+
+
+ABOVE_THE_REGISTRY = [
+    p
+    for p in PRODUCT_FILES
+    if p.relative_to(PYTHON_DIR / "moegemm").parts[0] not in BELOW_THE_REGISTRY
+]
+
+
+@pytest.mark.parametrize("path", ABOVE_THE_REGISTRY, ids=lambda p: str(p.relative_to(PYTHON_DIR)))
+def test_no_layer_above_the_registry_compares_arch_names(path: Path) -> None:
+    lines = _arch_name_comparisons(path.read_text())
+    assert lines == [], f"{path.name} compares arch names on lines {lines}: ask moegemm.families"
 
 
 def _module_graph() -> tuple[dict[str, set[str]], list[tuple[str, str]]]:

@@ -10,17 +10,10 @@ import pytest
 import torch
 
 import moegemm
-from moegemm.heuristics import (
-    SM90,
-    GemmDesc,
-    enumerate_configs,
-    is_legal,
-    select_config,
-    selection_key,
-)
+from moegemm.families import enumerate_configs, is_legal, kernel_spec, select_config, selection_key
+from moegemm.heuristics import SM90, GemmDesc
 from moegemm.heuristics.sm90_bf16 import smem_bytes_for
 from moegemm.jit.codegen import sm90_bf16_gemm_spec
-from moegemm.jit.kernels import kernel_spec
 from moegemm.moe.weights import kernel_order, source_order, split_gate_up
 from moegemm.testing.moe_reference import (
     expert_forward,

@@ -11,8 +11,8 @@ import torch
 
 import moegemm
 from moegemm.api.mxfp4_weights import prepare_mxfp4_weights, unprepare_mxfp4_weights
-from moegemm.heuristics import arch_for, select_config
-from moegemm.jit.kernels import kernel_spec
+from moegemm.families import kernel_spec, select_config
+from moegemm.heuristics import arch_for
 from moegemm.moe.mxfp4 import (
     fp8_gemm_args,
     mxfp4_layer_gemms,
@@ -115,7 +115,7 @@ def test_sm100_layer_gemms_and_their_kernels() -> None:
             assert len(args) == 14 and desc.weights == "prepared"
             config = select_config(desc, SM100)
             assert config.layout.swap_ab and config.layout.block_n == 128
-            spec = kernel_spec(desc, config, "sm_100f")
+            spec = kernel_spec(desc, config, SM100)
             assert spec.name.startswith("sm100_fp8_fp4_") and spec.name.endswith(desc.epilogue)
             assert "kMoeEpilogue" in spec.source
             if desc.kind == "m_grouped_offsets":

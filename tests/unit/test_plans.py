@@ -465,7 +465,8 @@ def test_a_plan_binds_the_heuristics_pick(
     SM100 BF16 kernels (compiled and statically checked, not run on hardware) take the SM90
     launchers, whose params they share."""
     import moegemm._C as C
-    from moegemm.heuristics import GemmDesc, arch_for, select_config
+    from moegemm.families import select_config
+    from moegemm.heuristics import GemmDesc, arch_for
 
     seen: dict = {}
 
@@ -496,7 +497,7 @@ def test_a_plan_binds_the_heuristics_pick(
     del seen["bound"]
     unbound = plans_mod.build_plan(0, gemm)  # for tools: the launcher itself, nothing bound
     assert unbound.launch is unbound.launcher and unbound.args == () and "bound" not in seen
-    assert seen["kernel"] == plans_mod.kernel_spec(gemm, config, arch.name)
+    assert seen["kernel"] == plans_mod.kernel_spec(gemm, config, arch)
     assert seen["kernel"].arch == arch.name
     assert isinstance(plan.launcher, KGroupedLauncher) == (kind == "k_grouped")
     lay = config.layout

@@ -9,7 +9,8 @@ import random
 
 import pytest
 
-from moegemm.heuristics import SM90, GemmDesc, ragged, select_config, waves
+from moegemm.families import select_config
+from moegemm.heuristics import SM90, GemmDesc, ragged, waves
 from moegemm.heuristics import sm90_bf16 as sm90
 
 

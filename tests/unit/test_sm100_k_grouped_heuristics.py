@@ -10,15 +10,8 @@ import math
 
 import pytest
 
-from moegemm.heuristics import (
-    GemmDesc,
-    arch_for,
-    enumerate_configs,
-    is_legal,
-    select_config,
-    selection_key,
-    sm100_bf16,
-)
+from moegemm.families import enumerate_configs, is_legal, select_config, selection_key
+from moegemm.heuristics import GemmDesc, arch_for, sm100_bf16
 from moegemm.jit.codegen_sm100 import sm100_bf16_k_grouped_spec, sm100_kernel_spec
 
 ARCH = arch_for("sm_100f")

@@ -1,7 +1,7 @@
 """The warmup leaves nothing to compile: for every model preset, the kernel select_config picks
 at every token count 1..max_tokens in every layout (as the API describes the call) is among the
 kernels warmup_specs built. Selections go through warmup.specs.Picker (one select_config per
-heuristics.selection_key); the first two tests prove that key complete.
+families.selection_key); the first two tests prove that key complete.
 
 Which calls are proved (routed rows = tokens x top_k, G groups, BF16 out):
 - offs: m = rows, expected_m = ceil(rows / G);
@@ -26,7 +26,8 @@ import random
 
 import pytest
 
-from moegemm.heuristics import SM90, GemmDesc, ragged, selection_key, sm90_bf16, waves
+from moegemm.families import selection_key
+from moegemm.heuristics import SM90, GemmDesc, ragged, sm90_bf16, waves
 from moegemm.warmup import presets
 from moegemm.warmup.specs import Picker, kernel_spec, warmup_specs
 

@@ -9,7 +9,8 @@ import re
 
 import pytest
 
-from moegemm.heuristics import SM90, GemmDesc, select_config
+from moegemm.families import select_config
+from moegemm.heuristics import SM90, GemmDesc
 from moegemm.warmup import presets
 from moegemm.warmup.specs import kernel_spec, layer_descs, warmup_specs
 

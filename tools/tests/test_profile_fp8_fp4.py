@@ -12,7 +12,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/
 
 import profile_fp8_fp4 as tool
 
-from moegemm.heuristics import SM90, select_config
+from moegemm.families import select_config
+from moegemm.heuristics import SM90
 
 
 def test_descs_per_layout() -> None:

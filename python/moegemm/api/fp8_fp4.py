@@ -33,7 +33,9 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from ..heuristics import GemmConfig, GemmDesc
+from ..families import for_operands
+from ..families import sm100_fp8_fp4 as sm100_family
+from ..heuristics import ArchSpec, GemmConfig, GemmDesc
 from . import fp8_fp4_sm100
 from .checks import (
     batched_row_stride,
@@ -464,22 +466,24 @@ def m_grouped_fp8_fp4_gemm_nt_masked(
     return _launch(key, _masked_plans, p, desc, config, a_, sfa, b_, sfb, d, masked_m)
 
 
-def _device_arch_name(t: object) -> str | None:
-    """The arch name (heuristics) of the CUDA device holding `t`; None off CUDA."""
+def _device_arch(t: object) -> ArchSpec | None:
+    """The arch of the CUDA device holding `t`; None off CUDA."""
     if not isinstance(t, Tensor) or t.device.type != "cuda":
         return None
     from .device import device_info
 
     try:
         index = t.device.index if t.device.index is not None else torch.cuda.current_device()
-        return device_info(index).arch.name
+        return device_info(index).arch
     except RuntimeError:  # no driver (fake tensors in tests): the SM90 path reports it
         return None
 
 
 def _on_sm100(a: object) -> bool:
-    """Whether this call's activations sit on an SM100 device (asked on plan misses only)."""
-    return _device_arch_name(a) == "sm_100f"
+    """Whether this call's activations sit on a device whose FP8 x FP4 family is SM100's, which
+    fp8_fp4_sm100 checks and plans (asked on plan misses only)."""
+    arch = _device_arch(a)
+    return arch is not None and for_operands(arch, "fp8_fp4") is sm100_family.FAMILY
 
 
 def _launch_hit(plan, a: Tensor, sfa: Tensor, b: Tensor, sfb: Tensor, d: Tensor, info: int) -> bool:

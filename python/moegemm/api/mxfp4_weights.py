@@ -50,7 +50,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..heuristics import ARCH_ALIASES, SM90, SM100
+from ..families import for_operands
+from ..heuristics import ARCH_ALIASES, SM90, SM100, arch_for
 
 MXFP4_GROUP = 32  # weights per UE8M0 scale byte
 NAN_SCALE = 0xFF  # UE8M0's NaN
@@ -67,6 +68,12 @@ MXFP4_ARCH_NAMES = frozenset({SM90_ARCH, SM100_ARCH, *ARCH_ALIASES})
 
 def canonical_arch(name: str) -> str:
     return ARCH_ALIASES.get(name, name)
+
+
+def mxfp4_forms(arch: str) -> tuple[str, ...]:
+    """The weight forms ("raw", "prepared") the FP8 x FP4 kernels of `arch` (a name of
+    MXFP4_ARCH_NAMES) take."""
+    return for_operands(arch_for(arch), "fp8_fp4").mxfp4_forms
 
 
 SM100_K_BLOCK = 128  # Kp: K padded to this; scale words hold 4 blocks of 32
@@ -96,7 +103,7 @@ class Mxfp4Weights:
             raise TypeError(f"prepared must be a bool, got {type(self.prepared).__name__}")
         if self.arch not in (SM90_ARCH, SM100_ARCH):
             raise ValueError(f"arch must be {SM90_ARCH!r} or {SM100_ARCH!r}, got {self.arch!r}")
-        if self.arch == SM100_ARCH and not self.prepared:
+        if not self.prepared and "raw" not in mxfp4_forms(self.arch):
             raise ValueError("SM100 weights are prepared weights (prepare_mxfp4_weights)")
 
 

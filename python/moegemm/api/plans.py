@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from ..heuristics import GemmConfig, GemmDesc, select_config
-from ..jit.kernels import kernel_spec  # the kernel of a call; the warmup builds the same
+from ..families import kernel_spec, lookup, select_config  # the warmup builds the same kernels
+from ..heuristics import GemmConfig, GemmDesc
 from ..jit.runtime import load_kernel
 from .device import arch_for_device, register_plan_cache
 
@@ -98,20 +98,8 @@ def build_launcher(device: int, desc: GemmDesc, config: GemmConfig | None = None
     if config is None:
         config = select_config(desc, arch)
     lay = config.layout
-    kernel = load_kernel(kernel_spec(desc, config, arch.name))
-    moe = desc.epilogue != "none"  # the fused MoE layer's GEMMs: bias and row-scale pointers
-    if desc.ab_dtype == "fp8_fp4" and arch.name == "sm_100f":
-        launcher_type = _C.Sm100Fp8Fp4MoeGemmLauncher if moe else _C.Sm100Fp8Fp4GemmLauncher
-    elif desc.ab_dtype == "fp8_fp4" and desc.weights == "prepared":  # the table kernel
-        launcher_type = _C.Sm90Fp8Fp4TableMoeGemmLauncher if moe else _C.Sm90Fp8Fp4TableGemmLauncher
-    elif desc.ab_dtype == "fp8_fp4":
-        launcher_type = _C.Sm90Fp8Fp4MoeGemmLauncher if moe else _C.Sm90Fp8Fp4GemmLauncher
-    elif moe:
-        launcher_type = _C.Bf16MoeGemmLauncher
-    elif desc.kind == "k_grouped":  # SM90 and SM100 kernels: the same params and TMA boxes
-        launcher_type = _C.Bf16KGroupedLauncher
-    else:
-        launcher_type = _C.Bf16GemmLauncher
+    kernel = load_kernel(kernel_spec(desc, config, arch))
+    launcher_type = getattr(_C, lookup(arch, desc).launcher_name(desc))
     # Persistent CTAs, whole clusters of them (a cluster's CTAs share an operand of each tile).
     cluster = lay.cluster_m * lay.cluster_n
     wanted = -(-max_ctas(desc, config) // cluster) * cluster

@@ -344,7 +344,7 @@ def _fp8_fp4_swap_ab_spec(
 
 
 def sm90_kernel_spec(desc: GemmDesc, config: GemmConfig) -> KernelSpec:
-    """The SM90 kernel a call of `desc` compiles for `config` (jit/kernels.py picks the arch)."""
+    """The SM90 kernel a call of `desc` compiles for `config` (the SM90 families' kernel_spec)."""
     if desc.ab_dtype == "fp8_fp4":
         return sm90_fp8_fp4_spec(config, desc.kind, desc.weights, desc.epilogue)
     if desc.kind == "k_grouped":

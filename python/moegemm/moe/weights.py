@@ -29,6 +29,7 @@ from ..api.mxfp4_weights import (
     SM100_ARCH,
     Mxfp4Weights,
     canonical_arch,
+    mxfp4_forms,
     prepare_mxfp4_weights,
 )
 
@@ -153,10 +154,9 @@ def _prepare_mxfp4(w13, activation: str, w13_bias, layout: str, arch: str | None
                 "order: pass the checkpoint's (blocks, scales) pair (prepare_moe_weights "
                 "prepares it)"
             )
-        b, sfb, prepared = w13.b, w13.sfb, False
+        b, sfb = w13.b, w13.sfb
     else:
         b, sfb = w13
-        prepared = False
     for name, t in (("w13 blocks", b), ("w13 scales", sfb)):
         if not isinstance(t, torch.Tensor) or t.dtype != torch.uint8:
             raise TypeError(f"{name} must be a uint8 tensor, got {type(t).__name__}")
@@ -178,7 +178,7 @@ def _prepare_mxfp4(w13, activation: str, w13_bias, layout: str, arch: str | None
     if layout not in ("raw", "prepared"):
         raise ValueError(f"mxfp4_layout must be 'raw' or 'prepared', got {layout!r}")
     arch = canonical_arch(arch) if arch is not None else default_mxfp4_arch(b)
-    if arch == SM100_ARCH and (layout == "raw" or prepared):
+    if layout not in mxfp4_forms(arch):
         raise ValueError(
             "SM100 takes MXFP4 experts in its own preparation only: pass the checkpoint's "
             "(blocks, scales) pair with mxfp4_layout='prepared'"

@@ -30,6 +30,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
+from ..families import of_arch
 from ..heuristics import arch_for, arch_for_compute_capability
 from ..jit import cache, compiler
 from ..jit.spec import SUPPORTED_ARCHS, KernelSpec
@@ -345,12 +346,18 @@ def _other_compiler_note(cached: Sequence[KernelSpec]) -> str | None:
     )
 
 
+def _hardware_checked(arch: str) -> bool:
+    """Whether the check runs `arch`'s kernels on its GPU (those of SM100 are compiled and
+    statically checked only)."""
+    return all(family.hardware_checked for family in of_arch(arch_for(arch)))
+
+
 def _target_sms(args: argparse.Namespace) -> tuple[int, str, GpuProbe | None]:
     """(num_sms, how the report names it, the GPU probe if one was made)."""
     if args.num_sms is not None:
         return args.num_sms, f"{args.num_sms} SMs", None
     gpu = probe_gpu(args.arch)
-    if args.arch != "sm_90a":  # SM100: this GPU's SM count where it is one, else B200's
+    if not _hardware_checked(args.arch):  # SM100: this GPU's SM count if it is one, else B200's
         if gpu.num_sms is not None:
             return gpu.num_sms, f"{gpu.num_sms} SMs of this GPU", None
         sms = arch_for(args.arch).num_sms
@@ -493,7 +500,7 @@ def _check(
     if hooked:
         print(f"check: skipped ({SPECS_FN_ENV} replaced moegemm's kernels)")
         return 0
-    if args.arch != "sm_90a":
+    if not _hardware_checked(args.arch):
         print(f"check: skipped, {args.arch} kernels are compiled and statically checked only")
         return 0
     gpu = gpu or probe_gpu(args.arch)

@@ -18,13 +18,13 @@ import dataclasses
 import math
 from collections.abc import Iterator, Sequence
 
+from ..families import for_operands, kernel_spec
 from ..heuristics import GemmDesc, arch_for
 from ..jit.codegen import (
     moe_combine_spec,
     moe_quantize_rows_spec,
     moe_route_gather_spec,
 )
-from ..jit.kernels import kernel_spec
 from ..jit.spec import KernelSpec
 from ..moe.weights import EPILOGUE_OF
 from . import presets
@@ -70,7 +70,7 @@ def layer_specs(
     e, h, i, top_k, activation = model_layer(model)
     check_arguments(token_counts, top_k, num_sms)
     spec_arch = arch_for(arch, num_sms)
-    forms = ("prepared",) if spec_arch.name == "sm_100f" else ("raw", "prepared")
+    forms = for_operands(spec_arch, "fp8_fp4").mxfp4_forms
     pick = picker if picker is not None and picker.arch == spec_arch else Picker(spec_arch)
     mxfp4 = weights == "mxfp4"
     specs: dict[KernelSpec, None] = {
@@ -90,5 +90,5 @@ def layer_specs(
             config = pick(d)
             if (d.kind, d.ab_dtype, d.weights, d.epilogue, config) not in seen:
                 seen.add((d.kind, d.ab_dtype, d.weights, d.epilogue, config))
-                specs[kernel_spec(d, config, spec_arch.name)] = None
+                specs[kernel_spec(d, config, spec_arch)] = None
     return list(specs)

@@ -34,7 +34,7 @@ layout and prepare_mxfp4_weights' "prepared" one: separate kernels). This family
 k-grouped layout (no weight gradient of FP4 weights). K must be a multiple of 32 (one UE8M0
 scale per 32 weights).
 
-The enumeration is exact: it selects once per heuristics.selection_key (descs with equal keys get
+The enumeration is exact: it selects once per families.selection_key (descs with equal keys get
 the same config), which makes 16384 token counts cost a few thousand selections per shape.
 """
 
@@ -45,24 +45,12 @@ import itertools
 import math
 from collections.abc import Iterator, Sequence
 
-from ..heuristics import (
-    CONTIGUOUS_ALIGNMENT,
-    ArchSpec,
-    GemmConfig,
-    GemmDesc,
-    arch_for,
-    select_config,
-    selection_key,
-    sm100_bf16,
-    sm100_fp8_fp4,
-)
-from ..jit.kernels import kernel_spec
+from ..families import for_operands, kernel_spec, lookup, select_config, selection_key
+from ..heuristics import CONTIGUOUS_ALIGNMENT, ArchSpec, GemmConfig, GemmDesc, arch_for
 from ..jit.spec import KernelSpec
 
 DEFAULT_MAX_TOKENS = 16384
 WEIGHTS = ("bf16", "mxfp4")  # the expert weights a warmup builds for (check_weights)
-MXFP4_FORMS = ("raw", "prepared")  # GemmDesc.weights of the FP8 x FP4 family: both are built
-SM100_MXFP4_FORMS = ("prepared",)  # SM100 takes prepare_mxfp4_weights(..., arch="sm_100f") only
 MXFP4_GROUP = 32  # weights per UE8M0 scale: K must be a multiple of it
 
 
@@ -156,7 +144,7 @@ def fp8_fp4_layer_descs(
 
 
 class Picker:
-    """select_config, once per heuristics.selection_key: exact, and cheap over many rows."""
+    """select_config, once per families.selection_key: exact, and cheap over many rows."""
 
     def __init__(self, arch: ArchSpec) -> None:
         self.arch = arch
@@ -215,7 +203,6 @@ def warmup_specs(
         for shape, (_, k, _) in zip(shapes, checked):
             check_mxfp4_shape(shape, k)
     spec_arch = arch_for(arch, num_sms)
-    sm100 = spec_arch.name == "sm_100f"
     pick = picker if picker is not None and picker.arch == spec_arch else Picker(spec_arch)
     specs: dict[KernelSpec, None] = {}
     seen: dict[tuple, None] = {}
@@ -223,17 +210,16 @@ def warmup_specs(
         if weights == "mxfp4":
             descs = itertools.chain.from_iterable(
                 fp8_fp4_layer_descs(n, k, groups, token_counts, top_k, form)
-                for form in (SM100_MXFP4_FORMS if sm100 else MXFP4_FORMS)
+                for form in for_operands(spec_arch, "fp8_fp4").mxfp4_forms
             )
         else:
             descs = layer_descs(n, k, groups, token_counts, top_k)
         for desc in descs:
-            family = sm100_fp8_fp4 if desc.ab_dtype == "fp8_fp4" else sm100_bf16
-            if sm100 and family.supported(desc) is not None:
-                continue  # a layout the SM100 family has no kernel for
+            if lookup(spec_arch, desc).unsupported(desc) is not None:
+                continue  # a layout the family has no kernel for (SM100 lacks some)
             config = pick(desc)
             ident = (desc.kind, desc.ab_dtype, desc.weights, desc.d_dtype, desc.with_c, config)
             if ident not in seen:  # building the spec renders source: once per kernel
                 seen[ident] = None
-                specs[kernel_spec(desc, config, spec_arch.name)] = None
+                specs[kernel_spec(desc, config, spec_arch)] = None
     return list(specs)

@@ -1,0 +1,28 @@
+"""SM90 (Hopper) BF16 x BF16: the wgmma kernels, dense, m-grouped and k-grouped."""
+
+from __future__ import annotations
+
+from ..heuristics import SM90, GemmDesc
+from ..heuristics import sm90_bf16 as heuristics
+from ..jit.codegen import sm90_kernel_spec
+from .family import Family
+
+
+def launcher_name(desc: GemmDesc) -> str:
+    """The BF16 launchers (SM100's BF16 kernels share their params and TMA boxes)."""
+    if desc.epilogue != "none":  # the fused MoE layer's GEMMs: bias and row-scale pointers
+        return "Bf16MoeGemmLauncher"
+    if desc.kind == "k_grouped":
+        return "Bf16KGroupedLauncher"
+    return "Bf16GemmLauncher"
+
+
+FAMILY = Family(
+    arch=SM90,
+    ab_dtype="bf16",
+    heuristics=heuristics,
+    kernel_spec=sm90_kernel_spec,
+    launcher_name=launcher_name,
+    mxfp4_forms=(),
+    hardware_checked=True,
+)
