@@ -52,12 +52,20 @@ struct EpDispatch {
   static constexpr const char* kName = "EpDispatchLauncher";
   static constexpr size_t kNumAlignedPointers = 1;  // x: 16-byte vectors
   static constexpr const char* kDoc =
-      "Launches ep_dispatch (include/moegemm/ep/dispatch.cuh) with the kernel and its launch "
-      "shape bound. Call with (x_ptr, topk_ids_ptr, topk_weights_ptr, peer_base_ptr, state_ptr, "
-      "masked_m_ptr, slot_dest_ptr, rank, world_size, num_tokens, top_k, num_experts, "
-      "experts_per_rank, hidden, ldx, max_m, slots_per_rank, slots_per_cta, timeout_ns, then the "
-      "nine symmetric-buffer offsets (EpLayout order), stream). Launches even with no tokens: "
-      "every rank must signal. Never synchronizes.";
+      "Launches ep_dispatch (include/moegemm/ep/dispatch.cuh): expert-parallel dispatch of "
+      "(token, choice) rows into the owners' masked layout over peer pointers; block_m/n/k are "
+      "unused (pass 1).";
+  static constexpr const char* kArgNames[] = {
+      "x_ptr", "topk_ids_ptr", "topk_weights_ptr", "peer_base_ptr", "state_ptr", "masked_m_ptr",
+      "slot_dest_ptr", "rank", "world_size", "num_tokens", "top_k", "num_experts",
+      "experts_per_rank", "hidden", "ldx", "max_m", "slots_per_rank", "slots_per_cta", "timeout_ns",
+      "off_x_recv", "off_sfa_recv", "off_recv_weight", "off_recv_src", "off_counts",
+      "off_count_flag", "off_dispatch_arrive", "off_combine_arrive", "off_combine_recv"};
+  static constexpr const char* kCallDoc =
+      "Counts exchange, then rows pushed (EpDispatchParams); launches even with no tokens (every "
+      "rank must signal). Asynchronous.";
+  static constexpr const char* kBindDoc = "launch(x_ptr, ..., slot_dest_ptr, stream, /) -> bool.";
+  static constexpr const char* kNumBlocksDoc = "CTAs per launch.";
 
   static void check_shape(const LaunchShape& shape) { check_no_cluster(shape, kName); }
 
@@ -129,11 +137,19 @@ struct EpCombine {
   static constexpr const char* kName = "EpCombineLauncher";
   static constexpr size_t kNumAlignedPointers = 1;  // y: 16-byte vectors
   static constexpr const char* kDoc =
-      "Launches ep_combine (include/moegemm/ep/combine.cuh) with the kernel and its launch "
-      "shape bound. Call with (y_ptr, slot_dest_ptr, masked_m_ptr, peer_base_ptr, state_ptr, "
-      "out_ptr, rank, world_size, num_tokens, top_k, experts_per_rank, hidden, ldo, max_m, "
-      "slots_per_rank, timeout_ns, then the nine symmetric-buffer offsets (EpLayout order), "
-      "stream). Launches even with no tokens. Never synchronizes.";
+      "Launches ep_combine (include/moegemm/ep/combine.cuh): expert rows pushed back to their "
+      "source slots, then each token's rows summed in FP32 in choice order; block_m/n/k are "
+      "unused (pass 1).";
+  static constexpr const char* kArgNames[] = {
+      "y_ptr", "slot_dest_ptr", "masked_m_ptr", "peer_base_ptr", "state_ptr", "out_ptr", "rank",
+      "world_size", "num_tokens", "top_k", "experts_per_rank", "hidden", "ldo", "max_m",
+      "slots_per_rank", "timeout_ns", "off_x_recv", "off_sfa_recv", "off_recv_weight",
+      "off_recv_src", "off_counts", "off_count_flag", "off_dispatch_arrive", "off_combine_arrive",
+      "off_combine_recv"};
+  static constexpr const char* kCallDoc =
+      "EpCombineParams; launches even with no tokens. Asynchronous.";
+  static constexpr const char* kBindDoc = "launch(y_ptr, ..., out_ptr, stream, /) -> bool.";
+  static constexpr const char* kNumBlocksDoc = "CTAs per launch.";
 
   static void check_shape(const LaunchShape& shape) { check_no_cluster(shape, kName); }
 

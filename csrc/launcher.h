@@ -22,7 +22,15 @@
 //   struct MyFamily {
 //     using Params = MyKernelParams;                       // include/moegemm/common/...
 //     static constexpr const char* kName = "MyLauncher";   // the Python class name
-//     static constexpr const char* kDoc = "...";           // its docstring: the call's arguments
+//     static constexpr const char* kDoc = "...";           // the class's docstring
+//     static constexpr const char* kInitDoc = "...";       // optional: __init__'s docstring
+//     // The names of fill's trailing parameters (the call's arguments without the stream), for
+//     // the signatures pybind11 writes (tools/gen_c_stub.py builds python/moegemm/_C.pyi from
+//     // them), and the docstrings of __call__, bind and num_blocks.
+//     static constexpr const char* kArgNames[] = {"a_ptr", ..., "ldc"};
+//     static constexpr const char* kCallDoc = "...";
+//     static constexpr const char* kBindDoc = "...";
+//     static constexpr const char* kNumBlocksDoc = "...";
 //     // The leading pointers a bound launch requires on 16-byte boundaries (0 = absent passes).
 //     static constexpr size_t kNumAlignedPointers = 4;
 //     // Plan time: refuse what the kernel was not built for (std::invalid_argument).
@@ -42,12 +50,14 @@
 #pragma once
 
 #include <pybind11/pybind11.h>
+#include <pybind11/typing.h>
 
 #include <cuda.h>
 #include <stdint.h>
 
 #include <array>
 #include <cstddef>
+#include <iterator>
 #include <memory>
 #include <stdexcept>
 #include <tuple>
@@ -291,17 +301,50 @@ class FamilyBoundLaunch final : public BoundLaunch {
 
 template <size_t>
 using Int64 = int64_t;
+template <size_t>
+using Uint64 = uint64_t;
+
+// What bind returns, typed for the signature line: launch(*pointers, stream) -> bool.
+template <size_t... P>
+using BoundLaunchCallable = pybind11::typing::Callable<bool(Uint64<P>..., uint64_t)>;
 
 // launcher.bind(device, *integers): a method taking the device ordinal and fill's integers one by
-// one (unnamed, as the call's).
-template <typename Family, typename Launcher, size_t... I>
-auto bind_method(std::index_sequence<I...>) {
+// one (named as the call's, positional only).
+template <typename Family, typename Launcher, size_t... P, size_t... I>
+auto bind_method(std::index_sequence<P...>, std::index_sequence<I...>) {
   return [](pybind11::object self, int device, Int64<I>... integers) {
     Launcher& launcher = self.cast<Launcher&>();
     auto bound = std::make_unique<FamilyBoundLaunch<Family, Launcher>>(
         launcher, device, typename Launcher::Integers{integers...});
-    return make_bound_callable(std::move(bound), std::move(self));
+    return BoundLaunchCallable<P...>(make_bound_callable(std::move(bound), std::move(self)));
   };
+}
+
+// Family::kInitDoc where the family has one, else no docstring.
+template <typename Family, typename = void>
+struct InitDoc {
+  static constexpr const char* value = nullptr;
+};
+template <typename Family>
+struct InitDoc<Family, std::void_t<decltype(Family::kInitDoc)>> {
+  static constexpr const char* value = Family::kInitDoc;
+};
+
+// __call__ and bind, their arguments named by Family::kArgNames and positional only: a call
+// passes them by position (pybind11 reads no keywords where none are passed), and the names
+// reach the signature lines that tools/gen_c_stub.py turns into python/moegemm/_C.pyi.
+template <typename Family, typename Launcher, size_t... A, size_t... I>
+void def_calls(pybind11::class_<Launcher>& cls, std::index_sequence<A...>,
+               std::index_sequence<I...>) {
+  namespace py = pybind11;
+  static_assert(std::size(Family::kArgNames) == sizeof...(A), "one name per call argument");
+  cls.def("__call__", static_cast<typename Launcher::UnboundCall>(&Launcher::operator()),
+          py::arg(Family::kArgNames[A])..., py::arg("stream"), py::pos_only(), Family::kCallDoc)
+      .def("bind",
+           bind_method<Family, Launcher>(std::make_index_sequence<Launcher::kNumPointers>{},
+                                         std::index_sequence<I...>{}),
+           py::arg("device"), py::arg(Family::kArgNames[Launcher::kNumPointers + I])...,
+           py::pos_only(), Family::kBindDoc);
 }
 
 // Binds FamilyLauncher<Family> as the Python class Family::kName:
@@ -311,35 +354,28 @@ auto bind_method(std::index_sequence<I...>) {
 //   launcher.bind(device, *fill's integers) -> launch      plan time, positional only
 //   launch(*fill's pointers, stream) -> bool               call time, a builtin function
 //   launcher.num_blocks                                    CTAs launched, after the clamp
-// python/moegemm/_C.pyi declares each class; tests/unit/test_c_stub.py keeps the two in step.
+// tools/gen_c_stub.py writes python/moegemm/_C.pyi from these bindings; tests/unit/test_c_stub.py
+// keeps the two in step.
 template <typename Family>
 void register_launcher(pybind11::module_& m) {
   namespace py = pybind11;
   using Launcher = FamilyLauncher<Family>;
-  py::class_<Launcher>(m, Family::kName, Family::kDoc)
-      .def(py::init([](Kernel& kernel, int64_t block_m, int64_t block_n, int64_t block_k,
-                       int64_t num_blocks, int64_t num_threads, int64_t smem_bytes,
-                       int64_t cluster_m, int64_t cluster_n, int64_t store_cols) {
-             return new Launcher(kernel, LaunchShape{block_m, block_n, block_k, num_blocks,
-                                                     num_threads, smem_bytes, cluster_m,
-                                                     cluster_n, store_cols});
-           }),
-           py::arg("kernel"), py::arg("block_m"), py::arg("block_n"), py::arg("block_k"),
-           py::arg("num_blocks"), py::arg("num_threads"), py::arg("smem_bytes"),
-           py::arg("cluster_m"), py::arg("cluster_n"), py::arg("store_cols") = 0,
-           py::keep_alive<1, 2>())
-      // Unnamed arguments, as before the generic launcher: the binding then does no per-argument
-      // name bookkeeping on the hot path.
-      .def("__call__", static_cast<typename Launcher::UnboundCall>(&Launcher::operator()))
-      .def("bind",
-           bind_method<Family, Launcher>(std::make_index_sequence<Launcher::kNumIntegers>{}),
-           "bind(device, *integers): the call's integers (its arguments between the pointers "
-           "and the stream), checked once, for the CUDA device `device`: returns "
-           "launch(*pointers, stream) -> bool, the same launch for those integers, or False "
-           "(nothing done) for an operand off a 16-byte boundary or another current device.")
-      .def_property_readonly("num_blocks", &Launcher::num_blocks,
-                             "CTAs per launch: the planned count, clamped to the clusters that "
-                             "fit on the device at once.");
+  py::class_<Launcher> cls(m, Family::kName, Family::kDoc);
+  cls.def(py::init([](Kernel& kernel, int64_t block_m, int64_t block_n, int64_t block_k,
+                      int64_t num_blocks, int64_t num_threads, int64_t smem_bytes,
+                      int64_t cluster_m, int64_t cluster_n, int64_t store_cols) {
+            return new Launcher(kernel, LaunchShape{block_m, block_n, block_k, num_blocks,
+                                                    num_threads, smem_bytes, cluster_m, cluster_n,
+                                                    store_cols});
+          }),
+          py::arg("kernel"), py::arg("block_m"), py::arg("block_n"), py::arg("block_k"),
+          py::arg("num_blocks"), py::arg("num_threads"), py::arg("smem_bytes"),
+          py::arg("cluster_m"), py::arg("cluster_n"), py::arg("store_cols") = 0,
+          py::keep_alive<1, 2>(), InitDoc<Family>::value);
+  def_calls<Family, Launcher>(
+      cls, std::make_index_sequence<Launcher::kNumPointers + Launcher::kNumIntegers>{},
+      std::make_index_sequence<Launcher::kNumIntegers>{});
+  cls.def_property_readonly("num_blocks", &Launcher::num_blocks, Family::kNumBlocksDoc);
 }
 
 }  // namespace moegemm

@@ -4,6 +4,7 @@
 // (std::invalid_argument). Nothing here synchronizes or takes ownership of device memory.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <pybind11/typing.h>
 
 #include <stdint.h>
 
@@ -29,7 +30,8 @@ void register_ep_kernels(py::module_& m);
 
 namespace {
 
-py::dict device_properties(int ordinal) {
+// Typed for the signature line (dict[str, int]), which tools/gen_c_stub.py puts in the stub.
+py::typing::Dict<py::str, py::int_> device_properties(int ordinal) {
   CUdevice device = 0;
   MOEGEMM_CU(cuDeviceGet, &device, ordinal);
   auto attribute = [device](CUdevice_attribute attr) {
@@ -37,7 +39,7 @@ py::dict device_properties(int ordinal) {
     MOEGEMM_CU(cuDeviceGetAttribute, &value, attr, device);
     return value;
   };
-  py::dict props;
+  py::typing::Dict<py::str, py::int_> props;
   props["num_sms"] = attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
   props["smem_per_block_optin"] = attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
   props["l2_size"] = attribute(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE);
@@ -81,7 +83,10 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "moegemm runtime: loads JIT-compiled cubins, encodes TMA descriptors, launches "
             "kernels. Reaches the CUDA driver through dlopen, so it imports without one.";
 
-  py::class_<Kernel>(m, "Kernel", "A cubin holding exactly one kernel, loaded with cuLibrary.")
+  // The docstrings below are also the stub's (tools/gen_c_stub.py).
+  py::class_<Kernel>(m, "Kernel",
+                     "A cubin holding exactly one kernel, loaded with cuLibraryLoadData; unloaded "
+                     "on deletion.")
       .def(py::init([](py::bytes cubin) { return new Kernel(std::string(cubin)); }),
            py::arg("cubin"))
       .def_property_readonly("name", &Kernel::name, "The kernel's (mangled) name.")
@@ -92,11 +97,12 @@ PYBIND11_MODULE(_C, m) {
         [](py::bytes cubin) { return cubin_kernel_count(std::string(cubin)); }, py::arg("cubin"),
         "Number of kernels in a cubin (loads and unloads it).");
   m.def("device_properties", &device_properties, py::arg("device"),
-        "num_sms, smem_per_block_optin, l2_size, cc_major, cc_minor of a device ordinal.");
+        "Keys: num_sms, smem_per_block_optin, l2_size, cc_major, cc_minor.");
   m.def("encode_tma_desc", &encode_tma_desc, py::arg("ptr"), py::arg("dtype"), py::arg("dims"),
         py::arg("strides_bytes"), py::arg("box"), py::arg("swizzle_bytes"),
-        "The 128-byte CUtensorMap of a tiled TMA view (dims innermost first, strides of dims "
-        "1..).");
+        "The 128-byte CUtensorMap. dtype: \"bf16\", \"fp32\", \"u8\" or \"fp8\"; dims and box "
+        "innermost first; strides_bytes has len(dims) - 1 entries (dims 1..); swizzle_bytes: 0, "
+        "32, 64, 128.");
   m.def("set_pdl", &set_pdl, py::arg("enabled"),
         "Turn programmatic dependent launch on or off for later launches.");
   m.def("get_pdl", &get_pdl, "Whether launches use programmatic dependent launch.");

@@ -21,11 +21,18 @@ struct MoeRouteGather {
   static constexpr const char* kName = "MoeRouteGatherLauncher";
   static constexpr size_t kNumAlignedPointers = 2;  // x, x_sorted: 16-byte vectors
   static constexpr const char* kDoc =
-      "Launches moe_route_gather with the kernel and its launch shape bound. Call with (x_ptr, "
-      "x_sorted_ptr, topk_ids_ptr, topk_weights_ptr, offs_ptr, row_slot_ptr, row_weight_ptr, "
-      "slot_row_ptr, sfa_sorted_ptr, num_tokens, top_k, num_experts, hidden, ldx, "
-      "slots_per_cta, stream): sfa_sorted 0 for BF16 rows, the FP8 rows' scales otherwise; "
-      "bind(device, num_tokens, ..., slots_per_cta) fixes the integers. Never synchronizes.";
+      "Launches moe_route_gather (include/moegemm/moe/route_gather.cuh): the fused MoE layer's "
+      "routing and gather; block_m/n/k are unused (pass 1).";
+  static constexpr const char* kArgNames[] = {
+      "x_ptr", "x_sorted_ptr", "topk_ids_ptr", "topk_weights_ptr", "offs_ptr", "row_slot_ptr",
+      "row_weight_ptr", "slot_row_ptr", "sfa_sorted_ptr", "num_tokens", "top_k", "num_experts",
+      "hidden", "ldx", "slots_per_cta"};
+  static constexpr const char* kCallDoc =
+      "Routes T * top_k slots to experts and gathers x into expert order (MoeRouteParams), as "
+      "BF16 or, built with kFp8, quantized to FP8 with its scales in sfa_sorted (0 for BF16). No "
+      "slots launches nothing. Asynchronous.";
+  static constexpr const char* kBindDoc = "launch(x_ptr, ..., slot_row_ptr, stream, /) -> bool.";
+  static constexpr const char* kNumBlocksDoc = "CTAs per launch.";
 
   static void check_shape(const LaunchShape& shape) {
     if (shape.cluster_m != 1 || shape.cluster_n != 1 || shape.num_threads % 32 != 0) {
@@ -82,11 +89,17 @@ struct MoeQuantizeRows {
   static constexpr const char* kName = "MoeQuantizeRowsLauncher";
   static constexpr size_t kNumAlignedPointers = 2;  // src (16-byte loads), dst
   static constexpr const char* kDoc =
-      "Launches moe_quantize_rows with the kernel and its launch shape bound. Call with "
-      "(src_ptr, dst_ptr, scales_ptr, row_bound_ptr, rows, cols, ld_src, group_rows, stream); "
-      "row_bound 0 for every row; group_rows 0: row_bound bounds all rows, else it holds each "
-      "group's count of group_rows-row groups (the masked layout); bind(device, rows, cols, "
-      "ld_src, group_rows) fixes the integers. Never synchronizes.";
+      "Launches moe_quantize_rows (include/moegemm/moe/quantize_rows.cuh): BF16 rows to FP8 E4M3 "
+      "per 128 columns with FP32 scales; block_m/n/k are unused (pass 1).";
+  static constexpr const char* kArgNames[] = {
+      "src_ptr", "dst_ptr", "scales_ptr", "row_bound_ptr", "rows", "cols", "ld_src", "group_rows"};
+  static constexpr const char* kCallDoc =
+      "dst, scales = per_token_cast_to_fp8(src) for rows below *row_bound (0: all rows); with "
+      "group_rows > 0, row_bound holds each group_rows-row group's count (the masked layout) and "
+      "rows past it are skipped. Asynchronous.";
+  static constexpr const char* kBindDoc =
+      "launch(src_ptr, dst_ptr, scales_ptr, row_bound_ptr, stream, /) -> bool.";
+  static constexpr const char* kNumBlocksDoc = "CTAs per launch.";
 
   static void check_shape(const LaunchShape& shape) {
     if (shape.cluster_m != 1 || shape.cluster_n != 1 || shape.num_threads % 32 != 0) {
@@ -120,9 +133,15 @@ struct MoeCombine {
   static constexpr const char* kName = "MoeCombineLauncher";
   static constexpr size_t kNumAlignedPointers = 2;  // y, out: 16-byte vectors
   static constexpr const char* kDoc =
-      "Launches moe_combine with the kernel and its launch shape bound. Call with (y_ptr, "
-      "out_ptr, slot_row_ptr, num_tokens, top_k, hidden, ldo, stream); bind(device, "
-      "num_tokens, top_k, hidden, ldo) fixes the integers. Never synchronizes.";
+      "Launches moe_combine (include/moegemm/moe/combine.cuh): each token's top_k rows summed in "
+      "FP32 in choice order; block_m/n/k are unused (pass 1).";
+  static constexpr const char* kArgNames[] = {
+      "y_ptr", "out_ptr", "slot_row_ptr", "num_tokens", "top_k", "hidden", "ldo"};
+  static constexpr const char* kCallDoc =
+      "out[t] = sum over j of y[slot_row[t * top_k + j]] (MoeCombineParams). Asynchronous.";
+  static constexpr const char* kBindDoc =
+      "launch(y_ptr, out_ptr, slot_row_ptr, stream, /) -> bool.";
+  static constexpr const char* kNumBlocksDoc = "CTAs per launch.";
 
   static void check_shape(const LaunchShape& shape) { MoeRouteGather::check_shape(shape); }
 

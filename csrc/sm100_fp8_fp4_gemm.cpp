@@ -29,15 +29,25 @@ struct Sm100Fp8Fp4Gemm {
   // a, b, d, sfb (TMA operands) and sfa (read in 4-byte words).
   static constexpr size_t kNumAlignedPointers = 5;
   static constexpr const char* kDoc =
-      "Launches sm100_fp8_fp4_grouped_gemm (dense or m-grouped; compiled and statically checked, "
-      "not run on hardware) with the kernel and its launch shape bound. Call with (a_ptr, b_ptr, "
-      "d_ptr, sfa_ptr, sfb_ptr, group_info_ptr, rows, m, n, k, num_groups, lda, ldb, ldb_group, "
-      "ldd, sfa_stride_group, sfa_stride_row, sfa_stride_kb, sfa_group_rows, sfb_stride_group, "
-      "stream): b the SM100-prepared codes [G, N, Kp/2] (ldb, ldb_group in bytes), sfb its scale "
-      "words [G, Kp/128, Np] (sfb_stride_group in words), a strides in bytes, ldd in BF16 "
-      "elements, sfa strides in floats; or bind(device, rows, ..., sfb_stride_group) once and "
-      "call launch(a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, group_info_ptr, stream). Never "
-      "synchronizes.";
+      "Launches sm100_fp8_fp4_grouped_gemm (dense or m-grouped; E4M3 activations with FP32 "
+      "power-of-two scales per 128 of K, MXFP4 weights in the SM100 preparation) with the kernel "
+      "and its launch shape bound; keeps `kernel` alive. One CTA per tile, block_k and block_n "
+      "128, register stores. Compiled and statically checked, not run on hardware.";
+  static constexpr const char* kArgNames[] = {
+      "a_ptr", "b_ptr", "d_ptr", "sfa_ptr", "sfb_ptr", "group_info_ptr", "rows", "m", "n", "k",
+      "num_groups", "lda", "ldb", "ldb_group", "ldd", "sfa_stride_group", "sfa_stride_row",
+      "sfa_stride_kb", "sfa_group_rows", "sfb_stride_group"};
+  static constexpr const char* kCallDoc =
+      "D[r, n] = sum_k A[r, k] sfa[r, k/128] W[g(r), n, k] 2^(sfb[g(r), n, k/32] - 127), D BF16. "
+      "b the prepared codes [G, N, Kp/2] (ldb, ldb_group in bytes, multiples of 32), sfb the "
+      "prepared scale words [G, Kp/128, Np] (sfb_stride_group in words), a strides in bytes, ldd "
+      "in elements, sfa strides in floats (as Sm90Fp8Fp4GemmLauncher). An empty output launches "
+      "nothing. Asynchronous.";
+  static constexpr const char* kBindDoc =
+      "launch(a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, group_info_ptr, stream, /) -> bool: the call "
+      "with these integers bound for CUDA device `device` (checked here).";
+  static constexpr const char* kNumBlocksDoc =
+      "CTAs per launch (the planned count: no clusters, no clamp).";
 
   static void check_shape(const LaunchShape& shape) {
     if (shape.cluster_m != 1 || shape.cluster_n != 1 || shape.block_k != 128 ||
@@ -114,11 +124,25 @@ struct Sm100Fp8Fp4MoeGemm {
   static constexpr const char* kName = "Sm100Fp8Fp4MoeGemmLauncher";
   static constexpr size_t kNumAlignedPointers = 5;  // a, b, d, sfb (TMA) and sfa
   static constexpr const char* kDoc =
-      "Launches sm100_fp8_fp4_grouped_gemm built with a MoE epilogue (compiled and statically "
-      "checked, not run on hardware). Call with (a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, "
-      "bias_ptr, row_scale_ptr, group_info_ptr, rows, m, n, k, num_groups, lda, ldb, ldb_group, "
-      "ldd, sfa_stride_group, sfa_stride_row, sfa_stride_kb, sfa_group_rows, sfb_stride_group, "
-      "stream); bias and row scale 0 when absent. Never synchronizes.";
+      "Launches sm100_fp8_fp4_grouped_gemm built with a MoE epilogue (the fused layer's SwiGLU or "
+      "RowScale on swapped tiles), Sm100Fp8Fp4GemmLauncher's call plus the FP32 bias [G, n] and "
+      "row-scale pointers (0 when absent), in Sm90Fp8Fp4MoeGemmLauncher's pointer order. Compiled "
+      "and statically checked, not run on hardware.";
+  static constexpr const char* kArgNames[] = {
+      "a_ptr", "b_ptr", "d_ptr", "sfa_ptr", "sfb_ptr", "bias_ptr", "row_scale_ptr",
+      "group_info_ptr", "rows", "m", "n", "k", "num_groups", "lda", "ldb", "ldb_group", "ldd",
+      "sfa_stride_group", "sfa_stride_row", "sfa_stride_kb", "sfa_group_rows", "sfb_stride_group"};
+  static constexpr const char* kCallDoc =
+      "D[r, n] = sum_k A[r, k] sfa[r, k/128] W[g(r), n, k] 2^(sfb[g(r), n, k/32] - 127), D BF16. "
+      "b the prepared codes [G, N, Kp/2] (ldb, ldb_group in bytes, multiples of 32), sfb the "
+      "prepared scale words [G, Kp/128, Np] (sfb_stride_group in words), a strides in bytes, ldd "
+      "in elements, sfa strides in floats (as Sm90Fp8Fp4GemmLauncher). An empty output launches "
+      "nothing. Asynchronous.";
+  static constexpr const char* kBindDoc =
+      "launch(a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, bias_ptr, row_scale_ptr, group_info_ptr, "
+      "stream, /) -> bool: the call with these integers bound for CUDA device `device`.";
+  static constexpr const char* kNumBlocksDoc =
+      "CTAs per launch (the planned count: no clusters, no clamp).";
 
   static void check_shape(const LaunchShape& shape) { Sm100Fp8Fp4Gemm::check_shape(shape); }
 

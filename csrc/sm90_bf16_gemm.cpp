@@ -30,10 +30,25 @@ struct Bf16Gemm {
   static constexpr size_t kNumAlignedPointers = 4;  // a, b, d, c: what the Python checks align
   static constexpr const char* kDoc =
       "Launches sm90_bf16_grouped_gemm or its swap-AB twin (dense or m-grouped) with the kernel "
-      "and its launch shape bound. Call with (a_ptr, b_ptr, d_ptr, c_ptr, group_info_ptr, rows, "
-      "m, n, k, num_groups, lda, ldb, ldb_group, ldd, ldc, stream); strides in elements, "
-      "pointers 0 for absent C / group info; bind(device, rows, ..., ldc) fixes the integers once "
-      "and returns launch(a_ptr, b_ptr, d_ptr, c_ptr, group_info_ptr, stream). Never synchronizes.";
+      "and its launch shape bound; keeps `kernel` alive. The cluster shape must be the compiled "
+      "one: 1x1, 2x1 or 1x2.";
+  static constexpr const char* kInitDoc =
+      "num_blocks: persistent CTAs, a multiple of cluster_m * cluster_n; with a cluster it is "
+      "clamped to the clusters that fit at once (see num_blocks). store_cols: the TMA-store "
+      "epilogue's box width in columns, 0 = stores from registers.";
+  static constexpr const char* kArgNames[] = {
+      "a_ptr", "b_ptr", "d_ptr", "c_ptr", "group_info_ptr", "rows", "m", "n", "k", "num_groups",
+      "lda", "ldb", "ldb_group", "ldd", "ldc"};
+  static constexpr const char* kCallDoc =
+      "D[r, n] = A[r, k] . B[g(r), n, k]^T (+ C). rows: A/D rows in all (masked: groups * m); m: "
+      "rows (masked: rows per group); c_ptr and group_info_ptr 0 when absent. An empty output "
+      "(rows, n or num_groups 0) launches nothing. Asynchronous.";
+  static constexpr const char* kBindDoc =
+      "launch(a_ptr, b_ptr, d_ptr, c_ptr, group_info_ptr, stream, /) -> bool: the call with these "
+      "integers bound for CUDA device `device` (checked here: out of range or too many tiles is a "
+      "ValueError).";
+  static constexpr const char* kNumBlocksDoc =
+      "CTAs per launch: the planned count, clamped to the clusters that fit at once.";
 
   // The cluster shape must be the one the kernel was built for (Scheduler::kClusterM/N): the
   // A and B box heights, the full barrier's byte count and the multicast mask follow from it.
@@ -111,11 +126,19 @@ struct Bf16MoeGemm {
   static constexpr const char* kName = "Bf16MoeGemmLauncher";
   static constexpr size_t kNumAlignedPointers = 3;  // a, b, d
   static constexpr const char* kDoc =
-      "Launches sm90_bf16_grouped_gemm (or its swap-AB twin) built with a MoE epilogue. Call "
-      "with (a_ptr, b_ptr, d_ptr, bias_ptr, row_scale_ptr, group_info_ptr, rows, m, n, k, "
-      "num_groups, lda, ldb, ldb_group, ldd, d_cols, stream); bias and row scale 0 when absent; "
-      "d_cols the columns of D (n / 2 for SwiGLU, n for RowScale); bind(device, rows, ..., "
-      "d_cols) fixes the integers. Never synchronizes.";
+      "Launches sm90_bf16_grouped_gemm (or its swap-AB twin) built with a fused-MoE epilogue "
+      "(Config::kMoeEpilogue: SwiGLU, D with n / 2 columns, or RowScale); register or TMA stores "
+      "(store_cols), no clusters.";
+  static constexpr const char* kArgNames[] = {
+      "a_ptr", "b_ptr", "d_ptr", "bias_ptr", "row_scale_ptr", "group_info_ptr", "rows", "m", "n",
+      "k", "num_groups", "lda", "ldb", "ldb_group", "ldd", "d_cols"};
+  static constexpr const char* kCallDoc =
+      "As Bf16GemmLauncher without C, plus FP32 bias [G, n] and row scale [rows] pointers (0: "
+      "absent). An empty output launches nothing. Asynchronous.";
+  static constexpr const char* kBindDoc =
+      "launch(a_ptr, b_ptr, d_ptr, bias_ptr, row_scale_ptr, group_info_ptr, stream, /) -> bool.";
+  static constexpr const char* kNumBlocksDoc =
+      "CTAs per launch (the planned count: no clusters, no clamp).";
 
   static void check_shape(const LaunchShape& shape) {
     Bf16Gemm::check_shape(shape);
@@ -160,10 +183,21 @@ struct Bf16KGrouped {
   static constexpr const char* kName = "Bf16KGroupedLauncher";
   static constexpr size_t kNumAlignedPointers = 4;  // a, b, d, c: what the Python checks align
   static constexpr const char* kDoc =
-      "Launches sm90_bf16_k_grouped_gemm with the kernel and its launch shape bound. Call with "
-      "(a_ptr, b_ptr, d_ptr, c_ptr, offs_ptr, m, n, num_tokens, num_groups, lda, ldb, stream), "
-      "or bind(device, m, ..., ldb) once and call launch(a_ptr, b_ptr, d_ptr, c_ptr, offs_ptr, "
-      "stream). Never synchronizes.";
+      "Launches sm90_bf16_k_grouped_gemm, or its SM100 twin sm100_bf16_k_grouped_gemm (same "
+      "parameters and TMA boxes), with the kernel and its launch shape bound; keeps `kernel` "
+      "alive. Takes no clusters (cluster_m = cluster_n = 1).";
+  static constexpr const char* kArgNames[] = {
+      "a_ptr", "b_ptr", "d_ptr", "c_ptr", "offs_ptr", "m", "n", "num_tokens", "num_groups", "lda",
+      "ldb"};
+  static constexpr const char* kCallDoc =
+      "D[g] = A[rows of g]^T . B[rows of g] (+ C[g]), D and C FP32 [num_groups, m, n]; A "
+      "[num_tokens, m] and B [num_tokens, n] with row strides lda, ldb; offs: cumulative end row "
+      "of each group. An empty output launches nothing. Asynchronous.";
+  static constexpr const char* kBindDoc =
+      "launch(a_ptr, b_ptr, d_ptr, c_ptr, offs_ptr, stream, /) -> bool: the call with these "
+      "integers bound for CUDA device `device` (checked here).";
+  static constexpr const char* kNumBlocksDoc =
+      "CTAs per launch (the planned count: no clusters, no clamp).";
 
   static void check_shape(const LaunchShape& shape) {
     if (shape.cluster_m != 1 || shape.cluster_n != 1) {

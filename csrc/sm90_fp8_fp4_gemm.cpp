@@ -34,15 +34,26 @@ struct Sm90Fp8Fp4GemmOf {
   static constexpr size_t kNumAlignedPointers = 5;
   static constexpr const char* kDoc = kTable ?
       "Launches sm90_fp8_fp4_swap_ab_gemm on prepared weights (prepare_mxfp4_weights: b the "
-      "codes, sfb the offsets words) with the kernel and its launch shape bound. Arguments as "
-      "Sm90Fp8Fp4GemmLauncher's, sfb strides in bytes (group, plane row). Never synchronizes." :
-      "Launches sm90_fp8_fp4_grouped_gemm (dense or m-grouped) with the kernel and its launch "
-      "shape bound. Call with (a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, group_info_ptr, rows, m, "
-      "n, k, num_groups, lda, ldb, ldb_group, ldd, sfa_stride_group, sfa_stride_row, "
-      "sfa_stride_kb, sfa_group_rows, sfb_stride_group, sfb_stride_row, stream): a/b strides in "
-      "bytes (b packed, two codes a byte), ldd in BF16 elements, sfa strides in floats, sfb "
-      "strides in bytes; or bind(device, rows, ..., sfb_stride_row) once and call launch(a_ptr, "
-      "b_ptr, d_ptr, sfa_ptr, sfb_ptr, group_info_ptr, stream). Never synchronizes.";
+      "thread-ordered codes, rows Kp / 2 bytes apart; sfb the offsets words int32 [G, 2 KB, N]), "
+      "with the kernel and its launch shape bound; keeps `kernel` alive. Arguments as "
+      "Sm90Fp8Fp4GemmLauncher's, sfb strides in bytes (group, plane row)." :
+      "Launches sm90_fp8_fp4_grouped_gemm (dense or m-grouped; E4M3 activations with FP32 scales "
+      "per 128 of K, MXFP4 weights) with the kernel and its launch shape bound; keeps `kernel` "
+      "alive. One CTA per tile (cluster_m = cluster_n = 1), block_k 128.";
+  static constexpr const char* kArgNames[] = {
+      "a_ptr", "b_ptr", "d_ptr", "sfa_ptr", "sfb_ptr", "group_info_ptr", "rows", "m", "n", "k",
+      "num_groups", "lda", "ldb", "ldb_group", "ldd", "sfa_stride_group", "sfa_stride_row",
+      "sfa_stride_kb", "sfa_group_rows", "sfb_stride_group", "sfb_stride_row"};
+  static constexpr const char* kCallDoc =
+      "D[r, n] = sum_k A[r, k] sfa[r, k/128] W[g(r), n, k] 2^(sfb[g(r), n, k/32] - 127), D BF16. "
+      "a/b strides in bytes (b packed, K/2 bytes a row), ldd in elements, sfa strides in floats "
+      "(sfa[row] at g * stride_group + (row - g * group_rows) * stride_row + kb * stride_kb), sfb "
+      "strides in bytes. An empty output launches nothing. Asynchronous.";
+  static constexpr const char* kBindDoc =
+      "launch(a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, group_info_ptr, stream, /) -> bool: the call "
+      "with these integers bound for CUDA device `device` (checked here).";
+  static constexpr const char* kNumBlocksDoc =
+      "CTAs per launch (the planned count: no clusters, no clamp).";
 
   static void check_shape(const LaunchShape& shape) {
     // block_m: 64 rows per math warpgroup, or the decode kernel's 8..64 tokens.
@@ -135,12 +146,25 @@ struct Sm90Fp8Fp4MoeGemmOf {
   static constexpr const char* kName =
       kTable ? "Sm90Fp8Fp4TableMoeGemmLauncher" : "Sm90Fp8Fp4MoeGemmLauncher";
   static constexpr size_t kNumAlignedPointers = 5;  // a, b, d, sfa, sfb
-  static constexpr const char* kDoc =
-      "Launches sm90_fp8_fp4_grouped_gemm (or its decode twin) built with a MoE epilogue. Call "
-      "with (a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, bias_ptr, row_scale_ptr, group_info_ptr, "
-      "rows, m, n, k, num_groups, lda, ldb, ldb_group, ldd, sfa_stride_group, sfa_stride_row, "
-      "sfa_stride_kb, sfa_group_rows, sfb_stride_group, sfb_stride_row, stream); bias and row "
-      "scale 0 when absent. Never synchronizes.";
+  static constexpr const char* kDoc = kTable ?
+      "Sm90Fp8Fp4MoeGemmLauncher's twin on prepared weights (the table kernel built with a MoE "
+      "epilogue): arguments as there, b and sfb as Sm90Fp8Fp4TableGemmLauncher's." :
+      "Launches sm90_fp8_fp4_grouped_gemm (or its decode twin) built with a fused-MoE epilogue "
+      "(SwiGLU or RowScale), register stores; the FP8 x FP4 launcher's arguments plus bias and "
+      "row-scale pointers.";
+  static constexpr const char* kArgNames[] = {
+      "a_ptr", "b_ptr", "d_ptr", "sfa_ptr", "sfb_ptr", "bias_ptr", "row_scale_ptr",
+      "group_info_ptr", "rows", "m", "n", "k", "num_groups", "lda", "ldb", "ldb_group", "ldd",
+      "sfa_stride_group", "sfa_stride_row", "sfa_stride_kb", "sfa_group_rows", "sfb_stride_group",
+      "sfb_stride_row"};
+  static constexpr const char* kCallDoc =
+      "As Sm90Fp8Fp4GemmLauncher, plus FP32 bias [G, n] and row scale [rows] (0: absent). "
+      "Asynchronous.";
+  static constexpr const char* kBindDoc =
+      "launch(a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, bias_ptr, row_scale_ptr, group_info_ptr, "
+      "stream, /) -> bool.";
+  static constexpr const char* kNumBlocksDoc =
+      "CTAs per launch (the planned count: no clusters, no clamp).";
 
   static void check_shape(const LaunchShape& shape) {
     Base::check_shape(shape);

@@ -1,6 +1,8 @@
 """python/moegemm/_C.pyi declares exactly what moegemm._C exposes: the same module functions,
 attributes and classes, the same methods and properties per class, and the same parameters
-(names, order, which have defaults). Runs without a GPU: _C imports without a driver."""
+(names, order, which have defaults, which are positional-only); and it is what
+tools/gen_c_stub.py generates from the bindings. Runs without a GPU: _C imports without a
+driver."""
 
 from __future__ import annotations
 
@@ -43,7 +45,8 @@ if not STUB.exists():
     STUB = REPO / "python" / "moegemm" / "_C.pyi"
 
 
-# A parameter: (name, has a default, positional-only). pybind names unnamed arguments argN.
+# A parameter: (name, has a default, positional-only). pybind names unnamed arguments argN; a
+# `/` in its signature line ends the positional-only ones.
 Param = tuple[str, bool, bool]
 
 
@@ -65,16 +68,19 @@ def _split_top_level(text: str) -> list[str]:
 
 def runtime_params(func: object) -> list[Param]:
     """The parameters of a pybind11 function, from the signature line pybind11 puts first in
-    its docstring: `name(a: int, b: int = 0) -> None`."""
+    its docstring: `name(a: int, /, b: int = 0) -> None`. An unnamed argument (argN) counts as
+    positional-only: it can only be passed by position."""
     doc = (getattr(func, "__doc__", None) or "").strip()
-    match = re.match(r"(\w+)\((.*?)\) -> ", doc.splitlines()[0] if doc else "")
+    match = re.match(r"(\w+)\((.*)\) -> ", doc.splitlines()[0] if doc else "")
     assert match, f"no pybind11 signature line in {doc[:80]!r}"
+    parts = _split_top_level(match.group(2))
+    posonly_end = parts.index("/") if "/" in parts else 0
     params = []
-    for part in _split_top_level(match.group(2)):
+    for i, part in enumerate(parts):
         name = part.split(":", 1)[0].strip()
-        if name != "self":
+        if name not in ("self", "/"):
             unnamed = re.fullmatch(r"arg\d+", name) is not None
-            params.append((name, " = " in part, unnamed))
+            params.append((name, " = " in part, unnamed or i < posonly_end))
     return params
 
 
@@ -89,14 +95,14 @@ def stub_params(node: ast.FunctionDef, method: bool) -> list[Param]:
 
 
 def params_agree(runtime: list[Param], stub: list[Param]) -> bool:
-    """Same count, order and defaults; a name the binding leaves unnamed (argN) must be
-    positional-only in the stub, where it may carry a descriptive name."""
+    """Same count, order, defaults and positional-only parameters; the same names, but where
+    the binding leaves an argument unnamed (argN), which the stub may name descriptively."""
     if len(runtime) != len(stub):
         return False
-    for (r_name, r_default, r_unnamed), (s_name, s_default, s_posonly) in zip(runtime, stub):
-        if r_default != s_default or (r_unnamed and not s_posonly):
+    for (r_name, r_default, r_posonly), (s_name, s_default, s_posonly) in zip(runtime, stub):
+        if r_default != s_default or r_posonly != s_posonly:
             return False
-        if not r_unnamed and (r_name != s_name or s_posonly):
+        if r_name != s_name and re.fullmatch(r"arg\d+", r_name) is None:
             return False
     return True
 
@@ -206,10 +212,22 @@ def test_stub_declares_the_launchers_plans_use():
             ),
             "__call__: param",
         ),
-        # Unnamed call arguments declared as keyword-capable.
+        # Positional-only call arguments declared as keyword-capable.
         (
             lambda s: s.replace("        stream: int,\n        /,\n", "        stream: int,\n", 1),
             "__call__: param",
+        ),
+        # A renamed launcher argument (the bindings name them: kArgNames, csrc/launcher.h).
+        (
+            lambda s: s.replace("        ldb_group: int,\n", "        ldb_grp: int,\n", 1),
+            "__call__: param",
+        ),
+        # Keyword-capable parameters declared positional-only.
+        (
+            lambda s: s.replace(
+                "        store_cols: int = 0,\n", "        store_cols: int = 0,\n        /,\n", 1
+            ),
+            "__init__: param",
         ),
         # A property declared as a method.
         (lambda s: s.replace("    @property\n    def num_regs", "    def num_regs"), "property"),
@@ -225,3 +243,30 @@ def test_a_drifted_stub_is_reported(edit, expected):
     assert edited != text, "the edit did not apply: update this test with the stub"
     problems = stub_mismatches(C, edited)
     assert any(expected in line for line in problems), problems
+
+
+def _load_generator() -> ModuleType:
+    """tools/gen_c_stub.py, by path (tools/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("gen_c_stub", REPO / "tools" / "gen_c_stub.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_stub_is_the_generated_one():
+    # The checked-in stub is tools/gen_c_stub.py's output for this build: edit the bindings'
+    # names and docstrings (csrc/), then rerun the generator.
+    generated = _load_generator().generate(C)
+    assert STUB.read_text() == generated, "stale stub: run python3 tools/gen_c_stub.py"
+    assert stub_mismatches(C, generated) == []
+
+
+def test_generator_check_reports_a_drift(tmp_path, monkeypatch, capsys):
+    gen = _load_generator()
+    monkeypatch.setattr(gen, "load_extension", lambda: C)
+    out = tmp_path / "_C.pyi"
+    out.write_text(gen.generate(C))
+    assert gen.main(["--check", "--out", str(out)]) == 0
+    out.write_text(gen.generate(C).replace("def get_pdl", "def get_pdl_"))
+    assert gen.main(["--check", "--out", str(out)]) == 1
+    assert "tools/gen_c_stub.py" in capsys.readouterr().out
