@@ -135,8 +135,8 @@ def test_prefill_table_kernel_compiles(
     kind: str, block_m: int, block_n: int, tma_store: bool, epilogue: str
 ) -> None:
     """The prefill kernel on prepared weights: one and two transform warpgroups (block_n 64 and
-    128), both epilogues, a fused MoE epilogue (compiled; the heuristics keep the MoE layer's
-    GEMMs on the decode kernel until it has run); the register pool of five warpgroups holds."""
+    128), both epilogues, a fused MoE epilogue (the layer's GEMMs at prefill sizes); the register
+    pool of five warpgroups holds."""
     from moegemm.heuristics import sm90_fp8_fp4_table as table
     from moegemm.heuristics.sm90_bf16 import tma_store_cols
 
