@@ -24,9 +24,9 @@ class Heuristics(Protocol):
     def selection_key(self, desc: GemmDesc) -> tuple: ...
 
 
-def refused_by_selection(desc: GemmDesc) -> str | None:
-    """`Family.unsupported` of the families whose selection raises, naming the reason, for a
-    desc they have no kernel for."""
+def nothing_skipped(desc: GemmDesc) -> str | None:
+    """`Family.unsupported` of a family whose config selection itself raises ValueError, naming
+    the reason, for a desc it has no kernel for: the warmup skips nothing ahead of it."""
     return None
 
 
@@ -53,7 +53,7 @@ class Family:
     launcher_name: Callable[[GemmDesc], str]
     mxfp4_forms: tuple[str, ...]
     hardware_checked: bool
-    unsupported: Callable[[GemmDesc], str | None] = refused_by_selection
+    unsupported: Callable[[GemmDesc], str | None] = nothing_skipped
 
     @property
     def key(self) -> tuple[str, str]:
