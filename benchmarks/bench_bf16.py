@@ -106,8 +106,8 @@ def whole_group_twin(config: GemmConfig) -> GemmConfig:
 def walk_twins(case: Case) -> tuple[GemmConfig, GemmConfig] | None:
     """(pick, whole-group twin) for a case whose `offs` or masked pick walks its groups in
     stripes, else None: the benchmark times both in the same run (WALK_TWIN_ROUNDS)."""
-    from moegemm.api.device import arch_for_device
     from moegemm.families import select_config
+    from moegemm.launch.device import arch_for_device
 
     if case.layout == "k_grouped":
         return None
@@ -460,8 +460,8 @@ def build_parser() -> argparse.ArgumentParser:
 def precompile_cases(cases: list[Case], jobs: int | None) -> None:
     """Compiles (or finds cached) every kernel the cases will run, in parallel, before any
     timing: the picks of each layout and the whole-group walk twins."""
-    from moegemm.api.device import arch_for_device
     from moegemm.families import select_config
+    from moegemm.launch.device import arch_for_device
 
     arch = arch_for_device(torch.cuda.current_device())
     specs = []

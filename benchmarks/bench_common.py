@@ -75,7 +75,7 @@ def descs_for(case: Case) -> list[GemmDesc]:
 def spec_for(desc: GemmDesc, config: GemmConfig) -> Hashable:
     """The kernel spec (the JIT cache's build request) a call of `desc` compiles for `config`:
     the API's own, so the precompile builds exactly what the timed calls load."""
-    from moegemm.api.plans import kernel_spec
+    from moegemm.launch.plans import kernel_spec
 
     return kernel_spec(desc, config)
 

@@ -268,7 +268,7 @@ def _rows_returned(ids, el: int, rank: int, world: int, group) -> int:
 def overlapped_us(model, t, ep_class, args, group, max_m, x, ids, w, w13, w2) -> float:
     """Two micro-batches of t/2 tokens, each its own EPMoE on its own stream, half the SMs each
     (so neither fills the GPU with CTAs waiting for the other's signals)."""
-    from moegemm.api.device import arch_for_device
+    from moegemm.launch.device import arch_for_device
 
     half = t // 2
     budget = max(1, arch_for_device(torch.cuda.current_device()).num_sms // 2)

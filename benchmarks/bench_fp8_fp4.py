@@ -574,7 +574,7 @@ def run_case_rows(
 def precompile_cases(cases: list[Fp4Case], args: argparse.Namespace) -> None:
     """Compile every kernel the cases run, in parallel, before timing (a kernel left out is
     compiled by its first call, in the check before any timing)."""
-    from moegemm.api.device import arch_for_device
+    from moegemm.launch.device import arch_for_device
 
     specs, failures = kernel_specs(
         cases, args.layouts, args.weights, arch_for_device(torch.cuda.current_device())

@@ -41,10 +41,10 @@ from bench_bf16 import (
 )
 
 import moegemm
-from moegemm.api.plans import build_plan
 from moegemm.families import enumerate_configs, estimate_cycles, is_legal
 from moegemm.heuristics import GemmDesc
 from moegemm.heuristics.sm90_bf16 import CLUSTER_SHAPES, walk_stripe_m
+from moegemm.launch.plans import build_plan
 from moegemm.testing import calc_diff
 
 TARGET_GEOMEAN, TARGET_EVERY = 0.97, 0.90
@@ -399,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("heuristic_quality: no CUDA device", file=sys.stderr)
         return 1
-    from moegemm.api.device import arch_for_device
+    from moegemm.launch.device import arch_for_device
 
     arch = arch_for_device(torch.cuda.current_device())
     if arch.name != "sm_90a":

@@ -51,7 +51,7 @@ def mark(name):
 mark("torch setup")
 import moegemm
 mark("import moegemm")
-from moegemm.api.device import arch_for_device
+from moegemm.launch.device import arch_for_device
 arch = arch_for_device(0)
 mark("device properties")
 from moegemm.heuristics import GemmDesc, select_config
@@ -166,15 +166,16 @@ def load_fake_driver(build_dir: Path) -> ctypes.CDLL:
 def fake_launcher_plans() -> Callable:
     """A make_plan that binds real _C launchers (of a stand-in kernel, typical launch shapes)."""
     from moegemm import _C
-    from moegemm.api.plans import Plan
+    from moegemm.launch.plans import Plan, bound_integers
 
     kernel = _C.Kernel(FAKE_ELF)
 
-    def make_plan(device: int, desc, args: tuple[int, ...], config=None) -> Plan:
+    def make_plan(device: int, desc, problem: tuple, config=None) -> Plan:
         if desc.kind == "k_grouped":
             launcher = _C.Bf16KGroupedLauncher(kernel, 128, 128, 64, 132, 256, 150_000, 1, 1, 32)
         else:
             launcher = _C.Bf16GemmLauncher(kernel, 128, 128, 64, 132, 384, 200_000, 1, 1, 64)
+        args = bound_integers(type(launcher), problem)
         return Plan(0, launcher.bind(0, *args), args, config, launcher)
 
     return make_plan
@@ -188,32 +189,35 @@ def cpu_stub_profile(
     hits. The stream getter's stub is a C builtin as the real one is (abs()); the launcher is a Python no-op, timed alone, or
     with `fake` (the loaded fake driver) _C's bound launch of each plan."""
     from moegemm.api import bf16_gemm, k_grouped, m_grouped
-    from moegemm.api.plans import Plan
     from moegemm.heuristics import GemmDesc
+    from moegemm.launch import plans as plans_module
+    from moegemm.launch.plans import Plan
+    from moegemm.launch.problems import GemmProblem
 
     def launch(*args: int) -> bool:
         return True  # launched: a bound launch's answer where its checks pass
 
-    def stub_plan(device: int, desc, args: tuple[int, ...], config=None) -> Plan:
-        return Plan(0, launch, args, config)
+    def stub_plan(device: int, desc, problem: tuple, config=None) -> Plan:
+        return Plan(0, launch, tuple(problem), config)
 
     builds = []
     plan_of = fake_launcher_plans() if fake is not None else stub_plan
 
-    def make_plan(device: int, desc, args: tuple[int, ...], config=None) -> Plan:
+    def make_plan(device: int, desc, problem: tuple, config=None) -> Plan:
         builds.append(desc)
-        return plan_of(device, desc, args, config)
+        return plan_of(device, desc, problem, config)
 
     for mod in (bf16_gemm, m_grouped, k_grouped):
         mod.require_placement = lambda tma, others: 0
-        mod.make_plan = make_plan
         mod.raw_stream = abs
+    plans_module.make_plan = make_plan
+    plans_module.raw_stream = abs
     table = cases("cpu")
 
     stub_args = tuple(range(6))  # a bound launch: five pointers and the stream
     timed = {name: fn for name, (fn, _) in table.items()}
     if fake is not None:  # what a bound launch alone costs, in place of the stub's
-        bound = plan_of(0, GemmDesc("bf16_gemm_nt", 64, 128, 128), (64,) * 10)
+        bound = plan_of(0, GemmDesc("bf16_gemm_nt", 64, 128, 128), GemmProblem(*(64,) * 10))
         launch, stub_args = bound.launch, (1 << 16, 1 << 17, 1 << 18, 0, 0, 0)
     for fn in timed.values():
         fn()  # the miss: full checks, plan stored
@@ -229,9 +233,11 @@ def cpu_stub_profile(
         {"function": name, "us_per_call": us, "us_without_stub_launch": us - launch_us}
         for name, us in best.items()
     ]
-    from moegemm.api.device import _plan_caches
+    from moegemm.launch.device import registered_plan_caches
 
-    plans = sum(len(cache) for cache in _plan_caches)  # one per function: every call hit
+    plans = sum(
+        len(cache) for cache in registered_plan_caches()
+    )  # one per function: every call hit
     result = {"mode": "cpu-stub", "stub_launch_us": launch_us, "plans": plans, "rows": rows}
     result["builds"] = len(builds)  # one per function: every timed call hit and launched
     if fake is not None:  # every timed call launched into the fake driver

@@ -4,7 +4,7 @@
 // own: the params struct the kernel takes as its one `__grid_constant__` argument, the cluster
 // shapes it was built for, and how one call's pointers and sizes fill that struct (scalars, plus
 // the TMA descriptors as a list of views). Everything else is here, the same for all families:
-//   plan time (once per plan, python/moegemm/api/plans.py): the launch shape (grid, block,
+//   plan time (once per plan, python/moegemm/launch/plans.py): the launch shape (grid, block,
 //     dynamic shared memory, cluster), its limits, and the cluster occupancy clamp;
 //   bind time (once per plan signature): launcher.bind(device, *integers) checks the integers
 //     (the same range and tile-count checks as a launch) and returns a bound launch, a plain
@@ -345,6 +345,9 @@ void def_calls(pybind11::class_<Launcher>& cls, std::index_sequence<A...>,
                                          std::index_sequence<I...>{}),
            py::arg("device"), py::arg(Family::kArgNames[Launcher::kNumPointers + I])...,
            py::pos_only(), Family::kBindDoc);
+  // The names of bind's integers, in order: a plan fills them from a problem record by name
+  // (python/moegemm/launch/plans.py), so no caller keeps the order by hand.
+  cls.attr("bind_args") = py::make_tuple(py::str(Family::kArgNames[Launcher::kNumPointers + I])...);
 }
 
 // Binds FamilyLauncher<Family> as the Python class Family::kName:
@@ -354,6 +357,7 @@ void def_calls(pybind11::class_<Launcher>& cls, std::index_sequence<A...>,
 //   launcher.bind(device, *fill's integers) -> launch      plan time, positional only
 //   launch(*fill's pointers, stream) -> bool               call time, a builtin function
 //   launcher.num_blocks                                    CTAs launched, after the clamp
+//   Family::kName.bind_args                                bind's integer names, in order
 // tools/gen_c_stub.py writes python/moegemm/_C.pyi from these bindings; tests/unit/test_c_stub.py
 // keeps the two in step.
 template <typename Family>

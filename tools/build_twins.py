@@ -157,12 +157,17 @@ class Side:
         return select(self.desc(p), self.arch(num_sms))
 
     def spec(self, p: Problem, num_sms: int):
-        """The KernelSpec of the pick: `api.plans.kernel_spec(desc, config)` where the package
-        has one, else the pre-refactor codegen functions."""
+        """The KernelSpec of the pick: `families.kernel_spec(desc, config)` where the package
+        has the registry, else its plans' kernel_spec, else the pre-refactor codegen
+        functions."""
         desc, config = self.desc(p), self.pick(p, num_sms)
-        plans = self.sub("api.plans")
-        if hasattr(plans, "kernel_spec"):
-            return plans.kernel_spec(desc, config)
+        for owner in ("families", "launch.plans", "api.plans"):
+            try:
+                module = self.sub(owner)
+            except ModuleNotFoundError:
+                continue
+            if hasattr(module, "kernel_spec"):
+                return module.kernel_spec(desc, config)
         codegen = self.sub("jit.codegen")
         if desc.kind == "k_grouped":
             return codegen.sm90_bf16_k_grouped_spec(config, desc.with_c)

@@ -40,7 +40,8 @@ CUstream (`torch.cuda.current_stream().cuda_stream`).
 
 A launcher's hot path is its bound launch: `launcher.bind(device, *integers)` (the integers are
 everything between the pointers and the stream of the unbound call, fixed by a plan's
-signature) returns a builtin function taking only the pointers and the stream; it launches
+signature; the class's `bind_args` names them in order, and a plan fills them from its problem
+record by name) returns a builtin function taking only the pointers and the stream; it launches
 exactly what the unbound call with those integers launches and returns True, or returns False
 having done nothing where an operand base (a, b, d, c) is off a 16-byte boundary or the current
 context is not on `device` (the caller's full checks then name the problem). The integers are
@@ -181,6 +182,10 @@ def class_block(name: str, cls: type) -> list[str]:
     for member, value in own_members(cls):
         if previous_has_body:
             out.append("")  # ruff's stub style: a blank line after a def with a body only
+        if not callable(value) and not isinstance(value, property):
+            out.append(f"    {member}: ClassVar[tuple[str, ...]]")  # a launcher's bind_args
+            previous_has_body = False
+            continue
         lines = function(member, value, "    ", method=True)
         out += lines
         previous_has_body = lines[-1].endswith('"""')  # a docstring, not `...`
@@ -199,7 +204,9 @@ def generate(module: ModuleType) -> str:
         elif callable(value):
             blocks.append(function(name, value, "", method=False))
     body = "\n\n".join("\n".join(block) for block in blocks)
-    imports = "from collections.abc import Callable\n\n" if "Callable[" in body else ""
+    imports = "from collections.abc import Callable\n" if "Callable[" in body else ""
+    imports += "from typing import ClassVar\n" if "ClassVar[" in body else ""
+    imports += "\n" if imports else ""
     return HEADER + MODULE_DOC + "\n" + imports + body + "\n"
 
 

@@ -8,7 +8,8 @@ CUstream (`torch.cuda.current_stream().cuda_stream`).
 
 A launcher's hot path is its bound launch: `launcher.bind(device, *integers)` (the integers are
 everything between the pointers and the stream of the unbound call, fixed by a plan's
-signature) returns a builtin function taking only the pointers and the stream; it launches
+signature; the class's `bind_args` names them in order, and a plan fills them from its problem
+record by name) returns a builtin function taking only the pointers and the stream; it launches
 exactly what the unbound call with those integers launches and returns True, or returns False
 having done nothing where an operand base (a, b, d, c) is off a 16-byte boundary or the current
 context is not on `device` (the caller's full checks then name the problem). The integers are
@@ -21,6 +22,7 @@ exposes.
 """
 
 from collections.abc import Callable
+from typing import ClassVar
 
 DRIVER_API_VERSION: int
 
@@ -124,6 +126,7 @@ class Bf16GemmLauncher:
         these integers bound for CUDA device `device` (checked here: out of range or too many tiles
         is a ValueError)."""
 
+    bind_args: ClassVar[tuple[str, ...]]
     @property
     def num_blocks(self) -> int:
         """CTAs per launch: the planned count, clamped to the clusters that fit at once."""
@@ -188,6 +191,7 @@ class Bf16MoeGemmLauncher:
         """launch(a_ptr, b_ptr, d_ptr, bias_ptr, row_scale_ptr, group_info_ptr, stream, /) ->
         bool."""
 
+    bind_args: ClassVar[tuple[str, ...]]
     @property
     def num_blocks(self) -> int:
         """CTAs per launch (the planned count: no clusters, no clamp)."""
@@ -244,6 +248,7 @@ class Bf16KGroupedLauncher:
         """launch(a_ptr, b_ptr, d_ptr, c_ptr, offs_ptr, stream, /) -> bool: the call with these
         integers bound for CUDA device `device` (checked here)."""
 
+    bind_args: ClassVar[tuple[str, ...]]
     @property
     def num_blocks(self) -> int:
         """CTAs per launch (the planned count: no clusters, no clamp)."""
@@ -320,6 +325,7 @@ class Sm90Fp8Fp4GemmLauncher:
         """launch(a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, group_info_ptr, stream, /) -> bool: the
         call with these integers bound for CUDA device `device` (checked here)."""
 
+    bind_args: ClassVar[tuple[str, ...]]
     @property
     def num_blocks(self) -> int:
         """CTAs per launch (the planned count: no clusters, no clamp)."""
@@ -396,6 +402,7 @@ class Sm90Fp8Fp4MoeGemmLauncher:
         """launch(a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, bias_ptr, row_scale_ptr, group_info_ptr,
         stream, /) -> bool."""
 
+    bind_args: ClassVar[tuple[str, ...]]
     @property
     def num_blocks(self) -> int:
         """CTAs per launch (the planned count: no clusters, no clamp)."""
@@ -473,6 +480,7 @@ class Sm90Fp8Fp4TableGemmLauncher:
         """launch(a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, group_info_ptr, stream, /) -> bool: the
         call with these integers bound for CUDA device `device` (checked here)."""
 
+    bind_args: ClassVar[tuple[str, ...]]
     @property
     def num_blocks(self) -> int:
         """CTAs per launch (the planned count: no clusters, no clamp)."""
@@ -548,6 +556,7 @@ class Sm90Fp8Fp4TableMoeGemmLauncher:
         """launch(a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, bias_ptr, row_scale_ptr, group_info_ptr,
         stream, /) -> bool."""
 
+    bind_args: ClassVar[tuple[str, ...]]
     @property
     def num_blocks(self) -> int:
         """CTAs per launch (the planned count: no clusters, no clamp)."""
@@ -624,6 +633,7 @@ class Sm100Fp8Fp4GemmLauncher:
         """launch(a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, group_info_ptr, stream, /) -> bool: the
         call with these integers bound for CUDA device `device` (checked here)."""
 
+    bind_args: ClassVar[tuple[str, ...]]
     @property
     def num_blocks(self) -> int:
         """CTAs per launch (the planned count: no clusters, no clamp)."""
@@ -702,6 +712,7 @@ class Sm100Fp8Fp4MoeGemmLauncher:
         """launch(a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, bias_ptr, row_scale_ptr, group_info_ptr,
         stream, /) -> bool: the call with these integers bound for CUDA device `device`."""
 
+    bind_args: ClassVar[tuple[str, ...]]
     @property
     def num_blocks(self) -> int:
         """CTAs per launch (the planned count: no clusters, no clamp)."""
@@ -760,6 +771,7 @@ class MoeRouteGatherLauncher:
     ) -> Callable[[int, int, int, int, int, int, int, int, int, int], bool]:
         """launch(x_ptr, ..., slot_row_ptr, stream, /) -> bool."""
 
+    bind_args: ClassVar[tuple[str, ...]]
     @property
     def num_blocks(self) -> int:
         """CTAs per launch."""
@@ -809,6 +821,7 @@ class MoeQuantizeRowsLauncher:
     ) -> Callable[[int, int, int, int, int], bool]:
         """launch(src_ptr, dst_ptr, scales_ptr, row_bound_ptr, stream, /) -> bool."""
 
+    bind_args: ClassVar[tuple[str, ...]]
     @property
     def num_blocks(self) -> int:
         """CTAs per launch."""
@@ -855,6 +868,7 @@ class MoeCombineLauncher:
     ) -> Callable[[int, int, int, int], bool]:
         """launch(y_ptr, out_ptr, slot_row_ptr, stream, /) -> bool."""
 
+    bind_args: ClassVar[tuple[str, ...]]
     @property
     def num_blocks(self) -> int:
         """CTAs per launch."""
@@ -941,6 +955,7 @@ class EpDispatchLauncher:
     ) -> Callable[[int, int, int, int, int, int, int, int], bool]:
         """launch(x_ptr, ..., slot_dest_ptr, stream, /) -> bool."""
 
+    bind_args: ClassVar[tuple[str, ...]]
     @property
     def num_blocks(self) -> int:
         """CTAs per launch."""
@@ -1021,6 +1036,7 @@ class EpCombineLauncher:
     ) -> Callable[[int, int, int, int, int, int, int], bool]:
         """launch(y_ptr, ..., out_ptr, stream, /) -> bool."""
 
+    bind_args: ClassVar[tuple[str, ...]]
     @property
     def num_blocks(self) -> int:
         """CTAs per launch."""

@@ -303,7 +303,7 @@ def test_transform_stage_runs_like_the_plain_kernel(monkeypatch) -> None:
     import torch
 
     import moegemm
-    from moegemm.api import plans
+    from moegemm.launch import plans
     from moegemm.testing import calc_diff
 
     kind, block_m, block_n, stages, out_stages = "m_grouped_offsets", 128, 128, 4, 2

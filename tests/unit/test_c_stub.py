@@ -108,22 +108,28 @@ def params_agree(runtime: list[Param], stub: list[Param]) -> bool:
 
 
 def runtime_members(cls: type) -> dict[str, str]:
-    """Name -> "method" or "property" of what the binding defined on the class itself."""
+    """Name -> "method", "property" or "attribute" (a class attribute, e.g. a launcher's
+    bind_args) of what the binding defined on the class itself."""
     members = {}
     for name, value in vars(cls).items():
         if name in PYBIND_INTERNALS or (name.startswith("__") and not callable(value)):
             continue  # __doc__, __module__ and pybind11's own helpers
-        members[name] = "property" if isinstance(value, property) else "method"
+        if isinstance(value, property):
+            members[name] = "property"
+        else:
+            members[name] = "method" if callable(value) else "attribute"
     return members
 
 
-def stub_members(node: ast.ClassDef) -> dict[str, ast.FunctionDef]:
+def stub_members(node: ast.ClassDef) -> dict[str, ast.FunctionDef | ast.AnnAssign]:
     members = {}
     for item in node.body:
         if isinstance(item, ast.FunctionDef):
             members[item.name] = item
+        elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+            members[item.target.id] = item
         else:
-            assert isinstance(item, ast.Expr), f"{node.name}: only methods and a docstring"
+            assert isinstance(item, ast.Expr), f"{node.name}: methods, attributes, a docstring"
     return members
 
 
@@ -160,7 +166,11 @@ def stub_mismatches(module: ModuleType, stub_text: str) -> list[str]:
             problems += [f"{name}.{m}: not in _C" for m in sorted(want.keys() - have.keys())]
             for member in sorted(have.keys() & want.keys()):
                 method = want[member]
-                if (have[member] == "property") != is_property(method):
+                if have[member] == "attribute" or isinstance(method, ast.AnnAssign):
+                    problems += attribute_mismatch(
+                        f"{name}.{member}", getattr(value, member), method
+                    )
+                elif (have[member] == "property") != is_property(method):
                     problems.append(f"{name}.{member}: property in one, method in the other")
                 elif have[member] == "method":
                     got = runtime_params(getattr(value, member))
@@ -178,17 +188,28 @@ def stub_mismatches(module: ModuleType, stub_text: str) -> list[str]:
     return problems
 
 
+def attribute_mismatch(name: str, value: object, node: ast.AST) -> list[str]:
+    """A class attribute: a tuple of names in _C, declared ClassVar[tuple[str, ...]]."""
+    if not isinstance(node, ast.AnnAssign):
+        return [f"{name}: an attribute in _C, a method in the stub"]
+    annotation = ast.unparse(node.annotation)
+    names = isinstance(value, tuple) and all(isinstance(v, str) for v in value)
+    if callable(value) or not names or annotation != "ClassVar[tuple[str, ...]]":
+        return [f"{name}: declared {annotation}, _C has {type(value).__name__}"]
+    return []
+
+
 def test_stub_matches_the_extension():
     assert stub_mismatches(C, STUB.read_text()) == []
 
 
 def test_stub_declares_the_launchers_plans_use():
-    # python/moegemm/api/plans.py builds these with keyword store_cols, binds each plan's
-    # integers (bind) and reads num_blocks.
+    # python/moegemm/launch/plans.py builds these with keyword store_cols, binds each plan's
+    # integers by the names in bind_args and reads num_blocks.
     declared = parse_stub(STUB.read_text())
     for name in ("Bf16GemmLauncher", "Bf16KGroupedLauncher"):
         members = stub_members(declared[name])
-        assert {"__init__", "__call__", "bind", "num_blocks"} <= members.keys()
+        assert {"__init__", "__call__", "bind", "bind_args", "num_blocks"} <= members.keys()
         assert ("store_cols", True, False) in stub_params(members["__init__"], method=True)
 
 

@@ -15,9 +15,9 @@ import torch
 
 import moegemm
 from moegemm import _C
-from moegemm.api import checks, plans
 from moegemm.ep import EPMoE
 from moegemm.heuristics import SM90
+from moegemm.launch import checks, plans
 from moegemm.quant import quantize_mxfp4
 
 STUB = Path(moegemm.__file__).with_name("_C.pyi")
@@ -46,6 +46,8 @@ def launches(monkeypatch) -> list[tuple[str, dict[str, int], dict[str, int], int
 
         def make(name=name, pointers=pointers, ints=ints):
             class Fake:
+                bind_args = tuple(ints)
+
                 def __init__(self, kernel, *shape, **kwargs) -> None:
                     self.ctas = shape[3]
 
@@ -65,9 +67,9 @@ def launches(monkeypatch) -> list[tuple[str, dict[str, int], dict[str, int], int
             return Fake
 
         monkeypatch.setattr(_C, name, make())
-    for module in ("moegemm.api.plans", "moegemm.moe.mxfp4", "moegemm.ep.layer"):
+    for module in ("moegemm.launch.plans", "moegemm.moe.mxfp4", "moegemm.ep.layer"):
         monkeypatch.setattr(f"{module}.load_kernel", lambda spec: spec)
-    for module in ("moegemm.api.plans", "moegemm.moe.layer", "moegemm.moe.mxfp4",
+    for module in ("moegemm.launch.plans", "moegemm.moe.layer", "moegemm.moe.mxfp4",
                    "moegemm.ep.layer"):  # fmt: skip
         monkeypatch.setattr(f"{module}.arch_for_device", lambda device: SM90)
     monkeypatch.setattr(checks, "require_placement", lambda tma, others: 0)
@@ -109,8 +111,8 @@ def test_forward_launch_sequence(launches, mxfp4: bool) -> None:
     assert (dp["x_ptr"], dp["topk_ids_ptr"], dp["topk_weights_ptr"]) == (p(x), p(ids), p(w))
     assert (dp["peer_base_ptr"], dp["state_ptr"]) == (p(ep.peer_base), p(ep.state))
     assert (dp["masked_m_ptr"], dp["slot_dest_ptr"]) == (p(ep.masked_m), p(ep.slot_dest))
-    offsets = tuple(v for n, v in di.items() if n.startswith("off_"))
-    assert offsets == ep.plan.offsets() == tuple(v for n, v in ci.items() if n.startswith("off_"))
+    offsets = {n: v for n, v in di.items() if n.startswith("off_")}
+    assert offsets == ep.plan.offsets() == {n: v for n, v in ci.items() if n.startswith("off_")}
     assert (di["rank"], di["world_size"], di["num_tokens"], di["top_k"]) == (0, 1, 5, K)
     assert (di["max_m"], di["slots_per_rank"]) == (TMAX, TMAX * K)
     assert di["timeout_ns"] == 10 * 10**9 and dctas * di["slots_per_cta"] >= TMAX * K
@@ -168,7 +170,7 @@ def test_warmup_builds_every_kernel_and_launches_nothing(launches, monkeypatch, 
     """warmup() compiles what forward launches without launching; forwards at any T then build
     no GEMM plan (no rank compiles while its peers wait), and the GEMMs' expected_m comes from
     max_tokens_per_rank, which every rank shares, not from the local T."""
-    from moegemm.api import plans as plans_mod
+    from moegemm.launch import plans as plans_mod
 
     ep = EPMoE(None, E, K, H, I, "mxfp4" if mxfp4 else "bf16", TMAX, device="cpu")
     w13, w2 = weights(mxfp4)

@@ -135,7 +135,7 @@ def test_buffer_plan_layout() -> None:
     plan = EPBufferPlan(4, 256, 8, 7168, 128)
     assert plan.max_m == 512 and plan.experts_per_rank == 64 and plan.slots_per_rank == 1024
     offsets = plan.offsets()
-    assert len(offsets) == 9 and all(o % 128 == 0 for o in offsets)
+    assert len(offsets) == 9 and all(o % 128 == 0 for o in offsets.values())
     spans = sorted((r.offset, r.offset + r.nbytes) for r in plan.regions.values())
     assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans)), "regions overlap"
     assert plan.regions["x_recv"].nbytes == 64 * 512 * 7168 * 2
@@ -208,7 +208,7 @@ def test_status_constants_match_the_header() -> None:
     assert f"kEpStatusOverflow = {STATUS_OVERFLOW}u" in header
     for phase, name in ((1, "Counts"), (2, "Dispatch"), (3, "Combine")):
         assert f"kEpPhase{name} = {phase}u" in header
-    # EpLayout's fields in the order the plan passes the offsets.
+    # EpLayout's fields, named as the plan passes the offsets (off_<field>).
     from moegemm.ep.plan import LAYOUT_ORDER
 
     struct = header[

@@ -12,7 +12,6 @@ import pytest
 
 import moegemm._C as C
 from moegemm import families
-from moegemm.api import plans
 from moegemm.heuristics import SM90, SM100, ArchSpec, GemmDesc, arch_for
 from moegemm.heuristics import sm90_bf16 as sm90_bf16_model
 from moegemm.heuristics import sm90_fp8_fp4 as sm90_fp8_fp4_model
@@ -30,6 +29,7 @@ from moegemm.jit.codegen_sm100 import (
     sm100_fp8_fp4_gemm_spec,
     sm100_kernel_spec,
 )
+from moegemm.launch import plans
 
 # (arch name, ab_dtype) -> (record, heuristics module, kernel-spec function, MXFP4 forms,
 # checked on a GPU)

@@ -17,9 +17,11 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import moegemm
 from moegemm.api import fp8_fp4 as mod
-from moegemm.api import plans as plans_mod
-from moegemm.api.device import _plan_caches
-from moegemm.api.plans import Plan
+from moegemm.families import lookup
+from moegemm.heuristics import SM90
+from moegemm.launch import plans as plans_mod
+from moegemm.launch.device import registered_plan_caches
+from moegemm.launch.plans import Plan, bound_integers
 
 FP8, FP32, U8 = torch.float8_e4m3fn, torch.float32, torch.uint8
 BF16, I32 = torch.bfloat16, torch.int32
@@ -312,6 +314,11 @@ def test_misaligned_bases_are_refused(name: str) -> None:
 # ---- launches, through a stubbed plan builder ----
 
 
+def launcher_of(desc) -> type:
+    """The `_C` launcher class an SM90 plan of `desc` binds (the registry's answer)."""
+    return getattr(moegemm._C, lookup(SM90, desc).launcher_name(desc))
+
+
 class Rig:
     """Records plan builds (desc, forced config) and launches in the launcher's order:
     (*pointers, *integers, stream). As the bound launch, it refuses (False) a, b or d off a
@@ -321,7 +328,8 @@ class Rig:
         self.builds: list = []
         self.launches: list[tuple] = []
 
-    def make_plan(self, device: int, desc, args: tuple, config=None) -> Plan:
+    def make_plan(self, device: int, desc, problem: tuple, config=None) -> Plan:
+        args = bound_integers(launcher_of(desc), problem)
         self.builds.append((desc, config))
 
         def launch(*call: int) -> bool:
@@ -337,8 +345,9 @@ class Rig:
 @pytest.fixture
 def rig(monkeypatch: pytest.MonkeyPatch):
     rig = Rig()
-    monkeypatch.setattr(mod, "make_plan", rig.make_plan)
-    monkeypatch.setattr(mod, "raw_stream", lambda index: 1000 + index)
+    monkeypatch.setattr(plans_mod, "make_plan", rig.make_plan)
+    for module in (mod, plans_mod):  # the hit path's stream, the miss path's
+        monkeypatch.setattr(module, "raw_stream", lambda index: 1000 + index)
     monkeypatch.setattr(plans_mod, "current_device", lambda: 0)
     clear_plans()
     yield rig
@@ -346,7 +355,7 @@ def rig(monkeypatch: pytest.MonkeyPatch):
 
 
 def clear_plans() -> None:
-    for cache in _plan_caches:
+    for cache in registered_plan_caches():
         cache.clear()
 
 

@@ -1,5 +1,5 @@
-"""Dependencies point one way: heuristics <- jit <- families <- api <- moe <- ep, and the warmup
-above the API and the MoE layer.
+"""Dependencies point one way: heuristics <- jit <- families <- launch <- api <- moe <- ep, and
+the warmup above the API and the MoE layer.
 
 The heuristics (types, arch facts, one model per family) import neither the JIT nor the
 families. No jit module imports a layer above it (except `__main__`, the entry shim of `python
@@ -7,8 +7,10 @@ families. No jit module imports a layer above it (except `__main__`, the entry s
 torch nor the layers above it. The families (moegemm.families: one record per arch x operand
 type) import nothing above them and no torch. The API uses the heuristics through the package
 alone (so their modules can be split), the families and the JIT; nothing in it imports the
-warmup, which sits above the API. Above the families no module tells families apart by
-comparing arch names: it asks the registry."""
+warmup, which sits above the API. The launch layer (checks, plans, problem records, device facts)
+imports nothing above it; the fused layers (moe, ep) reach the GEMMs through it and take from the
+API only the MXFP4 weight format (api/mxfp4_weights.py). Above the families no module tells
+families apart by comparing arch names: it asks the registry."""
 
 from __future__ import annotations
 
@@ -28,7 +30,12 @@ FAMILIES_DIR = PYTHON_DIR / "moegemm" / "families"
 FAMILIES_PACKAGE = ("moegemm", "families")
 HEURISTICS_DIR = PYTHON_DIR / "moegemm" / "heuristics"
 HEURISTICS_PACKAGE = ("moegemm", "heuristics")
-ABOVE_FAMILIES = ("moegemm.api", "moegemm.warmup", "moegemm.moe", "moegemm.ep")
+LAUNCH_DIR = PYTHON_DIR / "moegemm" / "launch"
+LAUNCH_PACKAGE = ("moegemm", "launch")
+ABOVE_LAUNCH = ("moegemm.api", "moegemm.warmup", "moegemm.moe", "moegemm.ep")
+ABOVE_FAMILIES = ("moegemm.launch", *ABOVE_LAUNCH)
+FUSED_LAYERS = {"moe": ("moegemm", "moe"), "ep": ("moegemm", "ep")}
+API_FORMATS = ("moegemm.api.mxfp4_weights",)  # what the fused layers may take from the API
 ABOVE = ("moegemm.families", *ABOVE_FAMILIES)
 HEURISTICS_INTERFACE = ("config",)
 
@@ -62,8 +69,28 @@ def test_api_imports_the_heuristics_package_and_never_the_warmup(path: Path) -> 
 
 
 def test_the_checker_sees_relative_imports() -> None:
-    names = _imports(API_DIR / "plans.py", API_PACKAGE)
+    names = _imports(LAUNCH_DIR / "plans.py", LAUNCH_PACKAGE)
     assert "moegemm.families.select_config" in names and "moegemm.jit.runtime" in names
+
+
+@pytest.mark.parametrize("path", sorted(LAUNCH_DIR.glob("*.py")), ids=lambda p: p.name)
+def test_launch_imports_nothing_above_it(path: Path) -> None:
+    imported = _imports(path, LAUNCH_PACKAGE)
+    above = [m for m in imported if m.startswith(ABOVE_LAUNCH)]
+    assert above == [], f"{path.name} imports {above}"
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(p for name in FUSED_LAYERS for p in (PYTHON_DIR / "moegemm" / name).glob("*.py")),
+    ids=lambda p: f"{p.parent.name}/{p.name}",
+)
+def test_fused_layers_reach_the_gemms_through_the_launch_layer(path: Path) -> None:
+    """moe/ and ep/ plan and launch through moegemm.launch; from the API they take only the
+    MXFP4 weight format (no checks, plans or internals of the public functions)."""
+    imported = _imports(path, FUSED_LAYERS[path.parent.name])
+    api = [m for m in imported if m.startswith("moegemm.api") and not m.startswith(API_FORMATS)]
+    assert api == [], f"{path.parent.name}/{path.name} imports API internals {api}"
 
 
 def test_importing_the_api_loads_no_warmup(subprocess_env: dict[str, str]) -> None:

@@ -10,10 +10,12 @@ import pytest
 import torch
 
 import moegemm
+from moegemm import _C
 from moegemm.families import enumerate_configs, is_legal, kernel_spec, select_config, selection_key
 from moegemm.heuristics import SM90, GemmDesc
 from moegemm.heuristics.sm90_bf16 import smem_bytes_for
 from moegemm.jit.codegen import sm90_bf16_gemm_spec
+from moegemm.launch.plans import bound_integers
 from moegemm.moe.weights import kernel_order, source_order, split_gate_up
 from moegemm.testing.moe_reference import (
     expert_forward,
@@ -254,13 +256,14 @@ def test_the_layer_gemms_are_buildable_and_warmed() -> None:
     for t in tokens:
         sizes = {"tokens": t, "top_k": top_k, "experts": e, "hidden": h, "intermediate": i,
                  "ldw2": i, "ldw2_group": h * i}  # fmt: skip
-        for desc, args in layer_gemms(sizes, activation):
+        for desc, problem in layer_gemms(sizes, activation):
+            args = bound_integers(_C.Bf16MoeGemmLauncher, problem)
             assert len(args) == 10 and args[0] == t * top_k
             assert kernel_spec(desc, select_config(desc, SM90)) in warmed
         for max_m in (t, max(tokens)):
             hint = min(max(1, -(-t * top_k // e)), max_m)
-            for desc, args in masked_gemms(e, max_m, h, i, hint, activation, i, h * i):
-                assert args[0] == e * max_m
+            for desc, problem in masked_gemms(e, max_m, h, i, hint, activation, i, h * i):
+                assert problem.rows == e * max_m
                 assert kernel_spec(desc, select_config(desc, SM90)) in warmed
     oai = model_layer("gpt-oss-20b")
     assert oai[-1] == "swiglu_oai"
@@ -433,6 +436,7 @@ def test_mxfp4_layer_checks_and_gemms() -> None:
     assert (d1.weights, d1.epilogue, d2.weights, d2.epilogue) == (
         "prepared", "swiglu_oai", "raw", "row_scale"
     )  # fmt: skip
+    a1, a2 = (bound_integers(_C.Sm90Fp8Fp4MoeGemmLauncher, a) for a in (a1, a2))
     assert len(a1) == len(a2) == 15 and a1[:5] == (10, 10, 2 * i, h, e)
     for d in (d1, d2):
         spec = kernel_spec(d, select_config(d, SM90))

@@ -10,11 +10,13 @@ import pytest
 import torch
 
 import moegemm
+from moegemm import _C
 from moegemm.api.mxfp4_weights import prepare_mxfp4_weights, unprepare_mxfp4_weights
 from moegemm.families import kernel_spec, select_config
 from moegemm.heuristics import arch_for
+from moegemm.launch.plans import bound_integers
 from moegemm.moe.mxfp4 import (
-    fp8_gemm_args,
+    fp8_gemm_problem,
     mxfp4_layer_gemms,
     mxfp4_masked_gemms,
     require_weights_for,
@@ -81,13 +83,34 @@ def test_sm100_refusals() -> None:
 
 
 def test_sm100_launcher_integers() -> None:
-    """The 14 integers of Sm100Fp8Fp4MoeGemmLauncher, in csrc's order, from the SM100 layout:
-    codes [E, n, Kp/2] (bytes), scale words [E, Kp/128, Np], sfa [rows, ceil(k/128)]."""
+    """The 14 integers Sm100Fp8Fp4MoeGemmLauncher binds, in csrc's order, read by name from the
+    problem of the SM100 layout: codes [E, n, Kp/2] (bytes), scale words [E, Kp/128, Np], sfa
+    [rows, ceil(k/128)]."""
     rows, m, n, k, e, lda, ldd = 40, 40, 5760, 2880, 32, 2880, 2880
-    got = fp8_gemm_args(rows, m, n, k, e, lda, ldd, "sm_100f")
+    problem = fp8_gemm_problem(rows, m, n, k, e, lda, ldd, "sm_100f")
+    got = bound_integers(_C.Sm100Fp8Fp4MoeGemmLauncher, problem)
     kp, np_ = 2944, 5760
     assert got == (rows, m, n, k, e, lda, kp // 2, n * kp // 2, ldd, 0, 23, 1, 0, kp // 128 * np_)
-    assert len(fp8_gemm_args(rows, m, n, k, e, lda, ldd)) == 15  # SM90's launcher: 15
+    sm90 = bound_integers(
+        _C.Sm90Fp8Fp4MoeGemmLauncher, fp8_gemm_problem(rows, m, n, k, e, lda, ldd)
+    )
+    assert sm90 == (
+        rows,
+        m,
+        n,
+        k,
+        e,
+        lda,
+        k // 2,
+        n * k // 2,
+        ldd,
+        0,
+        23,
+        1,
+        0,
+        n * k // 32,
+        k // 32,
+    )
 
 
 def test_sm100_layer_gemms_and_their_kernels() -> None:
@@ -112,7 +135,8 @@ def test_sm100_layer_gemms_and_their_kernels() -> None:
         gemms = mxfp4_layer_gemms(sizes, w13, True)
         gemms += mxfp4_masked_gemms(e, 16, h, i, 2, w13, True)
         for desc, args in gemms:
-            assert len(args) == 14 and desc.weights == "prepared"
+            assert len(bound_integers(_C.Sm100Fp8Fp4MoeGemmLauncher, args)) == 14
+            assert desc.weights == "prepared"
             config = select_config(desc, SM100)
             assert config.layout.swap_ab and config.layout.block_n == 128
             spec = kernel_spec(desc, config, SM100)

@@ -14,8 +14,8 @@ import torch
 
 import moegemm
 from moegemm import _C
-from moegemm.api import checks, plans
 from moegemm.heuristics import SM90
+from moegemm.launch import checks, plans
 from moegemm.quant import quantize_mxfp4
 
 STUB = Path(moegemm.__file__).with_name("_C.pyi")
@@ -24,8 +24,8 @@ LAUNCHERS = ("Bf16MoeGemmLauncher", "Sm90Fp8Fp4MoeGemmLauncher",
              "MoeCombineLauncher")  # fmt: skip
 
 
-def declared() -> dict[str, tuple[list[str], int]]:
-    """Per launcher: the pointer names of a launch and the number of bound integers."""
+def declared() -> dict[str, tuple[list[str], list[str]]]:
+    """Per launcher: the pointer names of a launch and the names of its bound integers."""
     tree = ast.parse(STUB.read_text())
     out = {}
     for node in tree.body:
@@ -35,7 +35,7 @@ def declared() -> dict[str, tuple[list[str], int]]:
                 a.arg for a in methods["__call__"].args.posonlyargs + methods["__call__"].args.args
             ][1:]
             bind = [a.arg for a in methods["bind"].args.posonlyargs + methods["bind"].args.args][2:]
-            out[node.name] = ([a for a in call if a.endswith("_ptr")], len(bind))
+            out[node.name] = ([a for a in call if a.endswith("_ptr")], bind)
     return out
 
 
@@ -44,10 +44,13 @@ class Recorder:
         self.launches: list[tuple[str, dict[str, int], tuple[int, ...]]] = []
 
 
-def fake_launcher(name: str, spec: tuple[list[str], int], log: Recorder):
-    pointers, num_ints = spec
+def fake_launcher(name: str, spec: tuple[list[str], list[str]], log: Recorder):
+    pointers, names = spec
+    num_ints = len(names)
 
     class Fake:
+        bind_args = tuple(names)
+
         def __init__(self, kernel, *shape, **kwargs) -> None:
             assert len(shape) in (8, 9)
 
@@ -73,9 +76,9 @@ def recorder(monkeypatch):
     log = Recorder()
     for name, spec in declared().items():
         monkeypatch.setattr(_C, name, fake_launcher(name, spec, log))
-    for module in ("moegemm.api.plans", "moegemm.moe.launches", "moegemm.moe.mxfp4"):
+    for module in ("moegemm.launch.plans", "moegemm.moe.launches", "moegemm.moe.mxfp4"):
         monkeypatch.setattr(f"{module}.load_kernel", lambda spec: spec)
-    for module in ("moegemm.api.plans", "moegemm.moe.launches", "moegemm.moe.layer",
+    for module in ("moegemm.launch.plans", "moegemm.moe.launches", "moegemm.moe.layer",
                    "moegemm.moe.mxfp4"):  # fmt: skip
         monkeypatch.setattr(f"{module}.arch_for_device", lambda device: SM90)
     monkeypatch.setattr(checks, "require_placement", lambda tma, others: 0)

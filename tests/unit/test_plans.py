@@ -17,9 +17,11 @@ import moegemm
 from moegemm.api import bf16_gemm as dense_mod
 from moegemm.api import k_grouped as kg_mod
 from moegemm.api import m_grouped as mg_mod
-from moegemm.api import plans as plans_mod
-from moegemm.api.device import _plan_caches
-from moegemm.api.plans import Plan
+from moegemm.families import lookup
+from moegemm.heuristics import SM90
+from moegemm.launch import plans as plans_mod
+from moegemm.launch.device import registered_plan_caches
+from moegemm.launch.plans import Plan, bound_integers
 
 BF16, FP32, I32 = torch.bfloat16, torch.float32, torch.int32
 FAMILIES = (dense_mod, mg_mod, kg_mod)
@@ -63,6 +65,11 @@ def shifted(shape: tuple[int, ...], dtype: torch.dtype, elements: int) -> torch.
     return gpu(base[elements : elements + count].view(shape))
 
 
+def launcher_of(desc) -> type:
+    """The `_C` launcher class an SM90 plan of `desc` binds (the registry's answer)."""
+    return getattr(moegemm._C, lookup(SM90, desc).launcher_name(desc))
+
+
 class Rig:
     """Records plan builds and launches; `current` is what the current-device getter says.
 
@@ -77,7 +84,8 @@ class Rig:
         self.launches: list[tuple] = []
         self.current = 0
 
-    def make_plan(self, device: int, desc, args: tuple, config=None) -> Plan:
+    def make_plan(self, device: int, desc, problem: tuple, config=None) -> Plan:
+        args = bound_integers(launcher_of(desc), problem)
         self.builds.append(desc)
 
         def launch(*call: int) -> bool:
@@ -93,9 +101,9 @@ class Rig:
 @pytest.fixture
 def rig(monkeypatch: pytest.MonkeyPatch):
     rig = Rig()
-    for mod in FAMILIES:
-        monkeypatch.setattr(mod, "make_plan", rig.make_plan)
+    for mod in (*FAMILIES, plans_mod):  # the hit path's stream; the miss path's plan and stream
         monkeypatch.setattr(mod, "raw_stream", lambda index: 1000 + index)
+    monkeypatch.setattr(plans_mod, "make_plan", rig.make_plan)
     monkeypatch.setattr(plans_mod, "current_device", lambda: rig.current)  # the full checks'
     clear_plans()
     yield rig
@@ -103,12 +111,12 @@ def rig(monkeypatch: pytest.MonkeyPatch):
 
 
 def clear_plans() -> None:
-    for cache in _plan_caches:
+    for cache in registered_plan_caches():
         cache.clear()
 
 
 def cached_plans() -> int:
-    return sum(len(cache) for cache in _plan_caches)
+    return sum(len(cache) for cache in registered_plan_caches())
 
 
 def outcome(rig: Rig, fn: Callable, args: tuple, kwargs: dict):
@@ -192,9 +200,9 @@ def test_launch_arguments() -> None:
     """What the plans bind after the pointers (the launchers' argument order, csrc/)."""
     rig = Rig()
     with pytest.MonkeyPatch.context() as m:
-        for mod in FAMILIES:
-            m.setattr(mod, "make_plan", rig.make_plan)
+        for mod in (*FAMILIES, plans_mod):
             m.setattr(mod, "raw_stream", lambda index: 7)
+        m.setattr(plans_mod, "make_plan", rig.make_plan)
         m.setattr(plans_mod, "current_device", lambda: 0)
         clear_plans()
         a = gpu(torch.zeros(M, K + 8, dtype=BF16)[:, :K])
@@ -471,6 +479,8 @@ def test_a_plan_binds_the_heuristics_pick(
     seen: dict = {}
 
     class Launcher:
+        bind_args = ("rows", "m", "n")
+
         def __init__(self, kernel, *shape: int, store_cols: int) -> None:
             seen.update(kernel=kernel, shape=shape, store_cols=store_cols)
 
@@ -489,7 +499,7 @@ def test_a_plan_binds_the_heuristics_pick(
     kind, m, n, k, groups, expected, with_c = desc
     d_dtype = "fp32" if kind == "k_grouped" else "bf16"
     gemm = GemmDesc(kind, m, n, k, groups, d_dtype=d_dtype, with_c=with_c, expected_m=expected)
-    plan = plans_mod.make_plan(0, gemm, (1, 2, 3))
+    plan = plans_mod.make_plan(0, gemm, {"rows": 1, "m": 2, "n": 3, "k": 4})
     config = select_config(gemm, arch)
     assert plan.config == config and plan.args == (1, 2, 3) and plan.device == 0
     # The plan's launch is its launcher bound to the call's integers.
@@ -516,13 +526,12 @@ def test_a_launch_refused_after_the_full_checks_raises(
     refuses: the CUDA context current on the thread is another device's. Never silent."""
     make = rig.make_plan
 
-    def refusing(device: int, desc, args: tuple, config=None) -> Plan:
-        plan = make(device, desc, args, config)
+    def refusing(device: int, desc, problem: tuple, config=None) -> Plan:
+        plan = make(device, desc, problem, config)
         plan.launch = lambda *call: False
         return plan
 
-    for mod in FAMILIES:
-        monkeypatch.setattr(mod, "make_plan", refusing)
+    monkeypatch.setattr(plans_mod, "make_plan", refusing)
     for make_call in CALLS.values():
         fn, args, kwargs = make_call()
         for _ in range(2):  # the miss, then the refused hit that falls back to the full checks

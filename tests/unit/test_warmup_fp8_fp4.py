@@ -116,8 +116,8 @@ def test_mxfp4_replaces_bf16_and_has_no_k_grouped() -> None:
 
 def test_warmup_builds_the_spec_an_fp8_fp4_call_loads() -> None:
     """The warmup's kernel_spec and the API's plans.kernel_spec agree for this family."""
-    from moegemm.api.plans import kernel_spec as api_kernel_spec
     from moegemm.families import select_config
+    from moegemm.launch.plans import kernel_spec as api_kernel_spec
 
     for form in ("raw", "prepared"):
         for desc in (

@@ -96,7 +96,7 @@ def test_run_check_passes_on_a_small_preset() -> None:
 
 def test_warmup_builds_the_spec_a_call_loads() -> None:
     """warmup.specs.kernel_spec (torch-free) and the API's plans.kernel_spec agree."""
-    from moegemm.api.plans import kernel_spec as api_kernel_spec
+    from moegemm.launch.plans import kernel_spec as api_kernel_spec
 
     descs = [
         GemmDesc("bf16_gemm_nt", 100, 4096, 7168),

@@ -4,9 +4,9 @@ warmup (which sits above the API)."""
 
 from __future__ import annotations
 
+from ..launch.device import get_num_sms, get_pdl, set_num_sms, set_pdl
 from . import ops as ops  # registers the moegemm:: custom ops
 from .bf16_gemm import bf16_gemm_nt
-from .device import get_num_sms, get_pdl, set_num_sms, set_pdl
 from .fp8_fp4 import (
     fp8_fp4_gemm_nt,
     m_grouped_fp8_fp4_gemm_nt_contiguous,

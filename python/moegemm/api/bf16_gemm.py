@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 from torch import Tensor
 
 from ..heuristics import GemmConfig, GemmDesc
-from .checks import (
+from ..launch.checks import (
     refuse_config_when_compiling,
     require_placement,
     require_shape,
     require_tensor,
     row_stride,
 )
-from .plans import make_plan, new_plan_cache, raw_stream, require_launched
+from ..launch.plans import PlanCache, raw_stream, signature
+from ..launch.problems import GemmProblem
 
 _BF16 = (torch.bfloat16,)
 _D_DTYPES = (torch.bfloat16, torch.float32)
@@ -23,23 +22,12 @@ _FP32 = (torch.float32,)
 # Dynamo evaluates this to True while it traces (the call becomes the custom op, ops.py).
 _is_compiling = torch.compiler.is_compiling
 
-_plans = new_plan_cache()
-
-
-class DenseProblem(NamedTuple):
-    m: int
-    n: int
-    k: int
-    lda: int
-    ldb: int
-    ldd: int
-    ldc: int
-    device: int  # the CUDA device index (-1 unplaced)
+_plans = PlanCache()
 
 
 def check_dense(
     a: Tensor, b: Tensor, d: Tensor, c: Tensor | None, *, placed: bool = True
-) -> DenseProblem:
+) -> GemmProblem:
     """The full checks of `bf16_gemm_nt`; placed=False leaves out the placement (fake
     tensors)."""
     require_tensor("a", a, _BF16, 2)
@@ -59,7 +47,7 @@ def check_dense(
     lda, ldb, ldd = row_stride("a", a), row_stride("b", b), row_stride("d", d)
     ldc = row_stride("c", c) if c is not None else 0
     device = require_placement({"a": a, "b": b, "d": d, "c": c}, {}) if placed else -1
-    return DenseProblem(m, n, k, lda, ldb, ldd, ldc, device)
+    return GemmProblem(m, m, n, k, 1, lda, ldb, n * ldb, ldd, ldc, device=device)
 
 
 def bf16_gemm_nt(
@@ -81,22 +69,14 @@ def bf16_gemm_nt(
         refuse_config_when_compiling(config)
         torch.ops.moegemm.bf16_gemm_nt(a, b, d, c)
         return d
-    try:  # the signature (plans.py); anything without these attributes takes the full checks
-        key = (
-            type(a), a.shape, a.stride(), a.dtype, a.device,
-            type(b), b.shape, b.stride(), b.dtype, b.device,
-            type(d), d.shape, d.stride(), d.dtype, d.device,
-        )  # fmt: skip
-        if c is not None:
-            key += (type(c), c.shape, c.stride(), c.dtype, c.device)
-        plan = _plans.get(key) if config is None else None
-    except (AttributeError, TypeError, RuntimeError):  # not a tensor, nested, sparse, ...
-        key = plan = None
-    if plan is not None:
-        c_ptr = 0 if c is None else c.data_ptr()
-        # False: an operand base off a 16-byte boundary, or another current device (plans.py).
-        if plan.launch(a.data_ptr(), b.data_ptr(), d.data_ptr(), c_ptr, 0, raw_stream(plan.device)):
-            return d
+    key = signature(a, b, d, c)  # plans.py
+    plan = _plans.find(key, config)
+    # False: an operand base off a 16-byte boundary, or another current device (plans.py).
+    if plan is not None and plan.launch(
+        a.data_ptr(), b.data_ptr(), d.data_ptr(), 0 if c is None else c.data_ptr(), 0,
+        raw_stream(plan.device),
+    ):  # fmt: skip
+        return d
     return _checked_call(key, a, b, d, c, config)
 
 
@@ -111,14 +91,8 @@ def _checked_call(
     if p.k == 0:  # an empty sum: D = C or 0, no kernel needed (and TMA cannot map a 0-wide tensor)
         d.copy_(c) if c is not None else d.zero_()
         return d
-    device = p.device
     d_dtype = "fp32" if d.dtype == torch.float32 else "bf16"
     desc = GemmDesc("bf16_gemm_nt", m=p.m, n=p.n, k=p.k, d_dtype=d_dtype, with_c=c is not None)
-    args = (p.m, p.m, p.n, p.k, 1, p.lda, p.ldb, p.n * p.ldb, p.ldd, p.ldc)
-    plan = make_plan(device, desc, args, config)
-    if config is None and key is not None:
-        _plans[key] = plan
     c_ptr = 0 if c is None else c.data_ptr()
-    launched = plan.launch(a.data_ptr(), b.data_ptr(), d.data_ptr(), c_ptr, 0, raw_stream(device))
-    require_launched(launched, device)
+    _plans.launch(key, desc, p, (a.data_ptr(), b.data_ptr(), d.data_ptr(), c_ptr, 0), config)
     return d

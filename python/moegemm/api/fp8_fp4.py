@@ -28,7 +28,6 @@ rows, found only by prepare_mxfp4_weights, which may look.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -36,8 +35,7 @@ from torch import Tensor
 from ..families import for_operands
 from ..families import sm100_fp8_fp4 as sm100_family
 from ..heuristics import ArchSpec, GemmConfig, GemmDesc
-from . import fp8_fp4_sm100
-from .checks import (
+from ..launch.checks import (
     batched_row_stride,
     contiguous_group_info,
     refuse_config_when_compiling,
@@ -46,9 +44,19 @@ from .checks import (
     require_shape,
     require_tensor,
     row_stride,
+    sfa_strides,
 )
-from .mxfp4_weights import MXFP4_GROUP, SM90_K_BLOCK, SM90_ROW_BLOCK, Mxfp4Weights
-from .plans import make_plan, new_plan_cache, raw_stream, require_launched
+from ..launch.plans import PlanCache, raw_stream, signature
+from ..launch.problems import Fp8Fp4Problem
+from . import fp8_fp4_sm100
+from .mxfp4_weights import (
+    MXFP4_GROUP,
+    SM90_K_BLOCK,
+    SM90_ROW_BLOCK,
+    Mxfp4Weights,
+    describe_operand,
+    unpack_weights,
+)
 
 _FP8 = (torch.float8_e4m3fn,)
 _FP32 = (torch.float32,)
@@ -59,39 +67,10 @@ SFA_BLOCK_K = 128  # K per activation scale
 _is_compiling = torch.compiler.is_compiling  # True while Dynamo traces (ops.py)
 
 # One cache per layout, so the layout the caller chose is part of the signature.
-_dense_plans = new_plan_cache()
-_indices_plans = new_plan_cache()
-_offs_plans = new_plan_cache()
-_masked_plans = new_plan_cache()
-
-
-class Fp8Fp4Problem(NamedTuple):
-    """What a checked call launches: the launcher's integers (csrc's order), then the device."""
-
-    rows: int  # A/D rows in all (masked: groups * max_m)
-    m: int  # rows (masked: max_m)
-    n: int
-    k: int
-    num_groups: int
-    lda: int  # elements of the tensor: bytes for FP8 a and packed FP4 b
-    ldb: int
-    ldb_group: int
-    ldd: int
-    sfa_stride_group: int  # float elements; 0 but for masked
-    sfa_stride_row: int
-    sfa_stride_kb: int
-    sfa_group_rows: int  # rows of a group's sfa slab (masked: max_m), else 0
-    sfb_stride_group: int  # bytes
-    sfb_stride_row: int
-    device: int  # the CUDA device index (-1 unplaced)
-
-    @property
-    def empty(self) -> bool:
-        return self.rows == 0 or self.n == 0 or self.num_groups == 0
-
-    def launch_args(self) -> tuple[int, ...]:
-        """The launcher's arguments between the pointers and the stream."""
-        return tuple(self[:15])
+_dense_plans = PlanCache()
+_indices_plans = PlanCache()
+_offs_plans = PlanCache()
+_masked_plans = PlanCache()
 
 
 # ---- the operand pairs ----
@@ -101,28 +80,9 @@ def unpack_activations(a: object) -> tuple[Tensor, Tensor]:
     """(a, sfa) of the first operand; TypeError where it is no such pair."""
     if not isinstance(a, (tuple, list)) or len(a) != 2:
         raise TypeError(
-            f"a must be a tuple (a, sfa) of the FP8 activations and their scales, got {_what(a)}"
+            f"a must be a tuple (a, sfa) of the FP8 activations and their scales, got {describe_operand(a)}"
         )
     return a[0], a[1]
-
-
-def unpack_weights(b: object) -> tuple[Tensor, Tensor, bool]:
-    """(b, sfb, prepared) of the second operand: a (b, sfb) tuple (checkpoint layout) or an
-    Mxfp4Weights; TypeError otherwise."""
-    if isinstance(b, Mxfp4Weights):
-        return b.b, b.sfb, b.prepared
-    if not isinstance(b, (tuple, list)) or len(b) != 2:
-        raise TypeError(
-            f"b must be a tuple (b, sfb) of MXFP4 weights and scales or a moegemm.Mxfp4Weights, "
-            f"got {_what(b)}"
-        )
-    return b[0], b[1], False
-
-
-def _what(x: object) -> str:
-    if isinstance(x, (tuple, list)):
-        return f"a {type(x).__name__} of {len(x)}"
-    return type(x).__name__
 
 
 # ---- the checks ----
@@ -136,17 +96,6 @@ def _check_k(k: int) -> None:
 def _check_n(n: int) -> None:
     if n % 8 != 0:
         raise ValueError(f"N (b.shape[-2]) must be a multiple of 8, got {n}")
-
-
-def _sfa_strides(sfa: Tensor) -> tuple[int, int, int]:
-    """(group, row, k-block) strides in floats of sfa [.., M, nkb], any layout; a dim of size 1
-    gets the row-major stride (its index is always 0)."""
-    shape, strides = sfa.shape, sfa.stride()
-    kb = strides[-1] if shape[-1] > 1 else 1
-    row = strides[-2] if shape[-2] > 1 else shape[-1] * kb
-    if sfa.dim() == 3:
-        return (strides[0] if shape[0] > 1 else shape[1] * row), row, kb
-    return 0, row, kb
 
 
 def _sfb_strides(sfb: Tensor) -> tuple[int, int]:
@@ -236,7 +185,7 @@ def check_dense(
     _, n, k = _check_operands(a, sfa, b, sfb, d, 2, 2, prepared)
     m = a.shape[0]
     lda, ldb, ldd = row_stride("a", a), row_stride("b", b), row_stride("d", d)
-    _, sfa_row, sfa_kb = _sfa_strides(sfa)
+    _, sfa_row, sfa_kb = sfa_strides(sfa)
     sfb_group, sfb_row = _weight_strides(sfb, prepared)
     # The kernel's producer copies the scales in aligned 4-byte words: 16-byte bases, as TMA's.
     aligned = {"a": a, "b": b, "d": d, "sfa": sfa, "sfb": sfb}
@@ -264,7 +213,7 @@ def check_contiguous(
     info = contiguous_group_info(rows, num_groups, m_indices, offs)
     lda, ldd = row_stride("a", a), row_stride("d", d)
     ldb, ldb_group = batched_row_stride("b", b, collapsible=False)
-    _, sfa_row, sfa_kb = _sfa_strides(sfa)
+    _, sfa_row, sfa_kb = sfa_strides(sfa)
     sfb_group, sfb_row = _weight_strides(sfb, prepared)
     aligned = {"a": a, "b": b, "d": d, "sfa": sfa, "sfb": sfb}
     device = require_placement(aligned, info) if placed else -1
@@ -297,7 +246,7 @@ def check_masked(
     lda, _ = batched_row_stride("a", a, collapsible=True)
     ldb, ldb_group = batched_row_stride("b", b, collapsible=False)
     ldd, _ = batched_row_stride("d", d, collapsible=True)
-    sfa_group, sfa_row, sfa_kb = _sfa_strides(sfa)
+    sfa_group, sfa_row, sfa_kb = sfa_strides(sfa)
     sfb_group, sfb_row = _weight_strides(sfb, prepared)
     aligned = {"a": a, "b": b, "d": d, "sfa": sfa, "sfb": sfb}
     device = require_placement(aligned, {"masked_m": masked_m}) if placed else -1
@@ -308,14 +257,6 @@ def check_masked(
 
 
 # ---- the public functions ----
-
-
-def _signature(*tensors: Tensor) -> tuple:
-    """The plan key of the operand tensors (plans.py); raises on what is not a strided tensor."""
-    key: tuple = ()
-    for t in tensors:
-        key += (type(t), t.shape, t.stride(), t.dtype, t.device)
-    return key
 
 
 def fp8_fp4_gemm_nt(
@@ -340,14 +281,8 @@ def fp8_fp4_gemm_nt(
         b_, sfb, prepared = unpack_weights(b)
         torch.ops.moegemm.fp8_fp4_gemm_nt(a_, sfa, b_, sfb, d, prepared)
         return d
-    try:  # the signature (plans.py); anything else takes the full checks, which name it
-        a_, sfa = unpack_activations(a)
-        b_, sfb, prepared = unpack_weights(b)
-        key = (*_signature(a_, sfa, b_, sfb, d), prepared)
-        plan = _dense_plans.get(key) if config is None else None
-    except (AttributeError, TypeError, RuntimeError):  # not pairs of tensors, nested, ...
-        key = plan = None
-    if plan is not None and _launch_hit(plan, a_, sfa, b_, sfb, d, 0):
+    key, launched = _entry(_dense_plans, config, a, b, d, None)
+    if launched:
         return d
     a_, sfa = unpack_activations(a)
     if _on_sm100(a_):
@@ -390,14 +325,8 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(
         info, cache = m_indices, _indices_plans
     else:  # with both given, info = None: no signature, the full checks refuse the call
         info, cache = (offs if m_indices is None else None), _offs_plans
-    try:  # the signature (plans.py); anything else takes the full checks, which name it
-        a_, sfa = unpack_activations(a)
-        b_, sfb, prepared = unpack_weights(b)
-        key = (*_signature(a_, sfa, b_, sfb, d, info), prepared)
-        plan = cache.get(key) if config is None else None
-    except (AttributeError, TypeError, RuntimeError):
-        key = plan = None
-    if plan is not None and _launch_hit(plan, a_, sfa, b_, sfb, d, info.data_ptr()):
+    key, launched = _entry(cache, config, a, b, d, info)
+    if launched:
         return d
     a_, sfa = unpack_activations(a)
     if _on_sm100(a_):
@@ -441,16 +370,11 @@ def m_grouped_fp8_fp4_gemm_nt_masked(
         op = torch.ops.moegemm.m_grouped_fp8_fp4_gemm_nt_masked
         op(a_, sfa, b_, sfb, d, masked_m, expected_m, prepared)
         return d
-    try:  # the signature; expected_m steers the choice (a plain int: 2.0 == 2, True == 1)
-        a_, sfa = unpack_activations(a)
-        b_, sfb, prepared = unpack_weights(b)
-        key = (*_signature(a_, sfa, b_, sfb, d, masked_m), prepared, expected_m)
-        if type(expected_m) is not int:
-            key = None
-        plan = _masked_plans.get(key) if config is None and key is not None else None
-    except (AttributeError, TypeError, RuntimeError):
-        key = plan = None
-    if plan is not None and _launch_hit(plan, a_, sfa, b_, sfb, d, masked_m.data_ptr()):
+    # expected_m steers the choice: part of the signature (a plain int: 2.0 == 2, True == 1).
+    key, launched = None, False
+    if type(expected_m) is int:
+        key, launched = _entry(_masked_plans, config, a, b, d, masked_m, expected_m)
+    if launched:
         return d
     a_, sfa = unpack_activations(a)
     if _on_sm100(a_):
@@ -470,7 +394,7 @@ def _device_arch(t: object) -> ArchSpec | None:
     """The arch of the CUDA device holding `t`; None off CUDA."""
     if not isinstance(t, Tensor) or t.device.type != "cuda":
         return None
-    from .device import device_info
+    from ..launch.device import device_info
 
     try:
         index = t.device.index if t.device.index is not None else torch.cuda.current_device()
@@ -486,11 +410,27 @@ def _on_sm100(a: object) -> bool:
     return arch is not None and for_operands(arch, "fp8_fp4") is sm100_family.FAMILY
 
 
-def _launch_hit(plan, a: Tensor, sfa: Tensor, b: Tensor, sfb: Tensor, d: Tensor, info: int) -> bool:
-    """A plan hit's launch; False (nothing launched) where an operand base is off a 16-byte
-    boundary or another device is current (plans.py): the call then takes the full checks."""
-    ptrs = (a.data_ptr(), b.data_ptr(), d.data_ptr(), sfa.data_ptr(), sfb.data_ptr(), info)
-    return plan.launch(*ptrs, raw_stream(plan.device))
+def _entry(
+    cache: PlanCache, config: GemmConfig | None, a: object, b: object, d: Tensor,
+    info: Tensor | None, *extra: object,
+) -> tuple[tuple | None, bool]:  # fmt: skip
+    """The entry protocol's first half (plans.py): (the call's plan key, whether a plan hit
+    launched it). The key is None where the operands are not pairs of strided tensors; a hit
+    launches nothing (False) where an operand base is off a 16-byte boundary or another device
+    is current: the call then takes the full checks."""
+    try:
+        a_, sfa = unpack_activations(a)
+        b_, sfb, prepared = unpack_weights(b)
+    except TypeError:
+        return None, False
+    key = signature(a_, sfa, b_, sfb, d, info)
+    if key is None:
+        return None, False
+    key += (prepared, *extra)
+    plan = cache.find(key, config)
+    if plan is None:
+        return key, False
+    return key, plan.launch(*pointers(a_, sfa, b_, sfb, d, info), raw_stream(plan.device))
 
 
 def _desc(kind: str, p: Fp8Fp4Problem, prepared: bool, expected_m: int = 0) -> GemmDesc:
@@ -503,7 +443,7 @@ def _desc(kind: str, p: Fp8Fp4Problem, prepared: bool, expected_m: int = 0) -> G
 
 def _launch(
     key: tuple | None,
-    cache: dict,
+    cache: PlanCache,
     p: Fp8Fp4Problem,
     desc: GemmDesc,
     config: GemmConfig | None,
@@ -514,12 +454,14 @@ def _launch(
     d: Tensor,
     info: Tensor | None,
 ) -> Tensor:
-    """A plan miss after the full checks: builds this signature's plan (stored unless the config
-    was forced) and launches it."""
-    plan = make_plan(p.device, desc, p.launch_args(), config)
-    if config is None and key is not None:
-        cache[key] = plan
-    info_ptr = 0 if info is None else info.data_ptr()
-    ptrs = (a.data_ptr(), b.data_ptr(), d.data_ptr(), sfa.data_ptr(), sfb.data_ptr(), info_ptr)
-    require_launched(plan.launch(*ptrs, raw_stream(p.device)), p.device)
+    """A plan miss after the full checks: this signature's plan built, stored and launched."""
+    cache.launch(key, desc, p, pointers(a, sfa, b, sfb, d, info), config)
     return d
+
+
+def pointers(
+    a: Tensor, sfa: Tensor, b: Tensor, sfb: Tensor, d: Tensor, info: Tensor | None
+) -> tuple[int, ...]:
+    """An FP8 x FP4 launch's pointers, in the launchers' order."""
+    info_ptr = 0 if info is None else info.data_ptr()
+    return a.data_ptr(), b.data_ptr(), d.data_ptr(), sfa.data_ptr(), sfb.data_ptr(), info_ptr

@@ -17,13 +17,12 @@ What SM100 takes beyond SM90's rules:
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 from ..heuristics import GemmConfig, GemmDesc
-from .checks import (
+from ..launch.checks import (
     batched_row_stride,
     contiguous_group_info,
     require_index_vector,
@@ -31,42 +30,17 @@ from .checks import (
     require_shape,
     require_tensor,
     row_stride,
+    sfa_strides,
 )
+from ..launch.plans import PlanCache
+from ..launch.problems import Fp8Fp4Problem
 from .mxfp4_weights import MXFP4_GROUP, SM100_ARCH, SM100_K_BLOCK, SM100_ROW_CHUNK, Mxfp4Weights
-from .plans import make_plan, raw_stream, require_launched
 
 SFA_BLOCK_K = 128
 PREPARE_HINT = (
     'SM100 takes MXFP4 weights only as moegemm.prepare_mxfp4_weights(b, sfb, arch="sm_100f") '
     "(once, at load time)"
 )
-
-
-class Sm100Problem(NamedTuple):
-    """Sm100Fp8Fp4GemmLauncher's integers (csrc's order), then the device."""
-
-    rows: int
-    m: int
-    n: int
-    k: int
-    num_groups: int
-    lda: int
-    ldb: int  # bytes
-    ldb_group: int  # bytes
-    ldd: int
-    sfa_stride_group: int
-    sfa_stride_row: int
-    sfa_stride_kb: int
-    sfa_group_rows: int
-    sfb_stride_group: int  # 32-bit words
-    device: int
-
-    @property
-    def empty(self) -> bool:
-        return self.rows == 0 or self.n == 0 or self.num_groups == 0
-
-    def launch_args(self) -> tuple[int, ...]:
-        return tuple(self[:14])
 
 
 def require_sm100_weights(b: object) -> Mxfp4Weights:
@@ -80,15 +54,6 @@ def require_sm100_weights(b: object) -> Mxfp4Weights:
     else:
         got = type(b).__name__
     raise ValueError(f"{PREPARE_HINT}; got {got}")
-
-
-def _sfa_strides(sfa: Tensor) -> tuple[int, int, int]:
-    shape, strides = sfa.shape, sfa.stride()
-    kb = strides[-1] if shape[-1] > 1 else 1
-    row = strides[-2] if shape[-2] > 1 else shape[-1] * kb
-    if sfa.dim() == 3:
-        return (strides[0] if shape[0] > 1 else shape[1] * row), row, kb
-    return 0, row, kb
 
 
 def _check(a: Tensor, sfa: Tensor, w: Mxfp4Weights, d: Tensor, a_rank: int, b_rank: int):
@@ -125,32 +90,32 @@ def _check(a: Tensor, sfa: Tensor, w: Mxfp4Weights, d: Tensor, a_rank: int, b_ra
     return (groups[0] if groups else 1), n, k, ldb, ldb_group, sfb_group
 
 
-def check_dense(a, sfa, w, d, *, placed=True) -> Sm100Problem:
+def check_dense(a, sfa, w, d, *, placed=True) -> Fp8Fp4Problem:
     _, n, k, ldb, ldb_group, sfb_group = _check(a, sfa, w, d, 2, 2)
     m = a.shape[0]
-    _, sfa_row, sfa_kb = _sfa_strides(sfa)
+    _, sfa_row, sfa_kb = sfa_strides(sfa)
     aligned = {"a": a, "b": w.b, "d": d, "sfa": sfa, "sfb": w.sfb}
     device = require_placement(aligned, {}) if placed else -1
-    return Sm100Problem(
+    return Fp8Fp4Problem(
         m, m, n, k, 1, row_stride("a", a), ldb, ldb_group, row_stride("d", d),
-        0, sfa_row, sfa_kb, 0, sfb_group, device,
+        0, sfa_row, sfa_kb, 0, sfb_group, device=device,
     )  # fmt: skip
 
 
-def check_contiguous(a, sfa, w, d, m_indices, offs, *, placed=True) -> Sm100Problem:
+def check_contiguous(a, sfa, w, d, m_indices, offs, *, placed=True) -> Fp8Fp4Problem:
     groups, n, k, ldb, ldb_group, sfb_group = _check(a, sfa, w, d, 2, 3)
     rows = a.shape[0]
     info = contiguous_group_info(rows, groups, m_indices, offs)
-    _, sfa_row, sfa_kb = _sfa_strides(sfa)
+    _, sfa_row, sfa_kb = sfa_strides(sfa)
     aligned = {"a": a, "b": w.b, "d": d, "sfa": sfa, "sfb": w.sfb}
     device = require_placement(aligned, info) if placed else -1
-    return Sm100Problem(
+    return Fp8Fp4Problem(
         rows, rows, n, k, groups, row_stride("a", a), ldb, ldb_group, row_stride("d", d),
-        0, sfa_row, sfa_kb, 0, sfb_group, device,
+        0, sfa_row, sfa_kb, 0, sfb_group, device=device,
     )  # fmt: skip
 
 
-def check_masked(a, sfa, w, d, masked_m, expected_m, *, placed=True) -> Sm100Problem:
+def check_masked(a, sfa, w, d, masked_m, expected_m, *, placed=True) -> Fp8Fp4Problem:
     groups, n, k, ldb, ldb_group, sfb_group = _check(a, sfa, w, d, 3, 3)
     max_m = a.shape[1]
     require_index_vector("masked_m", masked_m, groups)
@@ -158,19 +123,19 @@ def check_masked(a, sfa, w, d, masked_m, expected_m, *, placed=True) -> Sm100Pro
         raise TypeError(f"expected_m must be a positive int, got {expected_m!r}")
     lda, _ = batched_row_stride("a", a, collapsible=True)
     ldd, _ = batched_row_stride("d", d, collapsible=True)
-    sfa_group, sfa_row, sfa_kb = _sfa_strides(sfa)
+    sfa_group, sfa_row, sfa_kb = sfa_strides(sfa)
     aligned = {"a": a, "b": w.b, "d": d, "sfa": sfa, "sfb": w.sfb}
     device = require_placement(aligned, {"masked_m": masked_m}) if placed else -1
-    return Sm100Problem(
+    return Fp8Fp4Problem(
         groups * max_m, max_m, n, k, groups, lda, ldb, ldb_group, ldd,
-        sfa_group, sfa_row, sfa_kb, max_m, sfb_group, device,
+        sfa_group, sfa_row, sfa_kb, max_m, sfb_group, device=device,
     )  # fmt: skip
 
 
 def call(
     kind: str,
     key: tuple | None,
-    cache: dict,
+    cache: PlanCache,
     config: GemmConfig | None,
     a: Tensor,
     sfa: Tensor,
@@ -204,10 +169,6 @@ def call(
         desc_kind, p.m, p.n, p.k, p.num_groups, ab_dtype="fp8_fp4", expected_m=exp,
         weights="prepared",
     )  # fmt: skip
-    plan = make_plan(p.device, desc, p.launch_args(), config)
-    if config is None and key is not None:
-        cache[key] = plan
-    info_ptr = 0 if info is None else info.data_ptr()
     ptrs = (a.data_ptr(), w.b.data_ptr(), d.data_ptr(), sfa.data_ptr(), w.sfb.data_ptr())
-    require_launched(plan.launch(*ptrs, info_ptr, raw_stream(p.device)), p.device)
+    cache.launch(key, desc, p, (*ptrs, 0 if info is None else info.data_ptr()), config)
     return d

@@ -4,13 +4,12 @@ g owns rows [offs[g-1], offs[g]) of a and b."""
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 from ..heuristics import GemmConfig, GemmDesc
-from .checks import (
+from ..launch.checks import (
     refuse_config_when_compiling,
     require_contiguous,
     require_index_vector,
@@ -19,27 +18,14 @@ from .checks import (
     require_tensor,
     row_stride,
 )
-from .plans import make_plan, new_plan_cache, raw_stream, require_launched
+from ..launch.plans import PlanCache, raw_stream, signature
+from ..launch.problems import KGroupedProblem
 
 _BF16 = (torch.bfloat16,)
 _FP32 = (torch.float32,)
 _is_compiling = torch.compiler.is_compiling  # True while Dynamo traces (ops.py)
 
-_plans = new_plan_cache()
-
-
-class KGroupedProblem(NamedTuple):
-    m: int
-    n: int
-    num_tokens: int
-    num_groups: int
-    lda: int
-    ldb: int
-    device: int  # the CUDA device index (-1 unplaced)
-
-    def launch_args(self) -> tuple[int, ...]:
-        """The launcher's arguments between the pointers and the stream."""
-        return tuple(self[:6])
+_plans = PlanCache()
 
 
 def check_k_grouped(
@@ -67,7 +53,7 @@ def check_k_grouped(
     lda, ldb = row_stride("a", a), row_stride("b", b)
     require_contiguous("d", d)
     device = require_placement({"a": a, "b": b, "d": d, "c": c}, {"offs": offs}) if placed else -1
-    return KGroupedProblem(m, n, num_tokens, num_groups, lda, ldb, device)
+    return KGroupedProblem(m, n, num_tokens, num_groups, lda, ldb, device=device)
 
 
 def k_grouped_bf16_gemm_tn_contiguous(
@@ -91,24 +77,14 @@ def k_grouped_bf16_gemm_tn_contiguous(
         refuse_config_when_compiling(config)
         torch.ops.moegemm.k_grouped_bf16_gemm_tn_contiguous(a, b, d, offs, c)
         return d
-    try:  # the signature (plans.py); anything without these attributes takes the full checks
-        key = (
-            type(a), a.shape, a.stride(), a.dtype, a.device,
-            type(b), b.shape, b.stride(), b.dtype, b.device,
-            type(d), d.shape, d.stride(), d.dtype, d.device,
-            type(offs), offs.shape, offs.stride(), offs.dtype, offs.device,
-        )  # fmt: skip
-        if c is not None:
-            key += (type(c), c.shape, c.stride(), c.dtype, c.device)
-        plan = _plans.get(key) if config is None else None
-    except (AttributeError, TypeError, RuntimeError):  # not a tensor, nested, sparse, ...
-        key = plan = None
-    if plan is not None:
-        a_ptr, b_ptr, d_ptr, offs_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr(), offs.data_ptr()
-        c_ptr = 0 if c is None else c.data_ptr()
-        # False: an operand base off a 16-byte boundary, or another current device (plans.py).
-        if plan.launch(a_ptr, b_ptr, d_ptr, c_ptr, offs_ptr, raw_stream(plan.device)):
-            return d
+    key = signature(a, b, d, offs, c)  # plans.py
+    plan = _plans.find(key, config)
+    # False: an operand base off a 16-byte boundary, or another current device (plans.py).
+    if plan is not None and plan.launch(
+        a.data_ptr(), b.data_ptr(), d.data_ptr(), 0 if c is None else c.data_ptr(),
+        offs.data_ptr(), raw_stream(plan.device),
+    ):  # fmt: skip
+        return d
     return _checked_call(key, a, b, d, offs, c, config)
 
 
@@ -128,14 +104,10 @@ def _checked_call(
     if p.num_tokens == 0:  # every group is empty: no rows to map, the result is c or zeros
         d.copy_(c) if c is not None else d.zero_()
         return d
-    device, args = p.device, p.launch_args()
     with_c = c is not None
     expected = math.ceil(p.num_tokens / p.num_groups)
     desc = GemmDesc("k_grouped", p.m, p.n, expected, p.num_groups, d_dtype="fp32", with_c=with_c)
-    plan = make_plan(device, desc, args, config)
-    if config is None and key is not None:
-        _plans[key] = plan
     c_ptr = c.data_ptr() if with_c else 0
-    a_ptr, b_ptr, d_ptr, offs_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr(), offs.data_ptr()
-    require_launched(plan.launch(a_ptr, b_ptr, d_ptr, c_ptr, offs_ptr, raw_stream(device)), device)
+    pointers = (a.data_ptr(), b.data_ptr(), d.data_ptr(), c_ptr, offs.data_ptr())
+    _plans.launch(key, desc, p, pointers, config)
     return d

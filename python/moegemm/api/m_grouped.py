@@ -10,13 +10,12 @@ masked:     [G, max_m, K] buffers, group g uses its first masked_m[g] rows (deco
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 from ..heuristics import CONTIGUOUS_ALIGNMENT, GemmConfig, GemmDesc
-from .checks import (
+from ..launch.checks import (
     batched_row_stride,
     contiguous_group_info,
     refuse_config_when_compiling,
@@ -26,16 +25,17 @@ from .checks import (
     require_tensor,
     row_stride,
 )
-from .plans import make_plan, new_plan_cache, raw_stream, require_launched
+from ..launch.plans import PlanCache, raw_stream, signature
+from ..launch.problems import GemmProblem
 
 _BF16 = (torch.bfloat16,)
 _D_DTYPES = (torch.bfloat16, torch.float32)
 _is_compiling = torch.compiler.is_compiling  # True while Dynamo traces (ops.py)
 
 # One cache per layout, so the layout the caller chose is part of the signature.
-_indices_plans = new_plan_cache()
-_offs_plans = new_plan_cache()
-_masked_plans = new_plan_cache()
+_indices_plans = PlanCache()
+_offs_plans = PlanCache()
+_masked_plans = PlanCache()
 
 
 def get_mk_alignment_for_contiguous_layout() -> int:
@@ -54,29 +54,6 @@ def _check_nk(n: int, k: int) -> None:
         raise ValueError(f"K (b.shape[2]) must be a multiple of 8, got {k}")
 
 
-class GroupedProblem(NamedTuple):
-    """What a checked m-grouped call launches (rows: all rows of A; m: rows per group)."""
-
-    rows: int
-    m: int
-    n: int
-    k: int
-    num_groups: int
-    lda: int
-    ldb: int
-    ldb_group: int
-    ldd: int
-    device: int  # the CUDA device index (-1 unplaced)
-
-    @property
-    def empty(self) -> bool:
-        return self.rows == 0 or self.n == 0 or self.num_groups == 0
-
-    def launch_args(self) -> tuple[int, ...]:
-        """The launcher's arguments between the pointers and the stream."""
-        return (*self[:5], self.lda, self.ldb, self.ldb_group, self.ldd, 0)
-
-
 def check_contiguous(
     a: Tensor,
     b: Tensor,
@@ -85,7 +62,7 @@ def check_contiguous(
     offs: Tensor | None,
     *,
     placed: bool = True,
-) -> GroupedProblem:
+) -> GemmProblem:
     """The full checks of the contiguous layouts; placed=False leaves out the placement."""
     require_tensor("a", a, _BF16, 2)
     require_tensor("b", b, _BF16, 3)
@@ -100,7 +77,7 @@ def check_contiguous(
     ldb, ldb_group = batched_row_stride("b", b, collapsible=False)
     ldd = row_stride("d", d)
     device = require_placement({"a": a, "b": b, "d": d}, info) if placed else -1
-    return GroupedProblem(rows, rows, n, k, num_groups, lda, ldb, ldb_group, ldd, device)
+    return GemmProblem(rows, rows, n, k, num_groups, lda, ldb, ldb_group, ldd, device=device)
 
 
 def m_grouped_bf16_gemm_nt_contiguous(
@@ -130,21 +107,13 @@ def m_grouped_bf16_gemm_nt_contiguous(
         info, cache = m_indices, _indices_plans
     else:  # with both given, info = None: no signature, the full checks refuse the call
         info, cache = (offs if m_indices is None else None), _offs_plans
-    try:  # the signature (plans.py); anything without these attributes takes the full checks
-        key = (
-            type(a), a.shape, a.stride(), a.dtype, a.device,
-            type(b), b.shape, b.stride(), b.dtype, b.device,
-            type(d), d.shape, d.stride(), d.dtype, d.device,
-            type(info), info.shape, info.stride(), info.dtype, info.device,
-        )  # fmt: skip
-        plan = cache.get(key) if config is None else None
-    except (AttributeError, TypeError, RuntimeError):  # not a tensor, nested, sparse, ...
-        key = plan = None
-    if plan is not None:
-        a_ptr, b_ptr, d_ptr, info_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr(), info.data_ptr()
-        # False: an operand base off a 16-byte boundary, or another current device (plans.py).
-        if plan.launch(a_ptr, b_ptr, d_ptr, 0, info_ptr, raw_stream(plan.device)):
-            return d
+    key = signature(a, b, d, info)  # plans.py (info None, both or neither: the checks refuse)
+    plan = cache.find(key, config)
+    # False: an operand base off a 16-byte boundary, or another current device (plans.py).
+    if plan is not None and plan.launch(
+        a.data_ptr(), b.data_ptr(), d.data_ptr(), 0, info.data_ptr(), raw_stream(plan.device)
+    ):
+        return d
     return _checked_contiguous(key, a, b, d, m_indices, offs, config)
 
 
@@ -168,12 +137,13 @@ def _checked_contiguous(
         expected = math.ceil(p.rows / p.num_groups)
     d_dtype = "fp32" if d.dtype == torch.float32 else "bf16"
     desc = GemmDesc(kind, p.rows, p.n, p.k, p.num_groups, d_dtype=d_dtype, expected_m=expected)
-    return _launch(key, cache, p.device, desc, p.launch_args(), config, a, b, d, info)
+    cache.launch(key, desc, p, _pointers(a, b, d, info), config)
+    return d
 
 
 def check_masked(
     a: Tensor, b: Tensor, d: Tensor, masked_m: Tensor, expected_m: int, *, placed: bool = True
-) -> GroupedProblem:
+) -> GemmProblem:
     """The full checks of the masked layout; placed=False leaves out the placement."""
     require_tensor("a", a, _BF16, 3)
     require_tensor("b", b, _BF16, 3)
@@ -192,8 +162,8 @@ def check_masked(
     ldb, ldb_group = batched_row_stride("b", b, collapsible=False)
     ldd, _ = batched_row_stride("d", d, collapsible=True)
     device = require_placement({"a": a, "b": b, "d": d}, {"masked_m": masked_m}) if placed else -1
-    return GroupedProblem(
-        num_groups * max_m, max_m, n, k, num_groups, lda, ldb, ldb_group, ldd, device
+    return GemmProblem(
+        num_groups * max_m, max_m, n, k, num_groups, lda, ldb, ldb_group, ldd, device=device
     )
 
 
@@ -216,22 +186,15 @@ def m_grouped_bf16_gemm_nt_masked(
         refuse_config_when_compiling(config)
         torch.ops.moegemm.m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, expected_m)
         return d
-    try:  # the signature; expected_m steers the choice (a plain int: 2.0 == 2, True == 1)
-        key = (
-            type(a), a.shape, a.stride(), a.dtype, a.device,
-            type(b), b.shape, b.stride(), b.dtype, b.device,
-            type(d), d.shape, d.stride(), d.dtype, d.device,
-            type(masked_m), masked_m.shape, masked_m.stride(), masked_m.dtype, masked_m.device,
-            expected_m,
-        ) if type(expected_m) is int else None  # fmt: skip
-        plan = _masked_plans.get(key) if config is None else None
-    except (AttributeError, TypeError, RuntimeError):  # not a tensor, nested, sparse, ...
-        key = plan = None
-    if plan is not None:
-        a_ptr, b_ptr, d_ptr, m_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr(), masked_m.data_ptr()
-        # False: an operand base off a 16-byte boundary, or another current device (plans.py).
-        if plan.launch(a_ptr, b_ptr, d_ptr, 0, m_ptr, raw_stream(plan.device)):
-            return d
+    # The signature; expected_m steers the choice (a plain int: 2.0 == 2, True == 1).
+    key = signature(a, b, d, masked_m) if type(expected_m) is int else None
+    if key is not None:
+        key += (expected_m,)
+    plan = _masked_plans.find(key, config)
+    if plan is not None and plan.launch(
+        a.data_ptr(), b.data_ptr(), d.data_ptr(), 0, masked_m.data_ptr(), raw_stream(plan.device)
+    ):
+        return d
     return _checked_masked(key, a, b, d, masked_m, expected_m, config)
 
 
@@ -253,25 +216,10 @@ def _checked_masked(
     desc = GemmDesc(
         "m_grouped_masked", p.m, p.n, p.k, p.num_groups, d_dtype=d_dtype, expected_m=expected
     )
-    return _launch(key, _masked_plans, p.device, desc, p.launch_args(), config, a, b, d, masked_m)
-
-
-def _launch(
-    key: tuple | None,
-    cache: dict,
-    device: int,
-    desc: GemmDesc,
-    args: tuple[int, ...],
-    config: GemmConfig | None,
-    a: Tensor,
-    b: Tensor,
-    d: Tensor,
-    info: Tensor,
-) -> Tensor:
-    """Builds the plan (stored unless the config was forced) and launches it."""
-    plan = make_plan(device, desc, args, config)
-    if config is None and key is not None:
-        cache[key] = plan
-    a_ptr, b_ptr, d_ptr, info_ptr = a.data_ptr(), b.data_ptr(), d.data_ptr(), info.data_ptr()
-    require_launched(plan.launch(a_ptr, b_ptr, d_ptr, 0, info_ptr, raw_stream(device)), device)
+    _masked_plans.launch(key, desc, p, _pointers(a, b, d, masked_m), config)
     return d
+
+
+def _pointers(a: Tensor, b: Tensor, d: Tensor, info: Tensor) -> tuple[int, ...]:
+    """A launch's pointers: a, b, d, no C, the group info."""
+    return a.data_ptr(), b.data_ptr(), d.data_ptr(), 0, info.data_ptr()

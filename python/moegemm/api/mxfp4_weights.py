@@ -338,3 +338,23 @@ def unprepare_mxfp4_weights(weights: Mxfp4Weights) -> tuple[torch.Tensor, torch.
     if not weights.prepared:
         return _check_pair(weights.b, weights.sfb)
     return _unprepare_sm90(weights)
+
+
+def unpack_weights(b: object) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """(b, sfb, prepared) of an FP8 x FP4 call's second operand: a (b, sfb) tuple (checkpoint
+    layout) or an Mxfp4Weights; TypeError otherwise."""
+    if isinstance(b, Mxfp4Weights):
+        return b.b, b.sfb, b.prepared
+    if not isinstance(b, (tuple, list)) or len(b) != 2:
+        raise TypeError(
+            f"b must be a tuple (b, sfb) of MXFP4 weights and scales or a moegemm.Mxfp4Weights, "
+            f"got {describe_operand(b)}"
+        )
+    return b[0], b[1], False
+
+
+def describe_operand(x: object) -> str:
+    """What an operand that should be a pair is, for an error message."""
+    if isinstance(x, (tuple, list)):
+        return f"a {type(x).__name__} of {len(x)}"
+    return type(x).__name__

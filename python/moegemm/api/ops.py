@@ -15,6 +15,7 @@ where `is_compiling()` is False, so they take the eager path with its plans."""
 import torch
 from torch import Tensor
 
+from ..launch import OPS_NAMESPACE as NAMESPACE
 from . import fp8_fp4
 from .bf16_gemm import bf16_gemm_nt, check_dense
 from .k_grouped import check_k_grouped, k_grouped_bf16_gemm_tn_contiguous
@@ -25,8 +26,6 @@ from .m_grouped import (
     m_grouped_bf16_gemm_nt_masked,
 )
 from .mxfp4_weights import Mxfp4Weights
-
-NAMESPACE = "moegemm"
 
 
 @torch.library.custom_op(f"{NAMESPACE}::bf16_gemm_nt", mutates_args=("d",))

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ..api import plans
+from ..launch import plans
 from ..moe.mxfp4 import mxfp4_masked_gemms, quantize_launch
 from ..moe.weights import PreparedW13
 
@@ -24,10 +24,10 @@ class Mxfp4MaskedExperts:
 
     def __init__(self, device: int, e: int, max_m: int, h: int, i: int, expected: int,
                  w13: PreparedW13, w2_prepared: bool) -> None:  # fmt: skip
-        (d1, args1), (d2, args2) = mxfp4_masked_gemms(e, max_m, h, i, expected, w13, w2_prepared)
-        self.gemm1 = plans.make_plan(device, d1, args1)
+        (d1, p1), (d2, p2) = mxfp4_masked_gemms(e, max_m, h, i, expected, w13, w2_prepared)
+        self.gemm1 = plans.make_plan(device, d1, p1)
         self.quantize_h = quantize_launch(device, e * max_m, i, i, group_rows=max_m)
-        self.gemm2 = plans.make_plan(device, d2, args2)
+        self.gemm2 = plans.make_plan(device, d2, p2)
 
     def run(self, bufs: dict[str, torch.Tensor], w13: PreparedW13, w2b: torch.Tensor,
             w2s: torch.Tensor, w2_bias: torch.Tensor | None, stream: int) -> bool:  # fmt: skip

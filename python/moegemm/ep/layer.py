@@ -27,8 +27,6 @@ from typing import Any
 
 import torch
 
-from ..api import checks, plans
-from ..api.device import arch_for_device
 from ..jit.codegen import (
     EP_COMBINE_THREADS,
     EP_DISPATCH_THREADS,
@@ -36,6 +34,8 @@ from ..jit.codegen import (
     ep_dispatch_spec,
 )
 from ..jit.runtime import load_kernel
+from ..launch import checks, plans
+from ..launch.device import arch_for_device
 from ..moe.layer import check_any_w2, fused_moe_masked, masked_plan
 from ..moe.mxfp4 import require_weights_for
 from ..moe.weights import PreparedW13
@@ -410,18 +410,19 @@ class _ForwardPlan:
             load_kernel(ep_dispatch_spec(arch, ep.fp8)), 1, 1, 1, ctas, EP_DISPATCH_THREADS,
             smem, 1, 1,
         )  # fmt: skip
-        self.dispatch = dispatch.bind(
-            dev, ep.rank, ep.world_size, t, ep.top_k, ep.num_experts, ep.experts_per_rank,
-            ep.hidden, ldx, ep.max_m, p.slots_per_rank, spc, timeout_ns, *p.offsets(),
-        )  # fmt: skip
+        shared = {
+            "rank": ep.rank, "world_size": ep.world_size, "num_tokens": t, "top_k": ep.top_k,
+            "experts_per_rank": ep.experts_per_rank, "hidden": ep.hidden, "max_m": ep.max_m,
+            "slots_per_rank": p.slots_per_rank, "timeout_ns": timeout_ns, **p.offsets(),
+        }  # fmt: skip
+        self.dispatch = plans.bind(dispatch, dev, {
+            **shared, "num_experts": ep.num_experts, "ldx": ldx, "slots_per_cta": spc,
+        })  # fmt: skip
         combine = _C.EpCombineLauncher(
             load_kernel(ep_combine_spec(arch)), 1, 1, 1, p.combine_grid(ep._num_sms),
             EP_COMBINE_THREADS, 0, 1, 1,
         )  # fmt: skip
-        self.combine = combine.bind(
-            dev, ep.rank, ep.world_size, t, ep.top_k, ep.experts_per_rank, ep.hidden, ep.hidden,
-            ep.max_m, p.slots_per_rank, timeout_ns, *p.offsets(),
-        )  # fmt: skip
+        self.combine = plans.bind(combine, dev, {**shared, "ldo": ep.hidden})
         self.expected_m = ep.expected_m
         self.mxfp4 = None
         if not ep.fp8:

@@ -120,9 +120,9 @@ class EPBufferPlan:
         """The leading bytes holding the signals and counts, zeroed once at construction."""
         return self.regions["recv_weight"].offset
 
-    def offsets(self) -> tuple[int, ...]:
-        """The nine region offsets in EpLayout's order (the launchers' trailing integers)."""
-        return tuple(self.regions[name].offset for name in LAYOUT_ORDER)
+    def offsets(self) -> dict[str, int]:
+        """The nine region offsets, named as the launchers bind them (off_<region>)."""
+        return {f"off_{name}": self.regions[name].offset for name in LAYOUT_ORDER}
 
     def local_nbytes(self, intermediate: int) -> int:
         """The per-rank local buffers: y [E_local, max_m, H] BF16 (GEMM2's rows), the GEMM

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..api.device import arch_for_device
 from ..jit.codegen import (
     MOE_COMBINE_THREADS,
     MOE_ROUTE_THREADS,
@@ -14,6 +13,8 @@ from ..jit.codegen import (
     moe_route_gather_spec,
 )
 from ..jit.runtime import load_kernel
+from ..launch.device import arch_for_device
+from ..launch.plans import bind
 
 MAX_EXPERTS = 1024  # the route kernel's shared-memory tables
 MAX_SLOTS_PER_CTA = 2048
@@ -34,7 +35,9 @@ def route_launch(device: int, p: dict[str, int], fp8: bool = False) -> Any:
     launcher = _C.MoeRouteGatherLauncher(
         kernel, 1, 1, 1, math.ceil(slots / spc), MOE_ROUTE_THREADS, smem, 1, 1
     )
-    return launcher.bind(device, p["tokens"], p["top_k"], e, p["hidden"], p["ldx"], spc)
+    return bind(launcher, device, {"num_tokens": p["tokens"], "top_k": p["top_k"],
+                                   "num_experts": e, "hidden": p["hidden"], "ldx": p["ldx"],
+                                   "slots_per_cta": spc})  # fmt: skip
 
 
 def combine_launch(device: int, p: dict[str, int]) -> Any:
@@ -47,4 +50,5 @@ def combine_launch(device: int, p: dict[str, int]) -> Any:
     ctas = max(1, min(t * chunks, arch.num_sms * COMBINE_CTAS_PER_SM))
     kernel = load_kernel(moe_combine_spec(arch.name))
     launcher = _C.MoeCombineLauncher(kernel, 1, 1, 1, ctas, MOE_COMBINE_THREADS, 0, 1, 1)
-    return launcher.bind(device, t, p["top_k"], h, p["ldo"])
+    return bind(launcher, device, {"num_tokens": t, "top_k": p["top_k"], "hidden": h,
+                                   "ldo": p["ldo"]})  # fmt: skip

@@ -26,10 +26,11 @@ import math
 
 import torch
 
-from ..api import checks, plans
-from ..api.device import arch_for_device
 from ..api.mxfp4_weights import SM90_ARCH
 from ..heuristics import GemmDesc
+from ..launch import checks, plans
+from ..launch.device import arch_for_device
+from ..launch.problems import GemmProblem
 from .launches import MAX_EXPERTS, combine_launch, route_launch
 from .mxfp4 import (
     Mxfp4LayerPlan,
@@ -43,12 +44,12 @@ from .mxfp4 import (
 from .weights import EPILOGUE_OF, PreparedW13
 from .workspace import MoEWorkspace
 
-_plans: dict[tuple, _LayerPlan] = plans.new_plan_cache()
-_masked_plans: dict[tuple, _MaskedPlan] = plans.new_plan_cache()
+_plans = plans.PlanCache()  # signature -> _LayerPlan / Mxfp4LayerPlan
+_masked_plans = plans.PlanCache()  # signature -> _MaskedPlan / Mxfp4MaskedPlan
 
 
 def layer_gemms(sizes: dict[str, int], activation: str) -> tuple:
-    """(desc, bound integers) of fused_moe's two GEMMs for one signature's sizes (tokens,
+    """(desc, problem) of fused_moe's two GEMMs for one signature's sizes (tokens,
     top_k, experts, hidden, intermediate, ldw2, ldw2_group): what the plan compiles and binds,
     and what the warmup's --layer must cover."""
     t, k, e, h, i = (sizes[key] for key in ("tokens", "top_k", "experts", "hidden",
@@ -58,22 +59,22 @@ def layer_gemms(sizes: dict[str, int], activation: str) -> tuple:
     d1 = GemmDesc("m_grouped_offsets", slots, 2 * i, h, e, expected_m=expected,
                   epilogue=EPILOGUE_OF[activation])  # fmt: skip
     d2 = GemmDesc("m_grouped_offsets", slots, h, i, e, expected_m=expected, epilogue="row_scale")
-    # The MoE launcher's integers end with ldd and d_cols (SwiGLU writes i of 2i columns).
-    args1 = (slots, slots, 2 * i, h, e, h, h, 2 * i * h, i, i)
-    args2 = (slots, slots, h, i, e, i, sizes["ldw2"], sizes["ldw2_group"], h, h)
-    return (d1, args1), (d2, args2)
+    # SwiGLU writes i of GEMM1's 2i columns.
+    p1 = GemmProblem(slots, slots, 2 * i, h, e, h, h, 2 * i * h, i, d_cols=i)
+    p2 = GemmProblem(slots, slots, h, i, e, i, sizes["ldw2"], sizes["ldw2_group"], h, d_cols=h)
+    return (d1, p1), (d2, p2)
 
 
 def masked_gemms(e: int, max_m: int, h: int, i: int, expected: int, activation: str,
                  ldw2: int, ldw2_group: int) -> tuple:  # fmt: skip
-    """(desc, bound integers) of fused_moe_masked's two GEMMs (expected already capped)."""
+    """(desc, problem) of fused_moe_masked's two GEMMs (expected already capped)."""
     rows = e * max_m
     d1 = GemmDesc("m_grouped_masked", max_m, 2 * i, h, e, expected_m=expected,
                   epilogue=EPILOGUE_OF[activation])  # fmt: skip
     d2 = GemmDesc("m_grouped_masked", max_m, h, i, e, expected_m=expected, epilogue="row_scale")
-    args1 = (rows, max_m, 2 * i, h, e, h, h, 2 * i * h, i, i)
-    args2 = (rows, max_m, h, i, e, i, ldw2, ldw2_group, h, h)
-    return (d1, args1), (d2, args2)
+    p1 = GemmProblem(rows, max_m, 2 * i, h, e, h, h, 2 * i * h, i, d_cols=i)
+    p2 = GemmProblem(rows, max_m, h, i, e, i, ldw2, ldw2_group, h, d_cols=h)
+    return (d1, p1), (d2, p2)
 
 
 class _LayerPlan:
@@ -81,9 +82,9 @@ class _LayerPlan:
 
     def __init__(self, device: int, p: dict[str, int], activation: str) -> None:
         self.route = route_launch(device, p)
-        (d1, args1), (d2, args2) = layer_gemms(p, activation)
-        self.gemm1 = plans.make_plan(device, d1, args1)
-        self.gemm2 = plans.make_plan(device, d2, args2)
+        (d1, p1), (d2, p2) = layer_gemms(p, activation)
+        self.gemm1 = plans.make_plan(device, d1, p1)
+        self.gemm2 = plans.make_plan(device, d2, p2)
         self.combine = combine_launch(device, p)
         self.configs = (self.gemm1.config, self.gemm2.config)
 
@@ -325,9 +326,9 @@ class _MaskedPlan:
     """The two bound GEMM launches of one fused_moe_masked signature."""
 
     def __init__(self, device: int, *sizes) -> None:
-        (d1, args1), (d2, args2) = masked_gemms(*sizes)
-        self.gemm1 = plans.make_plan(device, d1, args1)
-        self.gemm2 = plans.make_plan(device, d2, args2)
+        (d1, p1), (d2, p2) = masked_gemms(*sizes)
+        self.gemm1 = plans.make_plan(device, d1, p1)
+        self.gemm2 = plans.make_plan(device, d2, p2)
 
 
 def masked_plan(device: int, e: int, max_m: int, h: int, i: int, expected: int,

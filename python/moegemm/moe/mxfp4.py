@@ -24,9 +24,6 @@ import math
 
 import torch
 
-from ..api import checks, plans
-from ..api.device import arch_for_device
-from ..api.fp8_fp4 import unpack_weights
 from ..api.mxfp4_weights import (
     SM90_ARCH,
     SM90_K_BLOCK,
@@ -34,6 +31,7 @@ from ..api.mxfp4_weights import (
     SM100_K_BLOCK,
     SM100_ROW_CHUNK,
     Mxfp4Weights,
+    unpack_weights,
 )
 from ..heuristics import GemmDesc
 from ..jit.codegen import (
@@ -41,6 +39,9 @@ from ..jit.codegen import (
     moe_quantize_rows_spec,
 )
 from ..jit.runtime import load_kernel
+from ..launch import checks, plans
+from ..launch.device import arch_for_device
+from ..launch.problems import Fp8Fp4Problem
 from .launches import combine_launch, route_launch
 from .weights import EPILOGUE_OF, PreparedW13
 from .workspace import FP8_BLOCK, MoEWorkspace
@@ -129,27 +130,29 @@ def _form(prepared: bool) -> str:
     return "prepared" if prepared else "raw"
 
 
-def fp8_gemm_args(rows: int, m: int, n: int, k: int, e: int, lda: int, ldd: int,
-                  arch: str = SM90_ARCH, prepared: bool = False) -> tuple:  # fmt: skip
-    """The FP8 x FP4 MoE launcher's bound integers for row-major FP8 A (lda bytes) with
-    contiguous per-128 scales [rows, ceil(k / 128)], contiguous MXFP4 B and its scales, D with
-    ldd columns. B on SM90: [E, n, k/2] and scales [E, n, k/32], or prepared: codes
-    [E, n, Kp/2] and offsets words int32 [E, 2 Kp/128, n]; on SM100 (its preparation): codes
-    [E, n, Kp/2] and scale words [E, Kp/128, Np] (Kp, Np: k, n rounded up to 128)."""
+def fp8_gemm_problem(rows: int, m: int, n: int, k: int, e: int, lda: int, ldd: int,
+                     arch: str = SM90_ARCH, prepared: bool = False) -> Fp8Fp4Problem:  # fmt: skip
+    """The FP8 x FP4 MoE launch of row-major FP8 A (lda bytes) with contiguous per-128 scales
+    [rows, ceil(k / 128)], contiguous MXFP4 B and its scales, D with ldd columns. B on SM90:
+    [E, n, k/2] and scales [E, n, k/32], or prepared: codes [E, n, Kp/2] and offsets words int32
+    [E, 2 Kp/128, n]; on SM100 (its preparation): codes [E, n, Kp/2] and scale words
+    [E, Kp/128, Np] (Kp, Np: k, n rounded up to 128)."""
     blocks = -(-k // FP8_BLOCK)
     if arch == SM90_ARCH and prepared:
         kp = _padded(k, SM90_K_BLOCK)
-        return (rows, m, n, k, e, lda, kp // 2, n * kp // 2, ldd, 0, blocks, 1, 0,
-                2 * (kp // SM90_K_BLOCK) * n * 4, 4 * n)  # fmt: skip
-    if arch == SM100_ARCH:
+        sfb_group, sfb_row, ldb = 2 * (kp // SM90_K_BLOCK) * n * 4, 4 * n, kp // 2
+    elif arch == SM100_ARCH:
         kp, np_ = _padded(k, SM100_K_BLOCK), _padded(n, SM100_ROW_CHUNK)
-        sfb_group = kp // SM100_K_BLOCK * np_  # 32-bit words
-        return (rows, m, n, k, e, lda, kp // 2, n * kp // 2, ldd, 0, blocks, 1, 0, sfb_group)
-    return (rows, m, n, k, e, lda, k // 2, n * k // 2, ldd, 0, blocks, 1, 0, n * k // 32, k // 32)
+        sfb_group, sfb_row, ldb = kp // SM100_K_BLOCK * np_, 0, kp // 2  # 32-bit words
+    else:
+        sfb_group, sfb_row, ldb = n * k // 32, k // 32, k // 2
+    return Fp8Fp4Problem(rows, m, n, k, e, lda, ldb, n * ldb, ldd, sfa_stride_group=0,
+                         sfa_stride_row=blocks, sfa_stride_kb=1, sfa_group_rows=0,
+                         sfb_stride_group=sfb_group, sfb_stride_row=sfb_row)  # fmt: skip
 
 
 def mxfp4_layer_gemms(sizes: dict[str, int], w13: PreparedW13, w2_prepared: bool) -> tuple:
-    """(desc, bound integers) of the two GEMMs of an MXFP4 fused_moe signature."""
+    """(desc, problem) of the two GEMMs of an MXFP4 fused_moe signature."""
     t, k, e, h, i = (sizes[key] for key in ("tokens", "top_k", "experts", "hidden",
                                             "intermediate"))  # fmt: skip
     slots = t * k
@@ -161,8 +164,8 @@ def mxfp4_layer_gemms(sizes: dict[str, int], w13: PreparedW13, w2_prepared: bool
                   weights=_form(w2_prepared), epilogue="row_scale")  # fmt: skip
     arch = w13.mxfp4_arch
     return (
-        (d1, fp8_gemm_args(slots, slots, 2 * i, h, e, h, i, arch, w13.mxfp4_prepared)),
-        (d2, fp8_gemm_args(slots, slots, h, i, e, i, h, arch, w2_prepared)),
+        (d1, fp8_gemm_problem(slots, slots, 2 * i, h, e, h, i, arch, w13.mxfp4_prepared)),
+        (d2, fp8_gemm_problem(slots, slots, h, i, e, i, h, arch, w2_prepared)),
     )
 
 
@@ -176,8 +179,8 @@ def mxfp4_masked_gemms(e: int, max_m: int, h: int, i: int, expected: int, w13: P
                   weights=_form(w2_prepared), epilogue="row_scale")  # fmt: skip
     arch = w13.mxfp4_arch
     return (
-        (d1, fp8_gemm_args(rows, max_m, 2 * i, h, e, h, i, arch, w13.mxfp4_prepared)),
-        (d2, fp8_gemm_args(rows, max_m, h, i, e, i, h, arch, w2_prepared)),
+        (d1, fp8_gemm_problem(rows, max_m, 2 * i, h, e, h, i, arch, w13.mxfp4_prepared)),
+        (d2, fp8_gemm_problem(rows, max_m, h, i, e, i, h, arch, w2_prepared)),
     )
 
 
@@ -195,7 +198,8 @@ def quantize_launch(device: int, rows: int, cols: int, ld_src: int, group_rows: 
         load_kernel(moe_quantize_rows_spec(arch.name)), 1, 1, 1, ctas, MOE_QUANTIZE_THREADS, 0,
         1, 1,
     )  # fmt: skip
-    return launcher.bind(device, rows, cols, ld_src, group_rows)
+    return plans.bind(launcher, device, {"rows": rows, "cols": cols, "ld_src": ld_src,
+                                         "group_rows": group_rows})  # fmt: skip
 
 
 class Mxfp4LayerPlan:
@@ -204,10 +208,10 @@ class Mxfp4LayerPlan:
     def __init__(self, device: int, p: dict[str, int], w13: PreparedW13, w2_prepared: bool):
         slots, i = p["tokens"] * p["top_k"], p["intermediate"]
         self.route = route_launch(device, p, fp8=True)
-        (d1, args1), (d2, args2) = mxfp4_layer_gemms(p, w13, w2_prepared)
-        self.gemm1 = plans.make_plan(device, d1, args1)
+        (d1, p1), (d2, p2) = mxfp4_layer_gemms(p, w13, w2_prepared)
+        self.gemm1 = plans.make_plan(device, d1, p1)
         self.quantize = quantize_launch(device, slots, i, i)
-        self.gemm2 = plans.make_plan(device, d2, args2)
+        self.gemm2 = plans.make_plan(device, d2, p2)
         self.combine = combine_launch(device, p)
         self.configs = (self.gemm1.config, self.gemm2.config)
 
@@ -243,12 +247,12 @@ class Mxfp4MaskedPlan:
     def __init__(self, device: int, e: int, max_m: int, h: int, i: int, expected: int,
                  w13: PreparedW13, w2_prepared: bool) -> None:  # fmt: skip
         rows = e * max_m
-        (d1, args1), (d2, args2) = mxfp4_masked_gemms(e, max_m, h, i, expected, w13, w2_prepared)
+        (d1, p1), (d2, p2) = mxfp4_masked_gemms(e, max_m, h, i, expected, w13, w2_prepared)
         # Only the rows masked_m holds are quantized: a decode step's few, not E x max_m.
         self.quantize_x = quantize_launch(device, rows, h, h, group_rows=max_m)
-        self.gemm1 = plans.make_plan(device, d1, args1)
+        self.gemm1 = plans.make_plan(device, d1, p1)
         self.quantize_h = quantize_launch(device, rows, i, i, group_rows=max_m)
-        self.gemm2 = plans.make_plan(device, d2, args2)
+        self.gemm2 = plans.make_plan(device, d2, p2)
 
     def run(self, x, masked_m, w13: PreparedW13, w2b, w2s, w2_bias, out, bufs: dict,
             row_weight_ptr: int = 0) -> None:  # fmt: skip

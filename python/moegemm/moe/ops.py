@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from ..api.mxfp4_weights import SM100_ARCH, Mxfp4Weights
-from ..api.ops import NAMESPACE
+from ..launch import OPS_NAMESPACE as NAMESPACE
 from .layer import check_fused_moe, fused_moe
 from .weights import PreparedW13
 from .workspace import MoEWorkspace

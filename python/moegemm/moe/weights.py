@@ -32,6 +32,7 @@ from ..api.mxfp4_weights import (
     mxfp4_forms,
     prepare_mxfp4_weights,
 )
+from ..launch.device import arch_for_device
 
 ACTIVATIONS = ("silu", "swiglu_oai")
 # The first GEMM's epilogue (GemmDesc.epilogue) of each activation.
@@ -131,8 +132,6 @@ def default_mxfp4_arch(t: torch.Tensor) -> str:
     moegemm has no kernels for (the preparation is plain torch; a call there is refused)."""
     if t.device.type != "cuda":
         return SM90_ARCH
-    from ..api.device import arch_for_device
-
     try:
         return arch_for_device(t.device.index).name
     except ValueError:

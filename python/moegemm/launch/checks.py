@@ -144,6 +144,18 @@ def require_placement(tma: dict[str, torch.Tensor | None], others: dict[str, tor
     return device.index
 
 
+def sfa_strides(sfa: torch.Tensor) -> tuple[int, int, int]:
+    """(group, row, k-block) strides in floats of FP8 activation scales sfa [.., M, nkb], any
+    layout (row-major, or DeepGEMM's MN-major TMA-aligned one); a dim of size 1 gets the
+    row-major stride (its index is always 0)."""
+    shape, strides = sfa.shape, sfa.stride()
+    kb = strides[-1] if shape[-1] > 1 else 1
+    row = strides[-2] if shape[-2] > 1 else shape[-1] * kb
+    if sfa.dim() == 3:
+        return (strides[0] if shape[0] > 1 else shape[1] * row), row, kb
+    return 0, row, kb
+
+
 def refuse_config_when_compiling(config: object) -> None:
     """Under torch.compile a call is a custom op, whose schema has no place for a config."""
     if config is not None:

@@ -1,6 +1,7 @@
-"""Signature-keyed plans: what a call of one operand signature launches.
+"""Signature-keyed plans: what a call of one operand signature launches, and the entry protocol
+every public function and fused layer follows.
 
-Every public function keeps one dict from the call's *signature* to a `Plan`. The signature is
+Every public function keeps one `PlanCache` from the call's *signature* to a `Plan`. The signature is
 a tuple of each operand's (type, shape, stride, dtype, device), plus the non-tensor arguments
 the checks read (presence of `c`, `expected_m`, which of `m_indices`/`offs`): everything the
 full argument checks look at except the data pointers and the current device. So
@@ -16,11 +17,22 @@ full argument checks look at except the data pointers and the current device. So
 Calls that launch nothing (empty problems, K = 0) store no plan and always take the full
 checks: a few microseconds, and no launch follows. Plans depend on the SM count, so
 `set_num_sms` clears every cache made here; a forced `config=` neither reads nor fills them.
+
+The protocol, in a public function:
+    key = signature(a, b, d, info)                      # None: not all strided tensors
+    plan = cache.find(key, config)                      # None: a miss or a forced config
+    if plan is not None and plan.launch(*pointers, raw_stream(plan.device)):
+        return d                                        # the hit path: nothing else runs
+    problem = check_...(...)                            # the full checks (every error)
+    cache.launch(key, desc, problem, pointers, config)  # plan built, stored, launched
+A problem record (a NamedTuple of the family's launch integers, named as its `_C` launcher
+names them, plus `device`) becomes the launcher's bound integers by name (`bound_integers`).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -47,8 +59,8 @@ class Plan:
     launch: the per-call entry, `launch(*pointers, stream) -> bool`: a `_C` bound launch (its
     device and integers bound at plan time, so a call converts only the pointers and the
     stream; False where an operand base is off a 16-byte boundary or another device is
-    current) or a stand-in in tests; args: those bound integers (for tools and tests; the hot
-    path never reads them); launcher: the `_C` launcher the launch was bound from
+    current) or a stand-in in tests; args: those bound integers, in the launcher's order (for
+    tools and tests; the hot path never reads them); launcher: the `_C` launcher the launch was bound from
     (`launcher.num_blocks`)."""
 
     __slots__ = ("args", "config", "device", "launch", "launcher")
@@ -71,9 +83,51 @@ class Plan:
         return f"Plan(device={self.device}, args={self.args}, config={self.config})"
 
 
-def new_plan_cache() -> dict[tuple, Plan]:
+class PlanCache(dict):
+    """One entry point's signature -> Plan dict, cleared by `set_num_sms`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        register_plan_cache(self)
+
+    def find(self, key: tuple | None, config: GemmConfig | None = None) -> Plan | None:
+        """The plan of a signature; None without one, on a miss, or when a config is forced."""
+        return self.get(key) if key is not None and config is None else None
+
+    def launch(
+        self,
+        key: tuple | None,
+        desc: GemmDesc,
+        problem: tuple,
+        pointers: tuple[int, ...],
+        config: GemmConfig | None = None,
+    ) -> Plan:
+        """A miss after the full checks: the plan of `problem` (a record with `device`) is
+        built, stored under `key` unless the config was forced, and launched with `pointers`."""
+        device = problem.device
+        plan = make_plan(device, desc, problem, config)
+        if config is None and key is not None:
+            self[key] = plan
+        require_launched(plan.launch(*pointers, raw_stream(device)), device)
+        return plan
+
+
+def new_plan_cache() -> PlanCache:
     """A signature -> Plan dict that `set_num_sms` clears."""
-    return register_plan_cache({})
+    return PlanCache()
+
+
+def signature(*operands: object) -> tuple | None:
+    """The plan key of a call's operand tensors (None where absent): each one's type, shape,
+    strides, dtype and device. None where an operand is no strided tensor (nested, sparse, not
+    a tensor): the call then takes the full checks, which name it."""
+    key: tuple = ()
+    try:
+        for t in operands:
+            key += (None,) if t is None else (type(t), t.shape, t.stride(), t.dtype, t.device)
+    except (AttributeError, TypeError, RuntimeError):
+        return None
+    return key
 
 
 def max_ctas(desc: GemmDesc, config: GemmConfig) -> int:
@@ -119,12 +173,33 @@ def build_launcher(device: int, desc: GemmDesc, config: GemmConfig | None = None
     return config, launcher
 
 
+def bound_integers(launcher_type: type, problem: object) -> tuple[int, ...]:
+    """The launcher's bound integers (`bind_args`, its csrc names in order) read by name from a
+    problem record (problems.py) or a mapping."""
+    names = launcher_type.bind_args
+    try:
+        if isinstance(problem, Mapping):
+            return tuple(problem[name] for name in names)
+        return tuple(getattr(problem, name) for name in names)
+    except (AttributeError, KeyError) as missing:
+        raise TypeError(
+            f"{type(problem).__name__} does not name every integer {launcher_type.__name__} "
+            f"binds ({', '.join(names)}): {missing} is missing"
+        ) from None
+
+
+def bind(launcher: Any, device: int, problem: object) -> Any:
+    """`launcher.bind` on device with its integers taken by name from `problem`."""
+    return launcher.bind(device, *bound_integers(type(launcher), problem))
+
+
 def make_plan(
-    device: int, desc: GemmDesc, args: tuple[int, ...], config: GemmConfig | None = None
+    device: int, desc: GemmDesc, problem: tuple, config: GemmConfig | None = None
 ) -> Plan:
     """The plan of one signature (a forced `config` bypasses the heuristics): its launcher with
-    `args`, the launch's integers, bound (checked here, so a bad one raises before any launch)."""
+    the problem's launch integers bound (checked here, so a bad one raises before any launch)."""
     config, launcher = build_launcher(device, desc, config)
+    args = bound_integers(type(launcher), problem)
     return Plan(device, launcher.bind(device, *args), args, config, launcher)
 
 

@@ -33,6 +33,11 @@ def register_plan_cache(cache: dict) -> dict:
     return cache
 
 
+def registered_plan_caches() -> tuple[dict, ...]:
+    """Every plan cache `set_num_sms` clears (tests and tools count plans with it)."""
+    return tuple(_plan_caches)
+
+
 def set_num_sms(num_sms: int | None) -> None:
     """Limit the SMs kernels occupy (e.g. to leave room for communication); None = all."""
     global _num_sms_override
