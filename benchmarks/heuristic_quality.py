@@ -43,7 +43,7 @@ from bench_bf16 import (
 import moegemm
 from moegemm.families import enumerate_configs, estimate_cycles, is_legal
 from moegemm.heuristics import GemmDesc
-from moegemm.heuristics.sm90_bf16 import CLUSTER_SHAPES, walk_stripe_m
+from moegemm.heuristics.sm90_bf16 import CLUSTER_SHAPES, storage_of, walk_stripe_m
 from moegemm.launch.plans import build_plan
 from moegemm.testing import calc_diff
 
@@ -126,10 +126,8 @@ def with_cluster_twins(cands: list, desc: GemmDesc, arch) -> list:
                 layout=dataclasses.replace(
                     lay, cluster_m=cm, cluster_n=cn, stripe_m=walk_stripe_m(desc, lay.block_m, cm)
                 ),
-                storage=dataclasses.replace(
-                    c.storage,
-                    load_box_a=(lay.block_k, lay.block_m // cn),
-                    load_box_b=(lay.block_k, lay.block_n // cm),
+                storage=storage_of(
+                    lay.block_m, lay.block_n, (cm, cn), c.store_cols, desc.kind == "k_grouped"
                 ),
             )
             if is_legal(twin, desc, arch) and twin not in out:

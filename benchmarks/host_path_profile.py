@@ -166,15 +166,17 @@ def load_fake_driver(build_dir: Path) -> ctypes.CDLL:
 def fake_launcher_plans() -> Callable:
     """A make_plan that binds real _C launchers (of a stand-in kernel, typical launch shapes)."""
     from moegemm import _C
+    from moegemm.heuristics.sm90_bf16 import storage_of
     from moegemm.launch.plans import Plan, bound_integers
 
     kernel = _C.Kernel(FAKE_ELF)
 
     def make_plan(device: int, desc, problem: tuple, config=None) -> Plan:
-        if desc.kind == "k_grouped":
-            launcher = _C.Bf16KGroupedLauncher(kernel, 128, 128, 64, 132, 256, 150_000, 1, 1, 32)
-        else:
-            launcher = _C.Bf16GemmLauncher(kernel, 128, 128, 64, 132, 384, 200_000, 1, 1, 64)
+        k_grouped = desc.kind == "k_grouped"
+        store_cols, threads, smem = (32, 256, 150_000) if k_grouped else (64, 384, 200_000)
+        storage = storage_of(128, 128, (1, 1), store_cols, k_grouped).launcher_kwargs()
+        launcher_type = _C.Bf16KGroupedLauncher if k_grouped else _C.Bf16GemmLauncher
+        launcher = launcher_type(kernel, 128, 128, 64, 132, threads, smem, 1, 1, **storage)
         args = bound_integers(type(launcher), problem)
         return Plan(0, launcher.bind(0, *args), args, config, launcher)
 

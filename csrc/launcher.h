@@ -50,6 +50,7 @@
 #pragma once
 
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 #include <pybind11/typing.h>
 
 #include <cuda.h>
@@ -79,7 +80,7 @@ inline void* as_ptr(uint64_t address) {
 // The launch shape of one planned kernel, from its GemmConfig; bound once per plan so the
 // per-call binding converts only the per-call values (a measurable share of a launch-bound
 // call's host time). The launcher uses num_blocks .. cluster_n; the tile fields are for the
-// family's TMA boxes and tile-count bound.
+// family's tile-count bound, the boxes for its TMA maps.
 struct LaunchShape {
   int64_t block_m, block_n, block_k;
   int64_t num_blocks;  // persistent CTAs, whole clusters; clamped to those that fit at once
@@ -88,7 +89,9 @@ struct LaunchShape {
   // CTAs of a cluster along M and N, launched as one 1-D cluster of cluster_m * cluster_n along
   // x (the kernel's scheduler knows the split); the cluster shape must be the compiled one.
   int64_t cluster_m, cluster_n;
-  int64_t store_cols;  // TMA-store epilogue box width in columns; 0 = stores from registers
+  TmaBox load_a, load_b;  // each CTA's box of A and of B (its share of a multicast tile)
+  TmaBox load_sfb;        // the prepared scale words' box, where a kernel loads them by TMA
+  TmaBox store_d;         // the TMA-store epilogue's box; absent: stores from registers
 
   int64_t cluster_size() const { return cluster_m * cluster_n; }
 };
@@ -352,7 +355,8 @@ void def_calls(pybind11::class_<Launcher>& cls, std::index_sequence<A...>,
 
 // Binds FamilyLauncher<Family> as the Python class Family::kName:
 //   Family::kName(kernel, block_m, block_n, block_k, num_blocks, num_threads, smem_bytes,
-//                 cluster_m, cluster_n, store_cols=0)     plan time, keeps `kernel` alive
+//                 cluster_m, cluster_n, *, <StorageConfig's boxes and swizzles>)
+//                                                          plan time, keeps `kernel` alive
 //   launcher(*fill's trailing args, stream)                call time, positional only
 //   launcher.bind(device, *fill's integers) -> launch      plan time, positional only
 //   launch(*fill's pointers, stream) -> bool               call time, a builtin function
@@ -360,22 +364,41 @@ void def_calls(pybind11::class_<Launcher>& cls, std::index_sequence<A...>,
 //   Family::kName.bind_args                                bind's integer names, in order
 // tools/gen_c_stub.py writes python/moegemm/_C.pyi from these bindings; tests/unit/test_c_stub.py
 // keeps the two in step.
+// A StorageConfig box and its swizzle as the constructor takes them (keyword arguments named
+// as StorageConfig's fields; (0, 0): no map).
+inline TmaBox tma_box(const std::array<int64_t, 2>& box, int64_t swizzle) {
+  if (box[0] < 0 || box[1] < 0 || box[0] > 256 || box[1] > 256 || (box[0] == 0) != (box[1] == 0)) {
+    throw std::invalid_argument("moegemm: a TMA box spans 1..256 elements a dimension, or is (0, 0)");
+  }
+  return TmaBox{box[0], box[1], swizzle};
+}
+
 template <typename Family>
 void register_launcher(pybind11::module_& m) {
   namespace py = pybind11;
   using Launcher = FamilyLauncher<Family>;
+  using Box = std::array<int64_t, 2>;
   py::class_<Launcher> cls(m, Family::kName, Family::kDoc);
   cls.def(py::init([](Kernel& kernel, int64_t block_m, int64_t block_n, int64_t block_k,
                       int64_t num_blocks, int64_t num_threads, int64_t smem_bytes,
-                      int64_t cluster_m, int64_t cluster_n, int64_t store_cols) {
-            return new Launcher(kernel, LaunchShape{block_m, block_n, block_k, num_blocks,
-                                                    num_threads, smem_bytes, cluster_m, cluster_n,
-                                                    store_cols});
+                      int64_t cluster_m, int64_t cluster_n, const Box& load_box_a,
+                      const Box& load_box_b, int64_t swizzle_a, int64_t swizzle_b,
+                      const Box& load_box_sfb, const Box& store_box_d, int64_t swizzle_d) {
+            LaunchShape shape{block_m, block_n, block_k, num_blocks, num_threads, smem_bytes,
+                              cluster_m, cluster_n};
+            shape.load_a = tma_box(load_box_a, swizzle_a);
+            shape.load_b = tma_box(load_box_b, swizzle_b);
+            shape.load_sfb = tma_box(load_box_sfb, 0);
+            shape.store_d = tma_box(store_box_d, swizzle_d);
+            return new Launcher(kernel, shape);
           }),
           py::arg("kernel"), py::arg("block_m"), py::arg("block_n"), py::arg("block_k"),
           py::arg("num_blocks"), py::arg("num_threads"), py::arg("smem_bytes"),
-          py::arg("cluster_m"), py::arg("cluster_n"), py::arg("store_cols") = 0,
-          py::keep_alive<1, 2>(), InitDoc<Family>::value);
+          py::arg("cluster_m"), py::arg("cluster_n"), py::kw_only(),
+          py::arg("load_box_a") = Box{0, 0}, py::arg("load_box_b") = Box{0, 0},
+          py::arg("swizzle_a") = 0, py::arg("swizzle_b") = 0,
+          py::arg("load_box_sfb") = Box{0, 0}, py::arg("store_box_d") = Box{0, 0},
+          py::arg("swizzle_d") = 0, py::keep_alive<1, 2>(), InitDoc<Family>::value);
   def_calls<Family, Launcher>(
       cls, std::make_index_sequence<Launcher::kNumPointers + Launcher::kNumIntegers>{},
       std::make_index_sequence<Launcher::kNumIntegers>{});

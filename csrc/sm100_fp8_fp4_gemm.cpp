@@ -52,7 +52,7 @@ struct Sm100Fp8Fp4Gemm {
   static void check_shape(const LaunchShape& shape) {
     if (shape.cluster_m != 1 || shape.cluster_n != 1 || shape.block_k != 128 ||
         shape.block_n != 128 || shape.block_m % 32 != 0 || shape.block_m > 128 ||
-        shape.store_cols != 0) {
+        shape.store_d.present()) {
       throw std::invalid_argument(
           std::string(kName) + ": one CTA per tile, block_k and block_n 128, block_m a multiple "
           "of 32 up to 128, register stores; got block " + std::to_string(shape.block_m) + "x" +
@@ -96,17 +96,15 @@ struct Sm100Fp8Fp4Gemm {
                      static_cast<uint64_t>(shape.num_blocks));
     tma.add(params.tma_a, tma_view_2d(as_ptr(a_ptr), CU_TENSOR_MAP_DATA_TYPE_UINT8, 1,
                                       params.rows, params.k, checked_u32(lda, "lda"),
-                                      checked_u32(shape.block_m, "block_m"), 128,
-                                      CU_TENSOR_MAP_SWIZZLE_128B));
+                                      shape.load_a));
     // Codes: dims in 4-bit elements, strides in bytes (elem_bytes 1 with byte strides).
     tma.add(params.tma_b, tma_view_3d(as_ptr(b_ptr), CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, 1,
                                       params.num_groups, params.n, kp, ldb_bytes,
-                                      static_cast<uint64_t>(ldb_group), 128, 128,
-                                      CU_TENSOR_MAP_SWIZZLE_128B));
+                                      static_cast<uint64_t>(ldb_group), shape.load_b));
     tma.add(params.tma_sfb, tma_view_3d(as_ptr(sfb_ptr), CU_TENSOR_MAP_DATA_TYPE_UINT32, 4,
                                         params.num_groups, kp / 128, np, np,
-                                        static_cast<uint64_t>(sfb_stride_group), 1, 128,
-                                        CU_TENSOR_MAP_SWIZZLE_NONE));
+                                        static_cast<uint64_t>(sfb_stride_group),
+                                        shape.load_sfb));
     params.d = as_ptr(d_ptr);
     params.sfa = static_cast<const float*>(as_ptr(sfa_ptr));
     params.group_info = static_cast<const int32_t*>(as_ptr(group_info_ptr));

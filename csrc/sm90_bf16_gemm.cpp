@@ -22,7 +22,6 @@ namespace {
 
 constexpr uint32_t kBf16Bytes = 2;
 constexpr CUtensorMapDataType kBf16 = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-constexpr CUtensorMapSwizzle kSwizzle128B = CU_TENSOR_MAP_SWIZZLE_128B;
 
 struct Bf16Gemm {
   using Params = Bf16GemmParams;
@@ -34,8 +33,9 @@ struct Bf16Gemm {
       "one: 1x1, 2x1 or 1x2.";
   static constexpr const char* kInitDoc =
       "num_blocks: persistent CTAs, a multiple of cluster_m * cluster_n; with a cluster it is "
-      "clamped to the clusters that fit at once (see num_blocks). store_cols: the TMA-store "
-      "epilogue's box width in columns, 0 = stores from registers.";
+      "clamped to the clusters that fit at once (see num_blocks). The keyword arguments are the "
+      "config's StorageConfig: each TMA map's box (inner, outer) in elements and swizzle in "
+      "bytes; store_box_d (0, 0): stores from registers.";
   static constexpr const char* kArgNames[] = {
       "a_ptr", "b_ptr", "d_ptr", "c_ptr", "group_info_ptr", "rows", "m", "n", "k", "num_groups",
       "lda", "ldb", "ldb_group", "ldd", "ldc"};
@@ -89,24 +89,16 @@ struct Bf16Gemm {
         (uint64_t{params.rows} + shape.block_m - 1) / shape.block_m + params.num_groups;
     check_tile_count(m_blocks * ((params.n + shape.block_n - 1) / shape.block_n),
                      static_cast<uint64_t>(shape.num_blocks));
-    const uint32_t block_k = checked_u32(shape.block_k, "block_k");
-    // With a cluster along N each CTA loads (and multicasts) its share of the A tile's rows;
-    // with a cluster along M, its share of the B tile's rows.
-    tma.add(params.tma_a,
-            tma_view_2d(as_ptr(a_ptr), kBf16, kBf16Bytes, params.rows, params.k,
-                        checked_u32(lda, "lda"),
-                        checked_u32(shape.block_m / shape.cluster_n, "block_m / cluster_n"),
-                        block_k, kSwizzle128B));
-    tma.add(params.tma_b,
-            tma_view_3d(as_ptr(b_ptr), kBf16, kBf16Bytes, params.num_groups, params.n, params.k,
-                        checked_u32(ldb, "ldb"), static_cast<uint64_t>(ldb_group),
-                        checked_u32(shape.block_n / shape.cluster_m, "block_n / cluster_m"),
-                        block_k, kSwizzle128B));
-    if (shape.store_cols != 0) {
-      const uint32_t store_cols = checked_u32(shape.store_cols, "store_cols");
-      tma.add(params.tma_d,
-              tma_view_2d(as_ptr(d_ptr), kBf16, kBf16Bytes, params.rows, params.n, params.ldd, 64,
-                          store_cols, swizzle_from_bytes(static_cast<int>(2 * store_cols))));
+    // The config's boxes: with a cluster along N each CTA loads (and multicasts) its share of
+    // the A tile's rows; with a cluster along M, its share of the B tile's rows.
+    tma.add(params.tma_a, tma_view_2d(as_ptr(a_ptr), kBf16, kBf16Bytes, params.rows, params.k,
+                                      checked_u32(lda, "lda"), shape.load_a));
+    tma.add(params.tma_b, tma_view_3d(as_ptr(b_ptr), kBf16, kBf16Bytes, params.num_groups,
+                                      params.n, params.k, checked_u32(ldb, "ldb"),
+                                      static_cast<uint64_t>(ldb_group), shape.load_b));
+    if (shape.store_d.present()) {
+      tma.add(params.tma_d, tma_view_2d(as_ptr(d_ptr), kBf16, kBf16Bytes, params.rows, params.n,
+                                        params.ldd, shape.store_d));
     }
     params.d = as_ptr(d_ptr);
     params.c = static_cast<const float*>(as_ptr(c_ptr));
@@ -128,7 +120,7 @@ struct Bf16MoeGemm {
   static constexpr const char* kDoc =
       "Launches sm90_bf16_grouped_gemm (or its swap-AB twin) built with a fused-MoE epilogue "
       "(Config::kMoeEpilogue: SwiGLU, D with n / 2 columns, or RowScale); register or TMA stores "
-      "(store_cols), no clusters.";
+      "(store_box_d), no clusters.";
   static constexpr const char* kArgNames[] = {
       "a_ptr", "b_ptr", "d_ptr", "bias_ptr", "row_scale_ptr", "group_info_ptr", "rows", "m", "n",
       "k", "num_groups", "lda", "ldb", "ldb_group", "ldd", "d_cols"};
@@ -160,17 +152,15 @@ struct Bf16MoeGemm {
       throw std::invalid_argument(std::string(kName) + ": d_cols exceeds ldd");
     }
     LaunchShape operands = shape;
-    operands.store_cols = 0;  // the D map, if any, is this launcher's (d_cols wide)
+    operands.store_d = TmaBox{};  // the D map, if any, is this launcher's (d_cols wide)
     if (!Bf16Gemm::fill(operands, params, tma, a_ptr, b_ptr, d_ptr, 0, group_info_ptr, rows,
                             m, n, k, num_groups, lda, ldb, ldb_group, ldd, 0)) {
       return false;
     }
-    if (shape.store_cols != 0) {
-      const uint32_t store_cols = checked_u32(shape.store_cols, "store_cols");
-      tma.add(params.tma_d,
-              tma_view_2d(as_ptr(d_ptr), kBf16, kBf16Bytes, params.rows,
-                          checked_u32(d_cols, "d_cols"), params.ldd, 64, store_cols,
-                          swizzle_from_bytes(static_cast<int>(2 * store_cols))));
+    if (shape.store_d.present()) {
+      tma.add(params.tma_d, tma_view_2d(as_ptr(d_ptr), kBf16, kBf16Bytes, params.rows,
+                                        checked_u32(d_cols, "d_cols"), params.ldd,
+                                        shape.store_d));
     }
     params.bias = static_cast<const float*>(as_ptr(bias_ptr));
     params.row_scale = static_cast<const float*>(as_ptr(row_scale_ptr));
@@ -205,7 +195,7 @@ struct Bf16KGrouped {
     }
   }
 
-  // A [T, m] and B [T, n] are MN-major: TMA boxes of 64 columns x block_k rows.
+  // A [T, m] and B [T, n] are MN-major: the config's boxes are 64 columns x block_k rows.
   static bool fill(const LaunchShape& shape, Params& params, TmaList& tma, uint64_t a_ptr,
                    uint64_t b_ptr, uint64_t d_ptr, uint64_t c_ptr, uint64_t offs_ptr, int64_t m,
                    int64_t n, int64_t num_tokens, int64_t num_groups, int64_t lda, int64_t ldb) {
@@ -221,16 +211,14 @@ struct Bf16KGrouped {
     // With no rows at all every group is empty; TMA cannot map a 0-row tensor, and the kernel
     // never loads, so a one-row map over the (unused) operand keeps the launch valid.
     const uint32_t mapped_rows = params.num_tokens > 0 ? params.num_tokens : 1;
-    const uint32_t block_k = checked_u32(shape.block_k, "block_k");
     tma.add(params.tma_a, tma_view_2d(as_ptr(a_ptr), kBf16, kBf16Bytes, mapped_rows, params.m,
-                                      checked_u32(lda, "lda"), block_k, 64, kSwizzle128B));
+                                      checked_u32(lda, "lda"), shape.load_a));
     tma.add(params.tma_b, tma_view_2d(as_ptr(b_ptr), kBf16, kBf16Bytes, mapped_rows, params.n,
-                                      checked_u32(ldb, "ldb"), block_k, 64, kSwizzle128B));
-    if (shape.store_cols != 0) {
-      tma.add(params.tma_d,
-              tma_view_2d(as_ptr(d_ptr), CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4,
-                          static_cast<uint64_t>(params.num_groups) * params.m, params.n, params.n,
-                          64, checked_u32(shape.store_cols, "store_cols"), kSwizzle128B));
+                                      checked_u32(ldb, "ldb"), shape.load_b));
+    if (shape.store_d.present()) {
+      tma.add(params.tma_d, tma_view_2d(as_ptr(d_ptr), CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4,
+                                        static_cast<uint64_t>(params.num_groups) * params.m,
+                                        params.n, params.n, shape.store_d));
     }
     params.d = static_cast<float*>(as_ptr(d_ptr));
     params.c = static_cast<const float*>(as_ptr(c_ptr));

@@ -96,9 +96,7 @@ struct Sm90Fp8Fp4GemmOf {
     check_tile_count(m_blocks * ((params.n + shape.block_n - 1) / shape.block_n),
                      static_cast<uint64_t>(shape.num_blocks));
     tma.add(params.tma_a, tma_view_2d(as_ptr(a_ptr), kBytes, 1, params.rows, params.k,
-                                      checked_u32(lda, "lda"),
-                                      checked_u32(shape.block_m, "block_m"), 128,
-                                      CU_TENSOR_MAP_SWIZZLE_128B));
+                                      checked_u32(lda, "lda"), shape.load_a));
     // The prepared codes are read to Kp (whole thread-ordered k-blocks, zero codes past K).
     const uint32_t k_blocks = (params.k + 127) / 128;
     const uint32_t b_cols = kTable ? 64 * k_blocks : params.k / 2;
@@ -109,8 +107,7 @@ struct Sm90Fp8Fp4GemmOf {
     }
     tma.add(params.tma_b,
             tma_view_3d(as_ptr(b_ptr), kBytes, 1, params.num_groups, params.n, b_cols,
-                        checked_u32(ldb, "ldb"), static_cast<uint64_t>(ldb_group),
-                        checked_u32(shape.block_n, "block_n"), 64, CU_TENSOR_MAP_SWIZZLE_NONE));
+                        checked_u32(ldb, "ldb"), static_cast<uint64_t>(ldb_group), shape.load_b));
     if constexpr (kTable) {
       if (sfb_stride_group % 16 != 0) {
         throw std::invalid_argument(std::string(kName) + ": sfb group stride % 16 != 0");
@@ -118,14 +115,11 @@ struct Sm90Fp8Fp4GemmOf {
       tma.add(params.tma_sfb,
               tma_view_3d(as_ptr(sfb_ptr), CU_TENSOR_MAP_DATA_TYPE_UINT32, 4, params.num_groups,
                           2 * k_blocks, params.n, params.n,
-                          static_cast<uint64_t>(sfb_stride_group) / 4, 1,
-                          checked_u32(shape.block_n, "block_n"), CU_TENSOR_MAP_SWIZZLE_NONE));
+                          static_cast<uint64_t>(sfb_stride_group) / 4, shape.load_sfb));
     }
-    if (shape.store_cols != 0) {
-      const uint32_t store_cols = checked_u32(shape.store_cols, "store_cols");
+    if (shape.store_d.present()) {
       tma.add(params.tma_d, tma_view_2d(as_ptr(d_ptr), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
-                                        params.rows, params.n, params.ldd, 64, store_cols,
-                                        swizzle_from_bytes(static_cast<int>(2 * store_cols))));
+                                        params.rows, params.n, params.ldd, shape.store_d));
     }
     params.d = as_ptr(d_ptr);
     params.sfa = static_cast<const float*>(as_ptr(sfa_ptr));
@@ -168,7 +162,7 @@ struct Sm90Fp8Fp4MoeGemmOf {
 
   static void check_shape(const LaunchShape& shape) {
     Base::check_shape(shape);
-    if (shape.store_cols != 0) {
+    if (shape.store_d.present()) {
       throw std::invalid_argument(std::string(kName) + ": MoE epilogues store from registers");
     }
   }

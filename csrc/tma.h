@@ -65,4 +65,33 @@ inline TmaView tma_view_3d(void* ptr, CUtensorMapDataType dtype, uint32_t elem_b
 // 0, 32, 64, 128 bytes -> the swizzle enum; throws std::invalid_argument (ValueError) otherwise.
 CUtensorMapSwizzle swizzle_from_bytes(int bytes);
 
+// One TMA box of a planned kernel, as its config states it (StorageConfig in
+// python/moegemm/heuristics/config.py): the extent in elements of the tensor, innermost first,
+// and the swizzle span in bytes (0: none). inner == 0: the operand takes no TMA map (D stored
+// from registers, scales the producer copies itself). The family encodes its maps with the boxes
+// it is given; the kernel's static_asserts tie them to its compile-time tile, and the heuristics'
+// is_legal checks a config's boxes once, so nothing here derives a box again.
+struct TmaBox {
+  int64_t inner = 0, outer = 0, swizzle = 0;
+
+  bool present() const { return inner != 0; }
+};
+
+// A row-major operand tiled in a config's box (rows: box.outer, cols: box.inner).
+inline TmaView tma_view_2d(void* ptr, CUtensorMapDataType dtype, uint32_t elem_bytes,
+                           uint64_t rows, uint64_t cols, uint64_t ld, const TmaBox& box) {
+  return tma_view_2d(ptr, dtype, elem_bytes, rows, cols, ld, static_cast<uint32_t>(box.outer),
+                     static_cast<uint32_t>(box.inner),
+                     swizzle_from_bytes(static_cast<int>(box.swizzle)));
+}
+
+// A stack of them (grouped weights [G, rows, cols]) in a config's box.
+inline TmaView tma_view_3d(void* ptr, CUtensorMapDataType dtype, uint32_t elem_bytes,
+                           uint64_t batch, uint64_t rows, uint64_t cols, uint64_t ld,
+                           uint64_t batch_stride, const TmaBox& box) {
+  return tma_view_3d(ptr, dtype, elem_bytes, batch, rows, cols, ld, batch_stride,
+                     static_cast<uint32_t>(box.outer), static_cast<uint32_t>(box.inner),
+                     swizzle_from_bytes(static_cast<int>(box.swizzle)));
+}
+
 }  // namespace moegemm

@@ -68,6 +68,7 @@ TYPE_NAMES = [
     ("Dict[", "dict["),
     ("collections.abc.Callable[", "Callable["),
     ("moegemm._C.", ""),
+    ('typing.Annotated[list[int], "FixedSize(2)"]', "tuple[int, int]"),  # std::array<int64_t, 2>
 ]
 
 # Names that exist on every pybind11 class or module and are not the binding's own.
@@ -112,13 +113,14 @@ def signature_and_doc(func: object) -> tuple[list[str], str, str]:
         raise ValueError(f"gen_c_stub: no pybind11 signature line in {lines[:1]!r}")
     params = []
     for part in split_top_level(match.group(1)):
-        if part == "/":
+        if part in ("/", "*"):
             params.append(part)
             continue
         name, _, rest = part.partition(":")
         annotation, _, default = rest.partition(" = ")
         text = f"{name.strip()}: {py_type(annotation.strip())}"
-        params.append(f"{text} = {default.strip()}" if default else text)
+        default = re.sub(r"^\[(.*)\]$", r"(\1)", default.strip())  # a fixed-size array: a tuple
+        params.append(f"{text} = {default}" if default else text)
     return params, py_type(match.group(2).strip()), "\n".join(lines[1:]).strip()
 
 

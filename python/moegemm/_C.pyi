@@ -77,11 +77,19 @@ class Bf16GemmLauncher:
         smem_bytes: int,
         cluster_m: int,
         cluster_n: int,
-        store_cols: int = 0,
+        *,
+        load_box_a: tuple[int, int] = (0, 0),
+        load_box_b: tuple[int, int] = (0, 0),
+        swizzle_a: int = 0,
+        swizzle_b: int = 0,
+        load_box_sfb: tuple[int, int] = (0, 0),
+        store_box_d: tuple[int, int] = (0, 0),
+        swizzle_d: int = 0,
     ) -> None:
         """num_blocks: persistent CTAs, a multiple of cluster_m * cluster_n; with a cluster it is
-        clamped to the clusters that fit at once (see num_blocks). store_cols: the TMA-store
-        epilogue's box width in columns, 0 = stores from registers."""
+        clamped to the clusters that fit at once (see num_blocks). The keyword arguments are the
+        config's StorageConfig: each TMA map's box (inner, outer) in elements and swizzle in bytes;
+        store_box_d (0, 0): stores from registers."""
 
     def __call__(
         self,
@@ -134,7 +142,7 @@ class Bf16GemmLauncher:
 class Bf16MoeGemmLauncher:
     """Launches sm90_bf16_grouped_gemm (or its swap-AB twin) built with a fused-MoE epilogue
     (Config::kMoeEpilogue: SwiGLU, D with n / 2 columns, or RowScale); register or TMA stores
-    (store_cols), no clusters."""
+    (store_box_d), no clusters."""
 
     def __init__(
         self,
@@ -147,7 +155,14 @@ class Bf16MoeGemmLauncher:
         smem_bytes: int,
         cluster_m: int,
         cluster_n: int,
-        store_cols: int = 0,
+        *,
+        load_box_a: tuple[int, int] = (0, 0),
+        load_box_b: tuple[int, int] = (0, 0),
+        swizzle_a: int = 0,
+        swizzle_b: int = 0,
+        load_box_sfb: tuple[int, int] = (0, 0),
+        store_box_d: tuple[int, int] = (0, 0),
+        swizzle_d: int = 0,
     ) -> None: ...
     def __call__(
         self,
@@ -212,7 +227,14 @@ class Bf16KGroupedLauncher:
         smem_bytes: int,
         cluster_m: int,
         cluster_n: int,
-        store_cols: int = 0,
+        *,
+        load_box_a: tuple[int, int] = (0, 0),
+        load_box_b: tuple[int, int] = (0, 0),
+        swizzle_a: int = 0,
+        swizzle_b: int = 0,
+        load_box_sfb: tuple[int, int] = (0, 0),
+        store_box_d: tuple[int, int] = (0, 0),
+        swizzle_d: int = 0,
     ) -> None: ...
     def __call__(
         self,
@@ -269,7 +291,14 @@ class Sm90Fp8Fp4GemmLauncher:
         smem_bytes: int,
         cluster_m: int,
         cluster_n: int,
-        store_cols: int = 0,
+        *,
+        load_box_a: tuple[int, int] = (0, 0),
+        load_box_b: tuple[int, int] = (0, 0),
+        swizzle_a: int = 0,
+        swizzle_b: int = 0,
+        load_box_sfb: tuple[int, int] = (0, 0),
+        store_box_d: tuple[int, int] = (0, 0),
+        swizzle_d: int = 0,
     ) -> None: ...
     def __call__(
         self,
@@ -346,7 +375,14 @@ class Sm90Fp8Fp4MoeGemmLauncher:
         smem_bytes: int,
         cluster_m: int,
         cluster_n: int,
-        store_cols: int = 0,
+        *,
+        load_box_a: tuple[int, int] = (0, 0),
+        load_box_b: tuple[int, int] = (0, 0),
+        swizzle_a: int = 0,
+        swizzle_b: int = 0,
+        load_box_sfb: tuple[int, int] = (0, 0),
+        store_box_d: tuple[int, int] = (0, 0),
+        swizzle_d: int = 0,
     ) -> None: ...
     def __call__(
         self,
@@ -424,7 +460,14 @@ class Sm90Fp8Fp4TableGemmLauncher:
         smem_bytes: int,
         cluster_m: int,
         cluster_n: int,
-        store_cols: int = 0,
+        *,
+        load_box_a: tuple[int, int] = (0, 0),
+        load_box_b: tuple[int, int] = (0, 0),
+        swizzle_a: int = 0,
+        swizzle_b: int = 0,
+        load_box_sfb: tuple[int, int] = (0, 0),
+        store_box_d: tuple[int, int] = (0, 0),
+        swizzle_d: int = 0,
     ) -> None: ...
     def __call__(
         self,
@@ -500,7 +543,14 @@ class Sm90Fp8Fp4TableMoeGemmLauncher:
         smem_bytes: int,
         cluster_m: int,
         cluster_n: int,
-        store_cols: int = 0,
+        *,
+        load_box_a: tuple[int, int] = (0, 0),
+        load_box_b: tuple[int, int] = (0, 0),
+        swizzle_a: int = 0,
+        swizzle_b: int = 0,
+        load_box_sfb: tuple[int, int] = (0, 0),
+        store_box_d: tuple[int, int] = (0, 0),
+        swizzle_d: int = 0,
     ) -> None: ...
     def __call__(
         self,
@@ -578,7 +628,14 @@ class Sm100Fp8Fp4GemmLauncher:
         smem_bytes: int,
         cluster_m: int,
         cluster_n: int,
-        store_cols: int = 0,
+        *,
+        load_box_a: tuple[int, int] = (0, 0),
+        load_box_b: tuple[int, int] = (0, 0),
+        swizzle_a: int = 0,
+        swizzle_b: int = 0,
+        load_box_sfb: tuple[int, int] = (0, 0),
+        store_box_d: tuple[int, int] = (0, 0),
+        swizzle_d: int = 0,
     ) -> None: ...
     def __call__(
         self,
@@ -655,7 +712,14 @@ class Sm100Fp8Fp4MoeGemmLauncher:
         smem_bytes: int,
         cluster_m: int,
         cluster_n: int,
-        store_cols: int = 0,
+        *,
+        load_box_a: tuple[int, int] = (0, 0),
+        load_box_b: tuple[int, int] = (0, 0),
+        swizzle_a: int = 0,
+        swizzle_b: int = 0,
+        load_box_sfb: tuple[int, int] = (0, 0),
+        store_box_d: tuple[int, int] = (0, 0),
+        swizzle_d: int = 0,
     ) -> None: ...
     def __call__(
         self,
@@ -732,7 +796,14 @@ class MoeRouteGatherLauncher:
         smem_bytes: int,
         cluster_m: int,
         cluster_n: int,
-        store_cols: int = 0,
+        *,
+        load_box_a: tuple[int, int] = (0, 0),
+        load_box_b: tuple[int, int] = (0, 0),
+        swizzle_a: int = 0,
+        swizzle_b: int = 0,
+        load_box_sfb: tuple[int, int] = (0, 0),
+        store_box_d: tuple[int, int] = (0, 0),
+        swizzle_d: int = 0,
     ) -> None: ...
     def __call__(
         self,
@@ -791,7 +862,14 @@ class MoeQuantizeRowsLauncher:
         smem_bytes: int,
         cluster_m: int,
         cluster_n: int,
-        store_cols: int = 0,
+        *,
+        load_box_a: tuple[int, int] = (0, 0),
+        load_box_b: tuple[int, int] = (0, 0),
+        swizzle_a: int = 0,
+        swizzle_b: int = 0,
+        load_box_sfb: tuple[int, int] = (0, 0),
+        store_box_d: tuple[int, int] = (0, 0),
+        swizzle_d: int = 0,
     ) -> None: ...
     def __call__(
         self,
@@ -841,7 +919,14 @@ class MoeCombineLauncher:
         smem_bytes: int,
         cluster_m: int,
         cluster_n: int,
-        store_cols: int = 0,
+        *,
+        load_box_a: tuple[int, int] = (0, 0),
+        load_box_b: tuple[int, int] = (0, 0),
+        swizzle_a: int = 0,
+        swizzle_b: int = 0,
+        load_box_sfb: tuple[int, int] = (0, 0),
+        store_box_d: tuple[int, int] = (0, 0),
+        swizzle_d: int = 0,
     ) -> None: ...
     def __call__(
         self,
@@ -889,7 +974,14 @@ class EpDispatchLauncher:
         smem_bytes: int,
         cluster_m: int,
         cluster_n: int,
-        store_cols: int = 0,
+        *,
+        load_box_a: tuple[int, int] = (0, 0),
+        load_box_b: tuple[int, int] = (0, 0),
+        swizzle_a: int = 0,
+        swizzle_b: int = 0,
+        load_box_sfb: tuple[int, int] = (0, 0),
+        store_box_d: tuple[int, int] = (0, 0),
+        swizzle_d: int = 0,
     ) -> None: ...
     def __call__(
         self,
@@ -976,7 +1068,14 @@ class EpCombineLauncher:
         smem_bytes: int,
         cluster_m: int,
         cluster_n: int,
-        store_cols: int = 0,
+        *,
+        load_box_a: tuple[int, int] = (0, 0),
+        load_box_b: tuple[int, int] = (0, 0),
+        swizzle_a: int = 0,
+        swizzle_b: int = 0,
+        load_box_sfb: tuple[int, int] = (0, 0),
+        store_box_d: tuple[int, int] = (0, 0),
+        swizzle_d: int = 0,
     ) -> None: ...
     def __call__(
         self,

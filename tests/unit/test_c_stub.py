@@ -78,7 +78,7 @@ def runtime_params(func: object) -> list[Param]:
     params = []
     for i, part in enumerate(parts):
         name = part.split(":", 1)[0].strip()
-        if name not in ("self", "/"):
+        if name not in ("self", "/", "*"):
             unnamed = re.fullmatch(r"arg\d+", name) is not None
             params.append((name, " = " in part, unnamed or i < posonly_end))
     return params
@@ -204,13 +204,13 @@ def test_stub_matches_the_extension():
 
 
 def test_stub_declares_the_launchers_plans_use():
-    # python/moegemm/launch/plans.py builds these with keyword store_cols, binds each plan's
-    # integers by the names in bind_args and reads num_blocks.
+    # python/moegemm/launch/plans.py builds these with the config's boxes as keywords, binds each
+    # plan's integers by the names in bind_args and reads num_blocks.
     declared = parse_stub(STUB.read_text())
     for name in ("Bf16GemmLauncher", "Bf16KGroupedLauncher"):
         members = stub_members(declared[name])
         assert {"__init__", "__call__", "bind", "bind_args", "num_blocks"} <= members.keys()
-        assert ("store_cols", True, False) in stub_params(members["__init__"], method=True)
+        assert ("store_box_d", True, False) in stub_params(members["__init__"], method=True)
 
 
 @pytest.mark.parametrize(
@@ -225,7 +225,7 @@ def test_stub_declares_the_launchers_plans_use():
         # A bound integer too few (bind takes the call's ten integers).
         (lambda s: s.replace("        ldc: int,\n        /,\n", "        /,\n", 1), "bind: param"),
         # A dropped default.
-        (lambda s: s.replace("store_cols: int = 0", "store_cols: int", 1), "__init__: param"),
+        (lambda s: s.replace("swizzle_d: int = 0", "swizzle_d: int", 1), "__init__: param"),
         # A call argument too many (the binding has 16 for the m-grouped launcher).
         (
             lambda s: s.replace(
@@ -246,7 +246,9 @@ def test_stub_declares_the_launchers_plans_use():
         # Keyword-capable parameters declared positional-only.
         (
             lambda s: s.replace(
-                "        store_cols: int = 0,\n", "        store_cols: int = 0,\n        /,\n", 1
+                "        cluster_n: int,\n        *,\n",
+                "        cluster_n: int,\n        /,\n        *,\n",
+                1,
             ),
             "__init__: param",
         ),

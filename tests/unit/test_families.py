@@ -157,8 +157,8 @@ def test_launcher_names_and_what_the_plans_bind(
     assert isinstance(getattr(C, name), type)
 
     class Launcher:
-        def __init__(self, kernel, *shape: int, store_cols: int) -> None:
-            self.kernel = kernel
+        def __init__(self, kernel, *shape: int, **storage: object) -> None:
+            self.kernel, self.storage = kernel, storage
 
     for launcher in {n for _, _, n in LAUNCHERS}:
         monkeypatch.setattr(C, launcher, type(launcher, (Launcher,), {}))
@@ -167,6 +167,7 @@ def test_launcher_names_and_what_the_plans_bind(
     config, launcher = plans.build_launcher(0, desc)
     assert type(launcher).__name__ == name
     assert launcher.kernel == families.kernel_spec(desc, config, arch)
+    assert launcher.storage == config.storage.launcher_kwargs()  # the boxes come from the config
 
 
 def _kernel_spec_cases() -> list[tuple[ArchSpec, GemmDesc, object]]:

@@ -304,6 +304,12 @@ def test_picks_equal_the_baseline(tmp_path) -> None:
         repr(sm90.select(d, arch_for("sm_90a", sms))).replace(", transform_stages=0)", ")")
         for d, sms in cases
     ]
+    # The TMA boxes are the launch's own source now, and the k-grouped ones and FP32 stores
+    # state what the kernel reads (MN-major chunks) where the baseline's did not (its launcher
+    # derived them); the fake-driver cases check every family's boxes reach the driver. The
+    # picks are compared without them.
+    storage = re.compile(r"storage=StorageConfig\(.*?\), pipeline=")
+    baseline, ours = ([storage.sub("pipeline=", x) for x in side] for side in (baseline, ours))
     differ = [
         (cases[i][0], b, o)
         for i, (b, o) in enumerate(zip(baseline, ours))

@@ -481,8 +481,8 @@ def test_a_plan_binds_the_heuristics_pick(
     class Launcher:
         bind_args = ("rows", "m", "n")
 
-        def __init__(self, kernel, *shape: int, store_cols: int) -> None:
-            seen.update(kernel=kernel, shape=shape, store_cols=store_cols)
+        def __init__(self, kernel, *shape: int, **storage: object) -> None:
+            seen.update(kernel=kernel, shape=shape, storage=storage)
 
         def bind(self, device: int, *integers: int) -> tuple:
             seen.update(bound=(device, *integers))
@@ -516,7 +516,7 @@ def test_a_plan_binds_the_heuristics_pick(
     assert (cluster_m, cluster_n) == (lay.cluster_m, lay.cluster_n)
     assert (threads, smem) == (config.launch.num_threads, config.pipeline.smem_bytes)
     assert 0 < num_blocks <= arch.num_sms and num_blocks % lay.cluster_size == 0
-    assert seen["store_cols"] == config.store_cols
+    assert seen["storage"] == config.storage.launcher_kwargs()  # the boxes, from the config
 
 
 def test_a_launch_refused_after_the_full_checks_raises(

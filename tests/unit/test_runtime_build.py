@@ -261,7 +261,8 @@ def test_launcher_passes_params_cluster_and_pdl(tmp_path):
     d = torch.zeros(num_blocks * 8, dtype=torch.int32, device="cuda")
     shape = {
         "block_m": 128, "block_n": 128, "block_k": 64, "num_blocks": num_blocks,
-        "num_threads": 128, "cluster_m": 2, "cluster_n": 1,
+        "num_threads": 128, "cluster_m": 2, "cluster_n": 1, "load_box_a": (64, 128),
+        "load_box_b": (64, 64), "swizzle_a": 128, "swizzle_b": 128,
     }  # fmt: skip
     call = {
         "a_ptr": a.data_ptr(), "b_ptr": b.data_ptr(), "d_ptr": d.data_ptr(), "c_ptr": 0,

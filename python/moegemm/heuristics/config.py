@@ -87,14 +87,27 @@ class Layout:
 
 @dataclass(frozen=True)
 class StorageConfig:
-    """TMA boxes (inner, outer) and swizzle widths in bytes for each operand."""
+    """The TMA maps a launch encodes, as the kernel reads them: each box (inner, outer) in
+    elements of its tensor, innermost first (SM90 FP4 codes: bytes; SM100: 4-bit codes), and
+    each swizzle span in bytes (0: none). These are the launch's only source (csrc/ reads them
+    through the launcher's keyword arguments); the family's is_legal checks them."""
 
-    load_box_a: tuple[int, int]
+    load_box_a: tuple[int, int]  # each CTA's share of a multicast tile
     load_box_b: tuple[int, int]
     swizzle_a: int
     swizzle_b: int
-    store_box_d: tuple[int, int] | None = None
+    store_box_d: tuple[int, int] | None = None  # None: stores from registers
     swizzle_d: int = 0
+    load_box_sfb: tuple[int, int] | None = None  # prepared scale words by TMA (unswizzled)
+
+    def launcher_kwargs(self) -> dict[str, object]:
+        """The `_C` launchers' keyword arguments ((0, 0): no map)."""
+        return {
+            "load_box_a": self.load_box_a, "load_box_b": self.load_box_b,
+            "swizzle_a": self.swizzle_a, "swizzle_b": self.swizzle_b,
+            "load_box_sfb": self.load_box_sfb or (0, 0),
+            "store_box_d": self.store_box_d or (0, 0), "swizzle_d": self.swizzle_d,
+        }  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -129,16 +129,23 @@ def swap_block_m_choices(desc: GemmDesc) -> tuple[int, ...]:
     return SWAP_AB_BLOCK_M
 
 
-def make_config(block_m: int, block_n: int, swap_ab: bool, arch: ArchSpec) -> GemmConfig:
+def storage_of(block_m: int, block_n: int, k_grouped: bool) -> StorageConfig:
+    """The kernel's TMA maps: K-major BLOCK_K boxes of a tile's rows, or (k-grouped, both
+    operands MN-major) 64-column chunks of BLOCK_K rows; register stores."""
+    if k_grouped:
+        return StorageConfig(load_box_a=(64, BLOCK_K), load_box_b=(64, BLOCK_K), swizzle_a=128,
+                             swizzle_b=128)  # fmt: skip
+    return StorageConfig(load_box_a=(BLOCK_K, block_m), load_box_b=(BLOCK_K, block_n),
+                         swizzle_a=128, swizzle_b=128)  # fmt: skip
+
+
+def make_config(
+    block_m: int, block_n: int, swap_ab: bool, arch: ArchSpec, k_grouped: bool = False
+) -> GemmConfig:
     num_stages = stages_for(block_m, block_n, arch)
     return GemmConfig(
         layout=Layout(block_m=block_m, block_n=block_n, block_k=BLOCK_K, swap_ab=swap_ab),
-        storage=StorageConfig(
-            load_box_a=(BLOCK_K, block_m),
-            load_box_b=(BLOCK_K, block_n),
-            swizzle_a=128,
-            swizzle_b=128,
-        ),
+        storage=storage_of(block_m, block_n, k_grouped),
         pipeline=PipelineConfig(
             num_stages=num_stages, smem_bytes=smem_bytes_for(block_m, block_n, num_stages)
         ),
@@ -154,7 +161,7 @@ def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> Iterator[GemmConfig]:
                 yield make_config(block_m, SWAP_AB_BLOCK_N, True, arch)
         else:
             for block_n in block_n_choices(desc):
-                yield make_config(UMMA_M, block_n, False, arch)
+                yield make_config(UMMA_M, block_n, False, arch, desc.kind == "k_grouped")
 
 
 def block_n_choices(desc: GemmDesc) -> tuple[int, ...]:
@@ -184,10 +191,7 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
         and lay.block_k == BLOCK_K
         and lay.cluster_size == 1
         and lay.stripe_m == 0
-        and config.store_cols == 0
-        and config.storage.swizzle_d == 0
-        and config.storage.load_box_a == (BLOCK_K, lay.block_m)
-        and config.storage.load_box_b == (BLOCK_K, lay.block_n)
+        and config.storage == storage_of(lay.block_m, lay.block_n, k_grouped)
         and MIN_STAGES <= stages <= MAX_STAGES
         and config.pipeline.smem_bytes == smem_bytes_for(lay.block_m, lay.block_n, stages)
         and config.pipeline.smem_bytes <= arch.smem_budget

@@ -107,16 +107,22 @@ def swap_block_m_choices(desc: GemmDesc) -> tuple[int, ...]:
     return SWAP_AB_BLOCK_M
 
 
+def storage_of(block_m: int) -> StorageConfig:
+    """The kernel's TMA maps: FP8 rows, 4-bit codes, and the scale words of 128 weight rows."""
+    return StorageConfig(
+        load_box_a=(BLOCK_K, block_m),
+        load_box_b=(BLOCK_K, WEIGHT_ROWS),
+        swizzle_a=128,
+        swizzle_b=128,
+        load_box_sfb=(WEIGHT_ROWS, 1),
+    )
+
+
 def make_config(block_m: int, swap_ab: bool, arch: ArchSpec) -> GemmConfig:
     num_stages = stages_for(block_m, arch)
     return GemmConfig(
         layout=Layout(block_m=block_m, block_n=WEIGHT_ROWS, block_k=BLOCK_K, swap_ab=swap_ab),
-        storage=StorageConfig(
-            load_box_a=(BLOCK_K, block_m),
-            load_box_b=(BLOCK_K, WEIGHT_ROWS),
-            swizzle_a=128,
-            swizzle_b=128,
-        ),
+        storage=storage_of(block_m),
         pipeline=PipelineConfig(
             num_stages=num_stages, smem_bytes=smem_bytes_for(block_m, num_stages)
         ),
@@ -150,10 +156,7 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
         and lay.block_k == BLOCK_K
         and lay.cluster_size == 1
         and lay.stripe_m == 0
-        and config.store_cols == 0
-        and config.storage.swizzle_d == 0
-        and config.storage.load_box_a == (BLOCK_K, lay.block_m)
-        and config.storage.load_box_b == (BLOCK_K, WEIGHT_ROWS)
+        and config.storage == storage_of(lay.block_m)
         and MIN_STAGES <= stages <= MAX_STAGES
         and config.pipeline.smem_bytes == smem_bytes_for(lay.block_m, stages)
         and config.pipeline.smem_bytes <= arch.smem_budget

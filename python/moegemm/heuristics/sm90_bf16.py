@@ -200,6 +200,27 @@ def cluster_shapes(desc: GemmDesc, arch: ArchSpec) -> tuple[tuple[int, int], ...
     return ((1, 1),)
 
 
+def storage_of(
+    block_m: int, block_n: int, cluster: tuple[int, int], store_cols: int, k_grouped: bool
+) -> StorageConfig:
+    """The kernel's TMA maps. K-major operands: BLOCK_K boxes of each CTA's share of a tile's
+    rows (a cluster multicasts the rest); k-grouped (both operands MN-major): 64-column chunks
+    of BLOCK_K rows. D staged in store_cols-wide boxes of 64 rows (BF16, or FP32 k-grouped)."""
+    cluster_m, cluster_n = cluster
+    if k_grouped:
+        box_a = box_b = (64, BLOCK_K)
+    else:
+        box_a, box_b = (BLOCK_K, block_m // cluster_n), (BLOCK_K, block_n // cluster_m)
+    return StorageConfig(
+        load_box_a=box_a,
+        load_box_b=box_b,
+        swizzle_a=128,
+        swizzle_b=128,
+        store_box_d=(store_cols, 64) if store_cols else None,
+        swizzle_d=(4 if k_grouped else 2) * store_cols,
+    )
+
+
 def make_config(
     block_m: int,
     block_n: int,
@@ -224,15 +245,7 @@ def make_config(
             cluster_n=cluster_n,
             stripe_m=stripe_m,
         ),
-        storage=StorageConfig(
-            # Each CTA of a cluster loads its share of the operand it multicasts.
-            load_box_a=(BLOCK_K, block_m // cluster_n),
-            load_box_b=(BLOCK_K, block_n // cluster_m),
-            swizzle_a=128,
-            swizzle_b=128,
-            store_box_d=(store_cols, 64) if store_cols else None,
-            swizzle_d=2 * store_cols,
-        ),
+        storage=storage_of(block_m, block_n, cluster, store_cols, k_grouped),
         pipeline=PipelineConfig(
             num_stages=num_stages,
             smem_bytes=smem_bytes_for(
@@ -308,10 +321,7 @@ def _swap_ab_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
         and lay.cluster_m == 1
         and lay.cluster_n == 1
         and lay.stripe_m == 0
-        and config.store_cols == 0
-        and config.storage.swizzle_d == 0
-        and config.storage.load_box_a == (BLOCK_K, lay.block_m)
-        and config.storage.load_box_b == (BLOCK_K, lay.block_n)
+        and config.storage == storage_of(lay.block_m, lay.block_n, (1, 1), 0, False)
         and config.pipeline.num_stages >= MIN_STAGES
         and config.pipeline.smem_bytes
         == smem_bytes_for(lay.block_m, lay.block_n, config.pipeline.num_stages)
@@ -352,8 +362,14 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
         # Either walk is legal on the grouped-walk layouts; the heuristics enumerate
         # walk_stripe_m's choice.
         and lay.stripe_m in ((0, WALK_STRIPE_M) if desc.kind in WALK_KINDS else (0,))
-        and config.storage.load_box_a == (BLOCK_K, lay.block_m // lay.cluster_n)
-        and config.storage.load_box_b == (BLOCK_K, lay.block_n // lay.cluster_m)
+        and config.storage
+        == storage_of(
+            lay.block_m,
+            lay.block_n,
+            (lay.cluster_m, lay.cluster_n),
+            config.store_cols,
+            desc.kind == "k_grouped",
+        )
         and desc.n % 8 == 0
         and (desc.k % 8 == 0 or desc.kind == "k_grouped")
         and (desc.m % 8 == 0 or desc.kind != "k_grouped")
@@ -364,13 +380,11 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
 def _store_cols_legal(config: GemmConfig, desc: GemmDesc) -> bool:
     cols = config.store_cols
     if cols == 0:
-        return config.storage.swizzle_d == 0
+        return True  # the boxes: storage_of
     return (
         tma_store_possible(desc)
         and not config.layout.swap_ab
         and cols == tma_store_cols(config.layout.block_n, desc)
-        and config.storage.store_box_d == (cols, 64)
-        and config.storage.swizzle_d == 2 * cols
     )
 
 

@@ -127,7 +127,7 @@ def make_config(
             load_box_a=(BLOCK_K, block_m),
             load_box_b=(B_STAGE_BYTES_PER_ROW, block_n),
             swizzle_a=128,
-            swizzle_b=B_STAGE_BYTES_PER_ROW,
+            swizzle_b=0,  # whole 64-byte rows of codes, unswizzled
             store_box_d=(store_cols, 64) if store_cols else None,
             swizzle_d=2 * store_cols,
         ),
@@ -215,7 +215,8 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
         and config.storage.load_box_a == (BLOCK_K, lay.block_m)
         and config.storage.load_box_b == (B_STAGE_BYTES_PER_ROW, lay.block_n)
         and config.storage.swizzle_a == 128
-        and config.storage.swizzle_b == B_STAGE_BYTES_PER_ROW
+        and config.storage.swizzle_b == 0
+        and config.storage.load_box_sfb is None
     )
 
 

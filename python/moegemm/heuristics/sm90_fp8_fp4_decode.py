@@ -55,7 +55,7 @@ def make_config(block_t: int, num_wg: int, num_stages: int, arch: ArchSpec) -> G
             load_box_a=(BLOCK_K, block_t),
             load_box_b=(BLOCK_K // 2, block_w),
             swizzle_a=128,
-            swizzle_b=BLOCK_K // 2,
+            swizzle_b=0,  # whole 64-byte rows of codes, unswizzled
         ),
         pipeline=PipelineConfig(
             num_stages=num_stages, smem_bytes=smem_bytes_for(block_t, block_w, num_stages)

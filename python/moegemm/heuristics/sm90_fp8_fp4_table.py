@@ -63,7 +63,8 @@ def make_config(block_t: int, num_wg: int, num_stages: int, arch: ArchSpec) -> G
             load_box_a=(BLOCK_K, block_t),
             load_box_b=(BLOCK_K // 2, block_w),
             swizzle_a=128,
-            swizzle_b=BLOCK_K // 2,
+            swizzle_b=0,  # whole 64-byte rows of codes, unswizzled
+            load_box_sfb=(block_w, 1),  # a plane row of offsets words
         ),
         pipeline=PipelineConfig(
             num_stages=num_stages, smem_bytes=smem_bytes_for(block_t, block_w, num_stages)
@@ -200,7 +201,8 @@ def make_prefill_config(
             load_box_a=(BLOCK_K, block_m),
             load_box_b=(BLOCK_K // 2, block_n),
             swizzle_a=128,
-            swizzle_b=BLOCK_K // 2,
+            swizzle_b=0,  # whole 64-byte rows of codes, unswizzled
+            load_box_sfb=(block_n, 1),  # a plane row of offsets words
             store_box_d=(store_cols, 64) if store_cols else None,
             swizzle_d=2 * store_cols,
         ),

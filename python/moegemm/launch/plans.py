@@ -168,7 +168,7 @@ def build_launcher(device: int, desc: GemmDesc, config: GemmConfig | None = None
         config.pipeline.smem_bytes,
         lay.cluster_m,
         lay.cluster_n,
-        store_cols=config.store_cols,
+        **config.storage.launcher_kwargs(),
     )
     return config, launcher
 

@@ -9,6 +9,7 @@ import ctypes
 import glob
 import importlib
 import importlib.util
+import itertools
 import struct
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 try:
     FAKE = ctypes.CDLL("libcuda.so.1")
     FAKE.fake_last_launch.restype = ctypes.c_char_p
+    FAKE.fake_encode_log.restype = ctypes.c_char_p
 except (OSError, AttributeError):
     pytest.skip("libcuda.so.1 is not the fake driver", allow_module_level=True)
 
@@ -90,12 +92,36 @@ def kernel():
 
 
 def gemm_launcher(kernel, **overrides):
+    """A Bf16GemmLauncher with the boxes its config would state (StorageConfig): each CTA's
+    share of a multicast tile's rows, BLOCK_K wide; D in store_cols x 64 boxes."""
     shape = {
         "block_m": 128, "block_n": 128, "block_k": 64, "num_blocks": 132, "num_threads": 384,
-        "smem_bytes": 200_000, "cluster_m": 1, "cluster_n": 1, "store_cols": 0,
+        "smem_bytes": 200_000, "cluster_m": 1, "cluster_n": 1,
     }  # fmt: skip
+    store_cols = overrides.pop("store_cols", 0)
     shape.update(overrides)
-    return C.Bf16GemmLauncher(kernel, **shape)
+    boxes = {
+        "load_box_a": (shape["block_k"], shape["block_m"] // shape["cluster_n"]),
+        "load_box_b": (shape["block_k"], shape["block_n"] // shape["cluster_m"]),
+        "swizzle_a": 128, "swizzle_b": 128, **d_boxes(store_cols, 2),
+    }  # fmt: skip
+    return C.Bf16GemmLauncher(kernel, **shape, **boxes)
+
+
+def d_boxes(store_cols: int, elem_bytes: int) -> dict:
+    """The TMA-store epilogue's box (store_cols x 64 rows) and swizzle; none for 0."""
+    if not store_cols:
+        return {}
+    return {"store_box_d": (store_cols, 64), "swizzle_d": elem_bytes * store_cols}
+
+
+def k_grouped_launcher(kernel, store_cols: int = 0, cluster_m: int = 1):
+    """A Bf16KGroupedLauncher with its config's boxes: MN-major 64-column chunks of block_k
+    rows, FP32 D."""
+    return C.Bf16KGroupedLauncher(
+        kernel, 128, 256, 64, 100, 256, 150_000, cluster_m, 1, load_box_a=(64, 64),
+        load_box_b=(64, 64), swizzle_a=128, swizzle_b=128, **d_boxes(store_cols, 4),
+    )  # fmt: skip
 
 
 # (a, b, d, c, group_info, rows, m, n, k, num_groups, lda, ldb, ldb_group, ldd, ldc)
@@ -230,7 +256,7 @@ def test_launcher_keeps_its_kernel_alive():
 @pytest.mark.parametrize("num_tokens, store_cols", [(1000, 0), (0, 32), (17, 32)])
 def test_k_grouped_launch_fills_every_field(kernel, num_tokens, store_cols):
     FAKE.fake_set_params_kind(K_GROUPED)
-    launcher = C.Bf16KGroupedLauncher(kernel, 128, 256, 64, 100, 256, 150_000, 1, 1, store_cols)
+    launcher = k_grouped_launcher(kernel, store_cols)
     assert launcher.num_blocks == 100
     m, n, groups = 512, 768, 4
     launcher(A, B, D, CPTR, INFO, m, n, num_tokens, groups, 520, 776, 7)
@@ -251,7 +277,7 @@ def test_k_grouped_launch_fills_every_field(kernel, num_tokens, store_cols):
 
 def test_k_grouped_takes_no_clusters(kernel):
     with pytest.raises(ValueError, match="Bf16KGroupedLauncher: the k-grouped kernel takes"):
-        C.Bf16KGroupedLauncher(kernel, 128, 256, 64, 100, 256, 150_000, 2, 1)
+        k_grouped_launcher(kernel, cluster_m=2)
 
 
 # ---- bound launches: launcher.bind(0, *integers)(*pointers, stream), the plans' hot path ----
@@ -291,7 +317,7 @@ def test_a_bound_k_grouped_launch_launches_what_the_unbound_call_does(
     kernel, num_tokens, store_cols
 ):
     FAKE.fake_set_params_kind(K_GROUPED)
-    launcher = C.Bf16KGroupedLauncher(kernel, 128, 256, 64, 100, 256, 150_000, 1, 1, store_cols)
+    launcher = k_grouped_launcher(kernel, store_cols)
     args = (A, B, D, CPTR, INFO, 512, 768, num_tokens, 4, 520, 776)
     unbound, bound = bound_and_unbound(launcher, args, 7)
     assert bound == unbound and f"num_tokens={num_tokens}" in bound
@@ -435,3 +461,102 @@ def test_a_bound_launch_refuses_what_the_python_checks_refuse(kernel):
     FAKE.fake_set_context(0)
     with pytest.raises(RuntimeError, match="no CUDA context is current"):
         launch(A, B, D, CPTR, INFO, 0)
+
+
+# ---- the config's boxes reach the driver (python -> csrc) ----
+
+SWIZZLE_BYTES = {v: k for k, v in SWIZZLE.items()}
+_BASES = itertools.count(1)  # fresh pointers a case: the descriptor memo keys on them
+
+
+def problem_values(desc, sm100: bool) -> dict[str, int]:
+    """Every integer a launcher of `desc` may bind, by its csrc name, for contiguous operands
+    (weights in the layout desc.weights names: checkpoint bytes, SM90-prepared or SM100)."""
+    m, n, k, g = desc.m, desc.n, desc.k, desc.num_groups
+    kp, np_ = -(-k // 128) * 128, -(-n // 128) * 128
+    fp8, prepared = desc.ab_dtype == "fp8_fp4", desc.weights == "prepared"
+    ldb = (kp // 2 if prepared else k // 2) if fp8 else k
+    values = {
+        "rows": m * g if desc.kind == "m_grouped_masked" else m, "m": m, "n": n, "k": k,
+        "num_groups": g, "lda": k, "ldb": ldb, "ldb_group": n * ldb, "ldd": n,
+        "ldc": n if desc.with_c else 0,
+        "d_cols": n // 2 if desc.epilogue.startswith("swiglu") else n,
+        "sfa_stride_group": 0, "sfa_stride_row": -(-k // 128), "sfa_stride_kb": 1,
+        "sfa_group_rows": 0, "sfb_stride_group": n * k // 32, "sfb_stride_row": k // 32,
+    }  # fmt: skip
+    if desc.kind == "m_grouped_masked":
+        values.update(sfa_stride_group=m * -(-k // 128), sfa_group_rows=m)
+    if fp8 and sm100:
+        values.update(sfb_stride_group=kp // 128 * np_, sfb_stride_row=0)
+    elif prepared:
+        values.update(sfb_stride_group=8 * (kp // 128) * n, sfb_stride_row=4 * n)
+    if desc.kind == "k_grouped":  # desc.k: rows per group
+        values.update(num_tokens=k * g, lda=m, ldb=n)
+    return values
+
+
+def box_cases() -> list[tuple[str, object]]:
+    """(arch, desc) of every launcher family and map kind: dense, grouped, swapped and TMA-store
+    picks, k-grouped, the fused layer's epilogues, FP8 x FP4 raw and prepared, SM100."""
+    from moegemm.heuristics import GemmDesc
+
+    def fp8(kind, m, n, k, g, e, weights, epilogue="none"):
+        return GemmDesc(kind, m, n, k, g, ab_dtype="fp8_fp4", expected_m=e, weights=weights,
+                        epilogue=epilogue)  # fmt: skip
+
+    sm90 = [
+        GemmDesc("bf16_gemm_nt", 4096, 4096, 7168),
+        GemmDesc("m_grouped_offsets", 8 * 32, 4096, 7168, 32, expected_m=8),
+        GemmDesc("m_grouped_masked", 512, 2048, 7168, 8, expected_m=400),
+        GemmDesc("m_grouped_contiguous", 8192, 4096, 7168, 8, expected_m=1024),
+        GemmDesc("k_grouped", 2048, 7168, 1024, 8, d_dtype="fp32"),
+        GemmDesc("m_grouped_offsets", 4096, 1536, 2048, 128, expected_m=32, epilogue="swiglu"),
+        fp8("m_grouped_offsets", 8 * 32, 4096, 7168, 32, 8, "raw"),
+        fp8("m_grouped_contiguous", 8192, 4096, 7168, 8, 1024, "raw"),
+        fp8("m_grouped_masked", 64, 4096, 7168, 32, 8, "prepared"),
+        fp8("m_grouped_offsets", 32 * 1024, 4096, 7168, 32, 1024, "prepared"),
+        fp8("m_grouped_offsets", 32 * 8, 5760, 2880, 32, 8, "prepared", "swiglu_oai"),
+    ]
+    sm100 = [
+        GemmDesc("m_grouped_offsets", 8 * 32, 4096, 7168, 32, expected_m=8),
+        GemmDesc("k_grouped", 2048, 7168, 1024, 8, d_dtype="fp32"),
+        fp8("m_grouped_offsets", 32 * 1024, 4096, 7168, 32, 1024, "prepared"),
+        fp8("m_grouped_masked", 64, 4096, 7168, 32, 8, "prepared", "row_scale"),
+    ]
+    return [("sm_90a", d) for d in sm90] + [("sm_100f", d) for d in sm100]
+
+
+@pytest.mark.parametrize("arch_name, gemm", box_cases(), ids=lambda x: str(x)[:60])
+def test_each_family_encodes_its_configs_boxes(kernel, arch_name, gemm):
+    """Python -> csrc -> driver: the pick's launcher encodes its TMA maps with exactly the boxes
+    and swizzles its config states (StorageConfig), in operand order A, B, the scale words, D;
+    csrc derives none of its own."""
+    from moegemm.families import lookup, select_config
+    from moegemm.heuristics import arch_for
+
+    arch = arch_for(arch_name, 132 if arch_name == "sm_90a" else 148)
+    config = select_config(gemm, arch)
+    launcher_type = getattr(C, lookup(arch, gemm).launcher_name(gemm))
+    lay, storage = config.layout, config.storage
+    launcher = launcher_type(
+        kernel, lay.block_m, lay.block_n, lay.block_k, 132, config.launch.num_threads,
+        config.pipeline.smem_bytes, lay.cluster_m, lay.cluster_n, **storage.launcher_kwargs(),
+    )  # fmt: skip
+    values = problem_values(gemm, sm100=arch_name != "sm_90a")
+    num_pointers = launcher_type.__call__.__doc__.splitlines()[0].count("_ptr:")
+    FAKE.fake_set_max_active_clusters(1000)
+    FAKE.fake_clear_encode_log()
+    launch = launcher.bind(0, *(values[name] for name in launcher_type.bind_args))
+    base = next(_BASES) << 32
+    assert launch(*(base + (i << 24) for i in range(num_pointers)), 0)
+    encoded = []
+    for line in FAKE.fake_encode_log().decode().splitlines():
+        _dtype, swizzle, _rank, *dims = line.split()
+        box = tuple(int(d.split("/")[2]) for d in dims)
+        encoded.append((box[:2], SWIZZLE_BYTES[int(swizzle)]))
+    expected = [(storage.load_box_a, storage.swizzle_a), (storage.load_box_b, storage.swizzle_b)]
+    if storage.load_box_sfb is not None:
+        expected.append((storage.load_box_sfb, 0))
+    if storage.store_box_d is not None:
+        expected.append((storage.store_box_d, storage.swizzle_d))
+    assert encoded == expected, (config.short_name(), launcher_type.__name__)

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include <string>
+#include <vector>
 #include <type_traits>
 
 #include "moegemm/common/sm90_gemm_params.h"
@@ -33,6 +34,8 @@ constexpr uint64_t kMagic = 0x4641'4B45'5444'4553ull;
 constexpr int kNumDevices = 8;
 
 struct State {
+  std::vector<FakeDesc> encoded;  // every successful encode since fake_clear_encode_log()
+  std::string encode_report;
   int max_active_clusters = 8;
   int kernel_count = 1;
   int smem_limit = 232448;  // the H200's opt-in maximum per block
@@ -188,6 +191,7 @@ CUresult fake_cuTensorMapEncodeTiled(CUtensorMap* map, CUtensorMapDataType dtype
   }
   memset(map, 0, sizeof(*map));
   memcpy(map, &desc, sizeof(desc));
+  g.encoded.push_back(desc);
   return CUDA_SUCCESS;
 }
 
@@ -258,6 +262,26 @@ void fake_set_context(int device_plus_one) { g.context = device_plus_one; }
 void fake_set_params_kind(int kind) { g.params_kind = kind; }
 int fake_launches() { return g.launches; }
 int fake_encodes() { return g.encodes; }
+void fake_clear_encode_log() { g.encoded.clear(); }
+
+// Every descriptor encoded since fake_clear_encode_log(), one a line, in encode order:
+// "dtype swizzle rank dims/.. strides/.. box/..", the pointer left out.
+const char* fake_encode_log() {
+  std::string& out = g.encode_report;
+  out.clear();
+  char buf[512];
+  for (const FakeDesc& d : g.encoded) {
+    int n = snprintf(buf, sizeof(buf), "%d %d %d", d.dtype, d.swizzle, d.rank);
+    for (int i = 0; i < d.rank; ++i) {
+      n += snprintf(buf + n, sizeof(buf) - n, " %llu/%llu/%u",
+                    static_cast<unsigned long long>(d.dims[i]),
+                    static_cast<unsigned long long>(i + 1 < d.rank ? d.strides[i] : 0), d.box[i]);
+    }
+    out.append(buf);
+    out.push_back('\n');
+  }
+  return out.c_str();
+}
 int fake_occupancy_queries() { return g.occupancy_queries; }
 
 // The last launch and its params as "key=value" words, read by the tests.
