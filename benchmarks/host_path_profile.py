@@ -192,6 +192,7 @@ def cpu_stub_profile(
     with `fake` (the loaded fake driver) _C's bound launch of each plan."""
     from moegemm.api import bf16_gemm, k_grouped, m_grouped
     from moegemm.heuristics import GemmDesc
+    from moegemm.launch import checks
     from moegemm.launch import plans as plans_module
     from moegemm.launch.plans import Plan
     from moegemm.launch.problems import GemmProblem
@@ -200,7 +201,7 @@ def cpu_stub_profile(
         return True  # launched: a bound launch's answer where its checks pass
 
     def stub_plan(device: int, desc, problem: tuple, config=None) -> Plan:
-        return Plan(0, launch, tuple(problem), config)
+        return Plan(0, launch, (), config)
 
     builds = []
     plan_of = fake_launcher_plans() if fake is not None else stub_plan
@@ -209,8 +210,8 @@ def cpu_stub_profile(
         builds.append(desc)
         return plan_of(device, desc, problem, config)
 
+    checks.require_placement = lambda tma, others: 0
     for mod in (bf16_gemm, m_grouped, k_grouped):
-        mod.require_placement = lambda tma, others: 0
         mod.raw_stream = abs
     plans_module.make_plan = make_plan
     plans_module.raw_stream = abs
@@ -219,7 +220,7 @@ def cpu_stub_profile(
     stub_args = tuple(range(6))  # a bound launch: five pointers and the stream
     timed = {name: fn for name, (fn, _) in table.items()}
     if fake is not None:  # what a bound launch alone costs, in place of the stub's
-        bound = plan_of(0, GemmDesc("bf16_gemm_nt", 64, 128, 128), GemmProblem(*(64,) * 10))
+        bound = plan_of(0, GemmDesc("bf16_gemm_nt", 64, 128, 128), GemmProblem(*(64,) * 9, ldc=64))
         launch, stub_args = bound.launch, (1 << 16, 1 << 17, 1 << 18, 0, 0, 0)
     for fn in timed.values():
         fn()  # the miss: full checks, plan stored

@@ -42,29 +42,7 @@ _PUBLIC = {
 # Submodules reachable as attributes after a bare `import moegemm` (loaded on first touch).
 _SUBMODULES = ("quant",)
 
-__all__ = [
-    "MoEWorkspace",
-    "Mxfp4Weights",
-    "PreparedW13",
-    "__version__",
-    "bf16_gemm_nt",
-    "fp8_fp4_gemm_nt",
-    "fused_moe",
-    "fused_moe_masked",
-    "get_mk_alignment_for_contiguous_layout",
-    "get_num_sms",
-    "get_pdl",
-    "k_grouped_bf16_gemm_tn_contiguous",
-    "m_grouped_bf16_gemm_nt_contiguous",
-    "m_grouped_bf16_gemm_nt_masked",
-    "m_grouped_fp8_fp4_gemm_nt_contiguous",
-    "m_grouped_fp8_fp4_gemm_nt_masked",
-    "prepare_moe_weights",
-    "prepare_mxfp4_weights",
-    "quant",
-    "set_num_sms",
-    "set_pdl",
-]
+__all__ = [*_PUBLIC, *_SUBMODULES, "__version__"]  # noqa: PLE0604 (strings: the keys)
 
 
 def __getattr__(name: str) -> Any:

@@ -324,7 +324,7 @@ def test_argument_errors() -> None:
         moegemm.m_grouped_bf16_gemm_nt_contiguous(
             a[:200], b, d[:200], torch.zeros(200, device="cuda", dtype=torch.int32)
         )
-    with pytest.raises(TypeError, match="expected_m must be a positive int"):
+    with pytest.raises(ValueError, match="expected_m must be a positive int"):
         moegemm.m_grouped_bf16_gemm_nt_masked(
             bf16(4, 64, 1024), b, nan(4, 64, 512), offs, expected_m=0
         )

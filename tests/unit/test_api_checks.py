@@ -107,6 +107,8 @@ def test_grouped_argument_checks_on_cpu_tensors() -> None:
     ma, md = torch.randn(4, 32, 64).to(BF16), torch.empty(4, 32, 128, dtype=BF16)
     with pytest.raises(TypeError, match="expected_m must be a positive int"):
         moegemm.m_grouped_bf16_gemm_nt_masked(ma, b, md, offs, expected_m=2.5)
+    with pytest.raises(ValueError, match="expected_m must be a positive int"):
+        moegemm.m_grouped_bf16_gemm_nt_masked(ma, b, md, offs, expected_m=-5)
     with pytest.raises(ValueError, match="a batches must be contiguous rows"):
         moegemm.m_grouped_bf16_gemm_nt_masked(
             torch.randn(4, 40, 64).to(BF16)[:, :32], b, md, offs, expected_m=8

@@ -264,9 +264,10 @@ def test_grouped_shape_rules() -> None:
 
 def test_masked_rules() -> None:
     fn, o = case("masked")
-    for bad in (0, -1, 2.0, True, None):
+    for bad, error in ((0, ValueError), (-1, ValueError), (2.0, TypeError), (True, TypeError),
+                       (None, TypeError)):  # fmt: skip
         o["expected_m"] = bad
-        with pytest.raises(TypeError, match="^expected_m must be a positive int"):
+        with pytest.raises(error, match="^expected_m must be a positive int"):
             fn(o)
     o["expected_m"] = 16
     o["masked_m"] = t(G, dtype=torch.int64)

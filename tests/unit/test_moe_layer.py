@@ -130,8 +130,10 @@ def test_fused_moe_masked_checks_before_any_launch() -> None:
     masked = torch.full((E,), 5, dtype=torch.int32)
     with pytest.raises(ValueError, match="shape"):
         moegemm.fused_moe_masked(x[:2], masked, w13, w2, 5)
-    with pytest.raises(TypeError, match="expected_m"):
+    with pytest.raises(ValueError, match="expected_m"):
         moegemm.fused_moe_masked(x, masked, w13, w2, 0)
+    with pytest.raises(TypeError, match="expected_m"):
+        moegemm.fused_moe_masked(x, masked, w13, w2, 5.0)
     with pytest.raises((TypeError, ValueError), match="masked_m"):
         moegemm.fused_moe_masked(x, masked[:2], w13, w2, 5)
     with pytest.raises(ValueError, match="CUDA device"):

@@ -6,13 +6,7 @@ import torch
 from torch import Tensor
 
 from ..heuristics import GemmConfig, GemmDesc
-from ..launch.checks import (
-    refuse_config_when_compiling,
-    require_placement,
-    require_shape,
-    require_tensor,
-    row_stride,
-)
+from ..launch import checks
 from ..launch.plans import PlanCache, raw_stream, signature
 from ..launch.problems import GemmProblem
 
@@ -30,24 +24,24 @@ def check_dense(
 ) -> GemmProblem:
     """The full checks of `bf16_gemm_nt`; placed=False leaves out the placement (fake
     tensors)."""
-    require_tensor("a", a, _BF16, 2)
-    require_tensor("b", b, _BF16, 2)
-    require_tensor("d", d, _D_DTYPES, 2)
+    checks.require_tensor("a", a, _BF16, 2)
+    checks.require_tensor("b", b, _BF16, 2)
+    checks.require_tensor("d", d, _D_DTYPES, 2)
     m, k = a.shape
     n = b.shape[0]
-    require_shape("b", b, (n, k))
-    require_shape("d", d, (m, n))
+    checks.require_shape("b", b, (n, k))
+    checks.require_shape("d", d, (m, n))
     if c is not None:
-        require_tensor("c", c, _FP32, 2)
-        require_shape("c", c, (m, n))
+        checks.require_tensor("c", c, _FP32, 2)
+        checks.require_shape("c", c, (m, n))
     if n % 8 != 0:
         raise ValueError(f"N (b.shape[0]) must be a multiple of 8, got {n}")
     if k % 8 != 0:
         raise ValueError(f"K (a.shape[1]) must be a multiple of 8, got {k}")
-    lda, ldb, ldd = row_stride("a", a), row_stride("b", b), row_stride("d", d)
-    ldc = row_stride("c", c) if c is not None else 0
-    device = require_placement({"a": a, "b": b, "d": d, "c": c}, {}) if placed else -1
-    return GemmProblem(m, m, n, k, 1, lda, ldb, n * ldb, ldd, ldc, device=device)
+    lda, ldb, ldd = checks.row_stride("a", a), checks.row_stride("b", b), checks.row_stride("d", d)
+    ldc = checks.row_stride("c", c) if c is not None else 0
+    device = checks.require_placement({"a": a, "b": b, "d": d, "c": c}, {}) if placed else -1
+    return GemmProblem(m, m, n, k, 1, lda, ldb, n * ldb, ldd, ldc=ldc, device=device)
 
 
 def bf16_gemm_nt(
@@ -66,7 +60,7 @@ def bf16_gemm_nt(
     choose. Under torch.compile the call is the custom op `moegemm::bf16_gemm_nt`.
     """
     if _is_compiling():
-        refuse_config_when_compiling(config)
+        checks.refuse_config_when_compiling(config)
         torch.ops.moegemm.bf16_gemm_nt(a, b, d, c)
         return d
     key = signature(a, b, d, c)  # plans.py

@@ -35,17 +35,7 @@ from torch import Tensor
 from ..families import for_operands
 from ..families import sm100_fp8_fp4 as sm100_family
 from ..heuristics import ArchSpec, GemmConfig, GemmDesc
-from ..launch.checks import (
-    batched_row_stride,
-    contiguous_group_info,
-    refuse_config_when_compiling,
-    require_index_vector,
-    require_placement,
-    require_shape,
-    require_tensor,
-    row_stride,
-    sfa_strides,
-)
+from ..launch import checks
 from ..launch.plans import PlanCache, raw_stream, signature
 from ..launch.problems import Fp8Fp4Problem
 from . import fp8_fp4_sm100
@@ -121,11 +111,11 @@ def _check_operands(
 ) -> tuple[int, int, int]:
     """Types, dtypes, ranks, K, N and every shape; returns (num_groups, n, k). prepared: b and
     sfb in prepare_mxfp4_weights' layout (mxfp4_weights.py)."""
-    require_tensor("a", a, _FP8, a_rank)
-    require_tensor("sfa", sfa, _FP32, a_rank)
-    require_tensor("b", b, _U8, b_rank)
-    require_tensor("sfb", sfb, _I32 if prepared else _U8, b_rank)
-    require_tensor("d", d, _BF16, a_rank)
+    checks.require_tensor("a", a, _FP8, a_rank)
+    checks.require_tensor("sfa", sfa, _FP32, a_rank)
+    checks.require_tensor("b", b, _U8, b_rank)
+    checks.require_tensor("sfb", sfb, _I32 if prepared else _U8, b_rank)
+    checks.require_tensor("d", d, _BF16, a_rank)
     k = a.shape[-1]
     _check_k(k)
     n = b.shape[-2]
@@ -139,10 +129,10 @@ def _check_operands(
     if prepared:
         _check_prepared(b, sfb, groups, n, k)
     else:
-        require_shape("b", b, (*groups, n, k // 2))
-        require_shape("sfb", sfb, (*groups, n, k // MXFP4_GROUP))
-    require_shape("sfa", sfa, (*a.shape[:-1], math.ceil(k / SFA_BLOCK_K)))
-    require_shape("d", d, (*a.shape[:-1], n))
+        checks.require_shape("b", b, (*groups, n, k // 2))
+        checks.require_shape("sfb", sfb, (*groups, n, k // MXFP4_GROUP))
+    checks.require_shape("sfa", sfa, (*a.shape[:-1], math.ceil(k / SFA_BLOCK_K)))
+    checks.require_shape("d", d, (*a.shape[:-1], n))
     return (groups[0] if groups else 1), n, k
 
 
@@ -152,8 +142,8 @@ def _check_prepared(b: Tensor, sfb: Tensor, groups: tuple[int, ...], n: int, k: 
     num_kb = math.ceil(k / SM90_K_BLOCK)
     if n % SM90_ROW_BLOCK != 0:
         raise ValueError(f"N (b.shape[-2]) of prepared weights must be a multiple of 64, got {n}")
-    require_shape("b", b, (*groups, n, 64 * num_kb))
-    require_shape("sfb", sfb, (*groups, 2 * num_kb, n))
+    checks.require_shape("b", b, (*groups, n, 64 * num_kb))
+    checks.require_shape("sfb", sfb, (*groups, 2 * num_kb, n))
     if sfb.numel() and (sfb.stride(-1) != 1 or sfb.stride(-2) != n):
         raise ValueError(f"prepared sfb must have rows of N words, got strides {sfb.stride()}")
 
@@ -170,90 +160,59 @@ def _weight_strides(sfb: Tensor, prepared: bool) -> tuple[int, int]:
     return _sfb_prepared_strides(sfb) if prepared else _sfb_strides(sfb)
 
 
-def check_dense(
-    a: Tensor,
-    sfa: Tensor,
-    b: Tensor,
-    sfb: Tensor,
-    d: Tensor,
-    *,
-    placed: bool = True,
-    prepared: bool = False,
-) -> Fp8Fp4Problem:
+def check_dense(a: Tensor, sfa: Tensor, b: Tensor, sfb: Tensor, d: Tensor, *,
+                placed: bool = True, prepared: bool = False) -> Fp8Fp4Problem:  # fmt: skip
     """The full checks of `fp8_fp4_gemm_nt`; placed=False leaves out the placement (fake
     tensors)."""
     _, n, k = _check_operands(a, sfa, b, sfb, d, 2, 2, prepared)
-    m = a.shape[0]
-    lda, ldb, ldd = row_stride("a", a), row_stride("b", b), row_stride("d", d)
-    _, sfa_row, sfa_kb = sfa_strides(sfa)
-    sfb_group, sfb_row = _weight_strides(sfb, prepared)
-    # The kernel's producer copies the scales in aligned 4-byte words: 16-byte bases, as TMA's.
-    aligned = {"a": a, "b": b, "d": d, "sfa": sfa, "sfb": sfb}
-    device = require_placement(aligned, {}) if placed else -1
-    return Fp8Fp4Problem(
-        m, m, n, k, 1, lda, ldb, n * ldb, ldd, 0, sfa_row, sfa_kb, 0, sfb_group, sfb_row, device
-    )
+    m, ldb = a.shape[0], checks.row_stride("b", b)
+    strides = (checks.row_stride("a", a), ldb, n * ldb, checks.row_stride("d", d))
+    return _problem(a, sfa, b, sfb, d, (m, m, n, k, 1), strides, {}, 0, placed, prepared)
 
 
-def check_contiguous(
-    a: Tensor,
-    sfa: Tensor,
-    b: Tensor,
-    sfb: Tensor,
-    d: Tensor,
-    m_indices: Tensor | None,
-    offs: Tensor | None,
-    *,
-    placed: bool = True,
-    prepared: bool = False,
-) -> Fp8Fp4Problem:
+def check_contiguous(a: Tensor, sfa: Tensor, b: Tensor, sfb: Tensor, d: Tensor,
+                     m_indices: Tensor | None, offs: Tensor | None, *, placed: bool = True,
+                     prepared: bool = False) -> Fp8Fp4Problem:  # fmt: skip
     """The full checks of the contiguous layouts; placed=False leaves out the placement."""
     num_groups, n, k = _check_operands(a, sfa, b, sfb, d, 2, 3, prepared)
     rows = a.shape[0]
-    info = contiguous_group_info(rows, num_groups, m_indices, offs)
-    lda, ldd = row_stride("a", a), row_stride("d", d)
-    ldb, ldb_group = batched_row_stride("b", b, collapsible=False)
-    _, sfa_row, sfa_kb = sfa_strides(sfa)
-    sfb_group, sfb_row = _weight_strides(sfb, prepared)
-    aligned = {"a": a, "b": b, "d": d, "sfa": sfa, "sfb": sfb}
-    device = require_placement(aligned, info) if placed else -1
-    return Fp8Fp4Problem(
-        rows, rows, n, k, num_groups, lda, ldb, ldb_group, ldd,
-        0, sfa_row, sfa_kb, 0, sfb_group, sfb_row, device,
-    )  # fmt: skip
+    info = checks.contiguous_group_info(rows, num_groups, m_indices, offs)
+    ldb, ldb_group = checks.batched_row_stride("b", b, collapsible=False)
+    strides = (checks.row_stride("a", a), ldb, ldb_group, checks.row_stride("d", d))
+    sizes = (rows, rows, n, k, num_groups)
+    return _problem(a, sfa, b, sfb, d, sizes, strides, info, 0, placed, prepared)
 
 
-def check_masked(
-    a: Tensor,
-    sfa: Tensor,
-    b: Tensor,
-    sfb: Tensor,
-    d: Tensor,
-    masked_m: Tensor,
-    expected_m: int,
-    *,
-    placed: bool = True,
-    prepared: bool = False,
-) -> Fp8Fp4Problem:
+def check_masked(a: Tensor, sfa: Tensor, b: Tensor, sfb: Tensor, d: Tensor, masked_m: Tensor,
+                 expected_m: int, *, placed: bool = True,
+                 prepared: bool = False) -> Fp8Fp4Problem:  # fmt: skip
     """The full checks of the masked layout; placed=False leaves out the placement."""
     num_groups, n, k = _check_operands(a, sfa, b, sfb, d, 3, 3, prepared)
     max_m = a.shape[1]
-    require_index_vector("masked_m", masked_m, num_groups)
-    # Traced by torch.compile, an expected_m that varies between calls becomes a SymInt.
-    ints = int if placed else (int, torch.SymInt)
-    if isinstance(expected_m, bool) or not isinstance(expected_m, ints) or expected_m <= 0:
-        raise TypeError(f"expected_m must be a positive int, got {expected_m!r}")
-    lda, _ = batched_row_stride("a", a, collapsible=True)
-    ldb, ldb_group = batched_row_stride("b", b, collapsible=False)
-    ldd, _ = batched_row_stride("d", d, collapsible=True)
-    sfa_group, sfa_row, sfa_kb = sfa_strides(sfa)
+    checks.require_index_vector("masked_m", masked_m, num_groups)
+    checks.require_expected_m(expected_m, symbolic=not placed)
+    lda, _ = checks.batched_row_stride("a", a, collapsible=True)
+    ldb, ldb_group = checks.batched_row_stride("b", b, collapsible=False)
+    ldd, _ = checks.batched_row_stride("d", d, collapsible=True)
+    sizes = (num_groups * max_m, max_m, n, k, num_groups)
+    info = {"masked_m": masked_m}
+    return _problem(a, sfa, b, sfb, d, sizes, (lda, ldb, ldb_group, ldd), info, max_m, placed,
+                    prepared)  # fmt: skip
+
+
+def _problem(a: Tensor, sfa: Tensor, b: Tensor, sfb: Tensor, d: Tensor, sizes: tuple,
+             strides: tuple, group_info: dict, group_rows: int, placed: bool,
+             prepared: bool) -> Fp8Fp4Problem:  # fmt: skip
+    """A checked call's record: sizes (rows, m, n, k, groups), strides (lda, ldb, ldb_group,
+    ldd), the scales' strides (group_rows: a masked group's rows of sfa, else 0) and, placed,
+    the device. The kernel's producer copies the scales in aligned 4-byte words: their bases
+    are on 16-byte boundaries too, as TMA's."""
+    sfa_group, sfa_row, sfa_kb = checks.sfa_strides(sfa)
     sfb_group, sfb_row = _weight_strides(sfb, prepared)
     aligned = {"a": a, "b": b, "d": d, "sfa": sfa, "sfb": sfb}
-    device = require_placement(aligned, {"masked_m": masked_m}) if placed else -1
-    return Fp8Fp4Problem(
-        num_groups * max_m, max_m, n, k, num_groups, lda, ldb, ldb_group, ldd,
-        sfa_group, sfa_row, sfa_kb, max_m, sfb_group, sfb_row, device,
-    )  # fmt: skip
+    device = checks.require_placement(aligned, group_info) if placed else -1
+    return Fp8Fp4Problem(*sizes, *strides, sfa_group, sfa_row, sfa_kb, group_rows, sfb_group,
+                         sfb_row, device=device)  # fmt: skip
 
 
 # ---- the public functions ----
@@ -276,11 +235,8 @@ def fp8_fp4_gemm_nt(
     `moegemm::fp8_fp4_gemm_nt`.
     """
     if _is_compiling():
-        refuse_config_when_compiling(config)
-        a_, sfa = unpack_activations(a)
-        b_, sfb, prepared = unpack_weights(b)
-        torch.ops.moegemm.fp8_fp4_gemm_nt(a_, sfa, b_, sfb, d, prepared)
-        return d
+        checks.refuse_config_when_compiling(config)
+        return _as_op("fp8_fp4_gemm_nt", a, b, d)
     key, launched = _entry(_dense_plans, config, a, b, d, None)
     if launched:
         return d
@@ -315,12 +271,8 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(
     call is the custom op `moegemm::m_grouped_fp8_fp4_gemm_nt_contiguous`.
     """
     if _is_compiling():
-        refuse_config_when_compiling(config)
-        a_, sfa = unpack_activations(a)
-        b_, sfb, prepared = unpack_weights(b)
-        op = torch.ops.moegemm.m_grouped_fp8_fp4_gemm_nt_contiguous
-        op(a_, sfa, b_, sfb, d, m_indices, offs, prepared)
-        return d
+        checks.refuse_config_when_compiling(config)
+        return _as_op("m_grouped_fp8_fp4_gemm_nt_contiguous", a, b, d, m_indices, offs)
     if offs is None:
         info, cache = m_indices, _indices_plans
     else:  # with both given, info = None: no signature, the full checks refuse the call
@@ -364,12 +316,8 @@ def m_grouped_fp8_fp4_gemm_nt_masked(
     call is the custom op `moegemm::m_grouped_fp8_fp4_gemm_nt_masked`.
     """
     if _is_compiling():
-        refuse_config_when_compiling(config)
-        a_, sfa = unpack_activations(a)
-        b_, sfb, prepared = unpack_weights(b)
-        op = torch.ops.moegemm.m_grouped_fp8_fp4_gemm_nt_masked
-        op(a_, sfa, b_, sfb, d, masked_m, expected_m, prepared)
-        return d
+        checks.refuse_config_when_compiling(config)
+        return _as_op("m_grouped_fp8_fp4_gemm_nt_masked", a, b, d, masked_m, expected_m)
     # expected_m steers the choice: part of the signature (a plain int: 2.0 == 2, True == 1).
     key, launched = None, False
     if type(expected_m) is int:
@@ -408,6 +356,15 @@ def _on_sm100(a: object) -> bool:
     fp8_fp4_sm100 checks and plans (asked on plan misses only)."""
     arch = _device_arch(a)
     return arch is not None and for_operands(arch, "fp8_fp4") is sm100_family.FAMILY
+
+
+def _as_op(name: str, a: object, b: object, d: Tensor, *args: object) -> Tensor:
+    """While Dynamo traces: the call as its custom op (ops.py), the operand pairs flattened and
+    the weight layout last."""
+    a_, sfa = unpack_activations(a)
+    b_, sfb, prepared = unpack_weights(b)
+    getattr(torch.ops.moegemm, name)(a_, sfa, b_, sfb, d, *args, prepared)
+    return d
 
 
 def _entry(

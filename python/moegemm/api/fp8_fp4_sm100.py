@@ -22,16 +22,7 @@ import torch
 from torch import Tensor
 
 from ..heuristics import GemmConfig, GemmDesc
-from ..launch.checks import (
-    batched_row_stride,
-    contiguous_group_info,
-    require_index_vector,
-    require_placement,
-    require_shape,
-    require_tensor,
-    row_stride,
-    sfa_strides,
-)
+from ..launch import checks
 from ..launch.plans import PlanCache
 from ..launch.problems import Fp8Fp4Problem
 from .mxfp4_weights import MXFP4_GROUP, SM100_ARCH, SM100_K_BLOCK, SM100_ROW_CHUNK, Mxfp4Weights
@@ -58,11 +49,11 @@ def require_sm100_weights(b: object) -> Mxfp4Weights:
 
 def _check(a: Tensor, sfa: Tensor, w: Mxfp4Weights, d: Tensor, a_rank: int, b_rank: int):
     b, sfb = w.b, w.sfb
-    require_tensor("a", a, (torch.float8_e4m3fn,), a_rank)
-    require_tensor("sfa", sfa, (torch.float32,), a_rank)
-    require_tensor("b", b, (torch.uint8,), b_rank)
-    require_tensor("sfb", sfb, (torch.uint8,), b_rank)
-    require_tensor("d", d, (torch.bfloat16,), a_rank)
+    checks.require_tensor("a", a, (torch.float8_e4m3fn,), a_rank)
+    checks.require_tensor("sfa", sfa, (torch.float32,), a_rank)
+    checks.require_tensor("b", b, (torch.uint8,), b_rank)
+    checks.require_tensor("sfb", sfb, (torch.uint8,), b_rank)
+    checks.require_tensor("d", d, (torch.bfloat16,), a_rank)
     k = a.shape[-1]
     if k <= 0 or k % MXFP4_GROUP:
         raise ValueError(f"K (a.shape[-1]) must be a positive multiple of {MXFP4_GROUP}, got {k}")
@@ -74,16 +65,16 @@ def _check(a: Tensor, sfa: Tensor, w: Mxfp4Weights, d: Tensor, a_rank: int, b_ra
     groups = (b.shape[0],) if b_rank == 3 else ()
     if a_rank == 3 and a.shape[0] != b.shape[0]:
         raise ValueError(f"b must have {a.shape[0]} groups (a's), got {tuple(b.shape)}")
-    require_shape("b", b, (*groups, n, kp // 2))
-    require_shape("sfb", sfb, (*groups, kp // SM100_K_BLOCK, 4 * np_))
+    checks.require_shape("b", b, (*groups, n, kp // 2))
+    checks.require_shape("sfb", sfb, (*groups, kp // SM100_K_BLOCK, 4 * np_))
     if not sfb.is_contiguous():
         raise ValueError("sfb (SM100 scale words) must be contiguous, as prepared")
-    require_shape("sfa", sfa, (*a.shape[:-1], math.ceil(k / SFA_BLOCK_K)))
-    require_shape("d", d, (*a.shape[:-1], n))
+    checks.require_shape("sfa", sfa, (*a.shape[:-1], math.ceil(k / SFA_BLOCK_K)))
+    checks.require_shape("d", d, (*a.shape[:-1], n))
     if b_rank == 3:
-        ldb, ldb_group = batched_row_stride("b", b, collapsible=False)
+        ldb, ldb_group = checks.batched_row_stride("b", b, collapsible=False)
     else:
-        ldb, ldb_group = row_stride("b", b), n * b.stride(0)
+        ldb, ldb_group = checks.row_stride("b", b), n * b.stride(0)
     if ldb % 32 or ldb_group % 32:
         raise ValueError(f"b's rows must be 32-byte strided (as prepared), got {b.stride()}")
     sfb_group = (kp // SM100_K_BLOCK) * np_
@@ -93,11 +84,11 @@ def _check(a: Tensor, sfa: Tensor, w: Mxfp4Weights, d: Tensor, a_rank: int, b_ra
 def check_dense(a, sfa, w, d, *, placed=True) -> Fp8Fp4Problem:
     _, n, k, ldb, ldb_group, sfb_group = _check(a, sfa, w, d, 2, 2)
     m = a.shape[0]
-    _, sfa_row, sfa_kb = sfa_strides(sfa)
+    _, sfa_row, sfa_kb = checks.sfa_strides(sfa)
     aligned = {"a": a, "b": w.b, "d": d, "sfa": sfa, "sfb": w.sfb}
-    device = require_placement(aligned, {}) if placed else -1
+    device = checks.require_placement(aligned, {}) if placed else -1
     return Fp8Fp4Problem(
-        m, m, n, k, 1, row_stride("a", a), ldb, ldb_group, row_stride("d", d),
+        m, m, n, k, 1, checks.row_stride("a", a), ldb, ldb_group, checks.row_stride("d", d),
         0, sfa_row, sfa_kb, 0, sfb_group, device=device,
     )  # fmt: skip
 
@@ -105,12 +96,12 @@ def check_dense(a, sfa, w, d, *, placed=True) -> Fp8Fp4Problem:
 def check_contiguous(a, sfa, w, d, m_indices, offs, *, placed=True) -> Fp8Fp4Problem:
     groups, n, k, ldb, ldb_group, sfb_group = _check(a, sfa, w, d, 2, 3)
     rows = a.shape[0]
-    info = contiguous_group_info(rows, groups, m_indices, offs)
-    _, sfa_row, sfa_kb = sfa_strides(sfa)
+    info = checks.contiguous_group_info(rows, groups, m_indices, offs)
+    _, sfa_row, sfa_kb = checks.sfa_strides(sfa)
     aligned = {"a": a, "b": w.b, "d": d, "sfa": sfa, "sfb": w.sfb}
-    device = require_placement(aligned, info) if placed else -1
+    device = checks.require_placement(aligned, info) if placed else -1
     return Fp8Fp4Problem(
-        rows, rows, n, k, groups, row_stride("a", a), ldb, ldb_group, row_stride("d", d),
+        rows, rows, n, k, groups, checks.row_stride("a", a), ldb, ldb_group, checks.row_stride("d", d),
         0, sfa_row, sfa_kb, 0, sfb_group, device=device,
     )  # fmt: skip
 
@@ -118,14 +109,13 @@ def check_contiguous(a, sfa, w, d, m_indices, offs, *, placed=True) -> Fp8Fp4Pro
 def check_masked(a, sfa, w, d, masked_m, expected_m, *, placed=True) -> Fp8Fp4Problem:
     groups, n, k, ldb, ldb_group, sfb_group = _check(a, sfa, w, d, 3, 3)
     max_m = a.shape[1]
-    require_index_vector("masked_m", masked_m, groups)
-    if isinstance(expected_m, bool) or not isinstance(expected_m, int) or expected_m <= 0:
-        raise TypeError(f"expected_m must be a positive int, got {expected_m!r}")
-    lda, _ = batched_row_stride("a", a, collapsible=True)
-    ldd, _ = batched_row_stride("d", d, collapsible=True)
-    sfa_group, sfa_row, sfa_kb = sfa_strides(sfa)
+    checks.require_index_vector("masked_m", masked_m, groups)
+    checks.require_expected_m(expected_m)
+    lda, _ = checks.batched_row_stride("a", a, collapsible=True)
+    ldd, _ = checks.batched_row_stride("d", d, collapsible=True)
+    sfa_group, sfa_row, sfa_kb = checks.sfa_strides(sfa)
     aligned = {"a": a, "b": w.b, "d": d, "sfa": sfa, "sfb": w.sfb}
-    device = require_placement(aligned, {"masked_m": masked_m}) if placed else -1
+    device = checks.require_placement(aligned, {"masked_m": masked_m}) if placed else -1
     return Fp8Fp4Problem(
         groups * max_m, max_m, n, k, groups, lda, ldb, ldb_group, ldd,
         sfa_group, sfa_row, sfa_kb, max_m, sfb_group, device=device,

@@ -9,15 +9,7 @@ import torch
 from torch import Tensor
 
 from ..heuristics import GemmConfig, GemmDesc
-from ..launch.checks import (
-    refuse_config_when_compiling,
-    require_contiguous,
-    require_index_vector,
-    require_placement,
-    require_shape,
-    require_tensor,
-    row_stride,
-)
+from ..launch import checks
 from ..launch.plans import PlanCache, raw_stream, signature
 from ..launch.problems import KGroupedProblem
 
@@ -33,26 +25,28 @@ def check_k_grouped(
 ) -> KGroupedProblem:
     """The full checks of `k_grouped_bf16_gemm_tn_contiguous`; placed=False leaves out the
     placement (fake tensors)."""
-    require_tensor("a", a, _BF16, 2)
-    require_tensor("b", b, _BF16, 2)
-    require_tensor("d", d, _FP32, 3)
+    checks.require_tensor("a", a, _BF16, 2)
+    checks.require_tensor("b", b, _BF16, 2)
+    checks.require_tensor("d", d, _FP32, 3)
     num_tokens, m = a.shape
     n = b.shape[1]
     num_groups = d.shape[0]
-    require_shape("b", b, (num_tokens, n))
-    require_shape("d", d, (num_groups, m, n))
-    require_index_vector("offs", offs, num_groups)
+    checks.require_shape("b", b, (num_tokens, n))
+    checks.require_shape("d", d, (num_groups, m, n))
+    checks.require_index_vector("offs", offs, num_groups)
     if c is not None:
-        require_tensor("c", c, _FP32, 3)
-        require_shape("c", c, (num_groups, m, n))
-        require_contiguous("c", c)
+        checks.require_tensor("c", c, _FP32, 3)
+        checks.require_shape("c", c, (num_groups, m, n))
+        checks.require_contiguous("c", c)
     if m % 8 != 0:
         raise ValueError(f"M (a.shape[1]) must be a multiple of 8, got {m}")
     if n % 8 != 0:
         raise ValueError(f"N (b.shape[1]) must be a multiple of 8, got {n}")
-    lda, ldb = row_stride("a", a), row_stride("b", b)
-    require_contiguous("d", d)
-    device = require_placement({"a": a, "b": b, "d": d, "c": c}, {"offs": offs}) if placed else -1
+    lda, ldb = checks.row_stride("a", a), checks.row_stride("b", b)
+    checks.require_contiguous("d", d)
+    device = (
+        checks.require_placement({"a": a, "b": b, "d": d, "c": c}, {"offs": offs}) if placed else -1
+    )
     return KGroupedProblem(m, n, num_tokens, num_groups, lda, ldb, device=device)
 
 
@@ -74,7 +68,7 @@ def k_grouped_bf16_gemm_tn_contiguous(
     Under torch.compile the call is the custom op `moegemm::k_grouped_bf16_gemm_tn_contiguous`.
     """
     if _is_compiling():
-        refuse_config_when_compiling(config)
+        checks.refuse_config_when_compiling(config)
         torch.ops.moegemm.k_grouped_bf16_gemm_tn_contiguous(a, b, d, offs, c)
         return d
     key = signature(a, b, d, offs, c)  # plans.py

@@ -15,16 +15,7 @@ import torch
 from torch import Tensor
 
 from ..heuristics import CONTIGUOUS_ALIGNMENT, GemmConfig, GemmDesc
-from ..launch.checks import (
-    batched_row_stride,
-    contiguous_group_info,
-    refuse_config_when_compiling,
-    require_index_vector,
-    require_placement,
-    require_shape,
-    require_tensor,
-    row_stride,
-)
+from ..launch import checks
 from ..launch.plans import PlanCache, raw_stream, signature
 from ..launch.problems import GemmProblem
 
@@ -64,19 +55,19 @@ def check_contiguous(
     placed: bool = True,
 ) -> GemmProblem:
     """The full checks of the contiguous layouts; placed=False leaves out the placement."""
-    require_tensor("a", a, _BF16, 2)
-    require_tensor("b", b, _BF16, 3)
-    require_tensor("d", d, _D_DTYPES, 2)
+    checks.require_tensor("a", a, _BF16, 2)
+    checks.require_tensor("b", b, _BF16, 3)
+    checks.require_tensor("d", d, _D_DTYPES, 2)
     rows, k = a.shape
     num_groups, n = b.shape[0], b.shape[1]
-    require_shape("b", b, (num_groups, n, k))
-    require_shape("d", d, (rows, n))
+    checks.require_shape("b", b, (num_groups, n, k))
+    checks.require_shape("d", d, (rows, n))
     _check_nk(n, k)
-    info = contiguous_group_info(rows, num_groups, m_indices, offs)
-    lda = row_stride("a", a)
-    ldb, ldb_group = batched_row_stride("b", b, collapsible=False)
-    ldd = row_stride("d", d)
-    device = require_placement({"a": a, "b": b, "d": d}, info) if placed else -1
+    info = checks.contiguous_group_info(rows, num_groups, m_indices, offs)
+    lda = checks.row_stride("a", a)
+    ldb, ldb_group = checks.batched_row_stride("b", b, collapsible=False)
+    ldd = checks.row_stride("d", d)
+    device = checks.require_placement({"a": a, "b": b, "d": d}, info) if placed else -1
     return GemmProblem(rows, rows, n, k, num_groups, lda, ldb, ldb_group, ldd, device=device)
 
 
@@ -100,7 +91,7 @@ def m_grouped_bf16_gemm_nt_contiguous(
     Under torch.compile the call is the custom op `moegemm::m_grouped_bf16_gemm_nt_contiguous`.
     """
     if _is_compiling():
-        refuse_config_when_compiling(config)
+        checks.refuse_config_when_compiling(config)
         torch.ops.moegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, m_indices, offs)
         return d
     if offs is None:
@@ -114,54 +105,35 @@ def m_grouped_bf16_gemm_nt_contiguous(
         a.data_ptr(), b.data_ptr(), d.data_ptr(), 0, info.data_ptr(), raw_stream(plan.device)
     ):
         return d
-    return _checked_contiguous(key, a, b, d, m_indices, offs, config)
-
-
-def _checked_contiguous(
-    key: tuple | None,
-    a: Tensor,
-    b: Tensor,
-    d: Tensor,
-    m_indices: Tensor | None,
-    offs: Tensor | None,
-    config: GemmConfig | None,
-) -> Tensor:
-    """A plan miss: the full checks, then this signature's plan is built, stored and launched."""
-    p = check_contiguous(a, b, d, m_indices, offs)
-    if p.empty:
-        return d
+    p = check_contiguous(a, b, d, m_indices, offs)  # a miss: the full checks
     if m_indices is not None:
-        kind, info, cache, expected = "m_grouped_contiguous", m_indices, _indices_plans, 0
-    else:
-        kind, info, cache = "m_grouped_offsets", offs, _offs_plans
-        expected = math.ceil(p.rows / p.num_groups)
-    d_dtype = "fp32" if d.dtype == torch.float32 else "bf16"
-    desc = GemmDesc(kind, p.rows, p.n, p.k, p.num_groups, d_dtype=d_dtype, expected_m=expected)
-    cache.launch(key, desc, p, _pointers(a, b, d, info), config)
-    return d
+        return _launch_checked(key, _indices_plans, "m_grouped_contiguous", p, 0, d, config,
+                               (a, b, d, m_indices))  # fmt: skip
+    expected = math.ceil(p.rows / max(p.num_groups, 1))
+    return _launch_checked(key, _offs_plans, "m_grouped_offsets", p, expected, d, config,
+                           (a, b, d, offs))  # fmt: skip
 
 
 def check_masked(
     a: Tensor, b: Tensor, d: Tensor, masked_m: Tensor, expected_m: int, *, placed: bool = True
 ) -> GemmProblem:
     """The full checks of the masked layout; placed=False leaves out the placement."""
-    require_tensor("a", a, _BF16, 3)
-    require_tensor("b", b, _BF16, 3)
-    require_tensor("d", d, _D_DTYPES, 3)
+    checks.require_tensor("a", a, _BF16, 3)
+    checks.require_tensor("b", b, _BF16, 3)
+    checks.require_tensor("d", d, _D_DTYPES, 3)
     num_groups, max_m, k = a.shape
     n = b.shape[1]
-    require_shape("b", b, (num_groups, n, k))
-    require_shape("d", d, (num_groups, max_m, n))
+    checks.require_shape("b", b, (num_groups, n, k))
+    checks.require_shape("d", d, (num_groups, max_m, n))
     _check_nk(n, k)
-    require_index_vector("masked_m", masked_m, num_groups)
-    # Traced by torch.compile, an expected_m that varies between calls becomes a SymInt.
-    ints = int if placed else (int, torch.SymInt)
-    if isinstance(expected_m, bool) or not isinstance(expected_m, ints) or expected_m <= 0:
-        raise TypeError(f"expected_m must be a positive int, got {expected_m!r}")
-    lda, _ = batched_row_stride("a", a, collapsible=True)
-    ldb, ldb_group = batched_row_stride("b", b, collapsible=False)
-    ldd, _ = batched_row_stride("d", d, collapsible=True)
-    device = require_placement({"a": a, "b": b, "d": d}, {"masked_m": masked_m}) if placed else -1
+    checks.require_index_vector("masked_m", masked_m, num_groups)
+    checks.require_expected_m(expected_m, symbolic=not placed)
+    lda, _ = checks.batched_row_stride("a", a, collapsible=True)
+    ldb, ldb_group = checks.batched_row_stride("b", b, collapsible=False)
+    ldd, _ = checks.batched_row_stride("d", d, collapsible=True)
+    device = (
+        checks.require_placement({"a": a, "b": b, "d": d}, {"masked_m": masked_m}) if placed else -1
+    )
     return GemmProblem(
         num_groups * max_m, max_m, n, k, num_groups, lda, ldb, ldb_group, ldd, device=device
     )
@@ -183,7 +155,7 @@ def m_grouped_bf16_gemm_nt_masked(
     Under torch.compile the call is the custom op `moegemm::m_grouped_bf16_gemm_nt_masked`.
     """
     if _is_compiling():
-        refuse_config_when_compiling(config)
+        checks.refuse_config_when_compiling(config)
         torch.ops.moegemm.m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, expected_m)
         return d
     # The signature; expected_m steers the choice (a plain int: 2.0 == 2, True == 1).
@@ -195,31 +167,22 @@ def m_grouped_bf16_gemm_nt_masked(
         a.data_ptr(), b.data_ptr(), d.data_ptr(), 0, masked_m.data_ptr(), raw_stream(plan.device)
     ):
         return d
-    return _checked_masked(key, a, b, d, masked_m, expected_m, config)
+    p = check_masked(a, b, d, masked_m, expected_m)  # a miss: the full checks
+    return _launch_checked(key, _masked_plans, "m_grouped_masked", p, min(expected_m, p.m), d,
+                           config, (a, b, d, masked_m))  # fmt: skip
 
 
-def _checked_masked(
-    key: tuple | None,
-    a: Tensor,
-    b: Tensor,
-    d: Tensor,
-    masked_m: Tensor,
-    expected_m: int,
-    config: GemmConfig | None,
-) -> Tensor:
-    """A plan miss: the full checks, then this signature's plan is built, stored and launched."""
-    p = check_masked(a, b, d, masked_m, expected_m)
+def _launch_checked(
+    key: tuple | None, cache: PlanCache, kind: str, p: GemmProblem, expected_m: int, d: Tensor,
+    config: GemmConfig | None, operands: tuple[Tensor, Tensor, Tensor, Tensor],
+) -> Tensor:  # fmt: skip
+    """After the full checks: this signature's plan built, stored and launched (an empty
+    problem launches nothing). operands: a, b, d and the group info."""
     if p.empty:
         return d
     d_dtype = "fp32" if d.dtype == torch.float32 else "bf16"
-    expected = min(expected_m, p.m)
-    desc = GemmDesc(
-        "m_grouped_masked", p.m, p.n, p.k, p.num_groups, d_dtype=d_dtype, expected_m=expected
-    )
-    _masked_plans.launch(key, desc, p, _pointers(a, b, d, masked_m), config)
+    desc = GemmDesc(kind, p.m, p.n, p.k, p.num_groups, d_dtype=d_dtype, expected_m=expected_m)
+    a, b, d, info = operands
+    cache.launch(key, desc, p, (a.data_ptr(), b.data_ptr(), d.data_ptr(), 0, info.data_ptr()),
+                 config)  # fmt: skip
     return d
-
-
-def _pointers(a: Tensor, b: Tensor, d: Tensor, info: Tensor) -> tuple[int, ...]:
-    """A launch's pointers: a, b, d, no C, the group info."""
-    return a.data_ptr(), b.data_ptr(), d.data_ptr(), 0, info.data_ptr()

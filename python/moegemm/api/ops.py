@@ -12,10 +12,11 @@ where `is_compiling()` is False, so they take the eager path with its plans."""
 
 # No `from __future__ import annotations`: torch.library reads the annotations as types.
 
-import torch
+from collections.abc import Callable
+
 from torch import Tensor
 
-from ..launch import OPS_NAMESPACE as NAMESPACE
+from ..launch.ops import custom_op
 from . import fp8_fp4
 from .bf16_gemm import bf16_gemm_nt, check_dense
 from .k_grouped import check_k_grouped, k_grouped_bf16_gemm_tn_contiguous
@@ -28,17 +29,24 @@ from .m_grouped import (
 from .mxfp4_weights import Mxfp4Weights
 
 
-@torch.library.custom_op(f"{NAMESPACE}::bf16_gemm_nt", mutates_args=("d",))
+def _op(name: str, check: Callable[..., object]) -> Callable:
+    """The custom op moegemm::<name>, which writes `d`; its fake runs `check` (the function's
+    full checks) on the call's arguments without the placement (placed=False: fake tensors
+    have no data), `prepared` passed by keyword."""
+
+    def fake(operands: dict[str, object]) -> None:
+        layout = {"prepared": operands.pop("prepared")} if "prepared" in operands else {}
+        check(*operands.values(), placed=False, **layout)
+
+    return custom_op(name, ("d",), fake)
+
+
+@_op("bf16_gemm_nt", check_dense)
 def bf16_gemm_nt_op(a: Tensor, b: Tensor, d: Tensor, c: Tensor | None = None) -> None:
     bf16_gemm_nt(a, b, d, c)
 
 
-@bf16_gemm_nt_op.register_fake
-def _(a: Tensor, b: Tensor, d: Tensor, c: Tensor | None = None) -> None:
-    check_dense(a, b, d, c, placed=False)
-
-
-@torch.library.custom_op(f"{NAMESPACE}::m_grouped_bf16_gemm_nt_contiguous", mutates_args=("d",))
+@_op("m_grouped_bf16_gemm_nt_contiguous", check_contiguous)
 def m_grouped_contiguous_op(
     a: Tensor,
     b: Tensor,
@@ -49,59 +57,33 @@ def m_grouped_contiguous_op(
     m_grouped_bf16_gemm_nt_contiguous(a, b, d, m_indices, offs=offs)
 
 
-@m_grouped_contiguous_op.register_fake
-def _(
-    a: Tensor,
-    b: Tensor,
-    d: Tensor,
-    m_indices: Tensor | None = None,
-    offs: Tensor | None = None,
-) -> None:
-    check_contiguous(a, b, d, m_indices, offs, placed=False)
-
-
-@torch.library.custom_op(f"{NAMESPACE}::m_grouped_bf16_gemm_nt_masked", mutates_args=("d",))
+@_op("m_grouped_bf16_gemm_nt_masked", check_masked)
 def m_grouped_masked_op(a: Tensor, b: Tensor, d: Tensor, masked_m: Tensor, expected_m: int) -> None:
     m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, expected_m)
 
 
-@m_grouped_masked_op.register_fake
-def _(a: Tensor, b: Tensor, d: Tensor, masked_m: Tensor, expected_m: int) -> None:
-    check_masked(a, b, d, masked_m, expected_m, placed=False)
-
-
-@torch.library.custom_op(f"{NAMESPACE}::k_grouped_bf16_gemm_tn_contiguous", mutates_args=("d",))
+@_op("k_grouped_bf16_gemm_tn_contiguous", check_k_grouped)
 def k_grouped_op(a: Tensor, b: Tensor, d: Tensor, offs: Tensor, c: Tensor | None = None) -> None:
     k_grouped_bf16_gemm_tn_contiguous(a, b, d, offs, c)
 
 
-@k_grouped_op.register_fake
-def _(a: Tensor, b: Tensor, d: Tensor, offs: Tensor, c: Tensor | None = None) -> None:
-    check_k_grouped(a, b, d, offs, c, placed=False)
-
-
 # FP8 x FP4: the operand pairs are flattened (a schema has no tuples nor dataclasses), and
-# `prepared` says which weight layout b holds (an Mxfp4Weights of prepare_mxfp4_weights, or the
-# checkpoint's (b, sfb)): the real impls rebuild the second operand from it.
+# `prepared` (last) says which weight layout b holds (an Mxfp4Weights of prepare_mxfp4_weights,
+# or the checkpoint's (b, sfb)): the real impls rebuild the second operand from it.
 
 
 def _weights(b: Tensor, sfb: Tensor, prepared: bool) -> object:
     return Mxfp4Weights(b, sfb, prepared=True) if prepared else (b, sfb)
 
 
-@torch.library.custom_op(f"{NAMESPACE}::fp8_fp4_gemm_nt", mutates_args=("d",))
+@_op("fp8_fp4_gemm_nt", fp8_fp4.check_dense)
 def fp8_fp4_gemm_nt_op(
     a: Tensor, sfa: Tensor, b: Tensor, sfb: Tensor, d: Tensor, prepared: bool = False
 ) -> None:
     fp8_fp4.fp8_fp4_gemm_nt((a, sfa), _weights(b, sfb, prepared), d)
 
 
-@fp8_fp4_gemm_nt_op.register_fake
-def _(a: Tensor, sfa: Tensor, b: Tensor, sfb: Tensor, d: Tensor, prepared: bool = False) -> None:
-    fp8_fp4.check_dense(a, sfa, b, sfb, d, placed=False, prepared=prepared)
-
-
-@torch.library.custom_op(f"{NAMESPACE}::m_grouped_fp8_fp4_gemm_nt_contiguous", mutates_args=("d",))
+@_op("m_grouped_fp8_fp4_gemm_nt_contiguous", fp8_fp4.check_contiguous)
 def m_grouped_fp8_fp4_contiguous_op(
     a: Tensor,
     sfa: Tensor,
@@ -116,21 +98,7 @@ def m_grouped_fp8_fp4_contiguous_op(
     fp8_fp4.m_grouped_fp8_fp4_gemm_nt_contiguous((a, sfa), weights, d, m_indices, offs=offs)
 
 
-@m_grouped_fp8_fp4_contiguous_op.register_fake
-def _(
-    a: Tensor,
-    sfa: Tensor,
-    b: Tensor,
-    sfb: Tensor,
-    d: Tensor,
-    m_indices: Tensor | None = None,
-    offs: Tensor | None = None,
-    prepared: bool = False,
-) -> None:
-    fp8_fp4.check_contiguous(a, sfa, b, sfb, d, m_indices, offs, placed=False, prepared=prepared)
-
-
-@torch.library.custom_op(f"{NAMESPACE}::m_grouped_fp8_fp4_gemm_nt_masked", mutates_args=("d",))
+@_op("m_grouped_fp8_fp4_gemm_nt_masked", fp8_fp4.check_masked)
 def m_grouped_fp8_fp4_masked_op(
     a: Tensor,
     sfa: Tensor,
@@ -143,20 +111,6 @@ def m_grouped_fp8_fp4_masked_op(
 ) -> None:
     weights = _weights(b, sfb, prepared)
     fp8_fp4.m_grouped_fp8_fp4_gemm_nt_masked((a, sfa), weights, d, masked_m, expected_m)
-
-
-@m_grouped_fp8_fp4_masked_op.register_fake
-def _(
-    a: Tensor,
-    sfa: Tensor,
-    b: Tensor,
-    sfb: Tensor,
-    d: Tensor,
-    masked_m: Tensor,
-    expected_m: int,
-    prepared: bool = False,
-) -> None:
-    fp8_fp4.check_masked(a, sfa, b, sfb, d, masked_m, expected_m, placed=False, prepared=prepared)
 
 
 OPS = {

@@ -24,6 +24,12 @@ class Heuristics(Protocol):
     def selection_key(self, desc: GemmDesc) -> tuple: ...
 
 
+def moe_or_plain(desc: GemmDesc, plain: str, moe: str) -> str:
+    """The launcher `moe` for the fused MoE layer's GEMMs (they pass bias and row-scale
+    pointers), else `plain`."""
+    return moe if desc.epilogue != "none" else plain
+
+
 def nothing_skipped(desc: GemmDesc) -> str | None:
     """`Family.unsupported` of a family whose config selection itself raises ValueError, naming
     the reason, for a desc it has no kernel for: the warmup skips nothing ahead of it."""

@@ -6,12 +6,11 @@ from __future__ import annotations
 from ..heuristics import SM100, GemmDesc
 from ..heuristics import sm100_fp8_fp4 as heuristics
 from ..jit.codegen_sm100 import sm100_kernel_spec
-from .family import Family
+from .family import Family, moe_or_plain
 
 
 def launcher_name(desc: GemmDesc) -> str:
-    moe = desc.epilogue != "none"  # the fused MoE layer's GEMMs: bias and row-scale pointers
-    return "Sm100Fp8Fp4MoeGemmLauncher" if moe else "Sm100Fp8Fp4GemmLauncher"
+    return moe_or_plain(desc, "Sm100Fp8Fp4GemmLauncher", "Sm100Fp8Fp4MoeGemmLauncher")
 
 
 FAMILY = Family(

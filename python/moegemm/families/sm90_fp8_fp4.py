@@ -6,14 +6,13 @@ from __future__ import annotations
 from ..heuristics import SM90, GemmDesc
 from ..heuristics import sm90_fp8_fp4 as heuristics
 from ..jit.codegen import sm90_kernel_spec
-from .family import Family
+from .family import Family, moe_or_plain
 
 
 def launcher_name(desc: GemmDesc) -> str:
-    moe = desc.epilogue != "none"  # the fused MoE layer's GEMMs: bias and row-scale pointers
     if desc.weights == "prepared":  # the table kernels read their own params
-        return "Sm90Fp8Fp4TableMoeGemmLauncher" if moe else "Sm90Fp8Fp4TableGemmLauncher"
-    return "Sm90Fp8Fp4MoeGemmLauncher" if moe else "Sm90Fp8Fp4GemmLauncher"
+        return moe_or_plain(desc, "Sm90Fp8Fp4TableGemmLauncher", "Sm90Fp8Fp4TableMoeGemmLauncher")
+    return moe_or_plain(desc, "Sm90Fp8Fp4GemmLauncher", "Sm90Fp8Fp4MoeGemmLauncher")
 
 
 FAMILY = Family(

@@ -26,7 +26,7 @@ are datasheet-level assumptions, not measurements.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from . import search
 from .arch import SM100, ArchSpec
@@ -41,7 +41,7 @@ from .config import (
 )
 from .ragged import RAGGED_KINDS, expected_rows_per_group
 from .sm90_bf16 import CONTIGUOUS_ALIGNMENT
-from .waves import RaggedBlocks, count_tiles, expected_waves
+from .waves import RaggedBlocks, waves_and_l2_share
 
 BLOCK_K = 64  # one 128-byte swizzle row of BF16: four MMAs of K = 16
 UMMA_M = 128  # cta_group::1, lane i of tensor memory = accumulator row i
@@ -69,12 +69,21 @@ UMMA_ISSUE_CYCLES = 2
 STORE_BYTES_PER_CLK = 16
 
 
+def unsupported_operands(desc: GemmDesc, ab_dtype: str, kinds: tuple[str, ...]) -> str | None:
+    """Why a kernel of `ab_dtype` operands on `kinds` layouts cannot take desc's operands or
+    layout, or None."""
+    if desc.ab_dtype != ab_dtype:
+        return f"ab_dtype {desc.ab_dtype}"
+    if desc.kind not in kinds:
+        return f"layout {desc.kind}"
+    return None
+
+
 def supported(desc: GemmDesc) -> str | None:
     """Why the SM100 BF16 kernel cannot compute `desc`, or None when it can."""
-    if desc.ab_dtype != "bf16":
-        return f"ab_dtype {desc.ab_dtype}"
-    if desc.kind not in KINDS:
-        return f"layout {desc.kind}"
+    why = unsupported_operands(desc, "bf16", KINDS)
+    if why is not None:
+        return why
     if desc.epilogue != "none" and (
         desc.kind not in RAGGED_KINDS or desc.d_dtype != "bf16" or desc.with_c
     ):
@@ -86,8 +95,8 @@ def supported(desc: GemmDesc) -> str | None:
     return None
 
 
-def check_supported(desc: GemmDesc, arch: ArchSpec) -> None:
-    why = supported(desc)
+def raise_unsupported(why: str | None, arch: ArchSpec) -> None:
+    """ValueError naming `why` (an SM100 family's supported(desc)) unless it is None."""
     if why is not None:
         raise ValueError(f"moegemm has no SM100 kernel for {why} yet (arch {arch.name})")
 
@@ -123,10 +132,16 @@ def swap_ab_for(desc: GemmDesc) -> tuple[bool, ...]:
     return (False, True)
 
 
+def segment_safe(desc: GemmDesc, block_ms: tuple[int, ...]) -> tuple[int, ...]:
+    """The block_ms a tile of desc's layout may have: on m_indices a tile must not straddle two
+    aligned segments."""
+    if desc.kind == "m_grouped_contiguous":
+        return tuple(bm for bm in block_ms if CONTIGUOUS_ALIGNMENT % bm == 0)
+    return block_ms
+
+
 def swap_block_m_choices(desc: GemmDesc) -> tuple[int, ...]:
-    if desc.kind == "m_grouped_contiguous":  # a tile must not straddle two aligned segments
-        return tuple(bm for bm in SWAP_AB_BLOCK_M if CONTIGUOUS_ALIGNMENT % bm == 0)
-    return SWAP_AB_BLOCK_M
+    return segment_safe(desc, SWAP_AB_BLOCK_M)
 
 
 def storage_of(block_m: int, block_n: int, k_grouped: bool) -> StorageConfig:
@@ -143,18 +158,27 @@ def make_config(
     block_m: int, block_n: int, swap_ab: bool, arch: ArchSpec, k_grouped: bool = False
 ) -> GemmConfig:
     num_stages = stages_for(block_m, block_n, arch)
-    return GemmConfig(
-        layout=Layout(block_m=block_m, block_n=block_n, block_k=BLOCK_K, swap_ab=swap_ab),
-        storage=storage_of(block_m, block_n, k_grouped),
-        pipeline=PipelineConfig(
+    return skeleton_config(
+        Layout(block_m=block_m, block_n=block_n, block_k=BLOCK_K, swap_ab=swap_ab),
+        storage_of(block_m, block_n, k_grouped),
+        PipelineConfig(
             num_stages=num_stages, smem_bytes=smem_bytes_for(block_m, block_n, num_stages)
         ),
+    )
+
+
+def skeleton_config(layout: Layout, storage: StorageConfig, pipeline: PipelineConfig) -> GemmConfig:
+    """A config of the SM100 kernel skeleton, whose threads are the same for every tile."""
+    return GemmConfig(
+        layout=layout,
+        storage=storage,
+        pipeline=pipeline,
         launch=LaunchConfig(num_threads=NUM_THREADS, num_math_warpgroups=EPILOGUE_WARPGROUPS),
     )
 
 
 def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> Iterator[GemmConfig]:
-    check_supported(desc, arch)
+    raise_unsupported(supported(desc), arch)
     for swap_ab in swap_ab_for(desc):
         if swap_ab:
             for block_m in swap_block_m_choices(desc):
@@ -207,36 +231,59 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
     )
 
 
-def _rows_seen(desc: GemmDesc) -> int:
-    """The rows the model reads: m rounded up to 16 (dense, m_indices; every block_m is a
-    multiple of 16, so tile counts are unchanged), the typical group's rows (ragged)."""
+def rows_seen(desc: GemmDesc, multiple: int) -> int:
+    """The rows an SM100 model reads: the typical group's rows (ragged), else m rounded up to
+    `multiple`, which every block_m of the family divides (so tile counts are unchanged)."""
     if desc.kind in RAGGED_KINDS:
         return expected_rows_per_group(desc)
-    return math.ceil(desc.m / 16) * 16
+    return math.ceil(desc.m / multiple) * multiple
 
 
-def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> float:
-    """Cycles of the whole problem on `arch.num_sms` persistent CTAs."""
+def _rows_seen(desc: GemmDesc) -> int:
+    return rows_seen(desc, 16)
+
+
+def _tile_cycles(
+    config: GemmConfig, desc: GemmDesc, arch: ArchSpec, rows: int, l2_share: float
+) -> tuple[float, float]:
+    """(mainloop, epilogue) cycles of one tile: the slowest of the tensor core, shared memory
+    and L2 over its k-blocks; the register stores of its rows (and C's reads)."""
     lay = config.layout
-    rows = _rows_seen(desc)
-    model_desc = desc if desc.kind in RAGGED_KINDS else _with_rows(desc, rows)
-    num_tiles = count_tiles(model_desc, lay.block_m, lay.block_n)
-    if num_tiles == 0:
-        return float(PIPELINE_FILL_CYCLES)
-    num_ctas = min(num_tiles, arch.num_sms)
-    waves = expected_waves(model_desc, lay.block_m, lay.block_n, arch.num_sms)
     k_padded = math.ceil(desc.k / BLOCK_K) * BLOCK_K
     umma_n = lay.block_m if lay.swap_ab else lay.block_n
     elem = DTYPE_BYTES[desc.ab_dtype]
     k_steps = k_padded // 16
     mma = k_steps * (2 * UMMA_M * umma_n * 16 / arch.mma_flops_per_clk + UMMA_ISSUE_CYCLES)
     smem = k_padded * (UMMA_M + umma_n) * elem / arch.smem_bytes_per_clk
-    l2_share = min(64.0, arch.l2_bytes_per_clk * arch.num_sms / num_ctas)
     l2 = k_padded * (lay.block_m + lay.block_n) * elem / l2_share
-    mainloop = max(mma, smem, l2) + TILE_OVERHEAD_CYCLES
     stored_rows = min(lay.block_m, rows)
     out_bytes = DTYPE_BYTES[desc.d_dtype] * (2 if desc.with_c else 1)
     epilogue = stored_rows * lay.block_n * out_bytes / STORE_BYTES_PER_CLK
+    return max(mma, smem, l2) + TILE_OVERHEAD_CYCLES, epilogue
+
+
+def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> float:
+    """Cycles of the whole problem on `arch.num_sms` persistent CTAs."""
+    return problem_cycles(config, desc, arch, _rows_seen(desc), _tile_cycles)
+
+
+def problem_cycles(
+    config: GemmConfig,
+    desc: GemmDesc,
+    arch: ArchSpec,
+    rows: int,
+    tile_cycles: Callable[[GemmConfig, GemmDesc, ArchSpec, int, float], tuple[float, float]],
+) -> float:
+    """Cycles of the whole problem on `arch.num_sms` persistent CTAs from a family's
+    tile_cycles(config, desc, arch, rows, l2_share): (mainloop, epilogue) of one tile; `rows`
+    is the family's rows_seen and counts a balanced layout's tiles."""
+    lay = config.layout
+    model_desc = desc if desc.kind in RAGGED_KINDS else _with_rows(desc, rows)
+    spread = waves_and_l2_share(model_desc, lay.block_m, lay.block_n, arch)
+    if spread is None:
+        return float(PIPELINE_FILL_CYCLES)
+    waves, l2_share = spread
+    mainloop, epilogue = tile_cycles(config, desc, arch, rows, l2_share)
     # Two accumulators: a tile's epilogue hides behind the next tile's mainloop.
     return waves * max(mainloop, epilogue) + epilogue + PIPELINE_FILL_CYCLES
 
@@ -248,9 +295,8 @@ def _with_rows(desc: GemmDesc, m: int) -> GemmDesc:
 
 
 def select(desc: GemmDesc, arch: ArchSpec) -> GemmConfig:
-    candidates = [c for c in enumerate_configs(desc, arch) if is_legal(c, desc, arch)]
-    return search.best_config(
-        candidates, lambda c: estimate_cycles(c, desc, arch), f"SM100 BF16 {desc}"
+    return search.select_legal(
+        desc, arch, enumerate_configs, is_legal, estimate_cycles, "SM100 BF16"
     )
 
 
@@ -266,7 +312,13 @@ def selection_key(desc: GemmDesc) -> tuple:
     base += (desc.k,)
     if desc.kind not in RAGGED_KINDS:
         return (*base, _rows_seen(desc))
+    return (*base, *ragged_rows_key(desc, enumerate_configs))
+
+
+def ragged_rows_key(desc: GemmDesc, enumerate_configs: search.Enumerate) -> tuple:
+    """What an SM100 model reads of a ragged layout's rows: the typical group's rows and the
+    wave model's RaggedBlocks per block_m that `enumerate_configs` yields."""
     # The block_m choices do not depend on the arch's numbers.
     block_ms = {c.layout.block_m for c in enumerate_configs(desc, SM100)}
     blocks = tuple(RaggedBlocks.of(desc, bm) for bm in sorted(block_ms))
-    return (*base, expected_rows_per_group(desc), blocks)
+    return (expected_rows_per_group(desc), blocks)

@@ -13,7 +13,8 @@ layouts' swapped tiles, as in the BF16 family. Two orientations, as the BF16 fam
 FP4 runs at the FP8 rate. The model charges a tile the slowest of the tensor core, shared
 memory and L2 (B counted packed: 64 bytes per row and k-block); only the last tile's epilogue
 is exposed (two accumulators). Compiled and statically checked for sm_100f, not run on hardware:
-the rates are datasheet-level assumptions.
+the rates are datasheet-level assumptions. The kernel skeleton's facts (warp roles, tensor memory,
+barriers) and the model's rates are the BF16 family's (sm100_bf16).
 """
 
 from __future__ import annotations
@@ -22,52 +23,51 @@ import math
 from collections.abc import Iterator
 
 from . import search
-from .arch import SM100, ArchSpec
-from .config import GemmConfig, GemmDesc, LaunchConfig, Layout, PipelineConfig, StorageConfig
-from .ragged import RAGGED_KINDS, expected_rows_per_group
-from .sm90_bf16 import CONTIGUOUS_ALIGNMENT
-from .waves import RaggedBlocks, count_tiles, expected_waves
+from .arch import ArchSpec
+from .config import GemmConfig, GemmDesc, Layout, PipelineConfig, StorageConfig
+from .ragged import RAGGED_KINDS
+from .sm100_bf16 import (
+    ACCUM_STAGES,
+    BARRIER_BYTES_PER_STAGE,
+    EPILOGUE_WARPGROUPS,
+    FIXED_SMEM_BYTES,
+    GROUPED_KINDS,
+    NUM_THREADS,
+    STORE_BYTES_PER_CLK,
+    TILE_OVERHEAD_CYCLES,
+    TMEM_COLUMNS,
+    UMMA_ISSUE_CYCLES,
+    UMMA_M,
+    problem_cycles,
+    ragged_rows_key,
+    raise_unsupported,
+    rows_seen,
+    segment_safe,
+    skeleton_config,
+    unsupported_operands,
+)
 
 BLOCK_K = 128  # one 128-byte swizzle row of E4M3 / unpacked E2M1: four MMAs of K = 32
-UMMA_M = 128
 WEIGHT_ROWS = 128  # the weights' side of every tile
-NUM_THREADS = 256
-EPILOGUE_WARPGROUPS = 1
-TMEM_COLUMNS = 512
-ACCUM_STAGES = 2
 SCALE_COLUMNS = 8  # 4 for each operand's scales of one k-block
 SWAP_AB_BLOCK_M = (32, 64, 96, 128)
 MIN_STAGES, MAX_STAGES = 3, 10
 SCALE_STAGE_BYTES = 1024  # the tokens' and the weights' 128 scale cells, 512 bytes each
-FIXED_SMEM_BYTES = 2 * ACCUM_STAGES * 8 + 16
-BARRIER_BYTES_PER_STAGE = 16
-GROUPED_KINDS = ("m_grouped_contiguous", "m_grouped_offsets", "m_grouped_masked")
 KINDS = ("bf16_gemm_nt", *GROUPED_KINDS)
 MOE_KINDS = ("m_grouped_offsets", "m_grouped_masked")  # the fused layer's (swapped tiles)
 MXFP4_GROUP = 32
-PIPELINE_FILL_CYCLES = 1500
-TILE_OVERHEAD_CYCLES = 200
-UMMA_ISSUE_CYCLES = 2
-STORE_BYTES_PER_CLK = 16
 
 
 def supported(desc: GemmDesc) -> str | None:
     """Why the SM100 FP8 x FP4 kernel cannot compute `desc`, or None when it can."""
-    if desc.ab_dtype != "fp8_fp4":
-        return f"ab_dtype {desc.ab_dtype}"
-    if desc.kind not in KINDS:
-        return f"layout {desc.kind}"
+    why = unsupported_operands(desc, "fp8_fp4", KINDS)
+    if why is not None:
+        return why
     if desc.epilogue != "none" and desc.kind not in MOE_KINDS:
         return f"the fused MoE epilogue {desc.epilogue} on {desc.kind}"
     if desc.d_dtype != "bf16" or desc.with_c:
         return f"d_dtype {desc.d_dtype}" + (" with C" if desc.with_c else "")
     return None
-
-
-def check_supported(desc: GemmDesc, arch: ArchSpec) -> None:
-    why = supported(desc)
-    if why is not None:
-        raise ValueError(f"moegemm has no SM100 kernel for {why} yet (arch {arch.name})")
 
 
 def stage_bytes(block_m: int) -> int:
@@ -102,9 +102,7 @@ def swap_ab_for(desc: GemmDesc) -> tuple[bool, ...]:
 
 
 def swap_block_m_choices(desc: GemmDesc) -> tuple[int, ...]:
-    if desc.kind == "m_grouped_contiguous":
-        return tuple(bm for bm in SWAP_AB_BLOCK_M if CONTIGUOUS_ALIGNMENT % bm == 0)
-    return SWAP_AB_BLOCK_M
+    return segment_safe(desc, SWAP_AB_BLOCK_M)
 
 
 def storage_of(block_m: int) -> StorageConfig:
@@ -120,18 +118,15 @@ def storage_of(block_m: int) -> StorageConfig:
 
 def make_config(block_m: int, swap_ab: bool, arch: ArchSpec) -> GemmConfig:
     num_stages = stages_for(block_m, arch)
-    return GemmConfig(
-        layout=Layout(block_m=block_m, block_n=WEIGHT_ROWS, block_k=BLOCK_K, swap_ab=swap_ab),
-        storage=storage_of(block_m),
-        pipeline=PipelineConfig(
-            num_stages=num_stages, smem_bytes=smem_bytes_for(block_m, num_stages)
-        ),
-        launch=LaunchConfig(num_threads=NUM_THREADS, num_math_warpgroups=EPILOGUE_WARPGROUPS),
+    return skeleton_config(
+        Layout(block_m=block_m, block_n=WEIGHT_ROWS, block_k=BLOCK_K, swap_ab=swap_ab),
+        storage_of(block_m),
+        PipelineConfig(num_stages=num_stages, smem_bytes=smem_bytes_for(block_m, num_stages)),
     )
 
 
 def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> Iterator[GemmConfig]:
-    check_supported(desc, arch)
+    raise_unsupported(supported(desc), arch)
     for swap_ab in swap_ab_for(desc):
         if swap_ab:
             for block_m in swap_block_m_choices(desc):
@@ -170,44 +165,34 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
 
 
 def _rows_seen(desc: GemmDesc) -> int:
-    if desc.kind in RAGGED_KINDS:
-        return expected_rows_per_group(desc)
-    return math.ceil(desc.m / 32) * 32
+    return rows_seen(desc, 32)
 
 
-def _with_rows(desc: GemmDesc, m: int) -> GemmDesc:
-    return GemmDesc(
-        desc.kind, m, desc.n, desc.k, desc.num_groups, desc.ab_dtype, desc.d_dtype, desc.with_c
-    )
-
-
-def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> float:
-    """Cycles of the whole problem on `arch.num_sms` persistent CTAs."""
+def _tile_cycles(
+    config: GemmConfig, desc: GemmDesc, arch: ArchSpec, rows: int, l2_share: float
+) -> tuple[float, float]:
+    """(mainloop, epilogue) cycles of one tile: the slowest of the tensor core (FP4 at the FP8
+    rate), shared memory and L2 (B packed, with its scales); the register stores of its rows."""
     lay = config.layout
-    rows = _rows_seen(desc)
-    model_desc = desc if desc.kind in RAGGED_KINDS else _with_rows(desc, rows)
-    num_tiles = count_tiles(model_desc, lay.block_m, lay.block_n)
-    if num_tiles == 0:
-        return float(PIPELINE_FILL_CYCLES)
-    num_ctas = min(num_tiles, arch.num_sms)
-    waves = expected_waves(model_desc, lay.block_m, lay.block_n, arch.num_sms)
     k_padded = math.ceil(desc.k / BLOCK_K) * BLOCK_K
     n_side = umma_n(config)
     k_steps = k_padded // 32
     # FP8 rate: twice the BF16 tensor-core rate per clock.
     mma = k_steps * (2 * UMMA_M * n_side * 32 / (2 * arch.mma_flops_per_clk) + UMMA_ISSUE_CYCLES)
     smem = k_padded * (UMMA_M + n_side) / arch.smem_bytes_per_clk
-    l2_share = min(64.0, arch.l2_bytes_per_clk * arch.num_sms / num_ctas)
     l2 = k_padded * (lay.block_m + lay.block_n / 2 + lay.block_n / 32) / l2_share
-    mainloop = max(mma, smem, l2) + TILE_OVERHEAD_CYCLES
     epilogue = min(lay.block_m, rows) * lay.block_n * 2 / STORE_BYTES_PER_CLK
-    return waves * max(mainloop, epilogue) + epilogue + PIPELINE_FILL_CYCLES
+    return max(mma, smem, l2) + TILE_OVERHEAD_CYCLES, epilogue
+
+
+def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> float:
+    """Cycles of the whole problem on `arch.num_sms` persistent CTAs."""
+    return problem_cycles(config, desc, arch, _rows_seen(desc), _tile_cycles)
 
 
 def select(desc: GemmDesc, arch: ArchSpec) -> GemmConfig:
-    candidates = [c for c in enumerate_configs(desc, arch) if is_legal(c, desc, arch)]
-    return search.best_config(
-        candidates, lambda c: estimate_cycles(c, desc, arch), f"SM100 FP8 x FP4 {desc}"
+    return search.select_legal(
+        desc, arch, enumerate_configs, is_legal, estimate_cycles, "SM100 FP8 x FP4"
     )
 
 
@@ -217,6 +202,4 @@ def selection_key(desc: GemmDesc) -> tuple:
     base += (desc.with_c, desc.epilogue)
     if desc.kind not in RAGGED_KINDS:
         return (*base, _rows_seen(desc))
-    block_ms = {c.layout.block_m for c in enumerate_configs(desc, SM100)}
-    blocks = tuple(RaggedBlocks.of(desc, bm) for bm in sorted(block_ms))
-    return (*base, expected_rows_per_group(desc), blocks)
+    return (*base, *ragged_rows_key(desc, enumerate_configs))

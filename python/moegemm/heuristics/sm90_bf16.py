@@ -532,12 +532,9 @@ _CANDIDATES: dict[tuple, tuple[GemmConfig, ...]] = {}
 def candidates(desc: GemmDesc, arch: ArchSpec) -> tuple[GemmConfig, ...]:
     """The legal enumerated configs, in enumeration order, shared by every desc with the same
     candidate_key."""
-    key = (candidate_key(desc), arch)
-    found = _CANDIDATES.get(key)
-    if found is None:
-        found = tuple(c for c in enumerate_configs(desc, arch) if is_legal(c, desc, arch))
-        _CANDIDATES[key] = found
-    return found
+    return search.memoized_legal_configs(
+        _CANDIDATES, candidate_key(desc), desc, arch, enumerate_configs, is_legal
+    )
 
 
 def candidate_key(desc: GemmDesc) -> tuple:

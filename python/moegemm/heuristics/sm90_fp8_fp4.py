@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 from . import search, sm90_fp8_fp4_decode, sm90_fp8_fp4_table
 from .arch import ArchSpec
-from .config import GemmConfig, GemmDesc, LaunchConfig, Layout, PipelineConfig, StorageConfig
+from .config import GemmConfig, GemmDesc, LaunchConfig, Layout, PipelineConfig
 from .ragged import RAGGED_KINDS, expected_rows_per_group, normal_sf, rows_sigma
 from .sm90_bf16 import (
     PIPELINE_FILL_CYCLES,
@@ -32,9 +32,17 @@ from .sm90_bf16 import (
     tma_store_cols,
 )
 from .sm90_fp8_fp4_table import tma_store_possible
-from .waves import RaggedBlocks, count_tiles, expected_waves
+from .sm90_fp8_fp4_tiles import (
+    BARRIER_BYTES,
+    BLOCK_K,
+    SMEM_RESERVE,
+    kib,
+    stages_that_fit,
+    storage_of,
+)
+from .waves import RaggedBlocks, waves_and_l2_share
 
-BLOCK_K = 128  # one 128-byte swizzle row of FP8 A; one 128-K promotion step (one sfa column)
+# BLOCK_K: one 128-byte swizzle row of FP8 A; one 128-K promotion step (one sfa column).
 BLOCK_M_CHOICES = (64, 128)  # one math warpgroup per 64 rows
 BLOCK_N_CHOICES = tuple(range(16, 257, 16))  # B's ring slab block_n * 64 B: a multiple of 1 KiB
 KINDS = ("bf16_gemm_nt", "m_grouped_contiguous", "m_grouped_offsets", "m_grouped_masked")
@@ -45,8 +53,6 @@ A_STAGE_BYTES_PER_ROW = BLOCK_K  # FP8 A: block_m * 128
 B_STAGE_BYTES_PER_ROW = BLOCK_K // 2  # packed FP4 B: block_n * 64
 TRANSFORM_META_BYTES = 1024  # per transform stage, beside the FP8 B tile (scales, offsets)
 TABLE_BYTES = 1024  # the conversion tables
-BARRIER_BYTES = 16  # per stage of either ring
-SMEM_RESERVE = 1024  # kept free of the opt-in budget (the kernel aligns its carve-up to 1 KiB)
 MXFP4_GROUP = 32  # weights per UE8M0 scale byte
 FP4_BYTES_PER_WEIGHT = 0.5 + 1 / MXFP4_GROUP  # the code nibble and its share of the scale byte
 FP8_RATE = 2  # FP8 wgmma flops per clock relative to BF16 (arch.mma_flops_per_clk)
@@ -74,16 +80,12 @@ def math_warpgroups_for(block_m: int) -> int:
     return block_m // 64
 
 
-def _kib(nbytes: int) -> int:
-    return -(-nbytes // 1024) * 1024
-
-
 def smem_bytes_for(block_m: int, block_n: int, num_stages: int, store_cols: int = 0) -> int:
     """Shared memory of a kernel: the TMA ring, the transform ring (FP8 B tiles and their
     metadata), the BF16 staging tile of the TMA-store epilogue, the tables and the barriers."""
     # Per stage: A, packed B, and the k-block's scales (block_m floats, two 32-bit words per
     # weight row), each slab rounded up to 1 KiB.
-    scales = _kib(block_m * 4) + _kib(block_n * 8)
+    scales = kib(block_m * 4) + kib(block_n * 8)
     ring = num_stages * (block_m * A_STAGE_BYTES_PER_ROW + block_n * B_STAGE_BYTES_PER_ROW + scales)
     tring = TRANSFORM_STAGES * (block_n * BLOCK_K + TRANSFORM_META_BYTES)
     dstage = block_m * block_n * 2 if store_cols else 0
@@ -97,9 +99,9 @@ def smem_limit(arch: ArchSpec) -> int:
 
 def max_stages(block_m: int, block_n: int, store_cols: int, arch: ArchSpec) -> int:
     """The most TMA stages (up to MAX_STAGES) that fit; below MIN_STAGES the tile does not."""
-    fixed = smem_bytes_for(block_m, block_n, 0, store_cols)
-    per_stage = smem_bytes_for(block_m, block_n, 1, store_cols) - fixed
-    return min(MAX_STAGES, (smem_limit(arch) - fixed) // per_stage)
+    return stages_that_fit(
+        lambda stages: smem_bytes_for(block_m, block_n, stages, store_cols), arch, MAX_STAGES
+    )
 
 
 def moe_epilogue_legal(config: GemmConfig, desc: GemmDesc) -> bool:
@@ -121,16 +123,7 @@ def make_config(
     num_wg = math_warpgroups_for(block_m)
     return GemmConfig(
         layout=Layout(block_m=block_m, block_n=block_n, block_k=BLOCK_K),
-        storage=StorageConfig(
-            # Boxes in elements of the tensor, inner first: A is FP8 (128 B rows), B packed FP4
-            # bytes (64 B rows: 128 weights).
-            load_box_a=(BLOCK_K, block_m),
-            load_box_b=(B_STAGE_BYTES_PER_ROW, block_n),
-            swizzle_a=128,
-            swizzle_b=0,  # whole 64-byte rows of codes, unswizzled
-            store_box_d=(store_cols, 64) if store_cols else None,
-            swizzle_d=2 * store_cols,
-        ),
+        storage=storage_of(block_m, block_n, store_cols),
         pipeline=PipelineConfig(
             num_stages=num_stages,
             smem_bytes=smem_bytes_for(block_m, block_n, num_stages, store_cols),
@@ -290,13 +283,10 @@ def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> float
         return sm90_fp8_fp4_table.estimate_cycles(config, desc, arch, streamed)
     if lay.swap_ab:
         return sm90_fp8_fp4_decode.estimate_cycles(config, desc, arch, streamed)
-    num_tiles = count_tiles(desc, lay.block_m, lay.block_n)
-    if num_tiles == 0:
+    spread = waves_and_l2_share(desc, lay.block_m, lay.block_n, arch)
+    if spread is None:
         return float(PIPELINE_FILL_CYCLES)
-    num_ctas = min(num_tiles, arch.num_sms)
-    waves = expected_waves(desc, lay.block_m, lay.block_n, arch.num_sms)
-    # L2 bandwidth is shared: fewer busy SMs each get a larger share, up to the SM's own port.
-    l2_share = min(64.0, arch.l2_bytes_per_clk * arch.num_sms / num_ctas)
+    waves, l2_share = spread
     p = tile_pipes(config, desc, arch)
     tile = max(p["mma"], p["smem"], p["l2"] / l2_share, p["convert"])
     tile += p["epilogue"] + TILE_OVERHEAD_CYCLES
@@ -313,12 +303,9 @@ def candidate_key(desc: GemmDesc) -> tuple:
 
 
 def candidates(desc: GemmDesc, arch: ArchSpec) -> tuple[GemmConfig, ...]:
-    key = (candidate_key(desc), arch)
-    found = _CANDIDATES.get(key)
-    if found is None:
-        found = tuple(c for c in enumerate_configs(desc, arch) if is_legal(c, desc, arch))
-        _CANDIDATES[key] = found
-    return found
+    return search.memoized_legal_configs(
+        _CANDIDATES, candidate_key(desc), desc, arch, enumerate_configs, is_legal
+    )
 
 
 def select(desc: GemmDesc, arch: ArchSpec) -> GemmConfig:

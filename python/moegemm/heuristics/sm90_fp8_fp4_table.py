@@ -18,59 +18,38 @@ warpgroup. Both are bounded below by HBM moving the problem's bytes once (the fa
 from __future__ import annotations
 
 from .arch import ArchSpec
-from .config import GemmConfig, GemmDesc, LaunchConfig, Layout, PipelineConfig, StorageConfig
+from .config import GemmConfig, GemmDesc, LaunchConfig, Layout, PipelineConfig
 from .ragged import RAGGED_KINDS
 from .sm90_bf16 import PIPELINE_FILL_CYCLES, tma_store_cols
+from .sm90_fp8_fp4_tiles import (
+    BARRIER_BYTES,
+    BLOCK_K,
+    MAX_STAGES,
+    MIN_STAGES,
+    SMEM_RESERVE,
+    SwappedForm,
+    kib,
+    stages_that_fit,
+    storage_of,
+)
 from .waves import count_tiles, expected_waves
 
-BLOCK_K = 128
 KINDS = ("bf16_gemm_nt", "m_grouped_contiguous", "m_grouped_offsets", "m_grouped_masked")
 TOKEN_CHOICES = (8, 16, 24, 32, 48, 64, 96, 128)  # wgmma N
 # The m_indices layout aligns each group's segment to 128 rows: a token block never straddles
 # two groups when it divides 128.
 CONTIGUOUS_TOKEN_CHOICES = (8, 16, 32, 64, 128)
-MAX_MATH_WARPGROUPS = 4
 # The most tokens a config of W math warpgroups holds without spilling (acc + tmp: one FP32
 # register per token, plus two A register sets of 16): the registers each math thread gets
 # (232, 232, 152, 104 for W = 1..4) measured with ptxas.
 MAX_TOKENS = {1: 128, 2: 128, 3: 64, 4: 16}
-MIN_STAGES, MAX_STAGES = 2, 12
-BARRIER_BYTES = 16
-SMEM_RESERVE = 1024
-
-
-def _kib(nbytes: int) -> int:
-    return -(-nbytes // 1024) * 1024
 
 
 def smem_bytes_for(block_t: int, block_w: int, num_stages: int) -> int:
     """Per stage: the tokens' E4M3 rows, the codes, the tokens' scales and one offsets word per
     weight row (the last two slabs rounded up to 1 KiB); then the barriers."""
-    stage = block_t * BLOCK_K + block_w * BLOCK_K // 2 + _kib(block_t * 4) + _kib(block_w * 4)
+    stage = block_t * BLOCK_K + block_w * BLOCK_K // 2 + kib(block_t * 4) + kib(block_w * 4)
     return num_stages * (stage + BARRIER_BYTES)
-
-
-def max_stages(block_t: int, block_w: int, arch: ArchSpec) -> int:
-    per_stage = smem_bytes_for(block_t, block_w, 1)
-    return min(MAX_STAGES, (arch.smem_budget - SMEM_RESERVE) // per_stage)
-
-
-def make_config(block_t: int, num_wg: int, num_stages: int, arch: ArchSpec) -> GemmConfig:
-    block_w = 64 * num_wg
-    return GemmConfig(
-        layout=Layout(block_m=block_t, block_n=block_w, block_k=BLOCK_K, swap_ab=True),
-        storage=StorageConfig(
-            load_box_a=(BLOCK_K, block_t),
-            load_box_b=(BLOCK_K // 2, block_w),
-            swizzle_a=128,
-            swizzle_b=0,  # whole 64-byte rows of codes, unswizzled
-            load_box_sfb=(block_w, 1),  # a plane row of offsets words
-        ),
-        pipeline=PipelineConfig(
-            num_stages=num_stages, smem_bytes=smem_bytes_for(block_t, block_w, num_stages)
-        ),
-        launch=LaunchConfig(num_threads=128 * (1 + num_wg), num_math_warpgroups=num_wg),
-    )
 
 
 def token_choices(kind: str) -> tuple[int, ...]:
@@ -82,27 +61,10 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
     the decode kernel's, any other the prefill kernel's."""
     if not config.layout.swap_ab:
         return prefill_is_legal(config, desc, arch)
-    lay, pipe, launch = config.layout, config.pipeline, config.launch
-    num_wg = launch.num_math_warpgroups
     return (
         desc.kind in KINDS
         and desc.weights == "prepared"
-        and lay.swap_ab
-        and lay.block_k == BLOCK_K
-        and lay.block_m in token_choices(desc.kind)
-        and 1 <= num_wg <= MAX_MATH_WARPGROUPS
-        and lay.block_m <= MAX_TOKENS[num_wg]
-        and lay.block_n == 64 * num_wg
-        and lay.cluster_m == 1
-        and lay.cluster_n == 1
-        and lay.stripe_m == 0
-        and config.store_cols == 0
-        and launch.num_threads == 128 * (1 + num_wg)
-        and pipe.transform_stages == 0
-        and MIN_STAGES <= pipe.num_stages <= MAX_STAGES
-        and pipe.smem_bytes == smem_bytes_for(lay.block_m, lay.block_n, pipe.num_stages)
-        and pipe.smem_bytes <= arch.smem_budget - SMEM_RESERVE
-        and config.storage == make_config(lay.block_m, num_wg, pipe.num_stages, arch).storage
+        and FORM.is_legal(config, arch, token_choices(desc.kind))
     )
 
 
@@ -111,15 +73,7 @@ def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> list[GemmConfig]:
     count, the prefill kernel's for each tile and epilogue, with as many stages as fit."""
     if desc.kind not in KINDS or desc.weights != "prepared":
         return []
-    configs = prefill_configs(desc, arch)
-    for block_t in token_choices(desc.kind):
-        for num_wg in range(1, MAX_MATH_WARPGROUPS + 1):
-            if block_t > MAX_TOKENS[num_wg]:
-                continue
-            stages = max_stages(block_t, 64 * num_wg, arch)
-            if stages >= MIN_STAGES:
-                configs.append(make_config(block_t, num_wg, stages, arch))
-    return configs
+    return prefill_configs(desc, arch) + FORM.configs(arch, token_choices(desc.kind))
 
 
 # The decode kernel on the H200, fitted (2026-12-04: the DeepSeek-V3 L1, gpt-oss L1 and
@@ -129,16 +83,19 @@ def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> list[GemmConfig]:
 # costs a floor plus a share per math warpgroup (its conversion, wgmma and promotion, the
 # promotion growing with the tokens); a tile adds a fixed cost and its transposed register
 # stores, per KiB of outputs.
-KBLOCK_FLOOR_CYCLES = 360
-KBLOCK_CYCLES_PER_WARPGROUP = 205
-KBLOCK_CYCLES_PER_TOKEN = 2.6  # per warpgroup
 TILE_CYCLES = 1470
 STORE_CYCLES_PER_KI_OUTPUT = 205  # per 1024 outputs of a tile
-
-
-def kblock_cycles(block_t: int, num_wg: int) -> float:
-    per_wg = KBLOCK_CYCLES_PER_WARPGROUP + KBLOCK_CYCLES_PER_TOKEN * (block_t - TOKEN_CHOICES[0])
-    return KBLOCK_FLOOR_CYCLES + num_wg * per_wg
+FORM = SwappedForm(
+    max_tokens=MAX_TOKENS,
+    smem_bytes_for=smem_bytes_for,
+    scale_words=True,
+    kblock_floor_cycles=360,
+    kblock_cycles_per_warpgroup=205,
+    kblock_cycles_per_token=2.6,  # per warpgroup
+)
+max_stages = FORM.max_stages
+make_config = FORM.make_config
+kblock_cycles = FORM.kblock_cycles
 
 
 def decode_waves(desc: GemmDesc, block_t: int, block_w: int, num_sms: int) -> float:
@@ -178,7 +135,7 @@ def prefill_smem_bytes(block_m: int, block_n: int, num_stages: int, store_cols: 
     """The TMA ring (tokens, codes, token scales, offsets words per stage), the transform ring
     (E4M3 tiles and their metadata), the BF16 staging tile of the TMA-store epilogue and the
     barriers of both rings."""
-    stage = block_m * BLOCK_K + block_n * BLOCK_K // 2 + _kib(block_m * 4) + _kib(block_n * 4)
+    stage = block_m * BLOCK_K + block_n * BLOCK_K // 2 + kib(block_m * 4) + kib(block_n * 4)
     tstage = block_n * BLOCK_K + TRANSFORM_META_BYTES
     dstage = block_m * block_n * 2 if store_cols else 0
     barriers = BARRIER_BYTES * (num_stages + PREFILL_TRANSFORM_STAGES)
@@ -186,9 +143,9 @@ def prefill_smem_bytes(block_m: int, block_n: int, num_stages: int, store_cols: 
 
 
 def prefill_max_stages(block_m: int, block_n: int, store_cols: int, arch: ArchSpec) -> int:
-    fixed = prefill_smem_bytes(block_m, block_n, 0, store_cols)
-    per_stage = prefill_smem_bytes(block_m, block_n, 1, store_cols) - fixed
-    return min(MAX_STAGES, (arch.smem_budget - SMEM_RESERVE - fixed) // per_stage)
+    return stages_that_fit(
+        lambda stages: prefill_smem_bytes(block_m, block_n, stages, store_cols), arch, MAX_STAGES
+    )
 
 
 def make_prefill_config(
@@ -197,15 +154,7 @@ def make_prefill_config(
     num_wg = block_m // 64
     return GemmConfig(
         layout=Layout(block_m=block_m, block_n=block_n, block_k=BLOCK_K),
-        storage=StorageConfig(
-            load_box_a=(BLOCK_K, block_m),
-            load_box_b=(BLOCK_K // 2, block_n),
-            swizzle_a=128,
-            swizzle_b=0,  # whole 64-byte rows of codes, unswizzled
-            load_box_sfb=(block_n, 1),  # a plane row of offsets words
-            store_box_d=(store_cols, 64) if store_cols else None,
-            swizzle_d=2 * store_cols,
-        ),
+        storage=storage_of(block_m, block_n, store_cols, scale_words=True),
         pipeline=PipelineConfig(
             num_stages=num_stages,
             smem_bytes=prefill_smem_bytes(block_m, block_n, num_stages, store_cols),

@@ -1,7 +1,8 @@
 """The wave model: tiles of a problem and the waves a persistent grid of `num_sms` CTAs needs.
 
-Arch- and dtype-neutral. Balanced layouts (dense, m_indices, k-grouped) count exactly; ragged ones
-(packed offsets, masked) take expectations over the groups' spread of rows (ragged.py).
+Arch- and dtype-neutral (an arch comes as an argument). Balanced layouts (dense, m_indices,
+k-grouped) count exactly; ragged ones (packed offsets, masked) take expectations over the groups'
+spread of rows (ragged.py).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import functools
 import math
 from typing import NamedTuple
 
+from .arch import ArchSpec
 from .config import GemmDesc
 from .ragged import (
     capacity_blocks,
@@ -120,3 +122,17 @@ def ragged_waves(
             return waves
         waves += p
         w += 1
+
+
+def waves_and_l2_share(
+    desc: GemmDesc, block_m: int, block_n: int, arch: ArchSpec
+) -> tuple[float, float] | None:
+    """The expected waves of desc's block_m x block_n tiles on arch.num_sms persistent CTAs,
+    and the L2 bandwidth each busy SM gets per clock; None where the problem has no tile."""
+    num_tiles = count_tiles(desc, block_m, block_n)
+    if num_tiles == 0:
+        return None
+    num_ctas = min(num_tiles, arch.num_sms)
+    waves = expected_waves(desc, block_m, block_n, arch.num_sms)
+    # L2 bandwidth is shared: fewer busy SMs each get a larger share, up to the SM's own port.
+    return waves, min(64.0, arch.l2_bytes_per_clk * arch.num_sms / num_ctas)

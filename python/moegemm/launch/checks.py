@@ -144,6 +144,17 @@ def require_placement(tma: dict[str, torch.Tensor | None], others: dict[str, tor
     return device.index
 
 
+def require_expected_m(expected_m: object, *, symbolic: bool = False) -> None:
+    """expected_m, which only steers the kernel choice: a positive int (a TypeError for any
+    other type, bool included; a ValueError for a non-positive one). symbolic: the fake
+    implementations', where Dynamo traces a value that varies between calls as a SymInt."""
+    ints = (int, torch.SymInt) if symbolic else int
+    if isinstance(expected_m, bool) or not isinstance(expected_m, ints):
+        raise TypeError(f"expected_m must be a positive int, got {expected_m!r}")
+    if expected_m <= 0:
+        raise ValueError(f"expected_m must be a positive int, got {expected_m!r}")
+
+
 def sfa_strides(sfa: torch.Tensor) -> tuple[int, int, int]:
     """(group, row, k-block) strides in floats of FP8 activation scales sfa [.., M, nkb], any
     layout (row-major, or DeepGEMM's MN-major TMA-aligned one); a dim of size 1 gets the

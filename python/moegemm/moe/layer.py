@@ -375,8 +375,7 @@ def fused_moe_masked(
     checks.require_contiguous("x", x)
     max_m = x.shape[1]
     checks.require_index_vector("masked_m", masked_m, e)
-    if isinstance(expected_m, bool) or not isinstance(expected_m, int) or expected_m <= 0:
-        raise TypeError(f"expected_m must be a positive int, got {expected_m!r}")
+    checks.require_expected_m(expected_m)
     mxfp4 = check_any_w2(prepared, w2, w2_bias, e, h, i)
     if row_weight is not None:
         checks.require_tensor("row_weight", row_weight, (torch.float32,), 2)

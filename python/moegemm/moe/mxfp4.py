@@ -157,30 +157,28 @@ def mxfp4_layer_gemms(sizes: dict[str, int], w13: PreparedW13, w2_prepared: bool
                                             "intermediate"))  # fmt: skip
     slots = t * k
     expected = max(1, math.ceil(slots / e))
-    d1 = GemmDesc("m_grouped_offsets", slots, 2 * i, h, e, ab_dtype="fp8_fp4",
-                  expected_m=expected, weights=_form(w13.mxfp4_prepared),
-                  epilogue=EPILOGUE_OF[w13.activation])  # fmt: skip
-    d2 = GemmDesc("m_grouped_offsets", slots, h, i, e, ab_dtype="fp8_fp4", expected_m=expected,
-                  weights=_form(w2_prepared), epilogue="row_scale")  # fmt: skip
-    arch = w13.mxfp4_arch
-    return (
-        (d1, fp8_gemm_problem(slots, slots, 2 * i, h, e, h, i, arch, w13.mxfp4_prepared)),
-        (d2, fp8_gemm_problem(slots, slots, h, i, e, i, h, arch, w2_prepared)),
-    )
+    return _gemm_pair("m_grouped_offsets", slots, slots, e, h, i, expected, w13, w2_prepared)
 
 
 def mxfp4_masked_gemms(e: int, max_m: int, h: int, i: int, expected: int, w13: PreparedW13,
                        w2_prepared: bool) -> tuple:  # fmt: skip
-    rows = e * max_m
-    d1 = GemmDesc("m_grouped_masked", max_m, 2 * i, h, e, ab_dtype="fp8_fp4", expected_m=expected,
+    """(desc, problem) of the two GEMMs of an MXFP4 fused_moe_masked signature."""
+    return _gemm_pair("m_grouped_masked", e * max_m, max_m, e, h, i, expected, w13, w2_prepared)
+
+
+def _gemm_pair(kind: str, rows: int, m: int, e: int, h: int, i: int, expected: int,
+               w13: PreparedW13, w2_prepared: bool) -> tuple:  # fmt: skip
+    """GEMM1 (x @ w13^T with the activation's epilogue, i of 2i columns out) and GEMM2 (h @ w2^T
+    scaled by the routing weights) on FP8 rows, each weight in its own layout."""
+    d1 = GemmDesc(kind, m, 2 * i, h, e, ab_dtype="fp8_fp4", expected_m=expected,
                   weights=_form(w13.mxfp4_prepared),
                   epilogue=EPILOGUE_OF[w13.activation])  # fmt: skip
-    d2 = GemmDesc("m_grouped_masked", max_m, h, i, e, ab_dtype="fp8_fp4", expected_m=expected,
+    d2 = GemmDesc(kind, m, h, i, e, ab_dtype="fp8_fp4", expected_m=expected,
                   weights=_form(w2_prepared), epilogue="row_scale")  # fmt: skip
     arch = w13.mxfp4_arch
     return (
-        (d1, fp8_gemm_problem(rows, max_m, 2 * i, h, e, h, i, arch, w13.mxfp4_prepared)),
-        (d2, fp8_gemm_problem(rows, max_m, h, i, e, i, h, arch, w2_prepared)),
+        (d1, fp8_gemm_problem(rows, m, 2 * i, h, e, h, i, arch, w13.mxfp4_prepared)),
+        (d2, fp8_gemm_problem(rows, m, h, i, e, i, h, arch, w2_prepared)),
     )
 
 

@@ -6,11 +6,10 @@ the structural checks; the real ones are the eager path."""
 
 # No `from __future__ import annotations`: torch.library reads the annotations as types.
 
-import torch
 from torch import Tensor
 
 from ..api.mxfp4_weights import SM100_ARCH, Mxfp4Weights
-from ..launch import OPS_NAMESPACE as NAMESPACE
+from ..launch.ops import custom_op
 from .layer import check_fused_moe, fused_moe
 from .weights import PreparedW13
 from .workspace import MoEWorkspace
@@ -18,7 +17,13 @@ from .workspace import MoEWorkspace
 _MUTATED = ("out", "x_sorted", "h", "offs", "row_slot", "row_weight", "slot_row")
 
 
-@torch.library.custom_op(f"{NAMESPACE}::fused_moe", mutates_args=_MUTATED)
+def _check_bf16(args: dict) -> None:
+    prepared = PreparedW13(args["w13"], args["w13_bias"], args["activation"])
+    check_fused_moe(args["x"], prepared, args["w2"], args["topk_weights"], args["topk_ids"],
+                    args["w2_bias"], args["out"])  # fmt: skip
+
+
+@custom_op("fused_moe", _MUTATED, _check_bf16)
 def fused_moe_op(
     x: Tensor,
     w13: Tensor,
@@ -42,28 +47,6 @@ def fused_moe_op(
     fused_moe(x, prepared, w2, topk_weights, topk_ids, w2_bias=w2_bias, out=out, workspace=ws)
 
 
-@fused_moe_op.register_fake
-def _(
-    x: Tensor,
-    w13: Tensor,
-    w13_bias: Tensor | None,
-    w2: Tensor,
-    w2_bias: Tensor | None,
-    topk_weights: Tensor,
-    topk_ids: Tensor,
-    out: Tensor,
-    x_sorted: Tensor,
-    h: Tensor,
-    offs: Tensor,
-    row_slot: Tensor,
-    row_weight: Tensor,
-    slot_row: Tensor,
-    activation: str,
-) -> None:
-    prepared = PreparedW13(w13, w13_bias, activation)
-    check_fused_moe(x, prepared, w2, topk_weights, topk_ids, w2_bias, out)
-
-
 _MUTATED_MXFP4 = ("out", "x_sorted", "sfa_x", "h", "h8", "sfa_h", "y", "offs", "row_slot",
                   "row_weight", "slot_row")  # fmt: skip
 
@@ -81,7 +64,15 @@ def _mxfp4_operands(x, w13, w13_scales, w13_bias, w2, w2_scales, activation, w13
     return prepared, packed_w2
 
 
-@torch.library.custom_op(f"{NAMESPACE}::fused_moe_mxfp4", mutates_args=_MUTATED_MXFP4)
+def _check_mxfp4(args: dict) -> None:
+    names = ("x", "w13", "w13_scales", "w13_bias", "w2", "w2_scales", "activation",
+             "w13_prepared", "w2_prepared", "arch")  # fmt: skip
+    prepared, packed_w2 = _mxfp4_operands(*(args[n] for n in names))
+    check_fused_moe(args["x"], prepared, packed_w2, args["topk_weights"], args["topk_ids"],
+                    args["w2_bias"], args["out"])  # fmt: skip
+
+
+@custom_op("fused_moe_mxfp4", _MUTATED_MXFP4, _check_mxfp4)
 def fused_moe_mxfp4_op(
     x: Tensor,
     w13: Tensor,
@@ -114,35 +105,3 @@ def fused_moe_mxfp4_op(
                                           activation, w13_prepared, w2_prepared, arch)  # fmt: skip
     fused_moe(x, prepared, packed_w2, topk_weights, topk_ids, w2_bias=w2_bias, out=out,
               workspace=ws)  # fmt: skip
-
-
-@fused_moe_mxfp4_op.register_fake
-def _(
-    x: Tensor,
-    w13: Tensor,
-    w13_scales: Tensor,
-    w13_bias: Tensor | None,
-    w2: Tensor,
-    w2_scales: Tensor,
-    w2_bias: Tensor | None,
-    topk_weights: Tensor,
-    topk_ids: Tensor,
-    out: Tensor,
-    x_sorted: Tensor,
-    sfa_x: Tensor,
-    h: Tensor,
-    h8: Tensor,
-    sfa_h: Tensor,
-    y: Tensor,
-    offs: Tensor,
-    row_slot: Tensor,
-    row_weight: Tensor,
-    slot_row: Tensor,
-    activation: str,
-    w13_prepared: bool,
-    w2_prepared: bool,
-    arch: str = "sm_90a",
-) -> None:
-    prepared, packed_w2 = _mxfp4_operands(x, w13, w13_scales, w13_bias, w2, w2_scales,
-                                          activation, w13_prepared, w2_prepared, arch)  # fmt: skip
-    check_fused_moe(x, prepared, packed_w2, topk_weights, topk_ids, w2_bias, out)
