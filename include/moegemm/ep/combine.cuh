@@ -7,7 +7,8 @@
 // combine_recv[slot] of rank src (recv_src = src * slots_per_rank + slot, written by the
 // dispatch). Source side: each token t's out[t] = sum over j of combine_recv[t * top_k + j]
 // for the choices whose slot_dest >= 0, j increasing, FP32, rounded to BF16 once: the fused
-// layer's combine order, so the result equals fused_moe's when the GEMM rows are equal.
+// layer's combine order (moe/choice_sum.cuh, shared with moe/combine.cuh), so the result equals
+// fused_moe's when the GEMM rows are equal.
 // Signals: combine_arrive[d] (symmetric): every CTA of rank d, after its pushes, red.release.sys
 // adds 1 on every rank. Arrive count: gridDim.x per rank per forward; every CTA of rank s waits
 // (thread 0, acquire, bounded) for combine_arrive[d] >= epoch * gridDim.x for every d before
@@ -23,6 +24,7 @@
 
 #include <moegemm/common/ep_params.h>
 #include <moegemm/ep/signals.cuh>
+#include <moegemm/moe/choice_sum.cuh>
 #include <moegemm/ptx/pdl.cuh>
 
 namespace moegemm::ep {
@@ -66,33 +68,14 @@ __device__ __forceinline__ void combine(const EpCombineParams& p) {
     wait_all(arrive, R, epoch * gridDim.x, p.state, kEpPhaseCombine, p.timeout_ns);
   }
   __syncthreads();
-  // 2. Source side: each token's rows in choice order, FP32, one BF16 rounding.
+  // 2. Source side: each token's rows in choice order, FP32, one BF16 rounding
+  //    (moe/choice_sum.cuh: the fused layer's combine order).
   const uint4* recv = peer_ptr<const uint4>(p.peer_base, p.rank, p.layout.combine_recv);
-  uint4* out = static_cast<uint4*>(p.out);
-  const uint32_t chunks = (vectors + kThreads - 1) / kThreads;
-  for (uint32_t item = blockIdx.x; item < p.num_tokens * chunks; item += gridDim.x) {
-    const uint32_t token = item / chunks;
-    const uint32_t v = (item % chunks) * kThreads + tid;
-    if (v >= vectors) continue;
-    float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    for (uint32_t j = 0; j < p.top_k; ++j) {
-      const uint32_t slot = token * p.top_k + j;
-      if (p.slot_dest[slot] < 0) continue;
-      const uint4 packed = __ldcg(recv + static_cast<uint64_t>(slot) * vectors + v);
-      const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&packed);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float2 f = __bfloat1622float2(h[i]);
-        acc[2 * i] += f.x;
-        acc[2 * i + 1] += f.y;
-      }
-    }
-    uint4 packed;
-    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&packed);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
-    out[static_cast<uint64_t>(token) * (p.ldo / 8) + v] = packed;
-  }
+  moe::sum_choices<kThreads>(p, vectors, [&](uint32_t slot, uint32_t v, uint4& packed) {
+    if (p.slot_dest[slot] < 0) return false;
+    packed = __ldcg(recv + static_cast<uint64_t>(slot) * vectors + v);
+    return true;
+  });
 }
 
 template <uint32_t kThreads>

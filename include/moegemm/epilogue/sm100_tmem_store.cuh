@@ -81,14 +81,14 @@ __device__ __forceinline__ void store_tmem_rows(uint32_t tmem_acc, uint32_t quad
   }
 }
 
-template <uint32_t BLOCK_M, typename OutT>
-__device__ __forceinline__ void store_tmem_transposed(uint32_t tmem_acc, uint32_t quadrant,
-                                                      uint32_t row0, uint32_t row_end,
-                                                      uint32_t col0, uint32_t n, OutT* d,
-                                                      uint32_t ldd) {
+// A swapped accumulator (weight rows on the lanes, tokens on the columns), 16 tokens at a time:
+// one tcgen05.ld 32x32b.x16 of lane `quadrant * 32 + lane` (this lane's weight row), then
+// store(first token, raw), up to the first chunk at or past row_end (uniform in the warp).
+template <uint32_t BLOCK_M, typename Store>
+__device__ __forceinline__ void for_each_token_chunk(uint32_t tmem_acc, uint32_t quadrant,
+                                                     uint32_t row0, uint32_t row_end,
+                                                     Store store) {
   static_assert(BLOCK_M % 16 == 0, "16 tokens per tensor-memory load");
-  const uint32_t lane = threadIdx.x % 32;
-  const uint32_t col = col0 + quadrant * 32 + lane;
   const uint32_t lane_addr = tmem_acc + ((quadrant * 32) << 16);
 #pragma unroll 1
   for (uint32_t c = 0; c < BLOCK_M / 16; ++c) {
@@ -96,13 +96,26 @@ __device__ __forceinline__ void store_tmem_transposed(uint32_t tmem_acc, uint32_
     uint32_t raw[16];
     tmem_load_32x32b_x16(lane_addr + c * 16, raw);
     tmem_load_wait();
-    if (col >= n) continue;
-#pragma unroll
-    for (uint32_t j = 0; j < 16; ++j) {
-      const uint32_t row = row0 + c * 16 + j;
-      if (row < row_end) d[static_cast<uint64_t>(row) * ldd + col] = OutT(__uint_as_float(raw[j]));
-    }
+    store(row0 + c * 16, raw);
   }
+}
+
+template <uint32_t BLOCK_M, typename OutT>
+__device__ __forceinline__ void store_tmem_transposed(uint32_t tmem_acc, uint32_t quadrant,
+                                                      uint32_t row0, uint32_t row_end,
+                                                      uint32_t col0, uint32_t n, OutT* d,
+                                                      uint32_t ldd) {
+  const uint32_t col = col0 + quadrant * 32 + threadIdx.x % 32;
+  for_each_token_chunk<BLOCK_M>(
+      tmem_acc, quadrant, row0, row_end, [&](uint32_t first, const uint32_t(&raw)[16]) {
+        if (col >= n) return;
+#pragma unroll
+        for (uint32_t j = 0; j < 16; ++j) {
+          const uint32_t row = first + j;
+          if (row < row_end)
+            d[static_cast<uint64_t>(row) * ldd + col] = OutT(__uint_as_float(raw[j]));
+        }
+      });
 }
 
 // bias: the tile's group's FP32 bias row (weight rows, kernel order) or nullptr; row_scale: the
@@ -111,36 +124,32 @@ template <uint32_t BLOCK_M, uint32_t kMoe>
 __device__ __forceinline__ void store_tmem_transposed_moe(
     uint32_t tmem_acc, uint32_t quadrant, uint32_t row0, uint32_t row_end, uint32_t col0,
     uint32_t n, __nv_bfloat16* d, uint32_t ldd, const float* bias, const float* row_scale) {
-  static_assert(BLOCK_M % 16 == 0, "16 tokens per tensor-memory load");
   static_assert(kMoe == kMoeRowScale || kMoe == kMoeSwiGluSilu || kMoe == kMoeSwiGluOai,
                 "a MoE epilogue");
   const uint32_t lane = threadIdx.x % 32;
   const uint32_t w = col0 + quadrant * 32 + lane;  // this lane's weight row
   const bool in_n = w < n;  // n % 16 == 0 for SwiGLU: a gate and its up are both in or out
   const float b = bias != nullptr && in_n ? bias[w] : 0.0f;
-  const uint32_t lane_addr = tmem_acc + ((quadrant * 32) << 16);
-#pragma unroll 1
-  for (uint32_t c = 0; c < BLOCK_M / 16; ++c) {
-    if (row0 + c * 16 >= row_end) break;  // uniform in the warp
-    uint32_t raw[16];
-    tmem_load_32x32b_x16(lane_addr + c * 16, raw);
-    tmem_load_wait();
+  for_each_token_chunk<BLOCK_M>(
+      tmem_acc, quadrant, row0, row_end, [&](uint32_t first, const uint32_t(&raw)[16]) {
 #pragma unroll
-    for (uint32_t j = 0; j < 16; ++j) {
-      const uint32_t row = row0 + c * 16 + j;
-      const float x = __uint_as_float(raw[j]) + b;
-      if constexpr (kMoe == kMoeRowScale) {
-        const float s = row_scale != nullptr && row < row_end ? row_scale[row] : 1.0f;
-        if (row < row_end && in_n) d[static_cast<uint64_t>(row) * ldd + w] = __float2bfloat16(x * s);
-      } else {
-        const float up = __shfl_xor_sync(0xffffffffu, x, 8);  // every lane: a warp shuffle
-        const bool gate = (lane & 8) == 0;
-        const uint32_t col = w / 16 * 8 + w % 8;
-        if (gate && row < row_end && in_n)
-          d[static_cast<uint64_t>(row) * ldd + col] = __float2bfloat16(SwiGlu<kMoe>::apply(x, up));
-      }
-    }
-  }
+        for (uint32_t j = 0; j < 16; ++j) {
+          const uint32_t row = first + j;
+          const float x = __uint_as_float(raw[j]) + b;
+          if constexpr (kMoe == kMoeRowScale) {
+            const float s = row_scale != nullptr && row < row_end ? row_scale[row] : 1.0f;
+            if (row < row_end && in_n)
+              d[static_cast<uint64_t>(row) * ldd + w] = __float2bfloat16(x * s);
+          } else {
+            const float up = __shfl_xor_sync(0xffffffffu, x, 8);  // every lane: a warp shuffle
+            const bool gate = (lane & 8) == 0;
+            const uint32_t col = w / 16 * 8 + w % 8;
+            if (gate && row < row_end && in_n)
+              d[static_cast<uint64_t>(row) * ldd + col] =
+                  __float2bfloat16(SwiGlu<kMoe>::apply(x, up));
+          }
+        }
+      });
 }
 
 // One accumulator of an m-grouped kernel's tile (scheduler/tile.cuh: rows [row0, row_end) of

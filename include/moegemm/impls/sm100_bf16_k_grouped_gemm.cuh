@@ -14,7 +14,9 @@
 //              CTAs; a tile's k-loop runs over its group's rows [row_start, row_end). The order
 //              is warp-cooperative: every warp builds it from the offsets before the roles
 //              split (as the skeleton builds every scheduler; warps 2 and 3 never walk it),
-//              warps 0, 1 and 4..7 walk it with every lane,
+//              warps 0, 1 and 4..7 walk it with every lane; KGroupedWork
+//              (kernels/grouped_work.cuh, shared with SM90) builds it and counts a tile's
+//              k-blocks,
 //   loader     MnMajorChunkLoader (loader/tma_loaders.cuh, shared with SM90; its fixup is not
 //              used here): per k-block BLOCK_M / 64 boxes of A and BLOCK_N / 64 boxes of B, each
 //              64 columns (128 bytes) x BLOCK_K rows, 128B swizzle, at rows row_start + 64 kb;
@@ -49,8 +51,8 @@
 #include <type_traits>
 
 #include <moegemm/common/sm90_gemm_params.h>
-#include <moegemm/epilogue/functors.cuh>
 #include <moegemm/epilogue/sm100_tmem_store.cuh>
+#include <moegemm/kernels/grouped_work.cuh>
 #include <moegemm/kernels/sm100_persistent_gemm.cuh>
 #include <moegemm/loader/tma_loaders.cuh>
 #include <moegemm/mma/sm100_umma.cuh>
@@ -58,23 +60,16 @@
 
 namespace moegemm::sm100 {
 
+// The SM90 k-grouped parameters: the same TMA boxes ({64, BLOCK_K}, 128B swizzle), so the host
+// launcher (csrc/sm90_bf16_gemm.cpp, Bf16KGroupedLauncher) fills them unchanged. The tile order,
+// k-blocks per tile and C: KGroupedWork (kernels/grouped_work.cuh).
 template <typename Config>
-struct Bf16KGroupedGemmKernel {
-  // The SM90 k-grouped parameters: the same TMA boxes ({64, BLOCK_K}, 128B swizzle), so the
-  // host launcher (csrc/sm90_bf16_gemm.cpp, Bf16KGroupedLauncher) fills them unchanged.
-  using Params = Bf16KGroupedParams;
-  using Scheduler = typename Config::Scheduler;
-  using Work = KGroupedTile;
-  static constexpr uint32_t BLOCK_M = Config::kBlockM;
-  static constexpr uint32_t BLOCK_N = Config::kBlockN;
-  static constexpr uint32_t BLOCK_K = Config::kBlockK;
-  static constexpr uint32_t kNumStages = Config::kNumStages;
-  static constexpr bool kWithC = Config::kWithC;
-  static_assert(Config::kClusterM == 1 && Config::kClusterN == 1 && !Config::kSwapAB,
-                "one CTA per tile, no swapped operands");
+struct Bf16KGroupedGemmKernel : KGroupedWork<Config, Bf16KGroupedParams> {
+  using Base = KGroupedWork<Config, Bf16KGroupedParams>;
+  using Base::BLOCK_M, Base::BLOCK_N, Base::BLOCK_K, Base::kNumStages;
+  using typename Base::Params, typename Base::Work, typename Base::Epilogue;
   static_assert(Config::kStoreCols == 0 && Config::kStripeM == 0, "register stores, no stripes");
-  static_assert(std::is_same_v<typename Config::OutT, float>, "FP32 out");
-  static_assert(std::is_same_v<Scheduler, KGroupedScheduler<BLOCK_M, BLOCK_N>>,
+  static_assert(std::is_same_v<typename Base::Scheduler, KGroupedScheduler<BLOCK_M, BLOCK_N>>,
                 "the k-grouped tile order");
   static_assert(BLOCK_M == 128, "the MMA's M side: 128 output rows, one per tensor-memory lane");
   static_assert(BLOCK_K == 64, "64 rows per k-block: four 16-row slices");
@@ -83,7 +78,6 @@ struct Bf16KGroupedGemmKernel {
   using Loader = MnMajorChunkLoader<BLOCK_M, BLOCK_N, BLOCK_K, 32>;
   using Stages = typename Loader::template Stages<kNumStages>;
   using Mma = UmmaBf16MnMajor<BLOCK_M, BLOCK_N, BLOCK_K, Loader::kChunkBytes>;
-  using Epilogue = std::conditional_t<kWithC, AddC, Identity>;
   static constexpr uint32_t kUmmaM = BLOCK_M;
   static constexpr uint32_t kUmmaN = BLOCK_N;
 
@@ -93,14 +87,6 @@ struct Bf16KGroupedGemmKernel {
   static constexpr bool kFillWarp = false;
   static constexpr bool kEmptyTiles = true;
 
-  __device__ __forceinline__ static Scheduler make_scheduler(const Params& params) {
-    return Scheduler(params.offs, params.m, params.n, params.num_tokens, params.num_groups);
-  }
-  __device__ __forceinline__ static uint32_t k_blocks(const Params&) { return 0; }
-  // A tile's reduction runs over its group's rows: none for an empty group.
-  __device__ __forceinline__ static uint32_t num_k_blocks(uint32_t, const Work& tile) {
-    return (tile.row_end - tile.row_start + BLOCK_K - 1) / BLOCK_K;
-  }
   // The group's rows in k-block kb (1..64).
   __device__ __forceinline__ static uint32_t valid_rows(const Work& tile, uint32_t kb) {
     return min(tile.row_end - tile.row_start - kb * BLOCK_K, BLOCK_K);
@@ -139,16 +125,11 @@ struct Bf16KGroupedGemmKernel {
   }
 
   // D [G, M, N] as [G x M, N]: the group's rows end at its M.
-  __device__ __forceinline__ static Epilogue functor(const Params& params) {
-    Epilogue functor{};
-    if constexpr (kWithC) functor = Epilogue{params.c, params.n};
-    return functor;
-  }
   __device__ __forceinline__ static void epilogue(const Params& params, uint32_t d_tmem,
                                                   const Work& tile, uint32_t quadrant) {
     store_tmem_rows<BLOCK_N, float>(d_tmem, quadrant, tile.group * params.m + tile.m0,
                                     tile.group * params.m + params.m, tile.n0, params.n, params.d,
-                                    params.n, functor(params));
+                                    params.n, Base::functor(params));
   }
 
   // An empty group's tile: C or zeros, the rows and columns store_tmem_rows would write.
@@ -156,7 +137,7 @@ struct Bf16KGroupedGemmKernel {
                                                           uint32_t quadrant) {
     const uint32_t row = tile.group * params.m + tile.m0 + quadrant * 32 + threadIdx.x % 32;
     if (row >= tile.group * params.m + params.m) return;
-    const Epilogue f = functor(params);
+    const Epilogue f = Base::functor(params);
 #pragma unroll 1
     for (uint32_t c = 0; c < BLOCK_N; c += 8) {
       const uint32_t col = tile.n0 + c;

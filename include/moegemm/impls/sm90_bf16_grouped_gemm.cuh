@@ -4,9 +4,11 @@
 //   transform  none (Config::Transform may name one, e.g. the compile test's CopyTransform),
 //   MMA        KMajorMma (each math warpgroup owns BLOCK_M / W rows: 1 or 2 wgmma m64 atoms),
 //   scheduler  Config::Scheduler: dense, contiguous with per-row group indices, packed with
-//              group offsets, masked (scheduler/); each tile names its A/D rows, the group whose
-//              B it uses and the row bound its stores respect,
-//   epilogue   Identity or AddC (Config::kWithC), TMA stores (Config::kStoreCols != 0) or
+//              group offsets, masked (scheduler/), built by MGroupedWork
+//              (kernels/grouped_work.cuh); each tile names its A/D rows, the group whose B it
+//              uses and the row bound its stores respect,
+//   epilogue   TokenRowTiles (kernels/sm90_m_grouped.cuh, shared with the FP8 x FP4 kernel):
+//              Identity or AddC (Config::kWithC), TMA stores (Config::kStoreCols != 0) or
 //              register stores; for the fused MoE layer (Config::kMoeEpilogue) SwiGLU
 //              (epilogue/moe_stores.cuh, D has N / 2 columns) or RowScale, by either path.
 //
@@ -50,14 +52,9 @@
 
 #include <cuda_bf16.h>
 
-#include <type_traits>
-
 #include <moegemm/common/sm90_gemm_params.h>
-#include <moegemm/epilogue/functors.cuh>
-#include <moegemm/epilogue/sm90_register_store.cuh>
-#include <moegemm/epilogue/moe_stores.cuh>
-#include <moegemm/epilogue/sm90_tma_store.cuh>
 #include <moegemm/kernels/config_traits.cuh>
+#include <moegemm/kernels/sm90_m_grouped.cuh>
 #include <moegemm/kernels/sm90_persistent_gemm.cuh>
 #include <moegemm/loader/tma_loaders.cuh>
 #include <moegemm/mma/sm90_mma_policies.cuh>
@@ -66,109 +63,17 @@
 
 namespace moegemm::sm90 {
 
+// Rows, idling and the epilogue: TokenRowTiles (kernels/sm90_m_grouped.cuh).
 template <typename Config>
-struct Bf16GemmKernel {
-  using Params = Bf16GemmParams;
-  using OutT = typename Config::OutT;
-  using Scheduler = typename Config::Scheduler;
-  using Work = Tile;
-  static constexpr uint32_t BLOCK_M = Config::kBlockM;
-  static constexpr uint32_t BLOCK_N = Config::kBlockN;
-  static constexpr uint32_t BLOCK_K = Config::kBlockK;
-  static constexpr uint32_t kNumStages = Config::kNumStages;
-  static constexpr uint32_t kNumMathWG = Config::kNumMathWG;
-  static constexpr uint32_t kClusterM = Config::kClusterM;  // CTAs sharing B
-  static constexpr uint32_t kClusterN = Config::kClusterN;  // CTAs sharing A
-  static constexpr uint32_t kClusterSize = kClusterM * kClusterN;
-  static constexpr uint32_t kStoreCols = Config::kStoreCols;
-  static constexpr bool kWithC = Config::kWithC;
-  static_assert(Scheduler::kClusterM == kClusterM && Scheduler::kClusterN == kClusterN,
-                "the scheduler hands out the config's cluster tiles");
-  static_assert(!Config::kSwapAB, "swapped operands: impls/sm90_bf16_grouped_gemm_swap_ab.cuh");
+struct Bf16GemmKernel : TokenRowTiles<Config, Bf16GemmParams> {
+  using Base = TokenRowTiles<Config, Bf16GemmParams>;
+  using Base::BLOCK_M, Base::BLOCK_N, Base::BLOCK_K, Base::kClusterM, Base::kClusterN;
+  using Base::kAtomsM;
   static_assert(BLOCK_K == 64, "one 128-byte swizzle atom of BF16 per row");
-  static_assert(BLOCK_M % (64 * kNumMathWG) == 0, "each math warpgroup owns whole m64 atoms");
-  static constexpr uint32_t kWgRows = BLOCK_M / kNumMathWG;
-  static constexpr uint32_t kAtomsM = kWgRows / 64;
-  static_assert(kAtomsM == 1 || kAtomsM == 2, "a warpgroup holds at most two m64 accumulators");
-  static constexpr bool kTmaStore = kStoreCols != 0;
-  static_assert(!kTmaStore || (!kWithC && sizeof(OutT) == 2),
-                "the TMA-store epilogue writes BF16 without C");
 
   using Loader = KMajorLoader<__nv_bfloat16, BLOCK_M, BLOCK_N, BLOCK_K, kClusterM, kClusterN>;
   using Transform = transform_of_t<Config>;
   using Mma = KMajorMma<__nv_bfloat16, BLOCK_N, BLOCK_K, kAtomsM>;
-  using Epilogue = std::conditional_t<kWithC, AddC, Identity>;
-  // The fused MoE layer's epilogues: BF16 without C.
-  static constexpr uint32_t kMoe = moe_epilogue_of<Config>::value;
-  static constexpr bool kSwiGlu = kMoe == kMoeSwiGluSilu || kMoe == kMoeSwiGluOai;
-  static_assert(kMoe == kMoeNone || (!kWithC && sizeof(OutT) == 2), "MoE epilogues: BF16, no C");
-  static_assert(!kSwiGlu || BLOCK_N % (kTmaStore ? 32 : 16) == 0,
-                "SwiGLU pairs 8 gate with 8 up columns (staged: whole 16-column outputs)");
-  static constexpr uint32_t kOutCols = kSwiGlu ? BLOCK_N / 2 : BLOCK_N;  // D columns a tile
-  static constexpr uint32_t kEpilogueSmemBytes = kTmaStore ? BLOCK_M * kOutCols * 2 : 0;
-  static constexpr uint32_t kBytesDPerWG = kEpilogueSmemBytes / kNumMathWG;
-
-  __device__ __forceinline__ static Scheduler make_scheduler(const Params& params) {
-    return Scheduler(GroupingArgs{params.m, params.n, params.num_groups, params.group_info});
-  }
-  __device__ __forceinline__ static uint32_t k_blocks(const Params& params) {
-    return (params.k + BLOCK_K - 1) / BLOCK_K;
-  }
-  __device__ __forceinline__ static uint32_t num_k_blocks(uint32_t k_blocks, const Tile&) {
-    return k_blocks;  // every tile runs over all of K
-  }
-  // A group's last m-block often holds rows for the first warpgroup only; with A shared along
-  // N, a CTA whose n-block lies past N idles the same way.
-  __device__ __forceinline__ static bool math_idle(const Params& params, const Tile& tile,
-                                                   uint32_t math_wg) {
-    const bool past_n = kClusterN > 1 && tile.n_block * BLOCK_N >= params.n;
-    return (kNumMathWG > 1 || kClusterSize > 1) &&
-           (tile.row0 + math_wg * kWgRows >= tile.row_end || past_n);
-  }
-
-  __device__ __forceinline__ static void epilogue(const Params& params, typename Mma::Accum& acc,
-                                                  const Tile& tile, uint32_t math_wg,
-                                                  uint8_t* smem_d) {
-    const uint32_t row0 = tile.row0 + math_wg * kWgRows;
-    if constexpr (kTmaStore && kMoe != kMoeNone) {
-      if (row0 + kWgRows <= tile.row_end) {
-        uint8_t* staging = smem_d + math_wg * kBytesDPerWG;
-        const uint32_t barrier = NamedBarrier::kStoreBf16 + math_wg;
-        if constexpr (kSwiGlu) {
-          store_swiglu_tma<BLOCK_N, kStoreCols, kAtomsM, kMoe>(
-              acc.v, staging, &params.tma_d, row0, tile.n_block * BLOCK_N, params.n / 2,
-              group_bias(params, tile), barrier);
-        } else {
-          const RowScaleInN functor{RowScale{group_bias(params, tile), params.row_scale},
-                                    params.n};
-          store_accumulators_tma<BLOCK_N, kStoreCols, kAtomsM, true>(
-              acc.v, staging, &params.tma_d, row0, tile.n_block * BLOCK_N, barrier, functor);
-        }
-        return;
-      }
-    } else if constexpr (kTmaStore) {
-      if (row0 + kWgRows <= tile.row_end || tile.row_end >= params.rows) {
-        store_accumulators_tma<BLOCK_N, kStoreCols, kAtomsM>(
-            acc.v, smem_d + math_wg * kBytesDPerWG, &params.tma_d, row0, tile.n_block * BLOCK_N,
-            NamedBarrier::kStoreBf16 + math_wg, Identity{});
-        return;
-      }
-    }
-    if constexpr (kMoe != kMoeNone) {
-#pragma unroll
-      for (uint32_t a = 0; a < kAtomsM; ++a)
-        store_moe_block<BLOCK_N, kMoe>(acc.v[a], params, tile, row0 + a * 64);
-      return;
-    }
-    Epilogue functor{};
-    if constexpr (kWithC) functor = Epilogue{params.c, params.ldc};
-#pragma unroll
-    for (uint32_t a = 0; a < kAtomsM; ++a) {
-      store_accumulators<BLOCK_N, OutT>(acc.v[a], static_cast<OutT*>(params.d), params.ldd,
-                                        tile.row_end, params.n, row0 + a * 64,
-                                        tile.n_block * BLOCK_N, functor);
-    }
-  }
 };
 
 // The skeleton composed with the policies above (kNumThreads, kSmemBytes, run).

@@ -7,8 +7,10 @@
 // The skeleton of kernels/sm90_persistent_gemm.cuh with
 //   loader     KMajorLoader (A: BLOCK_M token rows, B: BLOCK_N weight rows; no cluster),
 //   MMA        SwapAbMma (weights as the wgmma's A operand, tokens as its B),
-//   epilogue   store_transposed (epilogue/sm90_swap_ab_store.cuh) with Identity, or for the
-//              fused MoE layer (Config::kMoeEpilogue) RowScale or the SwiGLU store.
+//   scheduler  Config::Scheduler (MGroupedWork, kernels/grouped_work.cuh),
+//   epilogue   SwapAbTiles (kernels/sm90_m_grouped.cuh, shared with the FP8 x FP4 swap-AB
+//              kernel): store_transposed (epilogue/sm90_swap_ab_store.cuh) with Identity, or
+//              for the fused MoE layer (Config::kMoeEpilogue) RowScale or the SwiGLU store.
 //
 // Warp roles (kNumMathWG + 1 warpgroups of 128 threads, one more with a transform):
 //   warpgroup 0      producer. Warp 0 walks the schedule; one elected lane issues the TMA loads
@@ -27,10 +29,8 @@
 #include <cuda_bf16.h>
 
 #include <moegemm/common/sm90_gemm_params.h>
-#include <moegemm/epilogue/functors.cuh>
-#include <moegemm/epilogue/sm90_swap_ab_store.cuh>
-#include <moegemm/epilogue/moe_stores.cuh>
 #include <moegemm/kernels/config_traits.cuh>
+#include <moegemm/kernels/sm90_m_grouped.cuh>
 #include <moegemm/kernels/sm90_persistent_gemm.cuh>
 #include <moegemm/loader/tma_loaders.cuh>
 #include <moegemm/mma/sm90_mma_policies.cuh>
@@ -38,61 +38,20 @@
 
 namespace moegemm::sm90 {
 
+// Weight rows per warpgroup, idling and the transposed stores: SwapAbTiles
+// (kernels/sm90_m_grouped.cuh).
 template <typename Config>
-struct Bf16SwapAbGemmKernel {
-  using Params = Bf16GemmParams;
-  using Scheduler = typename Config::Scheduler;
-  using Work = Tile;
-  static constexpr uint32_t BLOCK_M = Config::kBlockM;
-  static constexpr uint32_t BLOCK_N = Config::kBlockN;
-  static constexpr uint32_t BLOCK_K = Config::kBlockK;
-  static constexpr uint32_t kNumStages = Config::kNumStages;
-  static constexpr uint32_t kNumMathWG = Config::kNumMathWG;
-  static constexpr uint32_t kClusterSize = 1;
-  static_assert(Config::kSwapAB, "unswapped operands: impls/sm90_bf16_grouped_gemm.cuh");
-  static_assert(Config::kClusterM == 1 && Config::kClusterN == 1 &&
-                    Scheduler::kClusterM == 1 && Scheduler::kClusterN == 1,
-                "no clusters with swapped operands");
-  static_assert(Config::kStoreCols == 0 && !Config::kWithC, "register stores of BF16, no C");
+struct Bf16SwapAbGemmKernel : SwapAbTiles<Config, Bf16GemmParams> {
+  using Base = SwapAbTiles<Config, Bf16GemmParams>;
+  using Base::BLOCK_M, Base::BLOCK_N, Base::BLOCK_K;
   static_assert(BLOCK_K == 64, "one 128-byte swizzle atom of BF16 per row");
-  static_assert(BLOCK_N == 64 * kNumMathWG, "each math warpgroup owns 64 weight rows");
   static_assert(BLOCK_M % 8 == 0 && BLOCK_M >= 8 && BLOCK_M <= 128,
                 "tokens fill the wgmma's N side: a multiple of 8, at most 128");
-  static constexpr bool kTmaStore = false;
   static constexpr uint32_t kEpilogueSmemBytes = 0;
-  // The fused MoE layer's epilogues (epilogue/functors.cuh): SwiGLU or RowScale.
-  static constexpr uint32_t kMoe = moe_epilogue_of<Config>::value;
 
   using Loader = KMajorLoader<__nv_bfloat16, BLOCK_M, BLOCK_N, BLOCK_K>;
   using Transform = transform_of_t<Config>;
   using Mma = SwapAbMma<__nv_bfloat16, BLOCK_M, BLOCK_K>;
-
-  __device__ __forceinline__ static Scheduler make_scheduler(const Params& params) {
-    return Scheduler(GroupingArgs{params.m, params.n, params.num_groups, params.group_info});
-  }
-  __device__ __forceinline__ static uint32_t k_blocks(const Params& params) {
-    return (params.k + BLOCK_K - 1) / BLOCK_K;
-  }
-  __device__ __forceinline__ static uint32_t num_k_blocks(uint32_t k_blocks, const Tile&) {
-    return k_blocks;  // every tile runs over all of K
-  }
-  // Weight rows all past N (the last n-block of a two-warpgroup tile).
-  __device__ __forceinline__ static bool math_idle(const Params& params, const Tile& tile,
-                                                   uint32_t math_wg) {
-    return kNumMathWG > 1 && tile.n_block * BLOCK_N + math_wg * 64 >= params.n;
-  }
-
-  __device__ __forceinline__ static void epilogue(const Params& params, typename Mma::Accum& acc,
-                                                  const Tile& tile, uint32_t math_wg,
-                                                  uint8_t* /*smem_d*/) {
-    const uint32_t n0 = tile.n_block * BLOCK_N + math_wg * 64;
-    if constexpr (kMoe != kMoeNone) {
-      store_moe_transposed<BLOCK_M, kMoe>(acc.v[0], params, tile, n0);
-    } else {
-      store_transposed<BLOCK_M>(acc.v[0], static_cast<__nv_bfloat16*>(params.d), params.ldd,
-                                tile.row0, tile.row_end, n0, params.n, Identity{});
-    }
-  }
 };
 
 template <typename Config>

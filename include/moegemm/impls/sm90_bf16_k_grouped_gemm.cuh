@@ -5,7 +5,9 @@
 // The skeleton of kernels/sm90_persistent_gemm.cuh with
 //   loader     MnMajorChunkLoader (64-wide chunks; its fixup zeroes group tails),
 //   MMA        MnMajorMma (each math warpgroup owns 64 of the tile's M columns),
-//   scheduler  KGroupedScheduler (largest groups first, rounds snaked over the CTAs),
+//   scheduler  KGroupedScheduler (largest groups first, rounds snaked over the CTAs), with the
+//              k-blocks of a tile and C from KGroupedWork (kernels/grouped_work.cuh, shared
+//              with SM100),
 //   epilogue   Identity or AddC; TMA stores of 32 FP32 columns or register stores.
 //
 // Warp roles (kNumMathWG + 1 warpgroups of 128 threads, one more with a transform):
@@ -33,13 +35,11 @@
 
 #include <cuda_bf16.h>
 
-#include <type_traits>
-
 #include <moegemm/common/sm90_gemm_params.h>
-#include <moegemm/epilogue/functors.cuh>
 #include <moegemm/epilogue/sm90_register_store.cuh>
 #include <moegemm/epilogue/sm90_tma_store.cuh>
 #include <moegemm/kernels/config_traits.cuh>
+#include <moegemm/kernels/grouped_work.cuh>
 #include <moegemm/kernels/sm90_persistent_gemm.cuh>
 #include <moegemm/loader/tma_loaders.cuh>
 #include <moegemm/mma/sm90_mma_policies.cuh>
@@ -47,22 +47,15 @@
 
 namespace moegemm::sm90 {
 
+// The tile order, k-blocks per tile and C: KGroupedWork (kernels/grouped_work.cuh).
 template <typename Config>
-struct Bf16KGroupedGemmKernel {
-  using Params = Bf16KGroupedParams;
-  using Scheduler = typename Config::Scheduler;
-  using Work = KGroupedTile;
-  static constexpr uint32_t BLOCK_M = Config::kBlockM;
-  static constexpr uint32_t BLOCK_N = Config::kBlockN;
-  static constexpr uint32_t BLOCK_K = Config::kBlockK;
-  static constexpr uint32_t kNumStages = Config::kNumStages;
+struct Bf16KGroupedGemmKernel : KGroupedWork<Config, Bf16KGroupedParams> {
+  using Base = KGroupedWork<Config, Bf16KGroupedParams>;
+  using Base::BLOCK_M, Base::BLOCK_N, Base::BLOCK_K;
+  using typename Base::Params, typename Base::Work;
   static constexpr uint32_t kNumMathWG = Config::kNumMathWG;
   static constexpr uint32_t kClusterSize = 1;
   static constexpr uint32_t kStoreCols = Config::kStoreCols;
-  static constexpr bool kWithC = Config::kWithC;
-  static_assert(Config::kClusterM == 1 && Config::kClusterN == 1 && !Config::kSwapAB,
-                "no clusters, no swapped operands");
-  static_assert(std::is_same_v<typename Config::OutT, float>, "FP32 out");
   static_assert(BLOCK_M == 64 * kNumMathWG, "each math warpgroup owns 64 columns of M");
   static_assert(BLOCK_N % 64 == 0 && BLOCK_N <= 256, "B is loaded in 64-wide chunks");
   static_assert(kStoreCols == 0 || kStoreCols == 32, "FP32 TMA stores use 128-byte rows");
@@ -73,16 +66,7 @@ struct Bf16KGroupedGemmKernel {
   using Loader = MnMajorChunkLoader<BLOCK_M, BLOCK_N, BLOCK_K, 128 * kNumMathWG>;
   using Transform = transform_of_t<Config>;
   using Mma = MnMajorMma<__nv_bfloat16, BLOCK_N, BLOCK_K, Loader::kChunkBytes>;
-  using Epilogue = std::conditional_t<kWithC, AddC, Identity>;
 
-  __device__ __forceinline__ static Scheduler make_scheduler(const Params& params) {
-    return Scheduler(params.offs, params.m, params.n, params.num_tokens, params.num_groups);
-  }
-  __device__ __forceinline__ static uint32_t k_blocks(const Params&) { return 0; }
-  // A tile's reduction runs over its group's rows.
-  __device__ __forceinline__ static uint32_t num_k_blocks(uint32_t, const Work& tile) {
-    return (tile.row_end - tile.row_start + BLOCK_K - 1) / BLOCK_K;
-  }
   __device__ __forceinline__ static bool math_idle(const Params&, const Work&, uint32_t) {
     return false;  // every warpgroup writes its 64 rows (C or zeros for an empty group)
   }
@@ -92,8 +76,10 @@ struct Bf16KGroupedGemmKernel {
                                                   uint8_t* smem_d) {
     const uint32_t row_end = tile.group * params.m + params.m;
     const uint32_t row0 = tile.group * params.m + tile.m0 + math_wg * 64;
-    Epilogue functor{};
-    if constexpr (kWithC) functor = Epilogue{params.c, params.n};
+    // Built, then assigned (the form the C path's registers were allocated with; initializing
+    // it from Base::functor swaps two of them).
+    typename Base::Epilogue functor{};
+    if constexpr (Base::kWithC) functor = Base::functor(params);
     if constexpr (kTmaStore) {
       if (row0 + 64 <= row_end) {
         store_accumulators_tma_f32<BLOCK_N>(acc.v[0], smem_d + math_wg * kBytesDPerWG,

@@ -19,7 +19,8 @@
 //   MMA        Fp8PromoteMma (wgmma m64 x BLOCK_N x 32 E4M3, promoted into FP32 every pass with
 //              sfa of the row times the pass's weight factors),
 //   scheduler  Config::Scheduler: dense, m_indices, offsets or masked (scheduler/), as BF16,
-//   epilogue   BF16 TMA stores (Config::kStoreCols != 0) or register stores, as BF16.
+//   epilogue   BF16 TMA stores (Config::kStoreCols != 0) or register stores: the BF16
+//              kernel's TokenRowTiles (kernels/sm90_m_grouped.cuh).
 //
 // Warp roles (1 + T + kNumMathWG warpgroups of 128 threads, T transform warpgroups):
 //   warpgroup 0      producer. Warp 0 walks the tile schedule; one elected lane issues the TMA
@@ -48,11 +49,7 @@
 #include <type_traits>
 
 #include <moegemm/common/sm90_fp8_fp4_params.h>
-#include <moegemm/epilogue/functors.cuh>
-#include <moegemm/epilogue/moe_stores.cuh>
-#include <moegemm/kernels/config_traits.cuh>
-#include <moegemm/epilogue/sm90_register_store.cuh>
-#include <moegemm/epilogue/sm90_tma_store.cuh>
+#include <moegemm/kernels/sm90_m_grouped.cuh>
 #include <moegemm/kernels/sm90_persistent_gemm.cuh>
 #include <moegemm/loader/tma_loaders.cuh>
 #include <moegemm/mma/sm90_fp8_promote_mma.cuh>
@@ -63,27 +60,19 @@
 
 namespace moegemm::sm90 {
 
+// Rows, idling and the epilogue: TokenRowTiles (kernels/sm90_m_grouped.cuh), with one m64 atom
+// per math warpgroup and no C.
 template <typename Config>
-struct Fp8Fp4GemmKernel {
-  using Params = Sm90Fp8Fp4GemmParams;
-  using Scheduler = typename Config::Scheduler;
-  using Work = Tile;
-  static constexpr uint32_t BLOCK_M = Config::kBlockM;
-  static constexpr uint32_t BLOCK_N = Config::kBlockN;
-  static constexpr uint32_t BLOCK_K = Config::kBlockK;
-  static constexpr uint32_t kNumStages = Config::kNumStages;
-  static constexpr uint32_t kNumMathWG = Config::kNumMathWG;
-  static constexpr uint32_t kClusterSize = 1;
-  static constexpr uint32_t kStoreCols = Config::kStoreCols;
-  static_assert(Config::kClusterM == 1 && Config::kClusterN == 1 && !Config::kSwapAB &&
-                    !Config::kWithC,
-                "FP8 x FP4: one CTA per tile, tokens on M, BF16 out without C");
+struct Fp8Fp4GemmKernel : TokenRowTiles<Config, Sm90Fp8Fp4GemmParams> {
+  using Base = TokenRowTiles<Config, Sm90Fp8Fp4GemmParams>;
+  using Base::BLOCK_M, Base::BLOCK_N, Base::BLOCK_K, Base::kNumMathWG, Base::kWgRows;
+  using Base::kTmaStore, Base::kMoe;
+  static_assert(Config::kClusterM == 1 && Config::kClusterN == 1 && !Config::kWithC,
+                "FP8 x FP4: one CTA per tile, BF16 out without C");
   static_assert(BLOCK_K == 128, "one k-block per activation scale");
   static_assert(BLOCK_M == 64 * kNumMathWG, "each math warpgroup owns one m64 atom");
-  static constexpr uint32_t kWgRows = 64;
-  static constexpr bool kTmaStore = kStoreCols != 0;
-  static constexpr uint32_t kEpilogueSmemBytes = kTmaStore ? BLOCK_M * BLOCK_N * 2 : 0;
-  static constexpr uint32_t kBytesDPerWG = kEpilogueSmemBytes / kNumMathWG;
+  // The fused MoE layer's epilogues (epilogue/functors.cuh): BF16 register stores.
+  static_assert(kMoe == kMoeNone || !kTmaStore, "MoE epilogues store from registers");
 
   static constexpr bool kPrepared = Config::kPreparedWeights;
   using Loader = std::conditional_t<kPrepared, TableWeightLoader<BLOCK_M, BLOCK_N>,
@@ -92,23 +81,6 @@ struct Fp8Fp4GemmKernel {
                                        Fp4TableTransform<BLOCK_N, Config::kTransformStages>,
                                        Fp4ExpandTransform<BLOCK_N, Config::kTransformStages>>;
   using Mma = Fp8PromoteMma<BLOCK_N>;
-  // The fused MoE layer's epilogues (epilogue/functors.cuh): BF16 register stores.
-  static constexpr uint32_t kMoe = moe_epilogue_of<Config>::value;
-  static_assert(kMoe == kMoeNone || !kTmaStore, "MoE epilogues store from registers");
-
-  __device__ __forceinline__ static Scheduler make_scheduler(const Params& params) {
-    return Scheduler(GroupingArgs{params.m, params.n, params.num_groups, params.group_info});
-  }
-  __device__ __forceinline__ static uint32_t k_blocks(const Params& params) {
-    return (params.k + BLOCK_K - 1) / BLOCK_K;
-  }
-  __device__ __forceinline__ static uint32_t num_k_blocks(uint32_t k_blocks, const Tile&) {
-    return k_blocks;
-  }
-  __device__ __forceinline__ static bool math_idle(const Params&, const Tile& tile,
-                                                   uint32_t math_wg) {
-    return kNumMathWG > 1 && tile.row0 + math_wg * kWgRows >= tile.row_end;
-  }
 
   // The activation scales of this thread's two rows (wgmma D fragment rows) at the stage's
   // k-block, from the stage's scale slab (the producer wrote 0 past the tile's row bound).
@@ -120,27 +92,6 @@ struct Fp8Fp4GemmKernel {
     const uint32_t r = math_wg * kWgRows + (t / 32) * 16 + (t % 32) / 4;
     lo = sfa[r];
     hi = sfa[r + 8];
-  }
-
-  __device__ __forceinline__ static void epilogue(const Params& params, typename Mma::Accum& acc,
-                                                  const Tile& tile, uint32_t math_wg,
-                                                  uint8_t* smem_d) {
-    const uint32_t row0 = tile.row0 + math_wg * kWgRows;
-    if constexpr (kTmaStore) {
-      if (row0 + kWgRows <= tile.row_end || tile.row_end >= params.rows) {
-        store_accumulators_tma<BLOCK_N, kStoreCols, 1>(
-            acc.v, smem_d + math_wg * kBytesDPerWG, &params.tma_d, row0, tile.n_block * BLOCK_N,
-            NamedBarrier::kStoreBf16 + math_wg, Identity{});
-        return;
-      }
-    }
-    if constexpr (kMoe != kMoeNone) {
-      store_moe_block<BLOCK_N, kMoe>(acc.v[0], params, tile, row0);
-    } else {
-      store_accumulators<BLOCK_N, __nv_bfloat16>(acc.v[0], static_cast<__nv_bfloat16*>(params.d),
-                                                 params.ldd, tile.row_end, params.n, row0,
-                                                 tile.n_block * BLOCK_N, Identity{});
-    }
   }
 };
 

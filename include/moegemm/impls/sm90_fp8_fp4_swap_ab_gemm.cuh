@@ -15,8 +15,9 @@
 // and for both
 //   scheduler  Config::Scheduler: any of the four layouts' walks over token blocks and
 //              64 x kNumMathWG weight rows,
-//   epilogue   store_transposed (epilogue/sm90_swap_ab_store.cuh) or the fused MoE layer's
-//              SwiGLU / RowScale stores, BF16 from registers.
+//   epilogue   SwapAbTiles (kernels/sm90_m_grouped.cuh, shared with the BF16 swap-AB
+//              kernel): store_transposed (epilogue/sm90_swap_ab_store.cuh) or the fused MoE
+//              layer's SwiGLU / RowScale stores, BF16 from registers.
 //
 // Warp roles (1 + kNumMathWG warpgroups of 128 threads):
 //   warpgroup 0      producer: TMA boxes by one lane, scales by all 32 (cp.async).
@@ -34,10 +35,7 @@
 #include <type_traits>
 
 #include <moegemm/common/sm90_fp8_fp4_params.h>
-#include <moegemm/epilogue/functors.cuh>
-#include <moegemm/epilogue/sm90_swap_ab_store.cuh>
-#include <moegemm/epilogue/moe_stores.cuh>
-#include <moegemm/kernels/config_traits.cuh>
+#include <moegemm/kernels/sm90_m_grouped.cuh>
 #include <moegemm/kernels/sm90_persistent_gemm.cuh>
 #include <moegemm/loader/tma_loaders.cuh>
 #include <moegemm/mma/sm90_fp4_register_mma.cuh>
@@ -47,26 +45,16 @@
 
 namespace moegemm::sm90 {
 
+// Weight rows per warpgroup, idling and the transposed stores: SwapAbTiles
+// (kernels/sm90_m_grouped.cuh).
 template <typename Config>
-struct Fp8Fp4SwapAbGemmKernel {
-  using Params = Sm90Fp8Fp4GemmParams;
-  using Scheduler = typename Config::Scheduler;
-  using Work = Tile;
-  static constexpr uint32_t BLOCK_M = Config::kBlockM;  // tokens
-  static constexpr uint32_t BLOCK_N = Config::kBlockN;  // weight rows
-  static constexpr uint32_t BLOCK_K = Config::kBlockK;
-  static constexpr uint32_t kNumStages = Config::kNumStages;
-  static constexpr uint32_t kNumMathWG = Config::kNumMathWG;
-  static constexpr uint32_t kClusterSize = 1;
-  static_assert(Config::kSwapAB && Config::kClusterM == 1 && Config::kClusterN == 1 &&
-                    Config::kStoreCols == 0 && !Config::kWithC,
-                "swapped operands, one CTA per tile, BF16 register stores without C");
+struct Fp8Fp4SwapAbGemmKernel : SwapAbTiles<Config, Sm90Fp8Fp4GemmParams> {
+  using Base = SwapAbTiles<Config, Sm90Fp8Fp4GemmParams>;
+  using Base::BLOCK_M, Base::BLOCK_N, Base::BLOCK_K;  // BLOCK_M tokens, BLOCK_N weight rows
   static_assert(BLOCK_K == 128, "one k-block per activation scale");
-  static_assert(BLOCK_N == 64 * kNumMathWG, "each math warpgroup owns 64 weight rows");
   static constexpr bool kPrepared = Config::kPreparedWeights;
   static_assert(BLOCK_M % 8 == 0 && BLOCK_M >= 8 && BLOCK_M <= (kPrepared ? 128 : 64),
                 "tokens on N: 8..128 (prepared weights), 8..64 (checkpoint layout)");
-  static constexpr bool kTmaStore = false;
   // The checkpoint path's conversion tables, 128 bytes a math warpgroup.
   static constexpr uint32_t kEpilogueSmemBytes = kPrepared ? 0 : 1024;
 
@@ -75,35 +63,6 @@ struct Fp8Fp4SwapAbGemmKernel {
   using Transform = NoTransform;
   using Mma = std::conditional_t<kPrepared, Fp4TableMma<BLOCK_M, BLOCK_N>,
                                  Fp4RegisterMma<BLOCK_M, BLOCK_N>>;
-  // The fused MoE layer's epilogues (epilogue/functors.cuh): SwiGLU or RowScale.
-  static constexpr uint32_t kMoe = moe_epilogue_of<Config>::value;
-
-  __device__ __forceinline__ static Scheduler make_scheduler(const Params& params) {
-    return Scheduler(GroupingArgs{params.m, params.n, params.num_groups, params.group_info});
-  }
-  __device__ __forceinline__ static uint32_t k_blocks(const Params& params) {
-    return (params.k + BLOCK_K - 1) / BLOCK_K;
-  }
-  __device__ __forceinline__ static uint32_t num_k_blocks(uint32_t k_blocks, const Tile&) {
-    return k_blocks;
-  }
-  // Weight rows all past N (the last n-block of a multi-warpgroup tile).
-  __device__ __forceinline__ static bool math_idle(const Params& params, const Tile& tile,
-                                                   uint32_t math_wg) {
-    return kNumMathWG > 1 && tile.n_block * BLOCK_N + math_wg * 64 >= params.n;
-  }
-
-  __device__ __forceinline__ static void epilogue(const Params& params, typename Mma::Accum& acc,
-                                                  const Tile& tile, uint32_t math_wg,
-                                                  uint8_t* /*smem_d*/) {
-    const uint32_t n0 = tile.n_block * BLOCK_N + math_wg * 64;
-    if constexpr (kMoe != kMoeNone) {
-      store_moe_transposed<BLOCK_M, kMoe>(acc.v[0], params, tile, n0);
-    } else {
-      store_transposed<BLOCK_M>(acc.v[0], static_cast<__nv_bfloat16*>(params.d), params.ldd,
-                                tile.row0, tile.row_end, n0, params.n, Identity{});
-    }
-  }
 };
 
 template <typename Config>

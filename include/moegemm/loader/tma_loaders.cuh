@@ -6,8 +6,8 @@
 //   load(params, bar, stage, tile, kb, cta_rank)   one elected thread issues the boxes,
 //   kNeedsFixup / fixup(...)  the math threads' repair of a landed stage (k-grouped tails),
 //   kRolledLoop          the producer's k-block loop stays rolled (else the compiler unrolls).
-// FP8 x FP4 loads activations and packed weights (PackedWeightLoader); its scales are read by
-// the transform and math threads from global memory.
+// FP8 x FP4 loads activations and the weights' codes (Fp8TokenLoader, the base of
+// PackedWeightLoader and TableWeightLoader), the scales by the producer warp's lanes.
 #pragma once
 
 #include <stdint.h>
@@ -82,49 +82,71 @@ struct KMajorLoader {
   }
 };
 
-// The FP8 x FP4 loaders' lane copies of one k-block's activation scales into slab 2: the
-// float of each of the tile's BLOCK_M rows, 0 past its row bound or the tensor (cp.async by the
-// producer warp's 32 lanes; the caller arrives on the full barrier).
-template <uint32_t BLOCK_M, typename Stages, typename Params>
-__device__ __forceinline__ void copy_token_scales(const Params& params, const StageRef& stage,
-                                                  const Tile& tile, uint32_t kb, uint32_t lane) {
-  const uint32_t sfa_slab = smem_u32(Stages::template slab<2>(stage));
-  const float* sfa = params.sfa + uint64_t{tile.group} * params.sfa_stride_group +
-                     uint64_t{kb} * params.sfa_stride_kb;
-  const uint32_t first = tile.group * params.sfa_group_rows;
-  const uint32_t bound = min(tile.row_end, params.rows);
-#pragma unroll
-  for (uint32_t r = lane; r < BLOCK_M; r += 32) {
-    const uint32_t row = tile.row0 + r;
-    const bool ok = row < bound;
-    cp_async_4(sfa_slab + r * 4, ok ? sfa + uint64_t{row - first} * params.sfa_stride_row : sfa,
-               ok ? 4 : 0);
-  }
-}
-
-// FP8 x FP4: K-major E4M3 A [rows, K] (2D: {K, rows}, 128B swizzle) and packed E2M1 weights
-// W [G, N, K/2] (3D: {K/2, N, G}, unswizzled 64-byte rows, which the transform reads row by
-// row): per 128-wide k-block a BLOCK_M x 128-byte box of A and a BLOCK_N x 64-byte box of W by
-// TMA (zero-filled past K, N and the rows: zero codes are zeros), and the k-block's scales by
-// the producer warp's 32 lanes with cp.async into two more slabs, arriving on the same full
-// barrier (1 + 32 arrivals), so they ride the ring as far ahead as the operands do:
-//   slab 2: the activation scale of each of the tile's BLOCK_M rows (float; 0 past the tile's
-//           row bound or the tensor);
-//   slab 3: per weight row, the two aligned 32-bit words holding its 4 scale bytes of the
-//           k-block (a row of K/32 bytes starts anywhere inside a word); zeros past N. The
-//           transform shifts the bytes out (scale_word) and never reads past K/32.
+// What the two FP8 x FP4 loaders share: per 128-wide k-block by TMA a BLOCK_M x 128-byte box
+// of the tokens' K-major E4M3 rows A [rows, K] (2D: {K, rows}, 128B swizzle) into slab 0 and a
+// BLOCK_N x 64-byte box of the weights' E2M1 codes [G, N, K/2] (3D: {K/2, N, G}) into slab 1
+// (zero-filled past K, N and the rows: zero codes are zeros), and by the producer warp's 32
+// lanes, with cp.async, the activation scale of each of the tile's BLOCK_M rows into slab 2
+// (float; 0 past the tile's row bound or the tensor). The lane copies arrive on the same full
+// barrier as the TMA (1 + 32 arrivals), so the scales ride the ring as far ahead as the
+// operands do. Slab 3 is the loader's own: the weights' scales in one form or the other.
 template <uint32_t BLOCK_M, uint32_t BLOCK_N>
-struct PackedWeightLoader {
+struct Fp8TokenLoader {
   static constexpr uint32_t BLOCK_K = 128;
   static constexpr uint32_t kBytesA = BLOCK_M * BLOCK_K;
   static constexpr uint32_t kBytesB = BLOCK_N * BLOCK_K / 2;
   static constexpr uint32_t kBytesSfa = (BLOCK_M * 4 + 1023) / 1024 * 1024;
-  static constexpr uint32_t kBytesSfb = (BLOCK_N * 8 + 1023) / 1024 * 1024;
-  static constexpr uint32_t kExpectedBytes = kBytesA + kBytesB;  // the TMA part
   static constexpr bool kNeedsFixup = false;
   static constexpr bool kRolledLoop = false;
   static constexpr bool kLaneCopies = true;
   static constexpr uint32_t kFillArrivals = 1 + 32;
+
+  // One elected thread: the tokens' box and the codes' box of k-block kb.
+  template <typename Stages, typename Params>
+  __device__ __forceinline__ static void load_operands(const Params& params, Barrier* bar,
+                                                       const StageRef& stage, const Tile& tile,
+                                                       uint32_t kb) {
+    tma_load_2d(&params.tma_a, bar, Stages::template slab<0>(stage),
+                static_cast<int32_t>(kb * BLOCK_K), static_cast<int32_t>(tile.row0));
+    tma_load_3d(&params.tma_b, bar, Stages::template slab<1>(stage),
+                static_cast<int32_t>(kb * BLOCK_K / 2), static_cast<int32_t>(tile.n_block * BLOCK_N),
+                static_cast<int32_t>(tile.group));
+  }
+
+  // Every lane of the producer warp: its share of k-block kb's activation scales (the caller
+  // arrives on the full barrier).
+  template <typename Stages, typename Params>
+  __device__ __forceinline__ static void copy_token_scales(const Params& params,
+                                                           const StageRef& stage,
+                                                           const Tile& tile, uint32_t kb,
+                                                           uint32_t lane) {
+    const uint32_t sfa_slab = smem_u32(Stages::template slab<2>(stage));
+    const float* sfa = params.sfa + uint64_t{tile.group} * params.sfa_stride_group +
+                       uint64_t{kb} * params.sfa_stride_kb;
+    const uint32_t first = tile.group * params.sfa_group_rows;
+    const uint32_t bound = min(tile.row_end, params.rows);
+#pragma unroll
+    for (uint32_t r = lane; r < BLOCK_M; r += 32) {
+      const uint32_t row = tile.row0 + r;
+      const bool ok = row < bound;
+      cp_async_4(sfa_slab + r * 4, ok ? sfa + uint64_t{row - first} * params.sfa_stride_row : sfa,
+                 ok ? 4 : 0);
+    }
+  }
+};
+
+// FP8 x FP4 on checkpoint weights: packed E2M1 W [G, N, K/2] in unswizzled 64-byte rows, which
+// the transform reads row by row, and by the lanes, besides the tokens' scales
+// (Fp8TokenLoader), slab 3: per weight row, the two aligned 32-bit words holding its 4 scale
+// bytes of the k-block (a row of K/32 bytes starts anywhere inside a word); zeros past N. The
+// transform (or the register MMA) shifts the bytes out (scale_word, below) and never reads past
+// K/32.
+template <uint32_t BLOCK_M, uint32_t BLOCK_N>
+struct PackedWeightLoader : Fp8TokenLoader<BLOCK_M, BLOCK_N> {
+  using Base = Fp8TokenLoader<BLOCK_M, BLOCK_N>;
+  using Base::kBytesA, Base::kBytesB, Base::kBytesSfa;
+  static constexpr uint32_t kBytesSfb = (BLOCK_N * 8 + 1023) / 1024 * 1024;
+  static constexpr uint32_t kExpectedBytes = kBytesA + kBytesB;  // the TMA part
   template <uint32_t kNumStages>
   using Stages = StageLayout<kNumStages, kBytesA, kBytesB, kBytesSfa, kBytesSfb>;
 
@@ -138,11 +160,7 @@ struct PackedWeightLoader {
   __device__ __forceinline__ static void load(const Params& params, Barrier* bar,
                                               const StageRef& stage, const Tile& tile,
                                               uint32_t kb, uint32_t /*cta_rank*/) {
-    tma_load_2d(&params.tma_a, bar, Stages::template slab<0>(stage),
-                static_cast<int32_t>(kb * BLOCK_K), static_cast<int32_t>(tile.row0));
-    tma_load_3d(&params.tma_b, bar, Stages::template slab<1>(stage),
-                static_cast<int32_t>(kb * BLOCK_K / 2), static_cast<int32_t>(tile.n_block * BLOCK_N),
-                static_cast<int32_t>(tile.group));
+    Base::template load_operands<Stages>(params, bar, stage, tile, kb);
   }
 
   // Every lane of the producer warp: its share of the k-block's scales, then its arrive.
@@ -150,7 +168,7 @@ struct PackedWeightLoader {
   __device__ __forceinline__ static void copy_lanes(const Params& params, Barrier* bar,
                                                     const StageRef& stage, const Tile& tile,
                                                     uint32_t kb, uint32_t lane) {
-    copy_token_scales<BLOCK_M, Stages>(params, stage, tile, kb, lane);
+    Base::template copy_token_scales<Stages>(params, stage, tile, kb, lane);
     const uint32_t sfb_slab = smem_u32(Stages::template slab<3>(stage));
     const uint64_t group_start = uint64_t{tile.group} * params.sfb_stride_group;
 #pragma unroll
@@ -169,24 +187,28 @@ struct PackedWeightLoader {
   }
 };
 
+// The 4 scale bytes of weight row n at k-block kb (byte j: 32-block j of the k-block), out of
+// the row's two aligned words `w` that PackedWeightLoader staged: the row's first byte of the
+// k-block sits its global byte offset % 4 bytes into the first word.
+template <typename Params>
+__device__ __forceinline__ uint32_t scale_word(const Params& params, uint32_t group, uint32_t n,
+                                               uint32_t kb, const uint2& w) {
+  const uint32_t offset = static_cast<uint32_t>(
+      (uint64_t{group} * params.sfb_stride_group + uint64_t{n} * params.sfb_stride_row + kb * 4) %
+      4);
+  return __funnelshift_r(w.x, w.y, 8 * offset);
+}
+
 // FP8 x FP4 on prepared weights (mma/sm90_fp4_table_mma.cuh; python/moegemm/api/mxfp4_weights.py
-// has the layout): per k-block by TMA a BLOCK_M x 128-byte box of the tokens' E4M3 rows (128B
-// swizzle), a BLOCK_N x 64-byte box of the codes [G, Np, Kp / 2] (each 64-row block lands as
-// the 4096 bytes of its thread-ordered k-block) and a BLOCK_N-word box of the offsets words
-// [G, 2 Kb, Np] (first plane), and by the producer warp's lanes the tokens' activation scales
-// (slab 2, as PackedWeightLoader: cp.async, 0 past the tile's rows).
+// has the layout): the codes [G, Np, Kp / 2] (each 64-row block lands as the 4096 bytes of its
+// thread-ordered k-block) and, by TMA too, a BLOCK_N-word box of the offsets words [G, 2 Kb, Np]
+// (first plane) into slab 3; the lanes copy only the tokens' scales (Fp8TokenLoader).
 template <uint32_t BLOCK_M, uint32_t BLOCK_N>
-struct TableWeightLoader {
-  static constexpr uint32_t BLOCK_K = 128;
-  static constexpr uint32_t kBytesA = BLOCK_M * BLOCK_K;
-  static constexpr uint32_t kBytesB = BLOCK_N * BLOCK_K / 2;
-  static constexpr uint32_t kBytesSfa = (BLOCK_M * 4 + 1023) / 1024 * 1024;
+struct TableWeightLoader : Fp8TokenLoader<BLOCK_M, BLOCK_N> {
+  using Base = Fp8TokenLoader<BLOCK_M, BLOCK_N>;
+  using Base::kBytesA, Base::kBytesB, Base::kBytesSfa;
   static constexpr uint32_t kBytesOffsets = (BLOCK_N * 4 + 1023) / 1024 * 1024;
   static constexpr uint32_t kExpectedBytes = kBytesA + kBytesB + BLOCK_N * 4;  // the TMA part
-  static constexpr bool kNeedsFixup = false;
-  static constexpr bool kRolledLoop = false;
-  static constexpr bool kLaneCopies = true;
-  static constexpr uint32_t kFillArrivals = 1 + 32;
   template <uint32_t kNumStages>
   using Stages = StageLayout<kNumStages, kBytesA, kBytesB, kBytesSfa, kBytesOffsets>;
 
@@ -201,21 +223,17 @@ struct TableWeightLoader {
   __device__ __forceinline__ static void load(const Params& params, Barrier* bar,
                                               const StageRef& stage, const Tile& tile,
                                               uint32_t kb, uint32_t /*cta_rank*/) {
-    tma_load_2d(&params.tma_a, bar, Stages::template slab<0>(stage),
-                static_cast<int32_t>(kb * BLOCK_K), static_cast<int32_t>(tile.row0));
-    const int32_t n_crd = static_cast<int32_t>(tile.n_block * BLOCK_N);
-    const int32_t g_crd = static_cast<int32_t>(tile.group);
-    tma_load_3d(&params.tma_b, bar, Stages::template slab<1>(stage),
-                static_cast<int32_t>(kb * BLOCK_K / 2), n_crd, g_crd);
-    tma_load_3d(&params.tma_sfb, bar, Stages::template slab<3>(stage), n_crd,
-                static_cast<int32_t>(kb), g_crd);
+    Base::template load_operands<Stages>(params, bar, stage, tile, kb);
+    tma_load_3d(&params.tma_sfb, bar, Stages::template slab<3>(stage),
+                static_cast<int32_t>(tile.n_block * BLOCK_N), static_cast<int32_t>(kb),
+                static_cast<int32_t>(tile.group));
   }
 
   template <typename Stages, typename Params>
   __device__ __forceinline__ static void copy_lanes(const Params& params, Barrier* bar,
                                                     const StageRef& stage, const Tile& tile,
                                                     uint32_t kb, uint32_t lane) {
-    copy_token_scales<BLOCK_M, Stages>(params, stage, tile, kb, lane);
+    Base::template copy_token_scales<Stages>(params, stage, tile, kb, lane);
     cp_async_arrive(smem_u32(bar));
   }
 };

@@ -29,6 +29,7 @@
 
 #include <utility>
 
+#include <moegemm/loader/tma_loaders.cuh>
 #include <moegemm/mma/sm90_mma_policies.cuh>
 #include <moegemm/mma/sm90_wgmma.cuh>
 #include <moegemm/pipeline/stage_layout.cuh>
@@ -46,12 +47,7 @@ struct Fp8RsAtom;
   struct Fp8RsAtom<N> {              \
     using Type = cute::SM90::GMMA::MMA_64x##N##x32_F32E4M3E4M3_RS_TN<>; \
   };
-MOEGEMM_WGMMA_FP8_RS_ATOM(8) MOEGEMM_WGMMA_FP8_RS_ATOM(16) MOEGEMM_WGMMA_FP8_RS_ATOM(32)
-MOEGEMM_WGMMA_FP8_RS_ATOM(64) MOEGEMM_WGMMA_FP8_RS_ATOM(96) MOEGEMM_WGMMA_FP8_RS_ATOM(128)
-#if defined(CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED)
-MOEGEMM_WGMMA_FP8_RS_ATOM(24) MOEGEMM_WGMMA_FP8_RS_ATOM(40) MOEGEMM_WGMMA_FP8_RS_ATOM(48)
-MOEGEMM_WGMMA_FP8_RS_ATOM(56)
-#endif
+MOEGEMM_WGMMA_FOR_EACH_N(MOEGEMM_WGMMA_FP8_RS_ATOM)
 #undef MOEGEMM_WGMMA_FP8_RS_ATOM
 
 }  // namespace detail
@@ -128,12 +124,7 @@ struct Fp4RegisterMma {
     for (uint32_t h = 0; h < 2; ++h) {
       const uint32_t row = row0 + 8 * h;
       const uint32_t n = work.n_block * BLOCK_W + row;
-      const uint32_t offset = static_cast<uint32_t>(
-          (uint64_t{work.group} * params.sfb_stride_group + uint64_t{n} * params.sfb_stride_row +
-           kb * 4) %
-          4);
-      const uint2 w = words[row];
-      const uint32_t bytes = __funnelshift_r(w.x, w.y, 8 * offset);
+      const uint32_t bytes = scale_word(params, work.group, n, kb, words[row]);
 #pragma unroll
       for (uint32_t j = 0; j < 4; ++j) {
         const bool ok = n < params.n && kb * 4 + j < params.k / 32;

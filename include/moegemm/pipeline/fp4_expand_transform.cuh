@@ -28,6 +28,7 @@
 
 #include <stdint.h>
 
+#include <moegemm/loader/tma_loaders.cuh>
 #include <moegemm/pipeline/stage_layout.cuh>
 #include <moegemm/ptx/barrier.cuh>
 #include <moegemm/ptx/smem.cuh>
@@ -115,13 +116,7 @@ struct Fp4ExpandTransform {
     for (uint32_t it = 0; it < kSteps; ++it) {
       const uint32_t row = it * 16 + (thread / 32) * 4 + (thread % 32) / 8;
       const uint32_t n = work.n_block * BLOCK_N + row;
-      // The row's first scale byte of this k-block sits `offset` bytes into the first word.
-      const uint32_t offset = static_cast<uint32_t>(
-          (uint64_t{work.group} * params.sfb_stride_group + uint64_t{n} * params.sfb_stride_row +
-           kb * 4) %
-          4);
-      const uint2 w = words[row];
-      const uint32_t bytes = __funnelshift_r(w.x, w.y, 8 * offset);
+      const uint32_t bytes = scale_word(params, work.group, n, kb, words[row]);
       sc.s[it] = (k_ok && n < params.n) ? (bytes >> (8 * ((thread % 8) / 2))) & 0xFF : kAbsent;
     }
   }

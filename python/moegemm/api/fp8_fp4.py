@@ -36,6 +36,7 @@ from ..families import for_operands
 from ..families import sm100_fp8_fp4 as sm100_family
 from ..heuristics import ArchSpec, GemmConfig, GemmDesc
 from ..launch import checks
+from ..launch.device import device_info
 from ..launch.plans import PlanCache, raw_stream, signature
 from ..launch.problems import Fp8Fp4Problem
 from . import fp8_fp4_sm100
@@ -342,8 +343,6 @@ def _device_arch(t: object) -> ArchSpec | None:
     """The arch of the CUDA device holding `t`; None off CUDA."""
     if not isinstance(t, Tensor) or t.device.type != "cuda":
         return None
-    from ..launch.device import device_info
-
     try:
         index = t.device.index if t.device.index is not None else torch.cuda.current_device()
         return device_info(index).arch

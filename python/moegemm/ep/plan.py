@@ -22,6 +22,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ..jit.codegen import EP_DISPATCH_THREADS
+
 FP8_BLOCK = 128
 ALIGN = 128  # every region starts on a 128-byte boundary (16-byte vectors, TMA's 16 bytes)
 LAYOUT_ORDER = (
@@ -139,8 +141,6 @@ class EPBufferPlan:
     def dispatch_grid(self, num_sms: int) -> tuple[int, int, int]:
         """(CTAs, slots per CTA, shared-memory bytes) of the dispatch kernel: the same on every
         rank for the same num_sms (EPMoE agrees on the ranks' smallest)."""
-        from ..jit.codegen import EP_DISPATCH_THREADS
-
         slots = self.slots_per_rank
         ctas = max(1, min(num_sms, math.ceil(slots / DISPATCH_MIN_SLOTS_PER_CTA)))
         spc = math.ceil(slots / ctas)
