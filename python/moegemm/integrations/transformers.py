@@ -1,0 +1,354 @@
+"""moegemm as a transformers experts implementation ("moegemm" in `ExpertsInterface`).
+
+    import moegemm.integrations.transformers  # registers "moegemm" (register() again is harmless)
+    model = AutoModelForCausalLM.from_pretrained(..., experts_implementation="moegemm")
+    # or: model.set_experts_implementation("moegemm")
+
+Every experts class decorated with `use_experts_implementation` then calls
+`moegemm_experts_forward(module, hidden_states, top_k_index, top_k_weights)`, which maps the
+module's layout onto `moegemm.fused_moe`:
+
+- concatenated gate/up, `gate_up_proj` [E, 2I, H] (or [E, H, 2I] with `is_transposed`), the
+  default gate `act_fn(gate) * up` with SiLU (Qwen2/3-MoE, Mixtral, DeepSeek-V3, ...): "silu";
+- GPT-OSS (`is_concatenated=False`, `is_transposed=True`, biases, alpha 1.702, limit 7):
+  "swiglu_oai";
+- GPT-OSS MXFP4 experts: a module holding the checkpoint's `gate_up_proj_blocks`,
+  `gate_up_proj_scales`, `down_proj_blocks`, `down_proj_scales` (see `attach_mxfp4`) runs the
+  FP8 x FP4 layer on them instead of its BF16 parameters.
+
+The prepared weights (`moegemm.prepare_moe_weights`: a reordered copy of w13, so the experts'
+w13 is held twice) are built on a module's first call and rebuilt when a source tensor changes:
+a new tensor, a new shape, dtype or device, or an in-place update (the tensor's version counter).
+
+What moegemm cannot run (CPU tensors, a GPU without moegemm kernels, a dtype other than BF16, an
+unsupported gate or activation, autograd, sizes the kernels refuse) raises
+`UnsupportedExpertsError` naming the module and the reason. `register(fallback="grouped_mm")`
+(or `"eager"`, or True for "grouped_mm"; or the environment variable
+MOEGEMM_TRANSFORMERS_FALLBACK with the same values) runs the module's own implementation
+instead, with a warning once per module: never a silent different answer.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+import weakref
+from dataclasses import dataclass
+
+import torch
+from transformers.integrations import moe as hf_moe
+
+import moegemm
+from moegemm.heuristics import arch_for_compute_capability
+from moegemm.jit.cache import KernelNotCachedError
+
+NAME = "moegemm"
+FALLBACK_ENV = "MOEGEMM_TRANSFORMERS_FALLBACK"
+FALLBACKS = ("grouped_mm", "eager")
+# moegemm's "swiglu_oai" epilogue hard-codes GPT-OSS's constants.
+OAI_ALPHA, OAI_LIMIT = 1.702, 7.0
+MXFP4_ATTRS = ("gate_up_proj_blocks", "gate_up_proj_scales", "down_proj_blocks", "down_proj_scales")
+
+Pair = tuple[torch.Tensor, torch.Tensor]
+
+
+class UnsupportedExpertsError(RuntimeError):
+    """moegemm cannot run this experts module; the message names the module and the reason."""
+
+
+@dataclass(frozen=True, eq=False)
+class ExpertsOperands:
+    """fused_moe's operands in their source layout (views of the module's tensors, any dtype):
+    w13 [E, 2I, H] in `activation`'s row order (silu: gate rows then up rows; swiglu_oai:
+    interleaved) or MXFP4 (blocks [E, 2I, H/2], scales [E, 2I, H/32]); w2 [E, H, I] or MXFP4
+    (blocks [E, H, I/2], scales [E, H, I/32]); biases [E, 2I] and [E, H] or None."""
+
+    w13: torch.Tensor | Pair
+    w2: torch.Tensor | Pair
+    activation: str
+    w13_bias: torch.Tensor | None
+    w2_bias: torch.Tensor | None
+
+    @property
+    def is_mxfp4(self) -> bool:
+        return isinstance(self.w13, tuple)
+
+
+@dataclass(frozen=True, eq=False)
+class PreparedExperts:
+    """What fused_moe takes, built once per module and source-tensor state (`key`)."""
+
+    w13: moegemm.PreparedW13
+    w2: torch.Tensor | moegemm.Mxfp4Weights | Pair
+    w2_bias: torch.Tensor | None
+    key: tuple
+
+
+_prepared: weakref.WeakKeyDictionary[torch.nn.Module, PreparedExperts] = (
+    weakref.WeakKeyDictionary()
+)  # a weak map, not a module attribute: copies of a module never share or carry the copy
+_warned: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
+_fallback: str | None = None
+
+
+def describe(module: torch.nn.Module) -> str:
+    sizes = [f"{n}={getattr(module, n)}" for n in ("num_experts",) if hasattr(module, n)]
+    return f"{type(module).__name__}({', '.join(sizes)})"
+
+
+def _unsupported(module: torch.nn.Module, reason: str) -> UnsupportedExpertsError:
+    return UnsupportedExpertsError(
+        f'experts_implementation="{NAME}" cannot run {describe(module)}: {reason} '
+        f'(register(fallback="grouped_mm") or {FALLBACK_ENV}=grouped_mm runs the module\'s own '
+        f"implementation instead)"
+    )
+
+
+def _flag(module: torch.nn.Module, name: str, default: bool) -> bool:
+    return bool(getattr(module, name, default))
+
+
+def _activation(module: torch.nn.Module) -> str:
+    """The fused_moe activation equal to the module's gate, or UnsupportedExpertsError."""
+    if not _flag(module, "has_gate", True):
+        raise _unsupported(module, "experts without a gate (up_proj only) have no fused layer")
+    gate_fn = getattr(type(module), "_apply_gate", hf_moe._default_apply_gate)
+    if _flag(module, "is_concatenated", True):
+        # Only the default gate is act(gate) * up on [gate; up]; an override may clamp or scale.
+        if gate_fn is not hf_moe._default_apply_gate:
+            raise _unsupported(module, f"its own gate {gate_fn.__qualname__} is not act(gate) * up")
+        act = getattr(module, "act_fn", None)
+        silu = isinstance(act, torch.nn.SiLU) or type(act).__name__ == "SiLUActivation"
+        if not silu:
+            raise _unsupported(module, f"activation {type(act).__name__}: only SiLU is fused")
+        return "silu"
+    # Interleaved gate/up: GPT-OSS's clamped SwiGLU with its own constants, nothing else.
+    alpha, limit = getattr(module, "alpha", None), getattr(module, "limit", None)
+    is_oai = gate_fn.__qualname__ == "GptOssExperts._apply_gate"
+    if not is_oai or (alpha, limit) != (OAI_ALPHA, OAI_LIMIT):
+        raise _unsupported(
+            module,
+            f"interleaved gate/up with gate {gate_fn.__qualname__} (alpha {alpha}, limit "
+            f"{limit}): only GPT-OSS's SwiGLU (alpha {OAI_ALPHA}, limit {OAI_LIMIT}) is fused",
+        )
+    return "swiglu_oai"
+
+
+def _mxfp4_pairs(module: torch.nn.Module) -> tuple[Pair, Pair] | None:
+    held = [getattr(module, name, None) for name in MXFP4_ATTRS]
+    if all(t is None for t in held):
+        return None
+    if not all(isinstance(t, torch.Tensor) for t in held):
+        missing = [n for n, t in zip(MXFP4_ATTRS, held) if not isinstance(t, torch.Tensor)]
+        raise _unsupported(module, f"MXFP4 experts without {', '.join(missing)}")
+    gb, gs, db, ds = held
+    # The checkpoint's [E, N, K/32, 16] view of the [E, N, K/2] codes.
+    return (gb.flatten(2), gs), (db.flatten(2), ds)
+
+
+def experts_operands(module: torch.nn.Module) -> ExpertsOperands:
+    """The module's experts as fused_moe's source-layout operands (no copies), or
+    UnsupportedExpertsError for a gate or layout fused_moe does not compute."""
+    activation = _activation(module)
+    has_bias = _flag(module, "has_bias", False)
+    b13 = module.gate_up_proj_bias if has_bias else None
+    b2 = module.down_proj_bias if has_bias else None
+    mxfp4 = _mxfp4_pairs(module)
+    if mxfp4 is not None:
+        # Checkpoint codes are [out, in] whatever the BF16 parameters' orientation.
+        return ExpertsOperands(mxfp4[0], mxfp4[1], activation, b13, b2)
+    w13, w2 = module.gate_up_proj, module.down_proj
+    if _flag(module, "is_transposed", False):  # [E, H, 2I] and [E, I, H]
+        w13, w2 = w13.transpose(1, 2), w2.transpose(1, 2)
+    return ExpertsOperands(w13, w2, activation, b13, b2)
+
+
+def _tensors(ops: ExpertsOperands) -> list[torch.Tensor]:
+    flat: list[torch.Tensor] = []
+    for item in (ops.w13, ops.w2, ops.w13_bias, ops.w2_bias):
+        if isinstance(item, tuple):
+            flat.extend(item)
+        elif item is not None:
+            flat.append(item)
+    return flat
+
+
+def _version(t: torch.Tensor) -> int:
+    try:
+        return t._version
+    except RuntimeError:  # an inference tensor has no version counter (and cannot be updated)
+        return -1
+
+
+def _state_key(ops: ExpertsOperands) -> tuple:
+    """What changes when a source tensor does: its storage, its in-place updates (the version
+    counter of the tensor or view), its shape, dtype and device."""
+    parts: list = [ops.activation]
+    for t in _tensors(ops):
+        parts.append((t.data_ptr(), _version(t), tuple(t.shape), t.stride(), t.dtype, t.device))
+    return tuple(parts)
+
+
+def _mxfp4_arch(device: torch.device) -> str:
+    if device.type != "cuda":
+        return "sm_90a"  # the preparation is plain torch; a CPU call is refused before launch
+    return arch_for_compute_capability(*torch.cuda.get_device_capability(device))
+
+
+def prepare_operands(ops: ExpertsOperands, key: tuple = ()) -> PreparedExperts:
+    """prepare_moe_weights and a fused_moe-ready w2 and w2 bias (plain torch: runs on CPU too).
+    Raises TypeError or ValueError for what the layer refuses (dtype, sizes)."""
+    b2 = None if ops.w2_bias is None else ops.w2_bias.detach().float().contiguous()
+    b13 = None if ops.w13_bias is None else ops.w13_bias.detach()
+    if ops.is_mxfp4:
+        w13 = moegemm.prepare_moe_weights(
+            tuple(t.detach() for t in ops.w13), activation=ops.activation, w13_bias=b13
+        )
+        blocks, scales = (t.detach().contiguous() for t in ops.w2)
+        arch = _mxfp4_arch(blocks.device)
+        w2 = moegemm.prepare_mxfp4_weights(blocks, scales, arch=arch)
+        return PreparedExperts(w13, w2, b2, key)
+    if ops.w13.dtype != torch.bfloat16 or ops.w2.dtype != torch.bfloat16:
+        raise TypeError(
+            f"the experts' weights are {ops.w13.dtype} and {ops.w2.dtype}: fused_moe takes "
+            f"bfloat16 (or MXFP4) experts"
+        )
+    w13 = moegemm.prepare_moe_weights(ops.w13.detach(), activation=ops.activation, w13_bias=b13)
+    return PreparedExperts(w13, ops.w2.detach().contiguous(), b2, key)
+
+
+def prepared_experts(module: torch.nn.Module) -> PreparedExperts:
+    """The module's prepared weights, built on first use and whenever a source tensor changed."""
+    ops = experts_operands(module)
+    key = _state_key(ops)
+    cached = _prepared.get(module)
+    if cached is not None and cached.key == key:
+        return cached
+    _prepared.pop(module, None)  # drop the stale copy before allocating the new one
+    try:
+        prepared = prepare_operands(ops, key)
+    except (TypeError, ValueError) as e:
+        raise _unsupported(module, str(e)) from e
+    _prepared[module] = prepared
+    return prepared
+
+
+def routing_operands(top_k_index: torch.Tensor, top_k_weights: torch.Tensor) -> Pair:
+    """transformers' routing (int64 ids, router-dtype weights) as fused_moe's int32 ids and
+    FP32 weights. An id outside [0, E) (expert parallelism's sentinel E) is dropped by both."""
+    ids = top_k_index.reshape(-1, top_k_index.shape[-1]).to(torch.int32).contiguous()
+    weights = top_k_weights.reshape(ids.shape).to(torch.float32).contiguous()
+    return ids, weights
+
+
+def _device_reason(device: torch.device) -> str | None:
+    if device.type != "cuda":
+        return f"the tensors are on {device}: moegemm runs on CUDA GPUs"
+    try:
+        arch_for_compute_capability(*torch.cuda.get_device_capability(device))
+    except ValueError as e:
+        return f"no moegemm kernels for this GPU: {e}"
+    return None
+
+
+def _call_reason(module: torch.nn.Module, ops: ExpertsOperands, x: torch.Tensor) -> str | None:
+    """Why fused_moe cannot take this call (None if it can), checked before anything is
+    prepared: dtypes, autograd, then the device."""
+    if x.dtype != torch.bfloat16:
+        return f"hidden_states are {x.dtype}: fused_moe takes bfloat16"
+    if not ops.is_mxfp4 and (ops.w13.dtype, ops.w2.dtype) != (torch.bfloat16, torch.bfloat16):
+        return f"the experts' weights are {ops.w13.dtype}: fused_moe takes bfloat16 or MXFP4"
+    if torch.is_grad_enabled() and (x.requires_grad or any(t.requires_grad for t in _tensors(ops))):
+        # fused_moe has no backward: running it would silently cut the gradients.
+        return (
+            "autograd is on and fused_moe has no backward (run under torch.no_grad() or "
+            "torch.inference_mode(), or call model.requires_grad_(False))"
+        )
+    return _device_reason(x.device)
+
+
+def _fallback_forward(module: torch.nn.Module, mode: str, *args: torch.Tensor) -> torch.Tensor:
+    original = getattr(type(module).forward, "__wrapped__", None)  # the class's eager forward
+    if mode == "eager" and original is not None:
+        return original(module, *args)
+    return hf_moe.ALL_EXPERTS_FUNCTIONS["grouped_mm"](module, *args)
+
+
+def _fallback_mode() -> str | None:
+    if _fallback is not None:
+        return _fallback or None
+    return _parse_fallback(os.environ.get(FALLBACK_ENV, ""), FALLBACK_ENV) or None
+
+
+def moegemm_experts_forward(
+    self: torch.nn.Module,
+    hidden_states: torch.Tensor,
+    top_k_index: torch.Tensor,
+    top_k_weights: torch.Tensor,
+) -> torch.Tensor:
+    """The experts' output [T, H] through moegemm.fused_moe (the ExpertsInterface signature)."""
+    try:
+        reason = _call_reason(self, experts_operands(self), hidden_states)
+        if reason is not None:
+            raise _unsupported(self, reason)
+        prepared = prepared_experts(self)
+        x = hidden_states.reshape(-1, hidden_states.shape[-1]).contiguous()
+        ids, weights = routing_operands(top_k_index, top_k_weights)
+        try:
+            # fused_moe checks everything before it launches: a refusal has changed nothing.
+            out = moegemm.fused_moe(
+                x, prepared.w13, prepared.w2, weights, ids, w2_bias=prepared.w2_bias
+            )
+        except (TypeError, ValueError, KernelNotCachedError) as e:
+            raise _unsupported(self, str(e)) from e
+    except UnsupportedExpertsError as e:
+        mode = _fallback_mode()
+        if mode is None:
+            raise
+        if self not in _warned:
+            _warned.add(self)
+            warnings.warn(f"{e}; running {mode} instead", RuntimeWarning, stacklevel=2)
+        return _fallback_forward(self, mode, hidden_states, top_k_index, top_k_weights)
+    return out.view(hidden_states.shape)
+
+
+def attach_mxfp4(
+    module: torch.nn.Module,
+    gate_up_blocks: torch.Tensor,
+    gate_up_scales: torch.Tensor,
+    down_blocks: torch.Tensor,
+    down_scales: torch.Tensor,
+) -> None:
+    """Give a GPT-OSS experts module its checkpoint's MXFP4 tensors (uint8: gate_up blocks
+    [E, 2I, H/32, 16] with interleaved gate/up rows, scales [E, 2I, H/32]; down blocks
+    [E, H, I/32, 16], scales [E, H, I/32]) as non-persistent buffers, so that `.to()` moves them;
+    "moegemm" then runs the FP8 x FP4 layer on them. The BF16 parameters may be dropped
+    (e.g. left on the meta device) since they are no longer read."""
+    tensors = (gate_up_blocks, gate_up_scales, down_blocks, down_scales)
+    for name, t in zip(MXFP4_ATTRS, tensors):
+        module.register_buffer(name, t, persistent=False)
+
+
+def _parse_fallback(value: bool | str | None, what: str) -> str:
+    """'' for no fallback, else one of FALLBACKS."""
+    if value is None or value is False or value in ("", "0", "false", "none"):
+        return ""
+    if value is True or value in ("1", "true"):
+        return "grouped_mm"
+    if value in FALLBACKS:
+        return value
+    raise ValueError(f"{what} must be a bool or one of {FALLBACKS}, got {value!r}")
+
+
+def register(fallback: bool | str | None = None) -> None:
+    """Add "moegemm" to transformers' ExpertsInterface (every model's, at once). fallback:
+    None keeps the current choice (from MOEGEMM_TRANSFORMERS_FALLBACK unless set here before);
+    False raises UnsupportedExpertsError on what moegemm cannot run; True or "grouped_mm" runs
+    transformers' grouped_mm there instead, "eager" the class's own forward."""
+    global _fallback
+    if fallback is not None:
+        _fallback = _parse_fallback(fallback, "fallback")
+    hf_moe.ExpertsInterface.register(NAME, moegemm_experts_forward)
+
+
+register()

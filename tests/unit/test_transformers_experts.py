@@ -1,0 +1,386 @@
+"""moegemm.integrations.transformers on the CPU: the registration, each experts layout mapped onto
+fused_moe's operands and checked through the layer's FP32 reference against the module's own
+eager and grouped_mm forwards (fresh random weights, tiny configs), the rebuild of the prepared
+weights when a parameter changes, every refusal and the opt-in fallbacks."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from transformers.integrations import moe as hf_moe
+from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3Experts
+from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts
+from transformers.models.mixtral.modeling_mixtral import MixtralExperts
+from transformers.models.qwen2_moe.modeling_qwen2_moe import Qwen2MoeExperts
+from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts
+
+from moegemm.integrations import transformers as mt
+from moegemm.moe.weights import source_order
+from moegemm.quant import dequantize_mxfp4, quantize_mxfp4
+from moegemm.testing import calc_diff
+from moegemm.testing.moe_reference import fused_moe_reference
+
+TOL = 1e-5
+E, H, I, K, T = 8, 64, 32, 2, 24
+
+
+def qwen3_config(**kw) -> transformers.Qwen3MoeConfig:
+    kw = {"moe_intermediate_size": I, **kw}
+    return transformers.Qwen3MoeConfig(hidden_size=H, num_experts=E, num_experts_per_tok=K, **kw)
+
+
+def mixtral_config(**kw) -> transformers.MixtralConfig:
+    return transformers.MixtralConfig(
+        hidden_size=H, intermediate_size=I, num_local_experts=E, num_experts_per_tok=K, **kw
+    )
+
+
+def qwen2_config(**kw) -> transformers.Qwen2MoeConfig:
+    return transformers.Qwen2MoeConfig(
+        hidden_size=H, moe_intermediate_size=I, num_experts=E, num_experts_per_tok=K, **kw
+    )
+
+
+def deepseek_config(**kw) -> transformers.DeepseekV3Config:
+    return transformers.DeepseekV3Config(
+        hidden_size=H, moe_intermediate_size=I, n_routed_experts=E, num_experts_per_tok=K,
+        n_group=1, topk_group=1, **kw,
+    )  # fmt: skip
+
+
+def gpt_oss_config(**kw) -> transformers.GptOssConfig:
+    return transformers.GptOssConfig(
+        hidden_size=H, intermediate_size=I, num_local_experts=E, num_experts_per_tok=K, **kw
+    )
+
+
+CASES = {
+    "qwen3_moe": (Qwen3MoeExperts, qwen3_config),
+    "qwen2_moe": (Qwen2MoeExperts, qwen2_config),
+    "mixtral": (MixtralExperts, mixtral_config),
+    "deepseek_v3": (DeepseekV3Experts, deepseek_config),
+    "gpt_oss": (GptOssExperts, gpt_oss_config),
+}
+
+
+def build(name: str, seed: int, dtype: torch.dtype = torch.float32, **kw) -> torch.nn.Module:
+    """The experts module of a tiny config with fresh random weights; GPT-OSS's are large
+    enough that its clamps (limit 7) bite."""
+    cls, config = CASES[name]
+    module = cls(config(**kw))
+    g = torch.Generator().manual_seed(seed)
+    scale = 4.0 if name == "gpt_oss" else 1.0
+    with torch.no_grad():
+        for pname, p in module.named_parameters():
+            fan_in = H if pname.startswith("gate_up") else I
+            std = 0.1 if pname.endswith("bias") else scale / fan_in**0.5
+            p.copy_(torch.randn(p.shape, generator=g) * std)
+    return module.to(dtype).requires_grad_(False)
+
+
+def routing(seed: int, t: int = T) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """x [t, H], distinct top-k ids per token (int64, as the routers give) and their weights."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(t, H, generator=g)
+    ids = torch.stack([torch.randperm(E, generator=g)[:K] for _ in range(t)])
+    weights = torch.rand(t, K, generator=g)
+    return x, ids, weights / weights.sum(-1, keepdim=True)
+
+
+def eager(module: torch.nn.Module, *args: torch.Tensor) -> torch.Tensor:
+    return type(module).forward.__wrapped__(module, *args)  # the class's own loop
+
+
+def reference(ops: mt.ExpertsOperands, x, ids, weights) -> torch.Tensor:
+    """fused_moe's FP32 math on source-layout operands."""
+    w13, w2 = ops.w13, ops.w2
+    if ops.is_mxfp4:
+        w13, w2 = dequantize_mxfp4(*w13), dequantize_mxfp4(*w2)
+    b13 = None if ops.w13_bias is None else ops.w13_bias.float()
+    b2 = None if ops.w2_bias is None else ops.w2_bias.float()
+    ids32, w32 = mt.routing_operands(ids, weights)
+    return fused_moe_reference(x, w13.float(), w2.float(), w32, ids32, ops.activation, b13, b2)
+
+
+def prepared_reference(prepared: mt.PreparedExperts, x, ids, weights) -> torch.Tensor:
+    """fused_moe's FP32 math on the prepared BF16 operands, back in source order."""
+    act = prepared.w13.activation
+    w13 = source_order(prepared.w13.weight, act).float()
+    b13 = None if prepared.w13.bias is None else source_order(prepared.w13.bias, act)
+    ids32, w32 = mt.routing_operands(ids, weights)
+    return fused_moe_reference(x, w13, prepared.w2.float(), w32, ids32, act, b13, prepared.w2_bias)
+
+
+# ---- registration ----------------------------------------------------------------------------
+
+
+def test_registered_in_the_experts_interface() -> None:
+    assert hf_moe.ALL_EXPERTS_FUNCTIONS["moegemm"] is mt.moegemm_experts_forward
+    assert "moegemm" in hf_moe.ExpertsInterface().valid_keys()
+    mt.register()  # again: harmless
+    assert hf_moe.ALL_EXPERTS_FUNCTIONS["moegemm"] is mt.moegemm_experts_forward
+
+
+def test_importing_moegemm_does_not_import_transformers() -> None:
+    code = (
+        "import sys, moegemm, moegemm.integrations\n"
+        "assert 'transformers' not in sys.modules, 'transformers imported'\n"
+        "import moegemm.integrations.transformers\n"
+        "from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS\n"
+        "assert 'moegemm' in ALL_EXPERTS_FUNCTIONS\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+
+
+def test_a_model_selects_it_by_name() -> None:
+    config = qwen3_config(
+        num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, vocab_size=64,
+        intermediate_size=64, head_dim=16,
+    )  # fmt: skip
+    model = transformers.Qwen3MoeForCausalLM(config)
+    model.set_experts_implementation("moegemm")
+    assert model.config._experts_implementation == "moegemm"
+    with torch.no_grad(), pytest.raises(mt.UnsupportedExpertsError, match="Qwen3MoeExperts"):
+        model(torch.tensor([[1, 2, 3]]))
+
+
+# ---- layouts ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_source_operands_match_the_module(name: str) -> None:
+    """FP32 weights: the mapped operands through fused_moe's math equal the module's forwards."""
+    seed = 100 * sorted(CASES).index(name)  # fresh weights and tokens per class
+    module = build(name, seed=seed + 1)
+    x, ids, weights = routing(seed=seed + 2)
+    ops = mt.experts_operands(module)
+    assert ops.activation == ("swiglu_oai" if name == "gpt_oss" else "silu")
+    ref = reference(ops, x, ids, weights)
+    own = eager(module, x, ids, weights)
+    assert own.abs().mean() > 0.1  # not a trivially small output
+    assert calc_diff(ref, own) < TOL
+    assert calc_diff(ref, hf_moe.grouped_mm_experts_forward(module, x, ids, weights)) < TOL
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_prepared_operands_match_the_module(name: str) -> None:
+    """BF16 module: what fused_moe would get (prepare_moe_weights' order, contiguous w2, FP32
+    w2 bias) through its math equals the module's eager forward on the same weights in FP32."""
+    seed = 100 * sorted(CASES).index(name)
+    module = build(name, seed=seed + 3, dtype=torch.bfloat16)
+    x, ids, weights = routing(seed=seed + 4)
+    prepared = mt.prepared_experts(module)
+    assert prepared.w13.weight.dtype == torch.bfloat16 and prepared.w2.is_contiguous()
+    assert prepared.w2.shape == (E, H, I)
+    assert (prepared.w2_bias is not None) == (name == "gpt_oss")
+    ref = prepared_reference(prepared, x, ids, weights)
+    own = eager(copy.deepcopy(module).float(), x, ids, weights)
+    diff = calc_diff(ref, own)
+    assert diff < TOL, diff
+
+
+def test_gpt_oss_mxfp4_operands() -> None:
+    """A GPT-OSS module given its checkpoint's MXFP4 tensors maps them as (blocks, scales) pairs
+    (interleaved w13 [E, 2I, H/2], w2 [E, H, I/2]) whose dequantized math equals the module on
+    the dequantized weights; their preparation (plain torch) succeeds."""
+    module = build("gpt_oss", seed=5)
+    w13 = module.gate_up_proj.transpose(1, 2).contiguous()  # [E, 2I, H], interleaved rows
+    w2 = module.down_proj.transpose(1, 2).contiguous()  # [E, H, I]
+    (b13, s13), (b2, s2) = quantize_mxfp4(w13), quantize_mxfp4(w2)
+    with torch.no_grad():  # the module's BF16 path now computes on the dequantized weights
+        module.gate_up_proj.copy_(dequantize_mxfp4(b13, s13).transpose(1, 2))
+        module.down_proj.copy_(dequantize_mxfp4(b2, s2).transpose(1, 2))
+    mt.attach_mxfp4(module, b13.view(E, 2 * I, H // 32, 16), s13, b2.view(E, H, I // 32, 16), s2)
+    ops = mt.experts_operands(module)
+    assert ops.is_mxfp4 and ops.activation == "swiglu_oai"
+    assert torch.equal(ops.w13[0], b13) and torch.equal(ops.w2[0], b2)
+    x, ids, weights = routing(seed=6)
+    diff = calc_diff(reference(ops, x, ids, weights), eager(module, x, ids, weights))
+    assert diff < TOL, diff
+    prepared = mt.prepared_experts(module)
+    assert prepared.w13.is_mxfp4 and prepared.w13.activation == "swiglu_oai"
+    assert prepared.w2.prepared and prepared.w2_bias.dtype == torch.float32
+
+
+def test_sentinel_ids_are_dropped_like_grouped_mm() -> None:
+    """Expert parallelism's sentinel id E: fused_moe drops ids outside [0, E) as grouped_mm."""
+    module = build("qwen3_moe", seed=7)
+    x, ids, weights = routing(seed=8)
+    ids[::3, 1] = E
+    ref = reference(mt.experts_operands(module), x, ids, weights)
+    assert calc_diff(ref, hf_moe.grouped_mm_experts_forward(module, x, ids, weights)) < TOL
+
+
+def test_routing_operands() -> None:
+    ids = torch.tensor([[3, 1], [0, 8]])
+    weights = torch.tensor([[0.25, 0.75], [1.0, 0.0]], dtype=torch.bfloat16)
+    ids32, w32 = mt.routing_operands(ids, weights)
+    assert ids32.dtype == torch.int32 and w32.dtype == torch.float32
+    assert ids32.is_contiguous() and w32.is_contiguous()
+    assert ids32.tolist() == ids.tolist() and w32.tolist() == weights.float().tolist()
+
+
+# ---- preparation cache -----------------------------------------------------------------------
+
+
+def test_prepared_weights_rebuilt_when_a_parameter_changes() -> None:
+    module = build("mixtral", seed=9, dtype=torch.bfloat16)
+    first = mt.prepared_experts(module)
+    assert mt.prepared_experts(module) is first  # built once
+
+    with torch.no_grad():  # in place (load_state_dict does this)
+        module.gate_up_proj.mul_(2)
+    second = mt.prepared_experts(module)
+    assert second is not first
+    assert torch.equal(second.w13.weight, first.w13.weight * 2)
+
+    with torch.no_grad():
+        module.down_proj[0].zero_()  # in place through a view
+    third = mt.prepared_experts(module)
+    assert third is not second and torch.count_nonzero(third.w2[0]) == 0
+
+    module.down_proj = torch.nn.Parameter(module.down_proj.detach() + 1, requires_grad=False)
+    fourth = mt.prepared_experts(module)
+    assert fourth is not third and torch.equal(fourth.w2, module.down_proj)
+    assert mt.prepared_experts(module) is fourth
+
+
+def test_copies_do_not_share_prepared_weights() -> None:
+    module = build("qwen3_moe", seed=10, dtype=torch.bfloat16)
+    prepared = mt.prepared_experts(module)
+    clone = copy.deepcopy(module)
+    assert mt.prepared_experts(clone) is not prepared
+
+
+# ---- refusals and fallbacks ------------------------------------------------------------------
+
+
+def call(module: torch.nn.Module, x: torch.Tensor, seed: int = 11) -> torch.Tensor:
+    _, ids, weights = routing(seed, t=x.shape[0])
+    with torch.no_grad():
+        return mt.moegemm_experts_forward(module, x, ids, weights)
+
+
+@pytest.fixture
+def no_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(mt.FALLBACK_ENV, raising=False)
+    monkeypatch.setattr(mt, "_fallback", None)
+
+
+def test_cpu_tensors_refused(no_fallback) -> None:
+    module = build("qwen3_moe", seed=12, dtype=torch.bfloat16)
+    with pytest.raises(mt.UnsupportedExpertsError, match=r"Qwen3MoeExperts.*on cpu.*CUDA"):
+        call(module, torch.randn(4, H).bfloat16())
+
+
+def test_dtypes_refused(no_fallback) -> None:
+    module = build("mixtral", seed=13, dtype=torch.bfloat16)
+    with pytest.raises(mt.UnsupportedExpertsError, match=r"MixtralExperts.*hidden_states.*float32"):
+        call(module, torch.randn(4, H))
+    with pytest.raises(mt.UnsupportedExpertsError, match=r"weights are torch.float32"):
+        call(build("mixtral", seed=13), torch.randn(4, H).bfloat16())
+
+
+def test_autograd_refused(no_fallback) -> None:
+    module = build("qwen3_moe", seed=14, dtype=torch.bfloat16).requires_grad_(True)
+    _, ids, weights = routing(14, t=4)
+    with pytest.raises(mt.UnsupportedExpertsError, match="no backward"):
+        mt.moegemm_experts_forward(module, torch.randn(4, H).bfloat16(), ids, weights)
+
+
+def test_activations_refused(no_fallback) -> None:
+    with pytest.raises(mt.UnsupportedExpertsError, match=r"GELU.*only SiLU"):
+        mt.experts_operands(build("qwen3_moe", seed=15, hidden_act="gelu"))
+
+    class ClampedExperts(Qwen3MoeExperts):  # an override of the default gate
+        def _apply_gate(self, gate_up: torch.Tensor) -> torch.Tensor:
+            gate, up = gate_up.chunk(2, dim=-1)
+            return self.act_fn(gate.clamp(max=5)) * up
+
+    with pytest.raises(mt.UnsupportedExpertsError, match="ClampedExperts._apply_gate"):
+        mt.experts_operands(ClampedExperts(qwen3_config()))
+
+    module = build("gpt_oss", seed=16)
+    module.limit = 5.0
+    with pytest.raises(mt.UnsupportedExpertsError, match=r"GptOssExperts.*limit 5.0"):
+        mt.experts_operands(module)
+
+    module = build("qwen3_moe", seed=17)
+    module.has_gate = False
+    with pytest.raises(mt.UnsupportedExpertsError, match="without a gate"):
+        mt.experts_operands(module)
+
+
+def test_incomplete_mxfp4_refused(no_fallback) -> None:
+    module = build("gpt_oss", seed=18)
+    module.gate_up_proj_blocks = torch.zeros(E, 2 * I, H // 32, 16, dtype=torch.uint8)
+    with pytest.raises(mt.UnsupportedExpertsError, match="without gate_up_proj_scales"):
+        mt.experts_operands(module)
+
+
+def test_sizes_the_layer_refuses(no_fallback) -> None:
+    module = Qwen3MoeExperts(qwen3_config(moe_intermediate_size=4))
+    module.to(torch.bfloat16)
+    with pytest.raises(mt.UnsupportedExpertsError, match=r"Qwen3MoeExperts.*multiple of 16"):
+        mt.prepared_experts(module)
+
+
+def test_gpu_without_kernels_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    reason = mt._device_reason(torch.device("cuda", 0))
+    assert reason is not None and "no moegemm kernels" in reason and "sm_80" in reason
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    assert mt._device_reason(torch.device("cuda", 0)) is None
+
+
+@pytest.mark.parametrize("mode", ["grouped_mm", "eager", True])
+def test_fallback_runs_the_module_implementation(no_fallback, mode) -> None:
+    module = build("gpt_oss", seed=19, dtype=torch.bfloat16)
+    x, ids, weights = routing(seed=20)
+    x = x.bfloat16()
+    mt.register(fallback=mode)
+    with torch.no_grad(), pytest.warns(RuntimeWarning, match=r"GptOssExperts.*on cpu"):
+        out = mt.moegemm_experts_forward(module, x, ids, weights)
+    with torch.no_grad():
+        if mode == "eager":
+            expected = eager(module, x, ids, weights)
+        else:
+            expected = hf_moe.grouped_mm_experts_forward(module, x, ids, weights)
+    assert torch.equal(out, expected)
+
+
+def test_fallback_from_the_environment(no_fallback, monkeypatch: pytest.MonkeyPatch) -> None:
+    module = build("deepseek_v3", seed=21, dtype=torch.bfloat16)
+    monkeypatch.setenv(mt.FALLBACK_ENV, "grouped_mm")
+    with pytest.warns(RuntimeWarning, match="DeepseekV3Experts"):
+        call(module, torch.randn(4, H).bfloat16())
+    mt.register(fallback=False)  # an explicit choice wins over the environment
+    with pytest.raises(mt.UnsupportedExpertsError):
+        call(module, torch.randn(4, H).bfloat16())
+    with pytest.raises(ValueError, match="fallback"):
+        mt.register(fallback="batched")
+
+
+def test_model_with_fallback_equals_grouped_mm(no_fallback) -> None:
+    config = mixtral_config(
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=64,
+        head_dim=16,
+    )  # fmt: skip
+    torch.manual_seed(22)
+    model = transformers.MixtralForCausalLM(config).bfloat16().eval()
+    tokens = torch.tensor([[1, 5, 9, 2, 7]])
+    with torch.no_grad():
+        model.set_experts_implementation("grouped_mm")
+        expected = model(tokens).logits
+        model.set_experts_implementation("moegemm")
+        mt.register(fallback="grouped_mm")
+        with pytest.warns(RuntimeWarning, match="MixtralExperts"):
+            got = model(tokens).logits
+    assert torch.equal(got, expected)
