@@ -246,7 +246,7 @@ if [[ $stages == *,ncu,* ]]; then
   ncu_bin=$(command -v ncu || echo "${ncu_found[0]}")
   # shellcheck disable=SC2086
   if [ -n "${GPU_RUN_NCU_FP8:-}" ]; then  # e.g. "--rows 8 --layout masked"
-    ncu_kernel=sm90_fp8fp4
+    ncu_kernel=sm90_fp8_fp4_
     ncu_cmd=(python3 tools/profile_fp8_fp4.py $GPU_RUN_NCU_FP8)
   else
     ncu_kernel=sm90_bf16

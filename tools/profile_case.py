@@ -5,11 +5,12 @@
 Each config is checked against FP32 once, then launched --launches times between two
 synchronizations, in the order given. Under Nsight Compute, profile the timed launches only:
 
-    ncu --clock-control none -k regex:sm90_bf16 --launch-skip 2 --launch-count 1 \\
+    ncu --clock-control none -k regex:sm90_bf16_ --launch-skip 2 --launch-count 1 \\
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \\
         python3 tools/profile_case.py decode/13/offs CONFIG
 
-(one config per ncu run keeps --launch-skip simple: the check and the warm-up come first).
+(one config per ncu run keeps --launch-skip simple: the check and the warm-up come first; ncu
+matches -k against the __global__ function's name, sm90_bf16_*_kernel, not the JIT names).
 --list prints the case's legal configs by name; it needs no GPU.
 """
 
@@ -25,6 +26,10 @@ from heuristic_quality import QCase, all_qcases, desc_for, sm90_arch
 
 from moegemm.families import enumerate_configs, is_legal
 from moegemm.heuristics import GemmConfig
+
+# Nsight Compute's -k filter: the BF16 kernels' __global__ functions (jit/codegen.py), e.g.
+# sm90_bf16_grouped_gemm_kernel; the default --kernel-name-base matches that name alone.
+NCU_KERNEL_REGEX = "sm90_bf16_"
 
 
 def find_case(case_id: str) -> QCase:

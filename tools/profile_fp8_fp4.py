@@ -7,13 +7,15 @@ quantize_mxfp4 of random BF16 * 0.02, prepared unless --weights raw); the call i
 against FP32 on the dequantized operands once, then launched --launches times between two
 synchronizations. Under Nsight Compute, profile a timed launch only:
 
-    ncu --clock-control none -k regex:sm90_fp8fp4 --launch-skip 2 --launch-count 1 \\
+    ncu --clock-control none -k regex:sm90_fp8_fp4_ --launch-skip 2 --launch-count 1 \\
         --section SpeedOfLight --section WarpStateStats --section SchedulerStats \\
         python3 tools/profile_fp8_fp4.py --rows 8 --layout masked
 
-(tools/gpu_run.sh LOG_DIR ncu with GPU_RUN_NCU_KERNEL=sm90_fp8fp4 and GPU_RUN_NCU_CMD set to
-this script's arguments runs exactly that.) --config forces a kernel config by short name;
---list prints the legal ones (no GPU needed).
+(ncu matches -k against the __global__ function's name, sm90_fp8_fp4_grouped_gemm_kernel or
+sm90_fp8_fp4_swap_ab_gemm_kernel; the JIT names, sm90_fp8fp4_*, are only in the demangled
+template arguments. tools/gpu_run.sh LOG_DIR ncu with GPU_RUN_NCU_FP8 set to this script's
+arguments runs it.) --config forces a kernel config by short name; --list prints the legal ones
+(no GPU needed).
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ import random
 
 from moegemm.families import enumerate_configs, is_legal
 from moegemm.heuristics import SM90, GemmConfig, GemmDesc, sm90_fp8_fp4_decode
+
+# Nsight Compute's -k filter: the FP8 x FP4 kernels' __global__ functions (jit/codegen.py).
+NCU_KERNEL_REGEX = "sm90_fp8_fp4_"
 
 LAYOUTS = {"offs": "m_grouped_offsets", "m_indices": "m_grouped_contiguous"}
 LAYOUTS["masked"] = "m_grouped_masked"

@@ -39,9 +39,17 @@ def kernel_times(fn, iters: int) -> dict[str, float]:
     return {k: statistics.median(v) * len(v) / iters for k, v in per_name.items()}
 
 
+# The torch profiler names a kernel by its demangled signature, e.g. "void moegemm::sm90::
+# sm90_bf16_grouped_gemm_kernel<sm90_bf16_offs_..._swiglu::Config>(moegemm::Bf16GemmParams)":
+# a GEMM by the JIT namespace of its Config (the KernelSpec name: layout, config, epilogue), a
+# layer kernel (moegemm::moe::moe_route_gather_kernel<512u, ...>) by its function.
+GEMM_NAME_RE = re.compile(r"\b(sm90_(?:bf16|fp8fp4)_\w+?)::Config\b")
+LAYER_NAME_RE = re.compile(r"\b(moe_\w+?_kernel)\b")
+
+
 def short_kernel_name(name: str) -> str:
     """moegemm's kernels by their JIT namespace (config and epilogue in it), others cut short."""
-    found = re.search(r"(sm90_\w+?|moe_\w+?)::", name) or re.search(r"(moe_\w+_kernel)", name)
+    found = GEMM_NAME_RE.search(name) or LAYER_NAME_RE.search(name)
     return found.group(1) if found else name[:60]
 
 

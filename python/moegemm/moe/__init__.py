@@ -3,7 +3,7 @@ prepare_moe_weights. Above the API (it composes moegemm's kernels), below the wa
 
 from __future__ import annotations
 
-from . import ops as ops  # registers moegemm::fused_moe and moegemm::fused_moe_mxfp4
+from . import ops as ops  # registers the layer's four custom ops (moe/ops.py)
 from .layer import fused_moe, fused_moe_masked
 from .weights import PreparedW13, prepare_moe_weights
 from .workspace import MoEWorkspace

@@ -345,6 +345,27 @@ def masked_plan(device: int, e: int, max_m: int, h: int, i: int, expected: int,
     return plan
 
 
+def check_fused_moe_masked(x, masked_m, prepared: PreparedW13, w2, expected_m, w2_bias,
+                           row_weight, *, symbolic: bool = False) -> tuple:  # fmt: skip
+    """fused_moe_masked's structural checks up to its output (no data read, no placement), for
+    the eager call and its custom op's fake (symbolic: expected_m may be a SymInt there).
+    Returns (max_m, the MXFP4 w2 parts or None)."""
+    e, i, h = prepared.num_experts, prepared.intermediate, prepared.hidden
+    checks.require_tensor("x", x, (torch.bfloat16,), 3)
+    if x.shape[0] != e or x.shape[2] != h:
+        raise ValueError(f"x must have shape ({e}, max_m, {h}), got {tuple(x.shape)}")
+    checks.require_contiguous("x", x)
+    max_m = x.shape[1]
+    checks.require_index_vector("masked_m", masked_m, e)
+    checks.require_expected_m(expected_m, symbolic=symbolic)
+    mxfp4 = check_any_w2(prepared, w2, w2_bias, e, h, i)
+    if row_weight is not None:
+        checks.require_tensor("row_weight", row_weight, (torch.float32,), 2)
+        checks.require_shape("row_weight", row_weight, (e, max_m))
+        checks.require_contiguous("row_weight", row_weight)
+    return max_m, mxfp4
+
+
 def fused_moe_masked(
     x: torch.Tensor,
     masked_m: torch.Tensor,
@@ -369,18 +390,12 @@ def fused_moe_masked(
     routing weights (expert parallelism, moegemm.ep). Never synchronizes."""
     prepared = _check_w13(w13, activation, w13_bias)
     e, i, h = prepared.num_experts, prepared.intermediate, prepared.hidden
-    checks.require_tensor("x", x, (torch.bfloat16,), 3)
-    if x.shape[0] != e or x.shape[2] != h:
-        raise ValueError(f"x must have shape ({e}, max_m, {h}), got {tuple(x.shape)}")
-    checks.require_contiguous("x", x)
-    max_m = x.shape[1]
-    checks.require_index_vector("masked_m", masked_m, e)
-    checks.require_expected_m(expected_m)
-    mxfp4 = check_any_w2(prepared, w2, w2_bias, e, h, i)
-    if row_weight is not None:
-        checks.require_tensor("row_weight", row_weight, (torch.float32,), 2)
-        checks.require_shape("row_weight", row_weight, (e, max_m))
-        checks.require_contiguous("row_weight", row_weight)
+    compiling = torch.compiler.is_compiling()
+    max_m, mxfp4 = check_fused_moe_masked(x, masked_m, prepared, w2, expected_m, w2_bias,
+                                          row_weight, symbolic=compiling)  # fmt: skip
+    if compiling:  # the op's fake implementation checks out and the workspace buffers
+        return _fused_moe_masked_op(x, masked_m, prepared, w2, expected_m, w2_bias, out,
+                                    workspace, row_weight)  # fmt: skip
     if out is None:
         out = torch.empty(e, max_m, h, dtype=torch.bfloat16, device=x.device)
     _check_out(out, (e, max_m, h))
@@ -424,6 +439,39 @@ def fused_moe_masked(
         inter.data_ptr(), w2.data_ptr(), out.data_ptr(), bias2, scale2, info, stream
     )
     plans.require_launched(launched, device)
+    return out
+
+
+def _fused_moe_masked_op(x, masked_m, w13: PreparedW13, w2, expected_m, w2_bias, out, workspace,
+                         row_weight) -> torch.Tensor:  # fmt: skip
+    """fused_moe_masked while Dynamo traces: the custom op moegemm::fused_moe_masked (BF16) or
+    moegemm::fused_moe_masked_mxfp4, with out and the workspace's buffers as tensors (allocated
+    here when not given, as the eager path does)."""
+    e, max_m, h = x.shape
+    i, rows = w13.intermediate, x.shape[0] * x.shape[1]
+    if out is None:
+        out = torch.empty(e, max_m, h, dtype=torch.bfloat16, device=x.device)
+    if w13.is_mxfp4:
+        w2b, w2s, w2_prepared = check_any_w2(w13, w2, w2_bias, e, h, i)  # flat for the schema
+        bufs = masked_buffers(workspace, rows, h, i, x.device)
+        torch.ops.moegemm.fused_moe_masked_mxfp4(
+            x, masked_m, w13.weight, w13.scales, w13.bias, w2b, w2s, w2_bias, out, bufs["x8"],
+            bufs["sfa_x"], bufs["h"], bufs["h8"], bufs["sfa_h"], expected_m, row_weight,
+            w13.activation, w13.mxfp4_prepared, w2_prepared, w13.mxfp4_arch,
+        )  # fmt: skip
+        return out
+    if workspace is None:
+        inter = torch.empty(rows, i, dtype=torch.bfloat16, device=x.device)
+    elif not isinstance(workspace, MoEWorkspace):
+        raise TypeError(f"workspace must be a moegemm.MoEWorkspace, got {type(workspace)}")
+    elif workspace.device != x.device:
+        raise ValueError(f"workspace is on {workspace.device}, x on {x.device}")
+    else:
+        inter = workspace.h  # its size is checked by the fake implementation
+    torch.ops.moegemm.fused_moe_masked(
+        x, masked_m, w13.weight, w13.bias, w2, w2_bias, out, inter, expected_m, row_weight,
+        w13.activation,
+    )  # fmt: skip
     return out
 
 

@@ -7,8 +7,12 @@ For each shape and a few token counts: routed shapes (num_groups > 1) run every 
 (packed `offs`, aligned `m_indices`, `masked` with max_m = tokens) on rows = tokens x top_k
 routed by a random top-k choice, and the k-grouped weight gradient on the same routing; one-group
 shapes run the dense GEMM. Operands are fresh random data, outputs are NaN-poisoned first, so a
-row the kernel fails to write fails the check. Peers: torch._grouped_mm (m-grouped, k-grouped;
-torch.mm for dense), timed with the same helper.
+row the kernel fails to write fails the check. Peers (the table's last column names each):
+torch.mm for dense, torch._grouped_mm on the packed rows for every m-grouped layout, and for
+k-grouped an FP32-output peer (as the kernel writes) where this torch has one, else the
+BF16-output call marked as differing and left out of the geomean. A call fails on its output
+alone (calc_diff not below the bound, or a raise), each failure printed as one line; times
+and ratios never fail the check.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import torch
 from ..measure import bench_us, calc_diff
 from . import check_common as common
 from . import check_fp8_fp4
+from .check_common import Peer
 from .specs import (
     DEFAULT_MAX_TOKENS,
     check_arguments,
@@ -57,6 +62,10 @@ class _Diff:
         return 0.0 if self.sq == 0 else 1 - 2 * self.xy / self.sq
 
 
+def _timed(fn) -> float:
+    return common.timed(fn, bench_us)  # this module's bench_us (a CPU test stands one in)
+
+
 def _skipped(out: TextIO, layout: str, label: str, tokens: int) -> None:
     print(f"{layout:9s} {label:26s} {tokens:6d} skipped (a tensor > 32 GiB)", file=out)
 
@@ -64,14 +73,43 @@ def _skipped(out: TextIO, layout: str, label: str, tokens: int) -> None:
 def _check_dense(rep: common.Report, label: str, n: int, k: int, tokens: int, gen) -> None:
     import moegemm
 
-    a, b = common.randn(tokens, k, gen=gen), common.randn(n, k, gen=gen, scale=0.02)
-    d = common.poisoned(tokens, n)
-    moegemm.bf16_gemm_nt(a, b, d)
-    diff = calc_diff(d, a.float() @ b.float().t())
-    us = bench_us(lambda: moegemm.bf16_gemm_nt(a, b, d))
-    rep.row(
-        "dense", label, tokens, tokens, diff, us, common.peer_us(lambda: torch.mm(a, b.t(), out=d))
-    )
+    with rep.guard("dense", label, tokens):
+        a, b = common.randn(tokens, k, gen=gen), common.randn(n, k, gen=gen, scale=0.02)
+        d = common.poisoned(tokens, n)
+        moegemm.bf16_gemm_nt(a, b, d)
+        diff = calc_diff(d, a.float() @ b.float().t())
+        us = _timed(lambda: moegemm.bf16_gemm_nt(a, b, d))
+        peer = common.pick_peer(common.Peer("torch.mm", lambda: torch.mm(a, b.t(), out=d)))
+        rep.row("dense", label, tokens, tokens, diff, us, common.peer_us(peer), peer)
+
+
+def packed_peer(a: torch.Tensor, bt: torch.Tensor, offs: torch.Tensor, padded: bool) -> Peer:
+    """torch._grouped_mm on the packed real rows, the peer of every m-grouped layout: the same
+    BF16 rows out. For m_indices and masked the kernel's layout also holds padding rows (and
+    a masked call reads masked_m on the device), which the label says."""
+    name = "torch._grouped_mm" + (" on the packed rows" if padded else "")
+    return Peer(name, lambda: torch._grouped_mm(a, bt, offs=offs))
+
+
+def k_grouped_peers(dy_t: torch.Tensor, x: torch.Tensor, offs: torch.Tensor,
+                    bounds: list[tuple[int, int]]) -> tuple[Peer, ...]:  # fmt: skip
+    """The k-grouped kernel's peers, most like it first: it writes FP32 [G, M, N] (the
+    weight-gradient contract), so an FP32-output grouped GEMM, else one FP32-output torch.mm
+    per group (a launch each), else the BF16-output grouped GEMM, labeled as such: it writes
+    half the bytes and rounds, so its ratio says little and stays out of the geomean."""
+    fp32 = torch.float32
+
+    def per_group() -> None:
+        for start, end in bounds:
+            torch.mm(dy_t[:, start:end], x[start:end], out_dtype=fp32)
+
+    return (
+        Peer("torch._grouped_mm FP32 out",
+             lambda: torch._grouped_mm(dy_t, x, offs=offs, out_dtype=fp32)),
+        Peer("torch.mm per group FP32 out", per_group),
+        Peer("torch._grouped_mm", lambda: torch._grouped_mm(dy_t, x, offs=offs), False,
+             "BF16 out, the kernel FP32"),
+    )  # fmt: skip
 
 
 def _check_routed(rep: common.Report, label: str, b: torch.Tensor, tokens: int, top_k: int,
@@ -89,76 +127,82 @@ def _check_routed(rep: common.Report, label: str, b: torch.Tensor, tokens: int, 
     starts = (ends - counts).tolist()
     for group, (start, size) in enumerate(zip(starts, counts.tolist())):
         ref[start : start + size] = a[start : start + size].float() @ b[group].float().t()
-    peer = common.peer_us(lambda: torch._grouped_mm(a, bt, offs=offs))
+    peer = common.pick_peer(packed_peer(a, bt, offs, False))
+    peer_time = common.peer_us(peer)
 
-    d = common.poisoned(rows, n)
-    moegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, offs=offs)
-    us = bench_us(lambda: moegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, offs=offs))
-    rep.row("offs", label, tokens, rows, calc_diff(d, ref), us, peer)
+    with rep.guard("offs", label, tokens):
+        d = common.poisoned(rows, n)
+        moegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, offs=offs)
+        us = _timed(lambda: moegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, offs=offs))
+        rep.row("offs", label, tokens, rows, calc_diff(d, ref), us, peer_time, peer)
 
-    # m_indices: each group's rows copied to a segment aligned to ALIGN rows; padding rows -1.
-    padded = [math.ceil(size / common.ALIGN) * common.ALIGN for size in counts.tolist()]
-    pad_starts = [sum(padded[:i]) for i in range(g)]
-    total = max(common.ALIGN, sum(padded))
-    real = torch.cat(
-        [
-            torch.arange(s, s + size, device=common.DEVICE)
-            for s, size in zip(pad_starts, counts.tolist())
-        ]
-    )
-    m_indices = torch.full((total,), -1, device=common.DEVICE, dtype=torch.int32)
-    m_indices[real] = torch.repeat_interleave(torch.arange(g, device=common.DEVICE), counts).int()
-    a_pad = torch.zeros(total, k, device=common.DEVICE, dtype=torch.bfloat16)
-    a_pad[real] = a
-    d = common.poisoned(total, n)
-    moegemm.m_grouped_bf16_gemm_nt_contiguous(a_pad, b, d, m_indices)
-    us = bench_us(lambda: moegemm.m_grouped_bf16_gemm_nt_contiguous(a_pad, b, d, m_indices))
-    rep.row("m_indices", label, tokens, rows, calc_diff(d[real], ref), us, peer)
+    padded_peer = None if peer is None else packed_peer(a, bt, offs, True)
+    with rep.guard("m_indices", label, tokens):
+        # Each group's rows copied to a segment aligned to ALIGN rows; padding rows -1.
+        padded = [math.ceil(size / common.ALIGN) * common.ALIGN for size in counts.tolist()]
+        pad_starts = [sum(padded[:i]) for i in range(g)]
+        total = max(common.ALIGN, sum(padded))
+        real = torch.cat(
+            [
+                torch.arange(s, s + size, device=common.DEVICE)
+                for s, size in zip(pad_starts, counts.tolist())
+            ]
+        )
+        m_indices = torch.full((total,), -1, device=common.DEVICE, dtype=torch.int32)
+        groups = torch.arange(g, device=common.DEVICE)
+        m_indices[real] = torch.repeat_interleave(groups, counts).int()
+        a_pad = torch.zeros(total, k, device=common.DEVICE, dtype=torch.bfloat16)
+        a_pad[real] = a
+        d = common.poisoned(total, n)
+        moegemm.m_grouped_bf16_gemm_nt_contiguous(a_pad, b, d, m_indices)
+        us = _timed(lambda: moegemm.m_grouped_bf16_gemm_nt_contiguous(a_pad, b, d, m_indices))
+        rep.row("m_indices", label, tokens, rows, calc_diff(d[real], ref), us, peer_time,
+                padded_peer)  # fmt: skip
 
-    # masked: a [G, max_m, K] buffer with max_m = tokens (holds any routing).
+    # masked: a [G, max_m, K] buffer with max_m = tokens (holds any routing). Its peer is the
+    # packed call on the same real rows: torch's batched call over the whole buffer would
+    # compute G x max_m rows, most of them padding the kernel skips.
     max_m = tokens
-    if g * max_m * max(n, k) * 4 <= common.MAX_BUFFER_BYTES:
-        a_masked = torch.zeros(g, max_m, k, device=common.DEVICE, dtype=torch.bfloat16)
-        ref_masked = torch.zeros(g, max_m, n, device=common.DEVICE)
-        valid = torch.zeros(g, max_m, dtype=torch.bool, device=common.DEVICE)
-        for group, (start, size) in enumerate(zip(starts, counts.tolist())):
-            a_masked[group, :size] = a[start : start + size]
-            ref_masked[group, :size] = ref[start : start + size]
-            valid[group, :size] = True
-        masked_m = counts.to(torch.int32)
-        expected = min(max_m, math.ceil(tokens * top_k / g))
-        d = common.poisoned(g, max_m, n)
-
-        def masked() -> None:
-            moegemm.m_grouped_bf16_gemm_nt_masked(a_masked, b, d, masked_m, expected)
-
-        masked()
-        us = bench_us(masked)
-        masked_peer = common.peer_us(lambda: torch._grouped_mm(a_masked, bt))
-        rep.row("masked", label, tokens, rows, calc_diff(d[valid], ref_masked[valid]), us,
-                masked_peer)  # fmt: skip
-    else:
+    if g * max_m * max(n, k) * 4 > common.MAX_BUFFER_BYTES:
         _skipped(rep.out, "masked", label, tokens)
+    else:
+        with rep.guard("masked", label, tokens):
+            a_masked = torch.zeros(g, max_m, k, device=common.DEVICE, dtype=torch.bfloat16)
+            ref_masked = torch.zeros(g, max_m, n, device=common.DEVICE)
+            valid = torch.zeros(g, max_m, dtype=torch.bool, device=common.DEVICE)
+            for group, (start, size) in enumerate(zip(starts, counts.tolist())):
+                a_masked[group, :size] = a[start : start + size]
+                ref_masked[group, :size] = ref[start : start + size]
+                valid[group, :size] = True
+            masked_m = counts.to(torch.int32)
+            expected = min(max_m, math.ceil(tokens * top_k / g))
+            d = common.poisoned(g, max_m, n)
+
+            def masked() -> None:
+                moegemm.m_grouped_bf16_gemm_nt_masked(a_masked, b, d, masked_m, expected)
+
+            masked()
+            us = _timed(masked)
+            rep.row("masked", label, tokens, rows, calc_diff(d[valid], ref_masked[valid]), us,
+                    peer_time, padded_peer)  # fmt: skip
 
     # k-grouped weight gradient of this shape: d[g] = dy_g^T x_g, M = n, N = k, FP32 out.
     if g * n * k * 4 > common.MAX_BUFFER_BYTES:
         _skipped(rep.out, "k-grouped", label, tokens)
         return
-    dy, x = common.randn(rows, n, gen=gen), common.randn(rows, k, gen=gen)
-    d = common.poisoned(g, n, k, dtype=torch.float32)
-    moegemm.k_grouped_bf16_gemm_tn_contiguous(dy, x, d, offs)
-    diff = _Diff()
-    for group, (start, size) in enumerate(zip(starts, counts.tolist())):
-        want = dy[start : start + size].float().t() @ x[start : start + size].float()
-        diff.add(d[group], want)
-    us = bench_us(lambda: moegemm.k_grouped_bf16_gemm_tn_contiguous(dy, x, d, offs))
-    # As bench_bf16.py calls it: FP32 out where this torch supports it, else BF16 out.
-    dy_t = dy.t()
-    k_peer = common.peer_us(
-        lambda: torch._grouped_mm(dy_t, x, offs=offs, out_dtype=torch.float32),
-        lambda: torch._grouped_mm(dy_t, x, offs=offs),
-    )
-    rep.row("k-grouped", label, tokens, rows, diff.value(), us, k_peer)
+    with rep.guard("k-grouped", label, tokens):
+        dy, x = common.randn(rows, n, gen=gen), common.randn(rows, k, gen=gen)
+        d = common.poisoned(g, n, k, dtype=torch.float32)
+        moegemm.k_grouped_bf16_gemm_tn_contiguous(dy, x, d, offs)
+        diff = _Diff()
+        for group, (start, size) in enumerate(zip(starts, counts.tolist())):
+            want = dy[start : start + size].float().t() @ x[start : start + size].float()
+            diff.add(d[group], want)
+        us = _timed(lambda: moegemm.k_grouped_bf16_gemm_tn_contiguous(dy, x, d, offs))
+        bounds = [(start, start + size) for start, size in zip(starts, counts.tolist())]
+        k_peer = common.pick_peer(*k_grouped_peers(dy.t(), x, offs, bounds))
+        rep.row("k-grouped", label, tokens, rows, diff.value(), us, common.peer_us(k_peer),
+                k_peer)  # fmt: skip
 
 
 def run_check(
@@ -216,13 +260,10 @@ def run_check(
 
 
 def _summary(rep: common.Report) -> bool:
-    out = rep.out
-    if rep.ratios:
-        geo = math.exp(sum(math.log(r) for r in rep.ratios) / len(rep.ratios))
-        print(f"check: {'all passed' if rep.ok else 'FAILED'}; {geo:.3f} x torch (geomean)",
-              file=out)  # fmt: skip
-    else:
-        print(f"check: {'all passed' if rep.ok else 'FAILED'}", file=out)
+    """Prints the verdict and one line per failed call; True when none failed. Only outputs
+    (calc_diff, a raise) decide: times and ratios are information."""
+    for line in common.summary_lines(rep):
+        print(line, file=rep.out)
     return rep.ok
 
 

@@ -5,7 +5,9 @@ the report table."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TextIO
 
 import torch
@@ -35,37 +37,138 @@ def randn(*shape: int, gen: torch.Generator, scale: float = 1.0) -> torch.Tensor
     return (torch.randn(*shape, generator=gen, device=DEVICE) * scale).bfloat16()
 
 
-def peer_us(*fns: Callable[[], object]) -> float:
-    """torch's time for the same problem by the first of fns this torch build accepts, NaN where
-    it refuses them all."""
-    for fn in fns:
+@dataclass(frozen=True)
+class Peer:
+    """A torch call timed against a kernel: its name in the table, the call, and whether it
+    writes what the kernel writes (the same rows, the same output dtype); the table says what
+    differs where it does not, and only like-for-like ratios enter the geomean."""
+
+    name: str
+    call: Callable[[], object]
+    same_output: bool = True
+    differs: str = ""  # what differs from the kernel, where same_output is False
+
+
+def pick_peer(*peers: Peer) -> Peer | None:
+    """The first of `peers` this torch build accepts (one trial call), None where it refuses
+    them all: the like-for-like ones come first, a different-output fallback last."""
+    for peer in peers:
         try:
-            fn()
-        except (RuntimeError, TypeError, ValueError):
+            peer.call()
+        except (RuntimeError, TypeError, ValueError, NotImplementedError):
             continue
-        return bench_us(fn)
-    return math.nan
+        return peer
+    return None
+
+
+def peer_label(peer: Peer | None) -> str:
+    """The table's peer column: the peer's name, and what differs from the kernel if anything."""
+    if peer is None:
+        return "none (this torch refused every peer)"
+    return peer.name if peer.same_output else f"{peer.name} [differs: {peer.differs}]"
+
+
+def timed(fn: Callable[[], object], bench: Callable[[Callable], float] | None = None) -> float:
+    """bench(fn) (default bench_us), NaN where timing raised: a time is information, never a
+    check failure."""
+    try:
+        return (bench or bench_us)(fn)
+    except (RuntimeError, TypeError, ValueError):
+        return math.nan
+
+
+def peer_us(peer: Peer | None) -> float:
+    """torch's time by `peer`, NaN where there is none or its timing raised."""
+    return math.nan if peer is None else timed(peer.call)
+
+
+def speedup(us: float, peer: float) -> float:
+    """peer / us where both are positive finite times, else NaN (no ratio, no failure)."""
+    if not (math.isfinite(us) and math.isfinite(peer)) or us <= 0 or peer <= 0:
+        return math.nan
+    return peer / us
+
+
+def geomean(ratios: list[float]) -> float:
+    good = [r for r in ratios if math.isfinite(r) and r > 0]
+    return math.exp(sum(math.log(r) for r in good) / len(good)) if good else math.nan
+
+
+@dataclass(frozen=True)
+class Result:
+    """One checked call: where (layout, shape label, tokens), its calc_diff against the FP32
+    reference, or the exception it raised."""
+
+    layout: str
+    label: str
+    tokens: int
+    diff: float = math.nan
+    error: str | None = None
+
+
+def failure(result: Result, tolerance: float) -> str | None:
+    """Why `result` fails, in one line naming the call, or None where it passes. Only the
+    output decides (a raise, or calc_diff not below its bound: NaN and inf fail); times and
+    ratios never do."""
+    where = f"{result.layout.strip()} {result.label.strip()} tokens={result.tokens}"
+    if result.error is not None:
+        return f"{where}: raised {result.error}"
+    if not result.diff < tolerance:
+        return f"{where}: calc_diff {result.diff:.3e} not below the bound {tolerance:.0e}"
+    return None
+
+
+def exception_line(exc: BaseException) -> str:
+    """An exception as one line: its type and the first line of its message."""
+    text = str(exc).strip().splitlines()
+    return type(exc).__name__ + (f": {text[0]}" if text else "")
 
 
 class Report:
     def __init__(self, out: TextIO, tolerance: float = TOLERANCE, layout_width: int = 9) -> None:
-        self.out, self.ok, self.ratios = out, True, []
+        self.out, self.ratios, self.failures = out, [], []
         self.tolerance, self.width = tolerance, layout_width
         print(
             f"{'layout':{layout_width}s} {'shape':26s} {'tokens':>6s} {'rows':>7s} {'diff':>8s} "
-            f"{'us':>9s} {'torch us':>9s} {'x torch':>7s}",
+            f"{'us':>9s} {'torch us':>9s} {'x torch':>7s}  torch peer",
             file=out,
         )
 
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
     def row(self, layout: str, label: str, tokens: int, rows: int, diff: float, us: float,
-            peer: float) -> None:  # fmt: skip
-        passed = diff < self.tolerance  # NaN (an unwritten row) fails too
-        self.ok &= passed
-        speed = peer / us  # NaN where torch refused the problem
-        if not math.isnan(speed):
+            peer_us: float, peer: Peer | None = None) -> None:  # fmt: skip
+        why = failure(Result(layout, label, tokens, diff), self.tolerance)
+        speed = speedup(us, peer_us)
+        if not math.isnan(speed) and (peer is None or peer.same_output):
             self.ratios.append(speed)
         print(
-            f"{layout:{self.width}s} {label:26s} {tokens:6d} {rows:7d} {diff:8.1e} {us:9.1f} {peer:9.1f} "
-            f"{speed:7.3f}" + ("" if passed else "  FAILED"),
+            f"{layout:{self.width}s} {label:26s} {tokens:6d} {rows:7d} {diff:8.1e} {us:9.1f} "
+            f"{peer_us:9.1f} {speed:7.3f}  {peer_label(peer)}"
+            + ("" if why is None else "  FAILED"),  # the summary gives the reason
             file=self.out,
         )
+        if why is not None:
+            self.failures.append(why)
+
+    @contextmanager
+    def guard(self, layout: str, label: str, tokens: int) -> Iterator[None]:
+        """Runs one call's check; an exception there fails that call with one line naming it,
+        and the check goes on with the next (Ctrl-C and SIGTERM still stop it)."""
+        try:
+            yield
+        except Exception as exc:  # noqa: BLE001 - any error of a kernel call is its failure
+            why = failure(Result(layout, label, tokens, error=exception_line(exc)), self.tolerance)
+            print(f"{layout:{self.width}s} {label:26s} {tokens:6d} FAILED: {why}", file=self.out)
+            self.failures.append(why)
+
+
+def summary_lines(rep: Report) -> list[str]:
+    """The check's last lines: its verdict with the like-for-like geomean, then one line per
+    failure (the reason the command exits 1)."""
+    verdict = "all passed" if rep.ok else f"FAILED ({len(rep.failures)} calls)"
+    geo = geomean(rep.ratios)
+    speed = "" if math.isnan(geo) else f"; {geo:.3f} x torch (geomean, like-for-like peers)"
+    return [f"check: {verdict}{speed}", *(f"check failed: {why}" for why in rep.failures)]

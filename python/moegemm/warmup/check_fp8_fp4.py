@@ -92,16 +92,25 @@ def _fp8_zeros(*shape: int) -> torch.Tensor:
     return torch.zeros(shape, device=common.DEVICE, dtype=torch.uint8).view(torch.float8_e4m3fn)
 
 
-def _torch_peer(fn_name: str, call: Callable[[Callable], object]) -> float:
+def torch_peer(fn_name: str, call: Callable[[Callable], object], packed: bool = False):
+    """torch's FP8 rowwise peer (common.Peer, None where this torch lacks `fn_name` or refuses
+    the call): BF16 rows out as the kernel writes, on FP8 weights instead of MXFP4 ones (the
+    name says so); `packed`: the kernel's layout also holds padding rows, torch the real ones."""
     fn = getattr(torch, fn_name, None)
     if fn is None:  # an older torch: no FP8 peer
-        return math.nan
-    return common.peer_us(lambda: call(fn))
+        return None
+    name = f"torch.{fn_name} FP8 rowwise weights" + (" on the packed rows" if packed else "")
+    return common.pick_peer(common.Peer(name, lambda: call(fn)))
 
 
 def _row(rep: common.Report, layout: str, form: str, label: str, tokens: int, rows: int,
-         diff: float, us: float, peer: float) -> None:  # fmt: skip
-    rep.row(f"{layout}/{form[:4]}", label, tokens, rows, diff, us, peer)
+         diff: float, us: float, peer: tuple) -> None:  # fmt: skip
+    """peer: (its time, the common.Peer)."""
+    rep.row(f"{layout}/{form[:4]}", label, tokens, rows, diff, us, *peer)
+
+
+def _timed(fn) -> float:
+    return common.timed(fn, bench_us)  # this module's bench_us (a CPU test stands one in)
 
 
 def check_dense(rep: common.Report, label: str, w: ShapeWeights, tokens: int, gen) -> None:
@@ -112,17 +121,19 @@ def check_dense(rep: common.Report, label: str, w: ShapeWeights, tokens: int, ge
     a, sfa, a_ref, a8r, sar = _activations(tokens, k, gen)
     ref = a_ref @ w.dequantized(0).t()
     w8t, ws = w.w8[0].t(), w.ws[0].unsqueeze(0)
-    peer = _torch_peer(
+    peer = torch_peer(
         "_scaled_mm",
         lambda f: f(a8r, w8t, scale_a=sar.unsqueeze(1), scale_b=ws, out_dtype=torch.bfloat16),
     )
+    peer = (common.peer_us(peer), peer)
     for form, b in w.forms(0):
-        d = common.poisoned(tokens, n)
-        call = functools.partial(moegemm.fp8_fp4_gemm_nt, (a, sfa), b, d)
-        call()
-        diff = calc_diff(d, ref)
-        us = bench_us(call)
-        _row(rep, "dense", form, label, tokens, tokens, diff, us, peer)
+        with rep.guard(f"dense/{form[:4]}", label, tokens):
+            d = common.poisoned(tokens, n)
+            call = functools.partial(moegemm.fp8_fp4_gemm_nt, (a, sfa), b, d)
+            call()
+            diff = calc_diff(d, ref)
+            us = _timed(call)
+            _row(rep, "dense", form, label, tokens, tokens, diff, us, peer)
 
 
 def check_routed(rep: common.Report, label: str, w: ShapeWeights, tokens: int, top_k: int,
@@ -142,18 +153,23 @@ def check_routed(rep: common.Report, label: str, w: ShapeWeights, tokens: int, t
         if size:  # dequantize only the groups that have rows
             ref[start : start + size] = a_ref[start : start + size] @ w.dequantized(group).t()
     w8t = w.w8.transpose(-2, -1)  # [G, K, N], column-major per group, as torch takes it
-    peer = _torch_peer(
-        "_scaled_grouped_mm",
-        lambda f: f(a8r, w8t, sar, w.ws, offs=offs, out_dtype=torch.bfloat16),
-    )
+
+    def grouped(f: Callable) -> object:
+        return f(a8r, w8t, sar, w.ws, offs=offs, out_dtype=torch.bfloat16)
+
+    found = torch_peer("_scaled_grouped_mm", grouped)
+    peer = (common.peer_us(found), found)
+    # The same call and time, named for the padded layouts.
+    padded_peer = (peer[0], found and torch_peer("_scaled_grouped_mm", grouped, packed=True))
     contiguous = moegemm.m_grouped_fp8_fp4_gemm_nt_contiguous
     for form, b in w.forms():
-        d = common.poisoned(rows, n)
-        call = functools.partial(contiguous, (a, sfa), b, d, offs=offs)
-        call()
-        diff = calc_diff(d, ref)
-        us = bench_us(call)
-        _row(rep, "offs", form, label, tokens, rows, diff, us, peer)
+        with rep.guard(f"offs/{form[:4]}", label, tokens):
+            d = common.poisoned(rows, n)
+            call = functools.partial(contiguous, (a, sfa), b, d, offs=offs)
+            call()
+            diff = calc_diff(d, ref)
+            us = _timed(call)
+            _row(rep, "offs", form, label, tokens, rows, diff, us, peer)
 
     # m_indices: each group's rows copied to a segment aligned to ALIGN rows; padding rows -1.
     padded = [math.ceil(size / common.ALIGN) * common.ALIGN for size in sizes]
@@ -169,12 +185,13 @@ def check_routed(rep: common.Report, label: str, w: ShapeWeights, tokens: int, t
     a_pad.view(torch.uint8)[real] = a.view(torch.uint8)  # byte indexing: any torch has it
     sfa_pad[real] = sfa
     for form, b in w.forms():
-        d = common.poisoned(total, n)
-        call = functools.partial(contiguous, (a_pad, sfa_pad), b, d, m_indices)
-        call()
-        diff = calc_diff(d[real], ref)
-        us = bench_us(call)
-        _row(rep, "m_indices", form, label, tokens, rows, diff, us, peer)
+        with rep.guard(f"m_indices/{form[:4]}", label, tokens):
+            d = common.poisoned(total, n)
+            call = functools.partial(contiguous, (a_pad, sfa_pad), b, d, m_indices)
+            call()
+            diff = calc_diff(d[real], ref)
+            us = _timed(call)
+            _row(rep, "m_indices", form, label, tokens, rows, diff, us, padded_peer)
 
     # masked: a [G, max_m, K] buffer with max_m = tokens (holds any routing).
     max_m = tokens
@@ -193,12 +210,13 @@ def check_routed(rep: common.Report, label: str, w: ShapeWeights, tokens: int, t
     expected = min(max_m, math.ceil(tokens * top_k / g))
     masked = moegemm.m_grouped_fp8_fp4_gemm_nt_masked
     for form, b in w.forms():
-        d = common.poisoned(g, max_m, n)
-        call = functools.partial(masked, (a_masked, sfa_masked), b, d, masked_m, expected)
-        call()
-        diff = calc_diff(d[valid], ref)  # valid rows in group order = the packed rows
-        us = bench_us(call)
-        _row(rep, "masked", form, label, tokens, rows, diff, us, peer)
+        with rep.guard(f"masked/{form[:4]}", label, tokens):
+            d = common.poisoned(g, max_m, n)
+            call = functools.partial(masked, (a_masked, sfa_masked), b, d, masked_m, expected)
+            call()
+            diff = calc_diff(d[valid], ref)  # valid rows in group order = the packed rows
+            us = _timed(call)
+            _row(rep, "masked", form, label, tokens, rows, diff, us, padded_peer)
 
 
 def weights_fit(g: int, n: int, k: int) -> bool:
