@@ -6,8 +6,10 @@ weights when a parameter changes, every refusal and the opt-in fallbacks."""
 from __future__ import annotations
 
 import copy
+import gc
 import subprocess
 import sys
+import weakref
 
 import pytest
 import torch
@@ -384,3 +386,111 @@ def test_model_with_fallback_equals_grouped_mm(no_fallback) -> None:
         with pytest.warns(RuntimeWarning, match="MixtralExperts"):
             got = model(tokens).logits
     assert torch.equal(got, expected)
+
+
+# ---- prepared memory and released sources ---------------------------------------------------
+
+
+def mxfp4_module(seed: int) -> torch.nn.Module:
+    """A BF16 GPT-OSS module given MXFP4 tensors of its own weights (attach_mxfp4)."""
+    module = build("gpt_oss", seed=seed, dtype=torch.bfloat16)
+    (b13, s13) = quantize_mxfp4(module.gate_up_proj.transpose(1, 2).float())
+    (b2, s2) = quantize_mxfp4(module.down_proj.transpose(1, 2).float())
+    mt.attach_mxfp4(module, b13.view(E, 2 * I, H // 32, 16), s13, b2.view(E, H, I // 32, 16), s2)
+    return module
+
+
+def test_prepared_bytes_per_expert_as_documented() -> None:
+    """The module doc's bytes per expert, on the tensors the preparation allocates."""
+    hp = ip = 128  # H = 64 and I = 32 rounded up to 128
+    bias = 8 * I + 4 * H
+    expected = {
+        "qwen3_moe": 4 * I * H,  # w13 reordered; w2 is the parameter itself
+        "gpt_oss": 6 * I * H + bias,  # and w2's contiguous [E, H, I] copy
+        "mxfp4": 9 * I * hp // 8 + 9 * H * ip // 16 + bias,
+    }
+    for name, per_expert in expected.items():
+        module = mxfp4_module(23) if name == "mxfp4" else build(name, 23, torch.bfloat16)
+        assert mt.prepared_nbytes(module) == 0  # nothing before the first call
+        mt.prepared_experts(module)
+        assert mt.prepared_nbytes(module) == E * per_expert, name
+
+
+def snapshot(prepared: mt.PreparedExperts) -> list[torch.Tensor]:
+    return [t.clone() for t in mt._prepared_tensors(prepared) if t is not None]
+
+
+@pytest.mark.parametrize("name", ["qwen3_moe", "gpt_oss", "mxfp4"])
+def test_release_keeps_the_prepared_copy_and_drops_the_source(no_fallback, name) -> None:
+    module = mxfp4_module(24) if name == "mxfp4" else build(name, 24, torch.bfloat16)
+    module.eval()
+    prepared = mt.prepared_experts(module)
+    before = snapshot(prepared)
+    sources = mt._source_tensors(module)
+    shapes = {n: (t.shape, t.dtype) for n, t in sources.items()}
+    owned = sum(mt._storages(sources.values()).values())
+    aliased = module.down_proj.untyped_storage().nbytes() if name == "qwen3_moe" else 0
+    gone = [weakref.ref(t) for n, t in sources.items() if not (aliased and n == "down_proj")]
+    del sources
+
+    freed = mt.release_source_weights(module)
+    assert freed == owned - aliased  # a [E, H, I] w2 lives on as the prepared w2
+    gc.collect()
+    assert all(ref() is None for ref in gone)  # the source memory is gone
+    for n, (shape, dtype) in shapes.items():
+        t = getattr(module, n)
+        assert t.device.type == "meta" and t.shape == shape and t.dtype == dtype, n
+    assert mt.released(module)
+    assert mt.prepared_experts(module) is prepared  # never rebuilt from the placeholders
+    after = snapshot(prepared)
+    assert all(torch.equal(a, b) for a, b in zip(before, after))
+    assert mt.release_source_weights(module) == 0  # again: nothing left to release
+
+
+def test_a_released_module_refuses_on_cpu_and_in_the_fallback(no_fallback) -> None:
+    module = build("mixtral", seed=25, dtype=torch.bfloat16).eval()
+    mt.prepared_experts(module)
+    mt.release_source_weights(module)
+    x = torch.randn(4, H).bfloat16()
+    with pytest.raises(mt.UnsupportedExpertsError, match=r"MixtralExperts.*on cpu"):
+        call(module, x)
+    mt.register(fallback="grouped_mm")  # chosen after the release: the fallback refuses
+    with pytest.raises(mt.UnsupportedExpertsError, match=r"released.*grouped_mm.*fallback"):
+        call(module, x)
+    clone = copy.deepcopy(module)  # placeholders but no prepared copy
+    mt.register(fallback=False)
+    with pytest.raises(mt.UnsupportedExpertsError, match="no prepared copy"):
+        mt.prepared_experts(clone)
+
+
+def test_release_refusals(no_fallback, monkeypatch: pytest.MonkeyPatch) -> None:
+    module = build("qwen3_moe", seed=26, dtype=torch.bfloat16)
+    mt.prepared_experts(module)
+    with pytest.raises(RuntimeError, match="training mode"):
+        mt.release_source_weights(module.train())
+    module.eval().requires_grad_(True)
+    with pytest.raises(RuntimeError, match="gate_up_proj, down_proj require grad"):
+        mt.release_source_weights(module)
+    module.requires_grad_(False)
+    monkeypatch.setenv(mt.FALLBACK_ENV, "eager")
+    with pytest.raises(RuntimeError, match='"eager" fallback is on'):
+        mt.release_source_weights(module)
+    monkeypatch.delenv(mt.FALLBACK_ENV)
+    assert not mt.released(module) and module.gate_up_proj.device.type == "cpu"  # unchanged
+    with pytest.raises(RuntimeError, match="no prepared experts module"):
+        mt.release_source_weights(build("qwen3_moe", seed=27, dtype=torch.bfloat16).eval())
+
+
+def test_release_a_model(no_fallback) -> None:
+    """Over a model: prepare=True prepares every experts module first; the rest keeps its
+    tensors."""
+    config = qwen3_config(
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=64,
+        intermediate_size=64, head_dim=16,
+    )  # fmt: skip
+    model = transformers.Qwen3MoeForCausalLM(config).bfloat16().eval().requires_grad_(False)
+    experts = [m for m in model.modules() if isinstance(m, Qwen3MoeExperts)]
+    freed = mt.release_source_weights(model, prepare=True)
+    assert freed == len(experts) * E * 2 * I * H * 2  # w13 of each; w2 lives on as prepared
+    assert all(mt.released(m) for m in experts)
+    assert model.model.embed_tokens.weight.device.type == "cpu"

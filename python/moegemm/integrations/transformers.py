@@ -16,9 +16,24 @@ module's layout onto `moegemm.fused_moe`:
   `gate_up_proj_scales`, `down_proj_blocks`, `down_proj_scales` (see `attach_mxfp4`) runs the
   FP8 x FP4 layer on them instead of its BF16 parameters.
 
-The prepared weights (`moegemm.prepare_moe_weights`: a reordered copy of w13, so the experts'
-w13 is held twice) are built on a module's first call and rebuilt when a source tensor changes:
-a new tensor, a new shape, dtype or device, or an in-place update (the tensor's version counter).
+The prepared weights are built on a module's first call and rebuilt when a source tensor
+changes: a new tensor, a new shape, dtype or device, or an in-place update (the tensor's version
+counter). Their memory beside the module's own tensors, per expert (hidden H, intermediate I;
+`prepared_nbytes(module)` gives a module's total):
+
+- BF16 experts, w13: `prepare_moe_weights`' reordered copy, 2I x H BF16 = 4*I*H bytes, so w13 is
+  held twice (Qwen3-30B-A3B: 6 MiB an expert, 768 MiB a layer of 128). w2: no copy where the
+  module stores it [E, H, I] (Qwen2/3-MoE, Mixtral, DeepSeek-V3: fused_moe reads the parameter);
+  GPT-OSS stores [E, I, H], so its contiguous [E, H, I] copy adds 2*I*H bytes (6*I*H in all:
+  47.5 MiB an expert of GPT-OSS-20B).
+- MXFP4 experts (GPT-OSS, H200 layout): w13 codes 2I x Hp/2 bytes and offsets words 2I x 2Hp/128
+  int32, 9/8*I*Hp bytes; w2 the same for H x Ip, 9/16*H*Ip bytes; Hp and Ip are H and I rounded
+  up to 128 (GPT-OSS-20B: 2944; 13.7 MiB an expert with the biases).
+- Biases (GPT-OSS): FP32 copies, 2I x 4 + H x 4 = 8*I + 4*H bytes.
+
+`release_source_weights(model)` drops the source tensors the prepared copy has made redundant
+(inference only: no training, no gradients, no fallback, since all of those read the source):
+w13 is then held once. A released module runs only from its prepared copy, never rebuilt.
 
 What moegemm cannot run (CPU tensors, a GPU without moegemm kernels, a dtype other than BF16, an
 unsupported gate or activation, autograd, sizes the kernels refuse) raises
@@ -48,6 +63,12 @@ FALLBACKS = ("grouped_mm", "eager")
 # moegemm's "swiglu_oai" epilogue hard-codes GPT-OSS's constants.
 OAI_ALPHA, OAI_LIMIT = 1.702, 7.0
 MXFP4_ATTRS = ("gate_up_proj_blocks", "gate_up_proj_scales", "down_proj_blocks", "down_proj_scales")
+# Every tensor a prepared copy stands in for (an MXFP4 module's BF16 parameters included: its
+# prepared copy comes from the MXFP4 tensors, so they are never read).
+SOURCE_ATTRS = ("gate_up_proj", "down_proj", "gate_up_proj_bias", "down_proj_bias", *MXFP4_ATTRS)
+# A module attribute, not a weak-map entry: a copy of a released module has placeholders too and
+# must refuse as well.
+RELEASED_ATTR = "_moegemm_released_sources"
 
 Pair = tuple[torch.Tensor, torch.Tensor]
 
@@ -217,8 +238,27 @@ def prepare_operands(ops: ExpertsOperands, key: tuple = ()) -> PreparedExperts:
     return PreparedExperts(w13, ops.w2.detach().contiguous(), b2, key)
 
 
+def released(module: torch.nn.Module) -> bool:
+    """Whether release_source_weights replaced this module's source tensors by placeholders."""
+    return bool(getattr(module, RELEASED_ATTR, ()))
+
+
+def _released_error(module: torch.nn.Module, what: str) -> UnsupportedExpertsError:
+    return UnsupportedExpertsError(
+        f"{describe(module)}'s source weights were released (release_source_weights) and {what}"
+    )
+
+
 def prepared_experts(module: torch.nn.Module) -> PreparedExperts:
-    """The module's prepared weights, built on first use and whenever a source tensor changed."""
+    """The module's prepared weights, built on first use and whenever a source tensor changed
+    (a released module's are never rebuilt: its tensors are placeholders)."""
+    if released(module):
+        cached = _prepared.get(module)
+        if cached is None:
+            raise _released_error(
+                module, "it holds no prepared copy (a copy of a released module carries none)"
+            )
+        return cached
     ops = experts_operands(module)
     key = _state_key(ops)
     cached = _prepared.get(module)
@@ -305,6 +345,8 @@ def moegemm_experts_forward(
         mode = _fallback_mode()
         if mode is None:
             raise
+        if released(self):  # the fallback would compute from the placeholders
+            raise _released_error(self, f'the "{mode}" fallback cannot run ({e})') from e
         if self not in _warned:
             _warned.add(self)
             warnings.warn(f"{e}; running {mode} instead", RuntimeWarning, stacklevel=2)
@@ -327,6 +369,102 @@ def attach_mxfp4(
     tensors = (gate_up_blocks, gate_up_scales, down_blocks, down_scales)
     for name, t in zip(MXFP4_ATTRS, tensors):
         module.register_buffer(name, t, persistent=False)
+
+
+def _source_tensors(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {n: t for n in SOURCE_ATTRS if isinstance(t := getattr(module, n, None), torch.Tensor)}
+
+
+def _storages(tensors) -> dict[tuple, int]:
+    """{(device, storage address): bytes} of the tensors that hold memory."""
+    out = {}
+    for t in tensors:
+        if t is not None and t.device.type != "meta":
+            storage = t.untyped_storage()
+            out[(t.device, storage.data_ptr())] = storage.nbytes()
+    return out
+
+
+def _prepared_tensors(prepared: PreparedExperts) -> list[torch.Tensor | None]:
+    w2 = prepared.w2
+    if isinstance(w2, moegemm.Mxfp4Weights):
+        w2 = (w2.b, w2.sfb)
+    w2s = list(w2) if isinstance(w2, tuple) else [w2]
+    w13 = prepared.w13
+    return [w13.weight, w13.bias, w13.scales, *w2s, prepared.w2_bias]
+
+
+def prepared_nbytes(module: torch.nn.Module) -> int:
+    """Bytes the module's prepared copy holds beyond the module's own tensors (0 before its
+    first call); the module doc gives them per expert."""
+    prepared = _prepared.get(module)
+    if prepared is None:
+        return 0
+    own = _storages(list(module.parameters(recurse=False)) + list(module.buffers(recurse=False)))
+    mine = _storages(_prepared_tensors(prepared))
+    return sum(n for key, n in mine.items() if key not in own)
+
+
+def _is_experts(module: torch.nn.Module) -> bool:
+    """A class decorated with `use_experts_implementation` (it sets these flags)."""
+    return hasattr(module, "is_concatenated") and hasattr(type(module).forward, "__wrapped__")
+
+
+def release_source_weights(model: torch.nn.Module, prepare: bool = False) -> int:
+    """Replace the source tensors of every prepared experts module under `model` (itself
+    included) by meta placeholders of the same shape and dtype, so that the experts are held once,
+    as the prepared copy; returns the bytes the modules no longer hold (a source tensor that the
+    prepared copy aliases, such as a [E, H, I] w2, stays alive through it).
+
+    prepare=True first prepares the experts modules that have not run yet (on their tensors'
+    device); otherwise those are left as they are. A stale copy is rebuilt first. Afterwards a
+    released module runs only from its prepared copy (the GPU path): it is never rebuilt, a
+    fallback refuses, and `.to()` to another device or dtype fails on the placeholders (move the
+    model before releasing). Refused (RuntimeError, nothing changed) where a source tensor is
+    still needed: a module in training mode or with a tensor that requires grad, or a fallback
+    chosen (register(fallback=...) or MOEGEMM_TRANSFORMERS_FALLBACK), which runs on the source.
+    """
+    mode = _fallback_mode()
+    if mode is not None:
+        raise RuntimeError(
+            f'release_source_weights: the "{mode}" fallback is on and would run on the source '
+            f"weights (register(fallback=False) and unset {FALLBACK_ENV} first)"
+        )
+    experts = [m for m in model.modules() if _is_experts(m) and not released(m)]
+    targets = experts if prepare else [m for m in experts if m in _prepared]
+    for m in targets:
+        if m.training:
+            raise RuntimeError(
+                f"release_source_weights: {describe(m)} is in training mode, which updates the "
+                f"source weights (call model.eval() first)"
+            )
+        grads = [n for n, t in _source_tensors(m).items() if t.requires_grad]
+        if grads:
+            raise RuntimeError(
+                f"release_source_weights: {describe(m)}'s {', '.join(grads)} require grad "
+                f"(call model.requires_grad_(False) first)"
+            )
+    if not targets and not any(released(m) for m in model.modules()):
+        raise RuntimeError(
+            "release_source_weights: no prepared experts module (run a forward with "
+            'experts_implementation="moegemm" first, or pass prepare=True)'
+        )
+    prepared = [prepared_experts(m) for m in targets]  # builds or refreshes before any change
+    freed = 0
+    for m, p in zip(targets, prepared):
+        sources = _source_tensors(m)
+        kept = _storages(_prepared_tensors(p))
+        freed += sum(n for key, n in _storages(sources.values()).items() if key not in kept)
+        for name, t in sources.items():
+            placeholder = torch.empty(t.shape, dtype=t.dtype, device="meta")
+            if name in m._parameters:
+                m._parameters[name] = torch.nn.Parameter(placeholder, requires_grad=False)
+            elif name in m._buffers:  # attach_mxfp4's, kept in its slot: still non-persistent
+                m._buffers[name] = placeholder
+            else:  # a plain tensor attribute
+                setattr(m, name, placeholder)
+        setattr(m, RELEASED_ATTR, tuple(sources))
+    return freed
 
 
 def _parse_fallback(value: bool | str | None, what: str) -> str:
