@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from typing import Any
 
 __version__ = "0.1.0"
@@ -60,7 +61,10 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_PUBLIC) | set(_SUBMODULES))
 
 
-if not os.environ.get("MOEGEMM_LIGHT_IMPORT"):
+# `python -m moegemm.jit` imports this package while it locates the module (sys.argv[0] is "-m"
+# then): the public API (and torch) loads on first touch instead, after the entry point has
+# installed its signal handlers, so a Ctrl-C in the first seconds is one line, not a traceback.
+if not os.environ.get("MOEGEMM_LIGHT_IMPORT") and sys.argv[:1] != ["-m"]:
     for _name in _PUBLIC:
         __getattr__(_name)
     del _name

@@ -148,9 +148,20 @@ def test_cpu_index_vectors_are_named_as_passed() -> None:
         moegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, torch.zeros(4, dtype=torch.int32))
 
 
-@pytest.mark.parametrize("bad", [0, -3, 2.0, True, "8"])
-def test_set_num_sms_refuses_what_is_not_a_positive_int(bad: object) -> None:
-    import moegemm
-
-    with pytest.raises(ValueError, match="num_sms"):
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [(0, ValueError), (-3, ValueError), (2.0, TypeError), (True, TypeError), ("8", TypeError),
+     ("a", TypeError)],
+)  # fmt: skip
+def test_set_num_sms_refuses_what_is_not_a_positive_int(bad: object, error: type) -> None:
+    """A value of the wrong type is a TypeError (bool too), a non-positive int a ValueError."""
+    with pytest.raises(error, match="^num_sms must be a positive int or None, got "):
         moegemm.set_num_sms(bad)  # type: ignore[arg-type]
+    moegemm.set_num_sms(None)
+
+
+@pytest.mark.parametrize("bad", ["no", 0, 1, None])
+def test_set_pdl_takes_only_a_bool(bad: object) -> None:
+    """bool('no') is True: anything but a bool is refused before the switch is touched."""
+    with pytest.raises(TypeError, match="^enabled must be a bool, got "):
+        moegemm.set_pdl(bad)  # type: ignore[arg-type]

@@ -40,13 +40,18 @@ def fake_driver_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def test_launchers_against_the_fake_driver(fake_driver_dir: Path) -> None:
+@pytest.mark.parametrize("order", ["file", "reversed"])
+def test_launchers_against_the_fake_driver(fake_driver_dir: Path, order: str) -> None:
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(
         p for p in (str(fake_driver_dir), env.get("LD_LIBRARY_PATH")) if p
     )
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(FAKE_DIR), env.get("PYTHONPATH")) if p)
+    env["MOEGEMM_FAKE_DRIVER_ORDER"] = order
+    # The parent run's options (-x, --lf, a plugin's random order) are not the cases' to take.
+    env.pop("PYTEST_ADDOPTS", None)
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs"]
-    cmd.append(str(FAKE_DIR / "cases.py"))
+    cmd += ["-p", "no:randomly", "-p", "case_order", str(FAKE_DIR / "cases.py")]
     run = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, check=False)
     output = run.stdout + run.stderr
     assert run.returncode == 0, output

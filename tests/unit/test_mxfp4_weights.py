@@ -107,6 +107,46 @@ def test_prepare_checks() -> None:
         unprepare_mxfp4_weights((b, sfb))
 
 
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100f"])
+def test_prepare_refuses_what_the_gemms_do_not_take(arch: str) -> None:
+    """N must be a positive multiple of 8 and b's rows readable by the GEMMs' TMA, on either
+    arch (SM100 pads N itself, so only this check stands between N = 100 and a kernel)."""
+    prepare = moegemm.prepare_mxfp4_weights
+    for n in (100, 0):
+        b, sfb = torch.zeros(1, n, 32, dtype=U8), torch.full((1, n, 2), 127, dtype=U8)
+        with pytest.raises(ValueError, match=rf"^N \(b.shape\[-2\]\) must be a positive "
+                           rf"multiple of 8, got {n}$"):  # fmt: skip
+            prepare(b, sfb, arch=arch)
+    b, sfb = random_pair(2, 64, 64, 2)
+    with pytest.raises(ValueError, match=r"^b must be row-major"):
+        prepare(torch.zeros(2, 64, 64, dtype=U8)[..., ::2], sfb, arch=arch)
+    with pytest.raises(ValueError, match=r"^b row stride must be a multiple of 16 bytes"):
+        prepare(torch.zeros(2, 64, 40, dtype=U8)[..., :32], sfb, arch=arch)
+    with pytest.raises(ValueError, match=r"^b must be row-major"):
+        prepare(torch.zeros(64, 32, dtype=U8).t().contiguous().t(), sfb[0], arch=arch)
+    with pytest.raises(ValueError, match=r"^b must be contiguous"):
+        prepare(torch.zeros(2, 2, 64, 64, dtype=U8)[..., ::2], sfb.expand(2, 2, 64, 2), arch=arch)
+    padded = torch.zeros(64, 48, dtype=U8)[:, :32]  # padded rows of 48 bytes: the GEMMs take them
+    padded.copy_(b[0])
+    assert torch.equal(unprepare_mxfp4_weights(prepare(padded, sfb[0]))[0], b[0])
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100f"])
+def test_prepare_takes_gpt_oss_blocks_view(arch: str) -> None:
+    """gpt-oss ships b as blocks [E, N, K/32, 16]: taken as the [E, N, K/2] bytes it views, as
+    dequantize_mxfp4 and prepare_moe_weights take it."""
+    b, sfb = random_pair(2, 64, 96, 4)
+    blocks = b.unflatten(-1, (3, 16))
+    got, want = (
+        moegemm.prepare_mxfp4_weights(blocks, sfb, arch),
+        moegemm.prepare_mxfp4_weights(b, sfb, arch),
+    )
+    assert torch.equal(got.b, want.b) and torch.equal(got.sfb, want.sfb) and got.k == want.k
+    assert torch.equal(quant.dequantize_mxfp4(blocks, sfb), quant.dequantize_mxfp4(b, sfb))
+    with pytest.raises(ValueError, match=r"^b in the blocks layout \[.., N, K/32, 16\] must be"):
+        moegemm.prepare_mxfp4_weights(b.unflatten(-1, (3, 16))[:, :32], sfb, arch)
+
+
 @pytest.mark.gpu
 def test_prepare_on_cuda_equals_cpu() -> None:
     b, sfb = random_pair(4, 128, 2880, 7, 0, 255)

@@ -19,7 +19,8 @@ import pytest
 from child_env import no_nvcc_env, read_only_env
 
 from moegemm.jit import KernelSpec
-from moegemm.warmup import cli
+from moegemm.warmup import cli, presets
+from moegemm.warmup.specs import warmup_specs
 
 HOOK = "test_warmup_cli:fake_warmup_specs"
 KERNELS_ENV = "MOEGEMM_TEST_WARM_KERNELS"  # how many kernels the fake enumeration returns
@@ -238,6 +239,14 @@ BAD_SHAPES = [
     ([{"n": "4096", "k": 7168}], "got '4096'"),
     ([{"n": True, "k": 7168}], "for TMA), got True"),
     ([{"n": 4096, "k": 7168, "top_k": 0}], "top_k must be a positive integer"),
+    (
+        [{"n": 4096, "k": 7168, "num_groups": 8, "top_k": 9}],
+        "entry 0: top_k must be at most num_groups 8 (a token picks top_k distinct experts)",
+    ),
+    (
+        [{"n": 4096, "k": 7168, "num_groups": 4097}],
+        "entry 0: num_groups must be at most 4096 (the experts of one layer), got 4097",
+    ),
     ([{"n": 4096, "k": 7168, "num_experts": 8}], "unknown key 'num_experts' (allowed: n, k"),
     ([{"n": 4096}], "entry 0: missing 'k'"),
     ([4096], "entry 0: expected an object"),
@@ -274,6 +283,8 @@ BAD_ARGS = [
     (["--tokens", "4", "--max-tokens", "8"], "not allowed with argument --tokens"),
     (["--max-tokens", "16384000"], "argument --max-tokens: must be at most 1048576"),
     (["--top-k", "0"], "argument --top-k: must be a positive integer"),
+    (["--num-sms", "100000"], "argument --num-sms: must be at most 144 for sm_90a"),
+    (["--num-sms", "161", "--arch", "sm_100a"], "argument --num-sms: must be at most 160 for"),
     (["--arch", "sm_80"], "argument --arch: invalid choice: 'sm_80'"),
     (["--model", "no-such-model"], "unknown model 'no-such-model'"),
     (["--weights", "fp4"], "argument --weights: invalid choice: 'fp4'"),
@@ -356,6 +367,158 @@ def test_uncreatable_cache_dir(cli_env: dict[str, str], shapes_file: Path, tmp_p
     args = ("--warmup", "--shapes", str(shapes_file), "--cache-dir", str(blocker / "cache"))
     proc = run_cli(cli_env, *args)
     assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "cannot create the cache dir")
+
+
+def test_top_k_above_num_groups_is_refused(
+    cli_env: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--top-k for a grouped shape without its own top_k: more choices than experts is an
+    error naming the entry; a dense shape (no num_groups) reads no top_k."""
+    path = tmp_path / "shapes.json"
+    path.write_text(json.dumps([{"n": 4096, "k": 7168}, {"n": 512, "k": 7168, "num_groups": 8}]))
+    rc = cli.main(["--warmup", "--shapes", str(path), "--top-k", "9", "--dry-run"])
+    out, err = capsys.readouterr()
+    assert_one_line_error(
+        rc, out, err, f"{path}: entry 1: --top-k must be at most num_groups 8 (a token picks "
+        "top_k distinct experts), got 9 (give this entry its own top_k)",
+    )  # fmt: skip
+    rc = cli.main(["--warmup", "--model", "qwen3-30b-a3b", "--top-k", "129", "--dry-run"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err  # cli_env's hook stands in for the enumeration, which refuses it:
+    with pytest.raises(ValueError, match=r"top_k must be at most num_groups 128 .*got 129$"):
+        warmup_specs(presets.model_shapes("qwen3-30b-a3b"), [1], 129, "sm_90a", 132)
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_cache_dir_that_is_a_file(
+    cli_env: dict[str, str], shapes_file: Path, tmp_path: Path, dry_run: bool
+) -> None:
+    """A regular file as --cache-dir: one line saying so, not mkdir's bare "File exists"."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    args = ("--warmup", "--shapes", str(shapes_file), "--cache-dir", str(blocker))
+    proc = run_cli(cli_env, *args, *(["--dry-run"] if dry_run else []))
+    assert_one_line_error(
+        proc.returncode, proc.stdout, proc.stderr, f"the cache dir {blocker} is a file, not a "
+        "directory: point --cache-dir (or $MOEGEMM_CACHE_DIR) at a folder",
+    )  # fmt: skip
+    assert "File exists" not in proc.stderr
+
+
+@pytest.mark.parametrize("num_groups", [100_000_000, 4097])
+def test_huge_num_groups_is_refused_at_once(
+    subprocess_env: dict[str, str], tmp_path: Path, num_groups: int
+) -> None:
+    """The real enumeration (no hook): the m_indices layout costs a selection per group, so a
+    group count past the limit is refused before it starts, not enumerated for minutes."""
+    path = tmp_path / "huge.json"
+    path.write_text(json.dumps([{"n": 4096, "k": 7168, "num_groups": num_groups}]))
+    env = dict(subprocess_env, MOEGEMM_LIGHT_IMPORT="1")
+    start = time.monotonic()
+    proc = run_cli(
+        env, "--warmup", "--shapes", str(path), "--tokens", "1", "--dry-run", "--num-sms", "132",
+        timeout=60,
+    )  # fmt: skip
+    elapsed = time.monotonic() - start
+    assert_one_line_error(
+        proc.returncode, proc.stdout, proc.stderr, f"num_groups must be at most 4096 (the experts "
+        f"of one layer), got {num_groups}",
+    )  # fmt: skip
+    assert elapsed < 10, elapsed
+
+
+def test_largest_num_groups_is_answered_in_seconds(
+    subprocess_env: dict[str, str], tmp_path: Path
+) -> None:
+    """At the limit the real enumeration still answers within seconds."""
+    path = tmp_path / "wide.json"
+    path.write_text(json.dumps([{"n": 4096, "k": 7168, "num_groups": 4096}]))
+    env = dict(subprocess_env, MOEGEMM_LIGHT_IMPORT="1")
+    start = time.monotonic()
+    proc = run_cli(
+        env, "--warmup", "--shapes", str(path), "--tokens", "1", "--dry-run", "--num-sms", "132",
+        timeout=120,
+    )  # fmt: skip
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert elapsed < 30, elapsed  # about 2 s on an idle machine
+
+
+SLOW_IMPORT = """
+import importlib.abc, pathlib, runpy, sys, time
+
+marker, module = sys.argv[1:3]
+
+class Slow(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == module:  # a module the warmup imports: wait inside its import
+            pathlib.Path(marker).touch()
+            time.sleep(60)
+        return None
+
+sys.meta_path.insert(0, Slow())
+sys.argv = ["moegemm.jit", *sys.argv[3:]]
+runpy.run_module("moegemm.jit", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize(
+    ("module", "line"),
+    [
+        # The entry point's own import of the CLI (torch and the heuristics behind it).
+        ("moegemm.warmup.cli", "python -m moegemm.jit: interrupted"),
+        # A lazy import once main() runs (here: the enumeration named by the test hook).
+        ("slow_specs_hook", f"{cli.PROG}: interrupted; kernels built so far stay cached"),
+    ],
+)
+def test_interrupt_while_importing_is_one_line(
+    subprocess_env: dict[str, str],
+    shapes_file: Path,
+    jit_cache_dir: Path,
+    tmp_path: Path,
+    module: str,
+    line: str,
+) -> None:
+    """Ctrl-C in the first seconds, while the warmup still imports: 130 and one line, no
+    KeyboardInterrupt traceback."""
+    marker = tmp_path / "importing"
+    args = ("--warmup", "--shapes", str(shapes_file), "--dry-run", "--num-sms", "132")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_IMPORT, str(marker), module, *args],
+        env=dict(
+            subprocess_env, MOEGEMM_LIGHT_IMPORT="1", **{cli.SPECS_FN_ENV: "slow_specs_hook:f"}
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
+    assert "Traceback" not in out + err
+    assert err.strip().splitlines() == [line]
+
+
+def test_python_m_defers_the_api_import(subprocess_env: dict[str, str]) -> None:
+    """`python -m moegemm.jit` imports the package before its entry point installs the signal
+    handlers: under -m the package defers the API (and torch), so the handlers come first."""
+    env = {k: v for k, v in subprocess_env.items() if k != "MOEGEMM_LIGHT_IMPORT"}
+    code = (
+        "import sys; sys.argv = ['-m']; import moegemm; "
+        "print('torch' in sys.modules, 'moegemm.api' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=120, check=True)  # fmt: skip
+    assert proc.stdout.split() == ["False", "False"], proc.stdout + proc.stderr
+    # And a plain import still loads the API, so a first call pays for no imports.
+    code = "import sys, moegemm; print('moegemm.api' in sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=120, check=True)  # fmt: skip
+    assert proc.stdout.strip() == "True", proc.stdout + proc.stderr
 
 
 def test_hook_must_name_a_function(cli_env: dict[str, str], shapes_file: Path) -> None:

@@ -6,13 +6,14 @@ from __future__ import annotations
 import io
 import math
 import re
+import time
 
 import pytest
 
 from moegemm.families import select_config
 from moegemm.heuristics import SM90, GemmDesc
 from moegemm.warmup import presets
-from moegemm.warmup.specs import kernel_spec, layer_descs, warmup_specs
+from moegemm.warmup.specs import MAX_NUM_GROUPS, kernel_spec, layer_descs, warmup_specs
 
 
 def _family(name: str) -> str:
@@ -110,3 +111,18 @@ def test_warmup_builds_the_spec_a_call_loads() -> None:
     for desc in descs:
         config = select_config(desc, SM90)
         assert kernel_spec(desc, config) == api_kernel_spec(desc, config), desc
+
+
+def test_num_groups_and_top_k_are_bounded() -> None:
+    """The m_indices layout costs one selection per group: a group count past MAX_NUM_GROUPS is
+    refused at once (not enumerated for minutes), as is a top_k above a grouped shape's
+    experts; a dense shape reads no top_k."""
+    start = time.monotonic()
+    huge = {"n": 4096, "k": 7168, "num_groups": 100_000_000}
+    with pytest.raises(ValueError, match=r"num_groups must be at most 4096 .*got 100000000$"):
+        warmup_specs([huge], [1], 1, "sm_90a", 132)
+    assert time.monotonic() - start < 10
+    assert MAX_NUM_GROUPS == 4096
+    with pytest.raises(ValueError, match=r"top_k must be at most num_groups 8 .*got 9$"):
+        warmup_specs([{"n": 512, "k": 512, "num_groups": 8}], [1], 9, "sm_90a", 132)
+    assert warmup_specs([{"n": 512, "k": 512}], [1], 9, "sm_90a", 132)

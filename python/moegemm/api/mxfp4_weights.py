@@ -52,6 +52,7 @@ import torch
 
 from ..families import for_operands
 from ..heuristics import ARCH_ALIASES, SM90, SM100, arch_for
+from ..launch import checks
 
 MXFP4_GROUP = 32  # weights per UE8M0 scale byte
 NAN_SCALE = 0xFF  # UE8M0's NaN
@@ -133,21 +134,62 @@ def _check_pair(b: object, sfb: object) -> tuple[torch.Tensor, torch.Tensor]:
     return b, sfb
 
 
+def _merge_blocks_view(b: object, sfb: object) -> object:
+    """gpt-oss's blocks view [.., N, K/32, 16] of b as [.., N, K/2] (what dequantize_mxfp4 and
+    prepare_moe_weights take too); anything else as it is, for _check_pair to judge."""
+    if (
+        isinstance(b, torch.Tensor)
+        and isinstance(sfb, torch.Tensor)
+        and b.dim() == sfb.dim() + 1
+        and b.dim() >= 3
+        and b.shape[-1] == MXFP4_GROUP // 2
+    ):
+        if tuple(b.shape[:-1]) != tuple(sfb.shape):
+            raise ValueError(
+                f"b in the blocks layout [.., N, K/32, 16] must be sfb's shape + (16,): b "
+                f"{tuple(b.shape)}, sfb {tuple(sfb.shape)}"
+            )
+        # A view where the two dims merge (the checkpoint's own tensor); else a copy, which
+        # prepare makes anyway.
+        return b.flatten(-2)
+    return b
+
+
+def _check_gemm_operand(b: torch.Tensor, sfb: torch.Tensor) -> None:
+    """What the FP8 x FP4 GEMMs refuse of raw weights beyond the shapes: N a positive multiple
+    of 8, and b's rows as their TMA reads them (row-major, 16-byte row strides, groups of
+    back-to-back rows). Refused here too, so that preparing never hides what a raw call of the
+    same tensors would refuse."""
+    n = sfb.shape[-2]
+    if n <= 0 or n % 8:
+        raise ValueError(f"N (b.shape[-2]) must be a positive multiple of 8, got {n}")
+    if b.dim() == 2:
+        checks.row_stride("b", b)
+    elif b.dim() == 3:
+        checks.batched_row_stride("b", b, collapsible=False)
+    else:  # more leading dims than the GEMMs take: one contiguous block of rows
+        checks.require_contiguous("b", b)
+
+
 def prepare_mxfp4_weights(b: torch.Tensor, sfb: torch.Tensor, arch: str = "sm_90a") -> Mxfp4Weights:
-    """The prepared layout of MXFP4 weights (b uint8 [.., N, K/2], sfb uint8 [.., N, K/32]), for
-    the FP8 x FP4 functions; one-time, at load time (it allocates, and syncs once to refuse a
-    NaN scale). Plain torch: runs on CPU and CUDA tensors alike.
+    """The prepared layout of MXFP4 weights (b uint8 [.., N, K/2], or gpt-oss's blocks view
+    [.., N, K/32, 16] of the same bytes; sfb uint8 [.., N, K/32]), for the FP8 x FP4
+    functions; one-time, at load time (it allocates, and syncs once to refuse a NaN scale).
+    Plain torch: runs on CPU and CUDA tensors alike.
 
     arch: "sm_90a" (Hopper, the default) or "sm_100f" (alias "sm_100a": Blackwell, the only
     form SM100 takes; the module doc's SM100 layout, Mxfp4Weights.arch "sm_100f").
 
     Returns Mxfp4Weights(b', sfb', prepared=True) in the layout of the module doc (new
     tensors). Raises ValueError for a scale byte 0xFF (NaN), which would make the block's
-    outputs NaN, for N not a multiple of 64 (SM90), and for shapes the functions do not take.
+    outputs NaN, for N not a positive multiple of 8 (of 64 on SM90), for a b whose rows the
+    functions cannot read (not row-major, strides not of 16 bytes, groups not back to back) and
+    for shapes the functions do not take.
     """
     if arch not in MXFP4_ARCH_NAMES:
         raise ValueError(f"arch must be one of {sorted(MXFP4_ARCH_NAMES)}, got {arch!r}")
-    b, sfb = _check_pair(b, sfb)
+    b, sfb = _check_pair(_merge_blocks_view(b, sfb), sfb)
+    _check_gemm_operand(b, sfb)
     if bool((sfb == NAN_SCALE).any()):  # the sync a load-time call may afford
         bad = (sfb == NAN_SCALE).nonzero()[0].tolist()
         raise ValueError(f"sfb holds the NaN scale byte 0xFF (first at index {tuple(bad)})")

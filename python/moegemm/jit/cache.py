@@ -50,7 +50,28 @@ Outcome = Literal["cached", "built_elsewhere", "compiled"]
 class KernelNotCachedError(RuntimeError):
     """A kernel is not in the cache (or its entry is unusable) and this process cannot build
     it: no nvcc, or the cache is not writable. The message is one line naming the kernel, the
-    cache and the command that prebuilds it."""
+    cache, why its entry is unusable where it has one, and the command that prebuilds it."""
+
+
+class CacheEntryRemovedWarning(UserWarning):
+    """A bad cache entry (truncated, modified, refused by the driver) was removed and is being
+    rebuilt. Shown as one line: what a user reads in a server's log, not a source location."""
+
+
+_plain_formatwarning = warnings.formatwarning
+
+
+def _formatwarning(  # type: ignore[no-untyped-def]
+    message, category, filename, lineno, line=None
+) -> str:
+    # Chained, and only for this module's category: the default format adds the file, line and
+    # source text of the warn() call, which tell a user nothing about their cache.
+    if isinstance(category, type) and issubclass(category, CacheEntryRemovedWarning):
+        return f"{message}\n"
+    return _plain_formatwarning(message, category, filename, lineno, line)
+
+
+warnings.formatwarning = _formatwarning
 
 
 @dataclass(frozen=True)
@@ -83,11 +104,19 @@ def _key_fields(spec: KernelSpec) -> dict[str, Any]:
     }
 
 
-def _not_cached(spec: KernelSpec, root: Path, why: str) -> KernelNotCachedError:
+def _not_cached(
+    spec: KernelSpec, root: Path, why: str, corrupt: str | None = None
+) -> KernelNotCachedError:
+    """corrupt: why the kernel's existing entry is unusable (None: it has none); a damaged entry
+    is another repair (the shipped cache is bad) than a kernel never prebuilt."""
+    where = (
+        f"has a corrupt entry in the moegemm cache {root} ({corrupt}) and cannot be rebuilt here"
+        if corrupt
+        else f"is not in the moegemm cache {root} and cannot be built here"
+    )
     return KernelNotCachedError(
-        f"kernel {spec.name} ({spec.arch}) is not in the moegemm cache {root} and cannot be "
-        f"built here: {why}; prebuild it where nvcc is available with `{PREBUILD_COMMAND}` "
-        f"and MOEGEMM_CACHE_DIR (or --cache-dir) pointing at this cache"
+        f"kernel {spec.name} ({spec.arch}) {where}: {why}; prebuild it where nvcc is available "
+        f"with `{PREBUILD_COMMAND}` and MOEGEMM_CACHE_DIR (or --cache-dir) pointing at this cache"
     )
 
 
@@ -146,6 +175,7 @@ def _remove_folder(folder: Path, root: Path) -> None:
 def _discard(folder: Path, root: Path, reason: str) -> None:
     warnings.warn(
         f"moegemm JIT cache: removing bad kernel folder {folder} ({reason}); rebuilding",
+        CacheEntryRemovedWarning,
         stacklevel=3,
     )
     _remove_folder(folder, root)
@@ -188,11 +218,22 @@ def clean_stale_tmp(root: Path | None = None, max_age_s: float = TMP_MAX_AGE_S) 
             pass
 
 
-def _compile_and_publish(spec: KernelSpec, key: str, folder: Path, root: Path) -> bytes:
+def _compile_and_publish(
+    spec: KernelSpec,
+    key: str,
+    folder: Path,
+    root: Path,
+    on_write_error: Callable[[OSError], Exception],
+) -> bytes:
+    """on_write_error turns a refused write into the caller's exception (a bare OSError would
+    name a path of the cache, not the kernel)."""
     tmp_root = root / "tmp"
-    tmp_root.mkdir(parents=True, exist_ok=True)
     build = tmp_root / f"{key[:32]}.{os.getpid()}.{secrets.token_hex(4)}"
-    build.mkdir()
+    try:
+        tmp_root.mkdir(parents=True, exist_ok=True)
+        build.mkdir()
+    except OSError as exc:
+        raise on_write_error(exc) from exc
     keep = published = False
     try:
         source = build / "kernel.cu"
@@ -229,15 +270,15 @@ def _compile_and_publish(spec: KernelSpec, key: str, folder: Path, root: Path) -
         for name in REQUIRED_FILES:
             _fsync_path(build / name)
         _fsync_path(build)
-        folder.parent.mkdir(parents=True, exist_ok=True)
         try:
+            folder.parent.mkdir(parents=True, exist_ok=True)
             os.rename(build, folder)
             published = True
-        except OSError:
+        except OSError as exc:
             # Someone published first (only possible without working flock, e.g. some NFS);
             # theirs is as good as ours.
             if _validate(folder, key)[0] is None:
-                raise
+                raise on_write_error(exc) from exc
         _fsync_path(folder.parent)
         return data
     except CompileError:
@@ -250,10 +291,15 @@ def _compile_and_publish(spec: KernelSpec, key: str, folder: Path, root: Path) -
             shutil.rmtree(build, ignore_errors=True)
 
 
-def _unwritable(spec: KernelSpec, root: Path, what: str) -> Callable[[OSError], Exception]:
+def _unwritable(
+    spec: KernelSpec, root: Path, corrupt: str | None
+) -> Callable[[OSError], Exception]:
+    """The KernelNotCachedError of a refused write; corrupt: why the kernel's existing entry is
+    unusable (None: it has none)."""
+
     def make(exc: OSError) -> Exception:
-        unwritable = f"the cache is not writable ({exc.strerror or type(exc).__name__})"
-        return _not_cached(spec, root, f"{what} {unwritable}" if what else unwritable)
+        why = f"the cache is not writable ({exc.strerror or type(exc).__name__})"
+        return _not_cached(spec, root, why, corrupt)
 
     return make
 
@@ -264,13 +310,15 @@ def build(spec: KernelSpec) -> CacheEntry:
     root = cache_root()
     key = key_for(spec)
     folder = kernel_folder(spec, key, root)
-    data, _ = _validate(folder, key)  # fast path: no lock, no compiler on a hit
+    data, reason = _validate(folder, key)  # fast path: no lock, no compiler on a hit
     if data is not None:
         debug_log(f"hit {folder.name}")
         if env_flag("MOEGEMM_JIT_DUMP_SASS") and not (folder / "kernel.sass").exists():
             _dump_sass_quietly(folder)
         return CacheEntry(folder / "kernel.cubin", data, "cached")
-    with _key_lock(root, key, _unwritable(spec, root, "")):
+    # The reason found before the lock names a corrupt entry where the lock itself is refused
+    # (a read-only cache); under the lock it is looked at again.
+    with _key_lock(root, key, _unwritable(spec, root, reason)):
         # Re-check under the lock: another process may have published meanwhile, and a bad
         # folder is only removed by the lock holder so a fresh one is never thrown away.
         data, reason = _validate(folder, key)
@@ -280,13 +328,16 @@ def build(spec: KernelSpec) -> CacheEntry:
         try:
             compiler.find_nvcc()
         except FileNotFoundError as exc:
-            why = f"its entry is unusable ({reason}) and {exc}" if reason else str(exc)
-            raise _not_cached(spec, root, why) from None
+            raise _not_cached(spec, root, str(exc), reason) from None
+        on_write_error = _unwritable(spec, root, reason)
         if reason is not None:
-            _discard(folder, root, reason)
+            try:
+                _discard(folder, root, reason)
+            except OSError as exc:
+                raise on_write_error(exc) from exc
         debug_log(f"miss {folder.name}")
         clean_stale_tmp(root)
-        data = _compile_and_publish(spec, key, folder, root)
+        data = _compile_and_publish(spec, key, folder, root, on_write_error)
         return CacheEntry(folder / "kernel.cubin", data, "compiled")
 
 
@@ -331,7 +382,10 @@ def invalidate(spec: KernelSpec, reason: str) -> None:
     root = cache_root()
     key = key_for(spec)
     folder = kernel_folder(spec, key, root)
-    what = f"its cached cubin is unusable ({reason}) and"
-    with _key_lock(root, key, _unwritable(spec, root, what)):
+    on_write_error = _unwritable(spec, root, reason)
+    with _key_lock(root, key, on_write_error):
         if folder.exists():
-            _discard(folder, root, reason)
+            try:
+                _discard(folder, root, reason)
+            except OSError as exc:
+                raise on_write_error(exc) from exc

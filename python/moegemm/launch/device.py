@@ -41,10 +41,14 @@ def registered_plan_caches() -> tuple[dict, ...]:
 def set_num_sms(num_sms: int | None) -> None:
     """Limit the SMs kernels occupy (e.g. to leave room for communication); None = all."""
     global _num_sms_override
-    if num_sms is not None and (
-        isinstance(num_sms, bool) or not isinstance(num_sms, int) or num_sms <= 0
-    ):
-        raise ValueError(f"num_sms must be a positive int or None, got {num_sms!r}")
+    if num_sms is not None:
+        # bool is an int in Python, but True is no SM count.
+        if isinstance(num_sms, bool) or not isinstance(num_sms, int):
+            raise TypeError(
+                f"num_sms must be a positive int or None, got {type(num_sms).__name__} {num_sms!r}"
+            )
+        if num_sms <= 0:
+            raise ValueError(f"num_sms must be a positive int or None, got {num_sms!r}")
     _num_sms_override = num_sms
     for cache in _plan_caches:
         cache.clear()
@@ -67,10 +71,13 @@ def arch_for_device(index: int) -> ArchSpec:
 
 def set_pdl(enabled: bool) -> None:
     """Launch kernels with programmatic dependent launch (overlaps prologues with the
-    previous kernel's tail)."""
+    previous kernel's tail). TypeError for anything but a bool: bool('no') is True, so a
+    string or an int would silently switch it on."""
+    if not isinstance(enabled, bool):
+        raise TypeError(f"enabled must be a bool, got {type(enabled).__name__} {enabled!r}")
     from .. import _C
 
-    _C.set_pdl(bool(enabled))
+    _C.set_pdl(enabled)
 
 
 def get_pdl() -> bool:

@@ -169,10 +169,17 @@ def _prepare_mxfp4(w13, activation: str, w13_bias, layout: str, arch: str | None
     e, two_i, half_h = b.shape
     h = 2 * half_h
     _check_sizes(e, two_i, h, f"blocks {tuple(b.shape)}")
-    if h % 32 or tuple(sfb.shape) != (e, two_i, h // 32):
+    if h % 32:
+        # Checked apart from the scales' shape: with H/32 rounded down, a well-formed scales
+        # tensor would match and the message would blame it.
         raise ValueError(
-            f"w13 scales must be [E, 2I, H/32] = {(e, two_i, h // 32)} with H % 32 == 0, got "
-            f"{tuple(sfb.shape)}"
+            f"w13 blocks [E, 2I, H/2] give H = {h}, which must be a multiple of 32 (one UE8M0 "
+            f"scale per 32 weights), got blocks {tuple(b.shape)}"
+        )
+    if tuple(sfb.shape) != (e, two_i, h // 32):
+        raise ValueError(
+            f"w13 scales must be [E, 2I, H/32] = {(e, two_i, h // 32)} for blocks "
+            f"{tuple(b.shape)}, got {tuple(sfb.shape)}"
         )
     if layout not in ("raw", "prepared"):
         raise ValueError(f"mxfp4_layout must be 'raw' or 'prepared', got {layout!r}")
@@ -194,6 +201,23 @@ def _prepare_mxfp4(w13, activation: str, w13_bias, layout: str, arch: str | None
     return PreparedW13(b.contiguous(), bias, activation, sfb.contiguous(), False)
 
 
+_W13_FORMS = (
+    "a bfloat16 tensor [E, 2I, H], or MXFP4 experts as a (blocks, scales) pair of uint8 "
+    "tensors or an Mxfp4Weights"
+)
+
+
+def _describe(value: object) -> str:
+    """What a caller passed, in a few words: a tensor's dtype and shape, a sequence's length and
+    element types (a list of three is neither a tensor nor a pair), else the type."""
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+    if isinstance(value, (tuple, list)):
+        kinds = ", ".join(type(v).__name__ for v in value[:4]) + (", ..." if len(value) > 4 else "")
+        return f"a {type(value).__name__} of {len(value)} ({kinds})"
+    return f"a {type(value).__name__}"
+
+
 def prepare_moe_weights(
     w13: object,
     *,
@@ -210,16 +234,12 @@ def prepare_moe_weights(
     kept)."""
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    if isinstance(w13, (tuple, list)) and len(w13) != 2:
+        raise TypeError(f"w13 must be {_W13_FORMS}, got {_describe(w13)}")
     if isinstance(w13, (tuple, list, Mxfp4Weights)):
-        if isinstance(w13, (tuple, list)) and len(w13) != 2:
-            raise TypeError("MXFP4 w13 must be a (blocks, scales) pair")
         return _prepare_mxfp4(w13, activation, w13_bias, mxfp4_layout, arch)
     if not isinstance(w13, torch.Tensor) or w13.dtype != torch.bfloat16 or w13.dim() != 3:
-        got = f"{w13.dtype} {tuple(w13.shape)}" if isinstance(w13, torch.Tensor) else type(w13)
-        raise TypeError(
-            f"w13 must be a 3-D bfloat16 tensor [E, 2I, H] or an MXFP4 (blocks, scales) pair, "
-            f"got {got}"
-        )
+        raise TypeError(f"w13 must be {_W13_FORMS}, got {_describe(w13)}")
     e, two_i, h = w13.shape
     _check_sizes(e, two_i, h, str(tuple(w13.shape)))
     bias = _bias_of(w13_bias, e, two_i, w13.device, activation)

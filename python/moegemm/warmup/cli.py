@@ -36,13 +36,16 @@ from ..jit import cache, compiler
 from ..jit.spec import SUPPORTED_ARCHS, KernelSpec
 from . import presets
 from .ninja_build import BuildReport, WarmupError, run_ninja
-from .specs import DEFAULT_MAX_TOKENS, WEIGHTS
+from .specs import DEFAULT_MAX_TOKENS, MAX_NUM_GROUPS, WEIGHTS, check_top_k
 
 PROG = "python -m moegemm.jit --warmup"
 DEFAULT_NUM_SMS = 132  # H100 / H200 SXM
 # The enumeration visits every token count: past this a typo (an extra zero or two) would look
 # like a hang rather than an error. Engines batch at most ~10^5 tokens per step.
 MAX_MAX_TOKENS = 1 << 20
+# The most SMs a GPU of each arch has (the full GH100 and GB100 dies; H100/H200 enable 132,
+# B200 148): a larger --num-sms is a typo, and its picks would fit no GPU.
+MAX_NUM_SMS = {"sm_90a": 144, "sm_100f": 160}
 SPECS_FN_ENV = "MOEGEMM_WARMUP_SPECS_FN"  # tests: replace the enumeration (module:function)
 SHAPE_KEYS = ("n", "k", "num_groups", "top_k", "op", "model")
 # Rows of 16 bytes: TMA needs 16-byte strides, and BF16 rows of n or k elements.
@@ -197,6 +200,18 @@ def validate_shapes(shapes: Any, where: str) -> list[dict[str, Any]]:
         for key in ("num_groups", "top_k"):
             if key in shape:
                 _check_int(shape, key, where, i, 1)
+        if shape.get("num_groups", 1) > MAX_NUM_GROUPS:
+            raise _shape_error(
+                where,
+                i,
+                f"num_groups must be at most {MAX_NUM_GROUPS} (the experts of one layer), got "
+                f"{shape['num_groups']}",
+            )
+        if "top_k" in shape:
+            try:
+                check_top_k(shape["top_k"], shape.get("num_groups", 1))
+            except ValueError as exc:
+                raise _shape_error(where, i, str(exc)) from None
         for key in ("op", "model"):
             if key in shape and not isinstance(shape[key], str):
                 raise _shape_error(where, i, f"{key} must be a string, got {shape[key]!r}")
@@ -248,7 +263,14 @@ def collect_workload(args: argparse.Namespace) -> Workload:
     except ValueError as exc:
         raise WarmupError(str(exc)) from None
     by_top_k = {}
-    for shape in load_shapes_file(args.shapes):
+    for i, shape in enumerate(load_shapes_file(args.shapes)):
+        if "top_k" not in shape and args.top_k:
+            try:
+                check_top_k(args.top_k, shape.get("num_groups", 1), "--top-k")
+            except ValueError as exc:
+                raise _shape_error(
+                    args.shapes, i, f"{exc} (give this entry its own top_k)"
+                ) from None
         top_k = shape.pop("top_k", None) or args.top_k or 1
         by_top_k.setdefault(top_k, []).append(shape)
     return Workload(f"shapes file {args.shapes}", by_top_k, args.weights or "bf16")
@@ -295,8 +317,18 @@ def probe_gpu(arch: str = "sm_90a") -> GpuProbe:
     return GpuProbe(props.multi_processor_count)
 
 
+def refuse_file_as_cache_dir(root: Path) -> None:
+    """A cache root that is an existing file (mkdir would only say "File exists")."""
+    if root.exists() and not root.is_dir():
+        raise WarmupError(
+            f"the cache dir {root} is a file, not a directory: point --cache-dir (or "
+            "$MOEGEMM_CACHE_DIR) at a folder, which is created if missing"
+        )
+
+
 def create_cache_dir(root: Path) -> None:
     """Fails early (before the enumeration) on a cache that cannot exist."""
+    refuse_file_as_cache_dir(root)
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -447,7 +479,9 @@ def run_warmup(args: argparse.Namespace) -> int:
         os.environ["MOEGEMM_CACHE_DIR"] = str(Path(args.cache_dir).expanduser().resolve())
     workload = collect_workload(args)
     root = cache.cache_root().absolute()
-    if not args.dry_run:
+    if args.dry_run:
+        refuse_file_as_cache_dir(root)  # the real run would refuse it: so does its dry run
+    else:
         create_cache_dir(root)
     specs_fn, hooked = specs_function()
     token_counts, token_label = _token_range(args)
@@ -532,19 +566,13 @@ def _check(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    given = sys.argv[1:] if argv is None else list(argv)
-    args = parser.parse_args(given)
-    if not args.warmup:
-        if not given:
-            parser.print_help()
-            return 2
-        parser.error("add --warmup (the only command) to prebuild kernels")
-    if not (args.model or args.shapes or args.suite):
-        parser.error("--warmup needs --model, --shapes or --suite")
-    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    # Ctrl-C anywhere, the argument parsing and the lazy imports (torch, the heuristics)
+    # included, raises KeyboardInterrupt into the handler below, whatever handler the entry
+    # point (jit/__main__.py) held during its own imports.
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    previous_term = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
-        return run_warmup(args)
+        return _parse_and_run(argv)
     except WarmupError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
@@ -561,7 +589,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, previous_term)
+        signal.signal(signal.SIGINT, previous_int)
+
+
+def _parse_and_run(argv: Sequence[str] | None) -> int:
+    parser = build_parser()
+    given = sys.argv[1:] if argv is None else list(argv)
+    args = parser.parse_args(given)
+    if not args.warmup:
+        if not given:
+            parser.print_help()
+            return 2
+        parser.error("add --warmup (the only command) to prebuild kernels")
+    if not (args.model or args.shapes or args.suite):
+        parser.error("--warmup needs --model, --shapes or --suite")
+    max_sms = MAX_NUM_SMS[arch_for(args.arch).name]
+    if args.num_sms is not None and args.num_sms > max_sms:
+        parser.error(
+            f"argument --num-sms: must be at most {max_sms} for {args.arch} (the SMs of its "
+            f"largest GPU), got {args.num_sms}"
+        )
+    return run_warmup(args)
 
 
 class _Terminated(BaseException):

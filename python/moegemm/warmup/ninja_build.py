@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -17,6 +18,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from ..jit import cache
 from ..jit.include_tree import library_include_dir
@@ -107,8 +109,71 @@ def _read_stamps(build_dir: Path, count: int) -> BuildReport:
     return BuildReport(compiled, elsewhere, count - compiled - elsewhere)
 
 
+_PROGRESS = re.compile(r"\[\d+/\d+\] ")
+_FAILED_EDGE = re.compile(r"FAILED: .*?stamps/(\d+)\.ok")
+# The framing _build_one and compiler.compile_cubin put around the compiler's own words.
+_FRAMING = ("moegemm: failed to compile ", "nvcc failed with exit code ", "command: ", "cwd: ")
+
+
+class FailureFilter:
+    """Ninja's output as the warmup shows it. A broken compiler or header fails every kernel
+    alike, and ninja would repeat the command and error for each: the first failed kernel's
+    output passes in full, each later one becomes one line naming the kernel and the first line
+    of its error (the line its own output would have led with)."""
+
+    def __init__(self, names: Sequence[str], out: TextIO) -> None:
+        self._names = names  # kernel name by edge index (stamps/<i>.ok)
+        self._out = out
+        self._held: list[str] | None = None  # a later failure's output, being read
+        self._held_name = ""
+        self._first_error: str | None = None
+        self.failures = 0
+
+    def feed(self, line: str) -> None:
+        failed = _FAILED_EDGE.match(line)
+        if failed or _PROGRESS.match(line) or line.startswith("ninja: "):
+            self._flush()  # a failure's output ends where ninja speaks again
+        if failed:
+            self.failures += 1
+            name = self._names[int(failed.group(1))]
+            if self.failures == 1:
+                self._write(f"FAILED: {name}\n")
+            else:
+                self._held, self._held_name = [], name
+            return
+        if self._held is not None:
+            self._held.append(line)
+            return
+        if self.failures == 1 and self._first_error is None and _is_error_line(line):
+            self._first_error = line.strip()
+        self._write(line)
+
+    def close(self) -> None:
+        self._flush()
+
+    def _flush(self) -> None:
+        if self._held is None:
+            return
+        error = next((x.strip() for x in self._held if _is_error_line(x)), "no output")
+        same = " (as above)" if error == self._first_error else ""
+        self._write(f"FAILED: {self._held_name}: {error[:300]}{same}\n")
+        self._held = None
+
+    def _write(self, text: str) -> None:
+        self._out.write(text)
+        self._out.flush()
+
+
+def _is_error_line(line: str) -> bool:
+    """Whether a line of a failed edge's output is the compiler's (or the cache's) own words
+    rather than ninja's command line or the framing around them."""
+    text = line.strip()
+    return bool(text) and "moegemm.jit._build_one" not in text and not text.startswith(_FRAMING)
+
+
 def run_ninja(specs: Sequence[KernelSpec], jobs: int) -> BuildReport:
-    """Builds specs with `jobs` parallel edges, echoing ninja's progress and failures. On
+    """Builds specs with `jobs` parallel edges, echoing ninja's progress and the failures
+    (FailureFilter: the first in full, one line for each other). On
     KeyboardInterrupt (or any BaseException: the CLI turns SIGTERM into one) the builds are
     stopped first."""
     ninja = find_ninja()
@@ -126,12 +191,13 @@ def run_ninja(specs: Sequence[KernelSpec], jobs: int) -> BuildReport:
             errors="replace",
             start_new_session=True,
         )
+        shown = FailureFilter([spec.name for spec in specs], sys.stdout)
         try:
             assert proc.stdout is not None
             for line in proc.stdout:
                 if not line.startswith("ninja: Entering directory"):
-                    sys.stdout.write(line)
-                    sys.stdout.flush()
+                    shown.feed(line)
+            shown.close()
             proc.wait()
         except BaseException:
             _stop(proc)

@@ -50,6 +50,10 @@ from ..heuristics import CONTIGUOUS_ALIGNMENT, ArchSpec, GemmConfig, GemmDesc, a
 from ..jit.spec import KernelSpec
 
 DEFAULT_MAX_TOKENS = 16384
+# The m_indices layout is enumerated at every multiple of 128 rows up to rows + num_groups * 127
+# (an engine's whole compute_aligned_M buffer): one selection per group. This bound keeps a
+# shape's enumeration to about a second; MoE models have at most a few hundred experts.
+MAX_NUM_GROUPS = 4096
 WEIGHTS = ("bf16", "mxfp4")  # the expert weights a warmup builds for (check_weights)
 MXFP4_GROUP = 32  # weights per UE8M0 scale: K must be a multiple of it
 
@@ -60,7 +64,8 @@ def round_up(x: int, align: int) -> int:
 
 def check_shape(shape: dict) -> tuple[int, int, int]:
     """(n, k, num_groups) of a shape dict: TypeError for a non-dict or a non-integer field,
-    ValueError for a missing or non-positive one or an n or k that is not a multiple of 8."""
+    ValueError for a missing or non-positive one, an n or k that is not a multiple of 8 or
+    num_groups above MAX_NUM_GROUPS."""
     if not isinstance(shape, dict):
         raise TypeError(f"a shape must be a dict with n, k and optional num_groups, got {shape!r}")
     values = []
@@ -79,7 +84,26 @@ def check_shape(shape: dict) -> tuple[int, int, int]:
             raise ValueError(
                 f"shape {shape!r}: {field} must be a multiple of 8 (16-byte rows), got {value}"
             )
+    check_num_groups(groups, f"shape {shape!r}: num_groups")
     return n, k, groups
+
+
+def check_num_groups(num_groups: int, what: str = "num_groups") -> None:
+    """ValueError for more groups than the warmup enumerates (MAX_NUM_GROUPS)."""
+    if num_groups > MAX_NUM_GROUPS:
+        raise ValueError(
+            f"{what} must be at most {MAX_NUM_GROUPS} (the experts of one layer), got {num_groups}"
+        )
+
+
+def check_top_k(top_k: int, num_groups: int, what: str = "top_k") -> None:
+    """ValueError for more experts per token than a grouped shape has: a token's top_k choices
+    are distinct experts. One-group shapes (dense) read no top_k."""
+    if num_groups > 1 and top_k > num_groups:
+        raise ValueError(
+            f"{what} must be at most num_groups {num_groups} (a token picks top_k distinct "
+            f"experts), got {top_k}"
+        )
 
 
 def check_weights(weights: object) -> str:
@@ -195,10 +219,12 @@ def warmup_specs(
     kernels (heuristics/sm100_fp8_fp4.py) of the SM100-prepared form only (SM100 refuses raw
     weights): compiled and statically checked kernels, not run on hardware.
     TypeError / ValueError on a bad argument (check_shape, check_arguments, check_weights,
-    check_mxfp4_shape). `picker` (tests) shares the selections with the caller."""
+    check_mxfp4_shape, check_top_k). `picker` (tests) shares the selections with the caller."""
     check_arguments(token_counts, top_k, num_sms)
     check_weights(weights)
     checked = [check_shape(shape) for shape in shapes]
+    for shape, (_, _, groups) in zip(shapes, checked):
+        check_top_k(top_k, groups, f"shape {shape!r}: top_k")
     if weights == "mxfp4":
         for shape, (_, k, _) in zip(shapes, checked):
             check_mxfp4_shape(shape, k)

@@ -49,6 +49,7 @@ BF16, FP32 = 9, 7  # CUtensorMapDataType
 SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}  # bytes -> CUtensorMapSwizzle
 GEMM, K_GROUPED = 0, 1  # which params struct the fake decodes
 A, B, D, CPTR, INFO = 0x10000, 0x20000, 0x30000, 0x40000, 0x50000  # 16-byte aligned "pointers"
+_BASES = itertools.count(1)  # own_pointers: n << 32, above every fixed pointer here
 
 
 def last_launch() -> dict[str, object]:
@@ -201,15 +202,25 @@ def test_an_empty_output_launches_nothing(kernel, args):
     assert (FAKE.fake_launches(), FAKE.fake_encodes()) == before
 
 
+def own_pointers(count: int) -> tuple[int, ...]:
+    """Pointers no other case passes. The descriptor memo (tma.cpp) lives as long as the process
+    and keys on the pointer: a case counting encodes on shared pointers would count what the
+    cases before it left there, and pass or fail with the order they run in."""
+    base = next(_BASES) << 32
+    return tuple(base + (i << 24) for i in range(count))
+
+
 def test_descriptors_are_memoised_per_view(kernel):
     launcher = gemm_launcher(kernel, store_cols=64)
-    launcher(*gemm_args(), 0)
+    a, b, d = own_pointers(3)
     encodes = FAKE.fake_encodes()
-    launcher(*gemm_args(), 0)
-    assert FAKE.fake_encodes() == encodes  # the same three views: no encode
-    launcher(*gemm_args(a=A + 256), 0)
-    assert FAKE.fake_encodes() == encodes + 1  # only A moved
-    assert last_launch()["tma_a"]["ptr"] == (A + 256,)
+    launcher(*gemm_args(a=a, b=b, d=d), 0)
+    assert FAKE.fake_encodes() == encodes + 3  # three new views
+    launcher(*gemm_args(a=a, b=b, d=d), 0)
+    assert FAKE.fake_encodes() == encodes + 3  # the same three views: no encode
+    launcher(*gemm_args(a=a + 256, b=b, d=d), 0)
+    assert FAKE.fake_encodes() == encodes + 4  # only A moved
+    assert last_launch()["tma_a"]["ptr"] == (a + 256,)
 
 
 @pytest.mark.parametrize(
@@ -339,14 +350,15 @@ def test_a_bound_launch_reads_its_pointers_and_stream_at_every_call(kernel):
 
 def test_a_bound_launch_memoises_its_descriptors_by_pointer(kernel):
     launcher = gemm_launcher(kernel, store_cols=64)
-    args = gemm_args(rows=1234, m=1234)  # views no other test encodes
+    a, b, d = own_pointers(3)  # views no other case encodes, whatever the order
+    args = gemm_args(a=a, b=b, d=d)
     launch = launcher.bind(0, *args[GEMM_POINTERS:])
     encodes = FAKE.fake_encodes()
     launch(*args[:GEMM_POINTERS], 0)
     assert FAKE.fake_encodes() == encodes + 3  # a, b, d: new views
     launch(*args[:GEMM_POINTERS], 0)
     assert FAKE.fake_encodes() == encodes + 3  # the same pointers: from the bound memo
-    launch(A + 512, *args[1:GEMM_POINTERS], 0)
+    launch(a + 512, *args[1:GEMM_POINTERS], 0)
     assert FAKE.fake_encodes() == encodes + 4  # only A moved
     # Back to A: the bound memo holds A + 512 now, so A's view comes from the shared memo
     # (tma.cpp), or is encoded again where A + 512's view took its slot there.
@@ -355,7 +367,7 @@ def test_a_bound_launch_memoises_its_descriptors_by_pointer(kernel):
     assert encodes + 4 <= back <= encodes + 5
     launch(*args[:GEMM_POINTERS], 0)
     assert FAKE.fake_encodes() == back  # and the bound memo holds it again
-    assert last_launch()["tma_a"]["ptr"] == (A,)
+    assert last_launch()["tma_a"]["ptr"] == (a,)
 
 
 def test_bind_checks_the_integers_before_any_launch(kernel):
@@ -466,7 +478,6 @@ def test_a_bound_launch_refuses_what_the_python_checks_refuse(kernel):
 # ---- the config's boxes reach the driver (python -> csrc) ----
 
 SWIZZLE_BYTES = {v: k for k, v in SWIZZLE.items()}
-_BASES = itertools.count(1)  # fresh pointers a case: the descriptor memo keys on them
 
 
 def problem_values(desc, sm100: bool) -> dict[str, int]:
@@ -547,8 +558,7 @@ def test_each_family_encodes_its_configs_boxes(kernel, arch_name, gemm):
     FAKE.fake_set_max_active_clusters(1000)
     FAKE.fake_clear_encode_log()
     launch = launcher.bind(0, *(values[name] for name in launcher_type.bind_args))
-    base = next(_BASES) << 32
-    assert launch(*(base + (i << 24) for i in range(num_pointers)), 0)
+    assert launch(*own_pointers(num_pointers), 0)
     encoded = []
     for line in FAKE.fake_encode_log().decode().splitlines():
         _dtype, swizzle, _rank, *dims = line.split()
