@@ -541,8 +541,9 @@ def test_warm_cache_without_nvcc(
     env[KERNELS_ENV] = "3"
     miss = run_cli(env, *args)
     assert_one_line_error(
-        miss.returncode, miss.stdout, miss.stderr, "cannot compile 1 missing kernel: nvcc not found"
+        miss.returncode, miss.stdout, miss.stderr, "cannot compile 1 missing kernel (warm2)"
     )
+    assert "): nvcc not found" in miss.stderr  # the kernel named, then the reason
     assert len(list((jit_cache_dir / "kernels").iterdir())) == 2
 
 
@@ -561,6 +562,7 @@ def test_read_only_cache(
     miss = run_cli(env, *args)
     fragment = f"the cache dir {jit_cache_dir} is not writable (Read-only file system)"
     assert_one_line_error(miss.returncode, miss.stdout, miss.stderr, fragment)
+    assert "cannot build 1 missing kernel (warm2)" in miss.stderr  # which one
 
 
 def _slow_nvcc(tmp_path: Path, real_nvcc: str, body: str) -> Path:

@@ -337,16 +337,23 @@ def create_cache_dir(root: Path) -> None:
         raise WarmupError(f"the cache dir {root} is not a directory")
 
 
-def check_writable(root: Path) -> None:
+def _missing_names(missing: Sequence[KernelSpec]) -> str:
+    """'1 missing kernel (name)' or 'N missing kernels (first, second, ...)'."""
+    names = ", ".join(spec.name for spec in missing[:3]) + (", ..." if len(missing) > 3 else "")
+    return f"{len(missing)} missing kernel{'s' if len(missing) > 1 else ''} ({names})"
+
+
+def check_writable(root: Path, missing: Sequence[KernelSpec] = ()) -> None:
     """Only asked when something is missing: a shipped read-only cache that holds every kernel
-    passes (that is how it is verified)."""
+    passes (that is how it is verified); the error names what is missing."""
     probe = root / f".write-test.{os.getpid()}"
     try:
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
         probe.unlink()
     except OSError as exc:
+        what = f"cannot build {_missing_names(missing)}: " if missing else ""
         raise WarmupError(
-            f"the cache dir {root} is not writable ({exc.strerror or exc}): "
+            f"{what}the cache dir {root} is not writable ({exc.strerror or exc}): "
             "point --cache-dir at a writable folder"
         ) from None
 
@@ -464,12 +471,11 @@ def _layer(
 def _build_missing(missing: Sequence[KernelSpec], root: Path, jobs: int | None) -> BuildReport:
     if not missing:
         return BuildReport()
-    check_writable(root)
+    check_writable(root, missing)
     try:
         compiler.find_nvcc()
     except FileNotFoundError as exc:
-        plural = "s" if len(missing) > 1 else ""
-        raise WarmupError(f"cannot compile {len(missing)} missing kernel{plural}: {exc}") from None
+        raise WarmupError(f"cannot compile {_missing_names(missing)}: {exc}") from None
     return run_ninja(missing, jobs or os.cpu_count() or 1)
 
 
