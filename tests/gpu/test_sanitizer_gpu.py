@@ -20,6 +20,7 @@ pytestmark = pytest.mark.gpu
 
 SCRIPT = Path(__file__).resolve()
 PYTHON_DIR = SCRIPT.parents[2] / "python"
+HELPERS_DIR = SCRIPT.parents[1] / "helpers"  # fp8_fp4_reference, for the FP8 x FP4 workload
 
 
 def workload() -> int:
@@ -110,7 +111,7 @@ def fp8_fp4_workload() -> int:
     def nan(*shape: int) -> torch.Tensor:
         return torch.full(shape, float("nan"), device="cuda", dtype=torch.bfloat16)
 
-    n, k = 200, 160  # K: one full 128-K block and a partial one of 32
+    n, k = 192, 160  # N: three 64-row blocks (prepared weights); K: one 128-K block and 32 more
     b = torch.randint(0, 256, (3, n, k // 2), device="cuda", dtype=torch.uint8)
     sfb = torch.randint(118, 124, (3, n, k // 32), device="cuda", dtype=torch.uint8)
     prepared = moegemm.prepare_mxfp4_weights(b, sfb)
@@ -172,10 +173,11 @@ def sanitizer() -> str:
 
 
 def workload_env() -> dict[str, str]:
-    """The environment plus an import path for moegemm (a plain checkout runs it too)."""
+    """The environment plus the import paths of moegemm (a plain checkout runs it too) and of
+    the tests' helpers (the FP8 x FP4 workload's reference)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
-        [str(PYTHON_DIR)] + ([env["PYTHONPATH"]] if "PYTHONPATH" in env else [])
+        [str(PYTHON_DIR), str(HELPERS_DIR)] + ([env["PYTHONPATH"]] if "PYTHONPATH" in env else [])
     )
     return env
 

@@ -132,15 +132,36 @@ def test_rebuilt_after_an_in_place_update() -> None:
     assert calc_diff(after.float(), 2 * before.float()) < TOL
 
 
+# A greedy step whose top two logits (grouped_mm's) lie closer than this is a tie that BF16
+# rounding may break either way: tokens are compared up to the first such step.
+TIE_MARGIN = 0.25
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_generate_gives_the_same_tokens(name: str) -> None:
+    """Greedy generation gives grouped_mm's tokens up to the first step grouped_mm itself
+    decides by less than TIE_MARGIN (tiny random models have near-ties; at least the first step
+    must be compared)."""
     model = tiny_model(name)
     g = torch.Generator(device="cuda").manual_seed(0)
     prompt = torch.randint(0, 256, (2, 12), device="cuda", generator=g)
-    tokens = {}
+    runs = {}
     for impl in ("grouped_mm", "moegemm"):
         model.set_experts_implementation(impl)
         torch.manual_seed(0)
         with torch.no_grad():
-            tokens[impl] = model.generate(prompt, max_new_tokens=8, do_sample=False, pad_token_id=0)
-    assert torch.equal(tokens["moegemm"], tokens["grouped_mm"]), tokens
+            runs[impl] = model.generate(prompt, max_new_tokens=8, do_sample=False, pad_token_id=0,
+                                        output_scores=True, return_dict_in_generate=True)  # fmt: skip
+    ref, got = runs["grouped_mm"], runs["moegemm"]
+    new_ref, new_got = (r.sequences[:, prompt.shape[1] :] for r in (ref, got))
+    for row in range(prompt.shape[0]):
+        steps = 0
+        for step, scores in enumerate(ref.scores):
+            top2 = scores[row].float().topk(2).values
+            if top2[0] - top2[1] < TIE_MARGIN:
+                break
+            steps = step + 1
+        assert steps >= 1, f"{name}: grouped_mm's first step is a near-tie; reseed the prompt"
+        margins = [float(sc[row].float().topk(2).values.diff().abs()) for sc in ref.scores]
+        assert torch.equal(new_got[row, :steps], new_ref[row, :steps]), (name, row, steps,
+                                                                        margins, new_ref, new_got)  # fmt: skip
