@@ -4,10 +4,8 @@ cannot be built (no nvcc, read-only cache) is one line naming the kernel and the
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -17,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from child_env import no_nvcc_env
+from read_only import refuse_writes_under
 
 from moegemm.jit import KernelSpec, build_or_load, cache, compiler, key_for, lookup
 from moegemm.jit.cache import KernelNotCachedError
@@ -176,27 +175,11 @@ def test_read_only_cache_hits_and_reports_a_miss(
     path under the cache): hits are served, a miss is one line, nothing is compiled."""
     present = KernelSpec("present", tiny_source())
     build_or_load(present)
-    root = str(jit_cache_dir)
-    real_open, real_mkdir = os.open, os.mkdir
-
-    def refuse(path: object) -> None:
-        if os.fspath(path).startswith(root):  # type: ignore[call-overload]
-            raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.fspath(path))  # type: ignore[call-overload]
-
-    def ro_open(path: object, flags: int, *args: object, **kwargs: object) -> int:
-        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
-            refuse(path)
-        return real_open(path, flags, *args, **kwargs)  # type: ignore[arg-type]
-
-    def ro_mkdir(path: object, *args: object, **kwargs: object) -> None:
-        refuse(path)
-        real_mkdir(path, *args, **kwargs)  # type: ignore[arg-type]
 
     def no_compile(*args: object, **kwargs: object) -> None:
         raise AssertionError("compiled on a read-only cache")
 
-    monkeypatch.setattr(os, "open", ro_open)
-    monkeypatch.setattr(os, "mkdir", ro_mkdir)
+    refuse_writes_under(monkeypatch, jit_cache_dir)
     monkeypatch.setattr(compiler, "compile_cubin", no_compile)
     assert cache.build(present).outcome == "cached"
     with pytest.raises(KernelNotCachedError) as info:

@@ -4,10 +4,8 @@ tmp/ is the same one-line error, and the notice of a removed entry prints as one
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -16,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from read_only import refuse_writes_under
 
 from moegemm.jit import KernelSpec, cache, compiler
 from moegemm.jit.cache import CacheEntryRemovedWarning, KernelNotCachedError
@@ -51,32 +50,6 @@ def no_compile(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(compiler, "compile_cubin", refuse)
 
 
-def _refuse_writes_under(monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
-    """A read-only mount (EROFS) for every path under root: chmod does not stop root."""
-    real_open, real_mkdir, real_rename = os.open, os.mkdir, os.rename
-
-    def refuse(path: object) -> None:
-        if os.fspath(path).startswith(str(root)):  # type: ignore[call-overload]
-            raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.fspath(path))  # type: ignore[call-overload]
-
-    def ro_open(path: object, flags: int, *args: object, **kwargs: object) -> int:
-        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
-            refuse(path)
-        return real_open(path, flags, *args, **kwargs)  # type: ignore[arg-type]
-
-    def ro_mkdir(path: object, *args: object, **kwargs: object) -> None:
-        refuse(path)
-        real_mkdir(path, *args, **kwargs)  # type: ignore[arg-type]
-
-    def ro_rename(src: object, dst: object) -> None:
-        refuse(src)
-        real_rename(src, dst)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(os, "open", ro_open)
-    monkeypatch.setattr(os, "mkdir", ro_mkdir)
-    monkeypatch.setattr(os, "rename", ro_rename)
-
-
 @pytest.fixture
 def cache_root(jit_cache_dir: Path) -> Iterator[Path]:
     (jit_cache_dir / "kernels").mkdir(parents=True)
@@ -86,7 +59,7 @@ def cache_root(jit_cache_dir: Path) -> Iterator[Path]:
 def test_read_only_miss_names_the_kernel(
     cache_root: Path, no_compile: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _refuse_writes_under(monkeypatch, cache_root)
+    refuse_writes_under(monkeypatch, cache_root)
     with pytest.raises(KernelNotCachedError) as info:
         cache.build(KernelSpec("gemm_missing_one", SOURCE))
     message = str(info.value)
@@ -100,7 +73,7 @@ def test_read_only_truncated_entry_is_called_corrupt(
 ) -> None:
     spec = KernelSpec("gemm_truncated", SOURCE)
     folder = _corrupt_entry(spec)
-    _refuse_writes_under(monkeypatch, cache_root)
+    refuse_writes_under(monkeypatch, cache_root)
     with pytest.raises(KernelNotCachedError) as info:
         cache.build(spec)
     message = str(info.value)
@@ -130,7 +103,7 @@ def test_refused_write_past_the_lock_names_the_kernel(
 ) -> None:
     """The lock can be taken but tmp/ cannot be written (another owner's folder): the same
     one-line error as a refused lock, not an OSError naming a folder."""
-    _refuse_writes_under(monkeypatch, cache_root / "tmp")
+    refuse_writes_under(monkeypatch, cache_root / "tmp")
     with pytest.raises(KernelNotCachedError, match="kernel gemm_tmp_refused .*not writable"):
         cache.build(KernelSpec("gemm_tmp_refused", SOURCE))
 

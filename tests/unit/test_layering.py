@@ -129,10 +129,11 @@ def test_import_resolution_sees_relative_imports() -> None:
     assert "moegemm.jit.compiler" in names and "moegemm.jit.spec.KernelSpec" in names
 
 
-def test_importing_the_jit_loads_nothing_above_it() -> None:
+def _loaded_above(modules: str, above: tuple[str, ...]) -> str:
+    """What a fresh interpreter has loaded of torch and `above` after `import sys, <modules>`."""
     code = (
-        "import sys, moegemm.jit, moegemm.jit.cache, moegemm.jit.runtime\n"
-        f"print(sorted(m for m in sys.modules if m == 'torch' or m.startswith({ABOVE!r})))\n"
+        f"import sys, {modules}\n"
+        f"print(sorted(m for m in sys.modules if m == 'torch' or m.startswith({above!r})))\n"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code],
@@ -143,7 +144,11 @@ def test_importing_the_jit_loads_nothing_above_it() -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "[]"
+    return proc.stdout.strip()
+
+
+def test_importing_the_jit_loads_nothing_above_it() -> None:
+    assert _loaded_above("moegemm.jit, moegemm.jit.cache, moegemm.jit.runtime", ABOVE) == "[]"
 
 
 @pytest.mark.parametrize("path", sorted(FAMILIES_DIR.glob("*.py")), ids=lambda p: p.name)
@@ -161,21 +166,7 @@ def test_heuristics_import_neither_the_jit_nor_the_families(path: Path) -> None:
 
 
 def test_importing_the_families_loads_nothing_above_them() -> None:
-    code = (
-        "import sys, moegemm.families\n"
-        f"print(sorted(m for m in sys.modules if m == 'torch' or m.startswith("
-        f"{ABOVE_FAMILIES!r})))\n"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        env={"PYTHONPATH": str(PYTHON_DIR), "MOEGEMM_LIGHT_IMPORT": "1", "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "[]"
+    assert _loaded_above("moegemm.families", ABOVE_FAMILIES) == "[]"
 
 
 PRODUCT_FILES = sorted(
