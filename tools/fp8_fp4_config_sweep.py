@@ -23,8 +23,7 @@ from pathlib import Path
 from profile_fp8_fp4 import Problem, desc_of, group_rows, legal_configs
 
 from moegemm.families import select_config
-from moegemm.heuristics import SM90
-from moegemm.heuristics.sm90_fp8_fp4_decode import TOKEN_CHOICES
+from moegemm.heuristics import SM90, sm90_fp8_fp4_decode, sm90_fp8_fp4_table
 
 # name: (groups, n, k, rows per group, layout[, ragged]); every weight set exceeds 3 x L2
 PROBLEMS = {
@@ -32,6 +31,13 @@ PROBLEMS = {
     "dsv3-l1-r32-masked-ragged": (32, 4096, 7168, 32, "masked", True),
     "dsv3-l1-r8-offs-ragged": (32, 4096, 7168, 8, "offs", True),
     "dsv3-l1-r64-masked-ragged": (32, 4096, 7168, 64, "masked", True),
+    "dsv3-l1-r128-masked-ragged": (32, 4096, 7168, 128, "masked", True),
+    "dsv3-l2-r64-masked-ragged": (32, 7168, 2048, 64, "masked", True),
+    "qwen3-l2-r64-masked-ragged": (128, 2048, 768, 64, "masked", True),
+    "gptoss-l1-r128-masked-ragged": (32, 5760, 2880, 128, "masked", True),
+    "dsv3-l1-r256-offs-ragged": (32, 4096, 7168, 256, "offs", True),
+    "qwen3-l1-r256-offs-ragged": (128, 1536, 2048, 256, "offs", True),
+    "dsv3-l1-r1024-offs": (32, 4096, 7168, 1024, "offs"),
     "gptoss-l1-r8-masked-ragged": (32, 5760, 2880, 8, "masked", True),
     "qwen3-l2-r32-masked-ragged": (128, 2048, 768, 32, "masked", True),
     "dsv3-l1-r1-masked": (32, 4096, 7168, 1, "masked"),
@@ -48,9 +54,12 @@ PROBLEMS = {
 def candidates(args: argparse.Namespace) -> list:
     desc = desc_of(args)
     legal = legal_configs(desc)
+    # The decode kernel's token blocks on its weights' layout (prepared: up to 128).
+    module = sm90_fp8_fp4_table if args.weights == "prepared" else sm90_fp8_fp4_decode
+    choices = module.TOKEN_CHOICES
 
     def tile_for(rows: int) -> int:
-        return next(t for t in TOKEN_CHOICES if t >= min(rows, TOKEN_CHOICES[-1]))
+        return next(t for t in choices if t >= min(rows, choices[-1]))
 
     lo, hi = tile_for(args.rows), tile_for(max(group_rows(args)))
     decode = [

@@ -321,7 +321,9 @@ def table_configs() -> list:
                         weights="prepared")  # fmt: skip
         config = select_config(desc, SM90)
         picked[config.short_name()] = (kind, config)
-    for num_wg, block_t in table.MAX_TOKENS.items():
+    # The widest token block of each warpgroup count, and the widest that keeps two temporary
+    # accumulator sets (mma/sm90_fp4_table_mma.cuh, kTwoTemporaries).
+    for num_wg, block_t in (*table.MAX_TOKENS.items(), (2, 96)):
         config = table.make_config(block_t, num_wg, table.max_stages(block_t, 64 * num_wg, SM90),
                                    SM90)  # fmt: skip
         picked[config.short_name()] = ("m_grouped_offsets", config)

@@ -157,24 +157,22 @@ def test_exact_path(block_m: int, block_n: int) -> None:
         assert d[grp, m:].isnan().all()
 
 
-def test_heuristics_pick_the_prefill_kernel_for_long_groups() -> None:
-    """At thousands of rows per group the heuristics pick the prefill kernel (tokens on M), and
-    the result is exact."""
+@pytest.mark.parametrize("forced", [False, True], ids=["pick", "prefill"])
+def test_long_groups(forced: bool) -> None:
+    """Thousands of rows per group, exact through the heuristics' pick (the cost model ranks the
+    decode kernel's 128-token blocks and the prefill kernel within a few percent of each other
+    there) and through the prefill kernel forced."""
     import moegemm
-    from moegemm.families import select_config
-    from moegemm.heuristics import SM90, GemmDesc
 
     n, k, groups = 2048, 1024, 2
     sizes = [2000, 1500]
-    desc = GemmDesc("m_grouped_offsets", sum(sizes), n, k, groups, ab_dtype="fp8_fp4",
-                    weights="prepared")  # fmt: skip
-    assert not select_config(desc, SM90).layout.swap_ab
     g = gen(31)
     _, a, sfa = activations(sum(sizes), k, gen=g)
     b, sfb = random_mxfp4(groups, n=n, k=k, gen=g)
     d = nan_bf16(sum(sizes), n)
+    config = prefill_config(128, 128, False) if forced else None
     moegemm.m_grouped_fp8_fp4_gemm_nt_contiguous(
-        (a, sfa), weights_arg(b, sfb, "prepared"), d, offs=offsets(sizes)
+        (a, sfa), weights_arg(b, sfb, "prepared"), d, offs=offsets(sizes), config=config
     )
     spans = [(0, 0, sizes[0]), (1, sizes[0], sizes[1])]
     for (grp, r0, rows), ref in zip(spans, grouped_refs(a, sfa, b, sfb, spans)):

@@ -85,33 +85,49 @@ def test_gpt_oss(experts: int, t: int, layout: str) -> None:
     run_and_check(t, 4, experts, 2880, 2880, "swiglu_oai", True, layout, drop=0.05, seed=40 + t)
 
 
-def picks_prefill_kernel(gemms) -> bool:
-    from moegemm.families import select_config
-    from moegemm.heuristics import SM90
+@pytest.fixture
+def kernel(request, monkeypatch):
+    """Plans the FP8 x FP4 GEMMs with the heuristics' picks (at these sizes the decode kernel's
+    128-token blocks and the prefill kernel rank within a few percent of each other), or with
+    the prefill kernel (tokens on M) forced: the best-ranked of its configs. Yields the configs
+    planned; the plan caches are cleared before and after."""
+    from moegemm.heuristics import sm90_fp8_fp4 as family
+    from moegemm.launch import plans
 
-    return all(not select_config(desc, SM90).layout.swap_ab for desc, _ in gemms)
+    picked, heuristics = [], plans.select_config
+
+    def select(desc, arch):
+        if request.param == "prefill":
+            configs = [c for c in family.candidates(desc, arch) if not c.layout.swap_ab]
+            config = min(configs, key=lambda c: family.estimate_cycles(c, desc, arch))
+        else:
+            config = heuristics(desc, arch)
+        picked.append(config)
+        return config
+
+    moegemm.set_num_sms(None)  # clears every plan cache
+    monkeypatch.setattr(plans, "select_config", select)
+    yield picked
+    assert len(picked) == 2, picked  # both GEMMs of the layer were planned here
+    if request.param == "prefill":
+        assert not any(c.layout.swap_ab for c in picked)
+    moegemm.set_num_sms(None)
 
 
+@pytest.mark.parametrize("kernel", ["pick", "prefill"], indirect=True)
 @pytest.mark.parametrize("activation,bias", [("silu", False), ("swiglu_oai", True)])
-def test_prefill_sizes_on_the_prefill_kernel(activation: str, bias: bool) -> None:
-    """~1000 rows an expert on prepared weights: both GEMMs pick the prefill kernel with the
-    layer's epilogues (swiglu, swiglu_oai with biases, row_scale); 2I = 960 leaves a partial
-    128-row tile and K = I = 480 a partial k-block."""
-    from moegemm.moe.mxfp4 import mxfp4_layer_gemms
-
+def test_prefill_sizes(activation: str, bias: bool, kernel: list) -> None:
+    """~1000 rows an expert on prepared weights with the layer's epilogues (swiglu, swiglu_oai
+    with biases, row_scale); 2I = 960 leaves a partial 128-row tile and K = I = 480 a partial
+    k-block."""
     t, k, e, h, i = 2048, 4, 8, 1024, 480
-    sizes = {"tokens": t, "top_k": k, "experts": e, "hidden": h, "intermediate": i}
-    prepared = mxfp4_layer(e, h, i, activation, bias, "prepared", seed=80)[4]
-    assert picks_prefill_kernel(mxfp4_layer_gemms(sizes, prepared, True))
     run_and_check(t, k, e, h, i, activation, bias, "prepared", drop=0.1, seed=80)
 
 
-def test_masked_prefill_sizes_on_the_prefill_kernel() -> None:
-    from moegemm.moe.mxfp4 import mxfp4_masked_gemms
-
+@pytest.mark.parametrize("kernel", ["pick", "prefill"], indirect=True)
+def test_masked_prefill_sizes(kernel: list) -> None:
     e, max_m, h, i = 6, 700, 512, 256
     w13f, w2f, b13, b2, prepared, w2 = mxfp4_layer(e, h, i, "swiglu_oai", True, "prepared", 90)
-    assert picks_prefill_kernel(mxfp4_masked_gemms(e, max_m, h, i, 500, prepared, True))
     masked_m = torch.tensor([0, 1, 700, 90, 999, 513], device="cuda", dtype=torch.int32)
     x = torch.randn(e, max_m, h, device="cuda", generator=gen(91)).bfloat16()
     out = torch.full((e, max_m, h), float("nan"), device="cuda", dtype=torch.bfloat16)

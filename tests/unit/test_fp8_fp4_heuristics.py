@@ -138,8 +138,8 @@ def test_ragged_groups_take_token_blocks_that_hold_them() -> None:
     """Routed groups spread around expected_m, and a group past its token block streams its
     weights again. Measured on the H200, DeepSeek-V3 L1 masked, rows int(8 * U(0.7, 1.3)):
     8-token blocks 213.5 us, 16-token blocks 157.7 us (4 math warpgroups each); at 64 rows a
-    group (45..83) 64-token decode blocks took 388 us, the prefill kernel's 128-row tile holds
-    every group (289.5 us on 64 rows each)."""
+    group (44..83) 64-token decode blocks took 408 us, 96-token ones 306 us and the prefill
+    kernel's 128-row tile 372 us (2026-12-05): the pick's token block holds every group."""
 
     def pick(rows: int):
         desc = fp4("m_grouped_masked", 128, 4096, 7168, 32, expected_m=rows, weights="prepared")
@@ -150,17 +150,18 @@ def test_ragged_groups_take_token_blocks_that_hold_them() -> None:
     assert eight.launch.num_math_warpgroups == 4
     assert pick(32).layout.block_m >= 41  # the largest group of 32 * U(0.7, 1.3)
     sixty_four = pick(64)
-    assert not sixty_four.layout.swap_ab and sixty_four.layout.block_m == 128
+    assert sixty_four.layout.block_m >= 83
 
 
-def test_moe_epilogues_take_the_prefill_kernel_at_prefill_sizes() -> None:
-    """The fused layer's epilogues on prepared weights: the prefill kernel at prefill sizes, with
-    register stores only (the MoE stores scatter rows), and the decode kernel at decode sizes."""
+def test_moe_epilogues_store_from_registers() -> None:
+    """The fused layer's epilogues on prepared weights: register stores only (the MoE stores
+    scatter rows) at prefill sizes, where the decode kernel's 128-token blocks and the prefill
+    kernel rank within a few percent of each other, and the decode kernel at decode sizes."""
     for epilogue in ("swiglu", "swiglu_oai", "row_scale"):
         desc = fp4("m_grouped_offsets", 32 * 2048, 5760, 2880, 32, expected_m=2048,
                    weights="prepared", epilogue=epilogue)  # fmt: skip
         picked = select_config(desc, SM90)
-        assert not picked.layout.swap_ab and picked.store_cols == 0
+        assert picked.store_cols == 0 and picked.layout.block_m == 128
         assert families.is_legal(picked, desc, SM90)
         prefill = [c for c in families.enumerate_configs(desc, SM90) if not c.layout.swap_ab]
         assert prefill and all(c.store_cols == 0 for c in prefill)

@@ -23,7 +23,11 @@
 //   warpgroup 0      producer: TMA boxes by one lane, scales by all 32 (cp.async).
 //   warpgroups 1..W  math, 64 weight rows each; the conversion is their work, so several of
 //                    them share the SM's integer pipes and one converts while another's wgmma
-//                    runs. setmaxnreg.inc by what the producer gives back.
+//                    runs. setmaxnreg.inc by what the producer gives back. Prepared weights:
+//                    all meet at a tile's start (named barrier kTileStart, 128 W threads) and
+//                    warpgroup 0 issues its first wgmma batch before the others (kIssueOrder),
+//                    so their batches queue one after another and each promotes under
+//                    another's wgmma instead of all promoting at once.
 // Pipeline: one TMA ring, kNumStages: full[s] 1 + 32 arrivals + the boxes' bytes; empty[s] one
 //   arrive per math warp after its warpgroup's last wgmma on the stage has retired.
 // Shared memory: [tokens | codes | token scales | offsets words (prepared) or scale words] x

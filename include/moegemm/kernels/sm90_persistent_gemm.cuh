@@ -416,6 +416,7 @@ struct PersistentGemm {
     while (scheduler.next(work)) {
       const uint32_t num_k_blocks = Kernel::num_k_blocks(k_blocks, work);
       if (Kernel::math_idle(params, work, math_wg)) {  // uniform in the warpgroup
+        Mma::skip_tile(math_wg);
         pass_tile(ring, in, num_k_blocks, lane_idx);
         continue;
       }

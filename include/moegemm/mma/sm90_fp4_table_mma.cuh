@@ -13,8 +13,8 @@
 // value; only wgmma.wait_group 0, as ptxas 13.0 serializes wait_group 1 on two sets):
 //   kb's 4 wgmma (RS, m64 x BLOCK_T x 32) from set kb % 2 are in flight
 //   wait for stage kb + 1 and convert it into the other set     (hides under the wgmma)
-//   wait for the wgmma; with two temporary sets (BLOCK_T <= 32) issue kb + 1 first, then
-//   promote kb: acc += tmp * 2^(top - 133) of the row's 64-row block * the token's scale
+//   wait for the wgmma; with two temporary sets (kTwoTemporaries) issue kb + 1 first, then
+//   promote kb: acc += tmp * 2^(top - 133) of the warpgroup's 64-row block * the token's scale
 //   release stage kb
 // The promotion every 128 of K is also the one that bounds the FP8 accumulation.
 //
@@ -32,6 +32,7 @@
 #include <utility>
 
 #include <moegemm/mma/sm90_fp4_register_mma.cuh>
+#include <moegemm/ptx/barrier.cuh>
 #include <moegemm/ptx/sm90_wgmma.cuh>
 #include <moegemm/pipeline/stage_layout.cuh>
 #include <moegemm/ptx/smem.cuh>
@@ -46,9 +47,12 @@ struct Fp4TableMma {
   static constexpr uint32_t kNumAccum = BLOCK_T / 2;
   static constexpr uint32_t kBlockBytes = 64 * 128 / 2;  // one warpgroup's codes of a k-block
   static constexpr uint32_t kExactPasses = 4;          // one per 32-block
+  static constexpr uint32_t kNumMathWG = BLOCK_W / 64;
   // A second temporary accumulator set lets k-block kb + 1's wgmma start before kb's
-  // promotion; it costs BLOCK_T / 2 registers, so wide token blocks keep one.
-  static constexpr bool kTwoTemporaries = BLOCK_T <= 32;
+  // promotion. It costs BLOCK_T / 2 registers: up to 32 tokens every warpgroup count holds it,
+  // up to 96 the 232 registers each of one or two math warpgroups get (ptxas: no spills).
+  static constexpr bool kTwoTemporaries =
+      BLOCK_T <= 32 || (kNumMathWG <= 2 && BLOCK_T <= 96);
 
   struct Accum {
     float v[1][kNumAccum];  // the store_transposed layout, as WgmmaAccum<1, BLOCK_T>
@@ -95,15 +99,17 @@ struct Fp4TableMma {
   }
 
   // The 16 A registers of one k-block from its landed stage; returns the offsets words of rows
-  // r (x) and r + 8 (y).
-  __device__ __forceinline__ static uint2 convert(const Slabs& stage, const Lane& lane,
+  // r (x) and r + 8 (y) and the block's first word (z: its exact-path flag, read here so that
+  // the load is long done when finish() votes on it).
+  __device__ __forceinline__ static uint3 convert(const Slabs& stage, const Lane& lane,
                                                   uint32_t (&a)[16]) {
     const uint4 c0 = lds128(stage.codes + lane.code_offset);
     const uint4 c1 = lds128(stage.codes + lane.code_offset + kBlockBytes / 2);
     const uint2 ow = lds64(stage.offsets + lane.pair_offset);
+    const uint32_t flag_word = lds32(stage.offsets + lane.block_offset);
     const uint32_t w[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
     fp4::convert_k_block(w, ow.x, ow.y, a);
-    return ow;
+    return make_uint3(ow.x, ow.y, flag_word);
   }
 
   // Exact pass p (1..4) of a flagged k-block: only 32-block p - 1, at offset 12.
@@ -122,6 +128,43 @@ struct Fp4TableMma {
         a[4 * j + 2 * q] = j + 1 == pass ? r : 0u;
         a[4 * j + 2 * q + 1] = j + 1 == pass ? r8 : 0u;
       }
+    }
+  }
+
+  // The fast path's promotion factors of one k-block: 2^(top - 133), one per 64-row block (the
+  // preparation writes it into every row's word), times the scale of each of the thread's
+  // tokens (8 c + 2 quad + {0, 1}).
+  struct Factors {
+    float v[BLOCK_T / 4];
+  };
+
+  __device__ __forceinline__ static Factors factors_of(const Slabs& stage, const Lane& lane,
+                                                       uint32_t offsets_word) {
+    const float block_scale = fp4::row_scale_of(offsets_word);
+    Factors f;
+#pragma unroll
+    for (uint32_t c = 0; c < BLOCK_T / 8; ++c) {
+      const uint2 bits = lds64(stage.sfa + 4 * (8 * c + 2 * lane.quad));
+      f.v[2 * c] = block_scale * __uint_as_float(bits.x);
+      f.v[2 * c + 1] = block_scale * __uint_as_float(bits.y);
+    }
+    return f;
+  }
+
+  // Up to 64 tokens the factors are loaded before the wgmma wait (the promotion's loads were
+  // its longest stall); wider blocks load them after it (ahead, their 32 registers cost 6% at
+  // 128 tokens on the H200).
+  static constexpr bool kFactorsAhead = BLOCK_T <= 64;
+
+  // acc += tmp * factor of the accumulator's token (rows r and r + 8 share it).
+  __device__ __forceinline__ static void promote_block(Accum& acc, const Accum& tmp,
+                                                       const Factors& f) {
+#pragma unroll
+    for (uint32_t c = 0; c < BLOCK_T / 8; ++c) {
+      acc.v[0][4 * c + 0] = fmaf(tmp.v[0][4 * c + 0], f.v[2 * c], acc.v[0][4 * c + 0]);
+      acc.v[0][4 * c + 1] = fmaf(tmp.v[0][4 * c + 1], f.v[2 * c + 1], acc.v[0][4 * c + 1]);
+      acc.v[0][4 * c + 2] = fmaf(tmp.v[0][4 * c + 2], f.v[2 * c], acc.v[0][4 * c + 2]);
+      acc.v[0][4 * c + 3] = fmaf(tmp.v[0][4 * c + 3], f.v[2 * c + 1], acc.v[0][4 * c + 3]);
     }
   }
 
@@ -144,7 +187,12 @@ struct Fp4TableMma {
   __device__ __forceinline__ static void issue(const uint32_t (&a)[16], Accum& t,
                                                const Slabs& stage) {
     // The tokens' K-major 128B-swizzled rows (ptx/sm90_wgmma.cuh, make_smem_desc_k128b).
-    const uint64_t desc_t = ((stage.tokens & 0x3FFFF) >> 4) | (uint64_t{1024 >> 4} << 32) |
+    // With 8 tokens the stage's address is shuffled from lane 0 first: ptxas then knows it
+    // uniform and builds the four descriptors in uniform registers instead of moving both
+    // words of each from general registers (with 16 tokens the shuffle spills).
+    uint32_t tokens = stage.tokens;
+    if constexpr (BLOCK_T < 16) tokens = __shfl_sync(0xFFFFFFFFu, tokens, 0);
+    const uint64_t desc_t = ((tokens & 0x3FFFF) >> 4) | (uint64_t{1024 >> 4} << 32) |
                             (uint64_t{1} << 62);
     warpgroup_fence_regs<kNumAccum>(t.v[0]);
     warpgroup_arrive();
@@ -159,18 +207,17 @@ struct Fp4TableMma {
   // flagged its 64-row block, the exact passes, which reuse `a` and `t`), then its release.
   template <typename Ring, typename Params, typename Work>
   __device__ __forceinline__ static void finish(Accum& acc, Accum& t, uint32_t (&a)[16],
-                                                const uint2& ow, const Slabs& stage,
+                                                const uint3& ow, const Factors& factors,
+                                                const Slabs& stage,
                                                 uint32_t stage_idx,
                                                 const Params& params, const Work& work,
                                                 uint32_t kb, const Ring& ring, const Lane& lane,
                                                 uint32_t lane_idx) {
     // A warp vote: ptxas then knows the branch is uniform (a wgmma on a path it must assume
     // divergent serializes every wgmma of the kernel, C7518).
-    const bool exact =
-        __any_sync(0xFFFFFFFFu, (lds32(stage.offsets + lane.block_offset) &
-                                 fp4::kExactFlag) != 0);
+    const bool exact = __any_sync(0xFFFFFFFFu, (ow.z & fp4::kExactFlag) != 0);
     if (!exact) {
-      promote(acc, t, stage, lane, fp4::row_scale_of(ow.x), fp4::row_scale_of(ow.y));
+      promote_block(acc, t, factors);
     } else {
       // The scale bytes of the thread's rows (the offsets tensor's second plane).
       const uint32_t k_blocks = (params.k + 127) / 128;
@@ -200,8 +247,8 @@ struct Fp4TableMma {
   // Returns false after the tile's last k-block.
   template <typename Stages, typename Ring, typename Params, typename Work>
   __device__ __forceinline__ static bool step(Accum& acc, Accum& t_cur, Accum& t_nxt,
-                                              uint32_t (&cur)[16], uint2& ow_cur,
-                                              uint32_t (&nxt)[16], uint2& ow_nxt,
+                                              uint32_t (&cur)[16], uint3& ow_cur,
+                                              uint32_t (&nxt)[16], uint3& ow_nxt,
                                               const Params& params, const Work& work,
                                               uint32_t& kb, uint32_t num_k_blocks,
                                               const Ring& ring, typename Ring::State& state,
@@ -216,20 +263,48 @@ struct Fp4TableMma {
       ring.consumer_wait(next);
       ow_nxt = convert(next_stage, lane, nxt);
     }
+    Factors factors;
+    if constexpr (kFactorsAhead) factors = factors_of(stage, lane, ow_cur.x);
     warpgroup_wait<0>();
     warpgroup_fence_regs<kNumAccum>(t_cur.v[0]);
+    if constexpr (!kFactorsAhead) factors = factors_of(stage, lane, ow_cur.x);
     if constexpr (kTwoTemporaries) {
       if (!last) issue(nxt, t_nxt, next_stage);
-      finish(acc, t_cur, cur, ow_cur, stage, state.stage_idx, params, work, kb, ring, lane,
-             lane_idx);
+      finish(acc, t_cur, cur, ow_cur, factors, stage, state.stage_idx, params, work, kb, ring,
+             lane, lane_idx);
     } else {
-      finish(acc, t_cur, cur, ow_cur, stage, state.stage_idx, params, work, kb, ring, lane,
-             lane_idx);
+      finish(acc, t_cur, cur, ow_cur, factors, stage, state.stage_idx, params, work, kb, ring,
+             lane, lane_idx);
       if (!last) issue(nxt, t_nxt, next_stage);
     }
     state = next;
     ++kb;
     return !last;
+  }
+
+  // Issue order: with several math warpgroups, warpgroup 0 issues a tile's first wgmma batch
+  // before the others. They read the same stages, so left alone they wait, issue, retire and
+  // promote in step, and the tensor cores idle during every promotion; once ordered, the
+  // tensor cores queue their batches one after another and each promotes while another's
+  // wgmma runs (the order holds as long as a promotion takes less than a batch). Every math
+  // warpgroup first meets the others at the tile's start (kTileStart, an idle one too:
+  // skip_tile), so warpgroup 0 cannot reach the next tile's kIssueOrder before all have left
+  // this one's.
+  static constexpr uint32_t kMathThreads = 128 * kNumMathWG;
+
+  __device__ __forceinline__ static void issue_order(uint32_t math_wg, bool before) {
+    if constexpr (kNumMathWG > 1) {
+      if (before) named_barrier_sync(NamedBarrier::kTileStart, kMathThreads);
+      if (math_wg == 0) {
+        if (!before) named_barrier_arrive(NamedBarrier::kIssueOrder, kMathThreads);
+      } else if (before) {
+        named_barrier_sync(NamedBarrier::kIssueOrder, kMathThreads);
+      }
+    }
+  }
+
+  __device__ __forceinline__ static void skip_tile(uint32_t math_wg) {
+    issue_order(math_wg, true);
   }
 
   // Every k-block of one tile, two at a time (the register sets alternate).
@@ -241,14 +316,16 @@ struct Fp4TableMma {
                                                   uint32_t lane_idx) {
     const Lane lane = make_lane(math_wg);
     uint32_t a0[16], a1[16];
-    uint2 ow0, ow1;
+    uint3 ow0, ow1;
     Accum tmp1;
     Accum& t1 = kTwoTemporaries ? tmp1 : tmp;
     const uint32_t smem_base = smem_u32(smem);
     ring.consumer_wait(state);
     const Slabs first = slabs_of<Stages>(smem_base, state.stage_idx);
     ow0 = convert(first, lane, a0);
+    issue_order(math_wg, true);
     issue(a0, tmp, first);
+    issue_order(math_wg, false);
     uint32_t kb = 0;
 #pragma unroll 1
     while (step<Stages>(acc, tmp, t1, a0, ow0, a1, ow1, params, work, kb, num_k_blocks, ring,
@@ -256,7 +333,6 @@ struct Fp4TableMma {
            step<Stages>(acc, t1, tmp, a1, ow1, a0, ow0, params, work, kb, num_k_blocks, ring,
                         state, smem_base, lane, lane_idx)) {
     }
-    (void)math_wg;
   }
 };
 

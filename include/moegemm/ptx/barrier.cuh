@@ -37,14 +37,23 @@ struct NamedBarrier {
   // + warpgroup: a math warpgroup's own barrier in a kernel without clusters (the same ids).
   static constexpr uint32_t kMathWarpgroup = kIdleRelease;
   static constexpr uint32_t kTransform = 14;   // the transform warpgroup's exchanges
+  // All math threads of the FP8 x FP4 table kernel (which has no fixup): they meet at a tile's
+  // start, then warpgroup 0 issues its first wgmma before the others (kIssueOrder).
+  static constexpr uint32_t kTileStart = kFixup;
+  static constexpr uint32_t kIssueOrder = 15;
   static_assert(kStoreF32 - kStoreBf16 >= kMaxMathWarpgroups &&
                     kIdleRelease - kStoreF32 >= kMaxMathWarpgroups &&
-                    kIdleRelease + kMaxMathWarpgroups <= kTransform && kTransform <= 15,
+                    kIdleRelease + kMaxMathWarpgroups <= kTransform &&
+                    kTransform < kIssueOrder && kIssueOrder <= 15,
                 "per-warpgroup ranges must not overlap and ids stop at 15");
 };
 
 __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t num_threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(num_threads) : "memory");
+}
+
+__device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t num_threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(num_threads) : "memory");
 }
 
 __device__ __forceinline__ uint32_t warp_idx_sync() {

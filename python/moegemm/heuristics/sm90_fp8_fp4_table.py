@@ -79,7 +79,9 @@ def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> list[GemmConfig]:
 # The decode kernel on the H200, fitted (2026-12-04: the DeepSeek-V3 L1, gpt-oss L1 and
 # Qwen3-30B L2 shapes at 8..4096 rows per group, offsets layout, every decode config whose token
 # block holds about the rows and the prefill kernel's configs, timed side by side; the pick is
-# within 0.5% of the fastest measured config in the geometric mean, 4.5% at worst): a k-block
+# within 0.5% of the fastest measured config in the geometric mean, 4.5% at worst; re-checked
+# 2026-12-05 after the issue order and the second temporary set: 4.4% rms on 21 configs of
+# 8..1024 rows, tools/fp8_fp4_config_sweep.py): a k-block
 # costs a floor plus a share per math warpgroup (its conversion, wgmma and promotion, the
 # promotion growing with the tokens); a tile adds a fixed cost and its transposed register
 # stores, per KiB of outputs.
@@ -214,14 +216,16 @@ def prefill_is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool
     )
 
 
-# The prefill kernel on the H200, fitted with the decode kernel's constants above (same sweeps):
-# a k-block costs a share per math warpgroup (its wgmma and promotion, with the issue slots it
-# shares with the transform) and per 64 weight rows (their conversion); a tile adds a fixed cost
-# and, with register stores, a cost per KiB of outputs (the TMA store drains in the background).
-PREFILL_KBLOCK_CYCLES_PER_MATH_WG = 192
-PREFILL_KBLOCK_CYCLES_PER_WEIGHT_BLOCK = 373
-PREFILL_TILE_CYCLES = 1690
-PREFILL_STORE_CYCLES_PER_KI_OUTPUT = 59
+# The prefill kernel on the H200: a k-block costs a share per math warpgroup (its wgmma and
+# promotion, with the issue slots it shares with the transform) and per 64 weight rows (their
+# conversion); a tile adds a fixed cost and, with register stores, a cost per KiB of outputs (the
+# TMA store drains in the background). Calibrated on the clock the decode kernel's constants
+# assume (2026-12-05: the pick timed beside the decode configs on nine problems of 32..1024
+# rows per group, tools/fp8_fp4_config_sweep.py; measured / model 0.93..1.04).
+PREFILL_KBLOCK_CYCLES_PER_MATH_WG = 250
+PREFILL_KBLOCK_CYCLES_PER_WEIGHT_BLOCK = 485
+PREFILL_TILE_CYCLES = 2200
+PREFILL_STORE_CYCLES_PER_KI_OUTPUT = 77
 
 
 def prefill_kblock_cycles(block_m: int, block_n: int) -> float:
