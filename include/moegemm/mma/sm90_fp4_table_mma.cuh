@@ -292,22 +292,22 @@ struct Fp4TableMma {
   // this one's.
   static constexpr uint32_t kMathThreads = 128 * kNumMathWG;
 
-  __device__ __forceinline__ static void issue_order(uint32_t math_wg, bool before) {
+  // Before a tile's first wgmma: meet the others, then (warpgroups 1..) wait for warpgroup 0's.
+  __device__ __forceinline__ static void wait_issue_turn(uint32_t math_wg) {
     if constexpr (kNumMathWG > 1) {
-      if (before) named_barrier_sync(NamedBarrier::kTileStart, kMathThreads);
-      if (math_wg == 0) {
-        if (!before) named_barrier_arrive(NamedBarrier::kIssueOrder, kMathThreads);
-      } else if (before) {
-        named_barrier_sync(NamedBarrier::kIssueOrder, kMathThreads);
-      }
+      named_barrier_sync(NamedBarrier::kTileStart, kMathThreads);
+      if (math_wg != 0) named_barrier_sync(NamedBarrier::kIssueOrder, kMathThreads);
     }
   }
 
-  __device__ __forceinline__ static void skip_tile(uint32_t math_wg) {
-    issue_order(math_wg, true);
+  // After it: warpgroup 0 lets the others issue.
+  __device__ __forceinline__ static void pass_issue_turn(uint32_t math_wg) {
+    if constexpr (kNumMathWG > 1)
+      if (math_wg == 0) named_barrier_arrive(NamedBarrier::kIssueOrder, kMathThreads);
   }
 
-  // Every k-block of one tile, two at a time (the register sets alternate).
+  __device__ __forceinline__ static void skip_tile(uint32_t math_wg) { wait_issue_turn(math_wg); }
+
   template <typename Stages, typename Ring, typename Params, typename Work>
   __device__ __forceinline__ static void run_tile(Accum& acc, Accum& tmp, const Params& params,
                                                   const Work& work, uint32_t num_k_blocks,
@@ -323,9 +323,9 @@ struct Fp4TableMma {
     ring.consumer_wait(state);
     const Slabs first = slabs_of<Stages>(smem_base, state.stage_idx);
     ow0 = convert(first, lane, a0);
-    issue_order(math_wg, true);
+    wait_issue_turn(math_wg);
     issue(a0, tmp, first);
-    issue_order(math_wg, false);
+    pass_issue_turn(math_wg);
     uint32_t kb = 0;
 #pragma unroll 1
     while (step<Stages>(acc, tmp, t1, a0, ow0, a1, ow1, params, work, kb, num_k_blocks, ring,
