@@ -24,6 +24,9 @@
 #              configs (GPU_RUN_FP8CFG_ARGS, e.g. --problems dsv3-l1-r8-masked; ~2-3 min)
 #   moe        benchmarks/bench_moe.py, the fused MoE layer against its peers (GPU_RUN_MOE_ARGS,
 #              e.g. --models qwen3-30b-a3b --tokens 1,32,2048)
+#   hf         benchmarks/bench_transformers.py, transformers' experts implementations
+#              (GPU_RUN_HF_ARGS, e.g. --models qwen3-30b-a3b --tokens 1,64); with
+#              GPU_RUN_DEEPGEMM_DIR its "deepgemm" runs on that build (as for fp8)
 #   quality    benchmarks/heuristic_quality.py --all (~2 min)
 #   resources  tools/resource_report.py against .baseline/ (no GPU needed; 16 cores here)
 #   ncu        Nsight Compute on $GPU_RUN_NCU_CASE through tools/profile_case.py, or with
@@ -61,7 +64,7 @@ shift 2
 pytest_args=("$@")
 [ ${#pytest_args[@]} -gt 0 ] || pytest_args=(-m gpu tests)
 
-known=(tests ab host warmup bench dense fp8 fp8cfg moe quality resources ncu sm100)
+known=(tests ab host warmup bench dense fp8 fp8cfg moe hf quality resources ncu sm100)
 stages=",${stages_arg//all/tests,ab,host,warmup},"
 for s in ${stages_arg//,/ }; do
   [[ $s == all || " ${known[*]} " == *" $s "* ]] || { echo "unknown stage '$s' (known: ${known[*]} all)"; exit 2; }
@@ -119,7 +122,7 @@ if [ "${GPU_RUN_BUILD:-1}" != 0 ]; then # 0: the package is built already (a war
   summary+=("$(printf '%-10s rc %-3s %5d s' build 0 $((SECONDS - t0)))")
 fi
 dg_pid=
-if [[ $stages == *,fp8,* && -n ${GPU_RUN_DEEPGEMM_DIR:-} ]]; then
+if [[ ($stages == *,fp8,* || $stages == *,hf,*) && -n ${GPU_RUN_DEEPGEMM_DIR:-} ]]; then
   dg_dir=$(cd "$GPU_RUN_DEEPGEMM_DIR" && pwd)
   cutlass_inc="$site/cutlass_library/source/include"
   (
@@ -207,14 +210,16 @@ if [[ $stages == *,dense,* ]]; then
   run_stage dense "${GPU_RUN_DENSE_TIMEOUT:-180}" bench_bf16_gemm.log \
     python3 benchmarks/bench_bf16_gemm.py --json "$log_dir/bench_bf16_gemm.json"
 fi
-if [[ $stages == *,fp8,* ]]; then
-  if [ -n "$dg_pid" ]; then
-    if wait "$dg_pid"; then
-      export PYTHONPATH="$dg_dir:$PYTHONPATH" DG_JIT_CACHE_DIR=/tmp/deepgemm_cache
-    else
-      echo "!! DeepGEMM did not build (deepgemm_build.log): the fp8 stage runs without it"
-    fi
+dg_built=
+if [ -n "$dg_pid" ] && [[ $stages == *,fp8,* || $stages == *,hf,* ]]; then
+  if wait "$dg_pid"; then
+    export PYTHONPATH="$dg_dir:$PYTHONPATH" DG_JIT_CACHE_DIR=/tmp/deepgemm_cache
+    dg_built=1
+  else
+    echo "!! DeepGEMM did not build (deepgemm_build.log): fp8 and hf run without it"
   fi
+fi
+if [[ $stages == *,fp8,* ]]; then
   # shellcheck disable=SC2086
   run_stage fp8 "${GPU_RUN_FP8_TIMEOUT:-330}" bench_fp8_fp4.log \
     python3 benchmarks/bench_fp8_fp4.py --json "$log_dir/bench_fp8_fp4.json" ${GPU_RUN_FP8_ARGS:-}
@@ -224,6 +229,12 @@ if [[ $stages == *,fp8cfg,* ]]; then
   run_stage fp8cfg "${GPU_RUN_FP8CFG_TIMEOUT:-300}" fp8_config_sweep.log \
     python3 tools/fp8_fp4_config_sweep.py --json "$log_dir/fp8_config_sweep.json" \
     ${GPU_RUN_FP8CFG_ARGS:-}
+fi
+if [[ $stages == *,hf,* ]]; then
+  # shellcheck disable=SC2086
+  run_stage hf "${GPU_RUN_HF_TIMEOUT:-400}" bench_transformers.log \
+    python3 benchmarks/bench_transformers.py --json "$log_dir/bench_transformers.json" \
+    ${dg_built:+--deepgemm "$dg_dir"} ${GPU_RUN_HF_ARGS:-}
 fi
 if [[ $stages == *,moe,* ]]; then
   # shellcheck disable=SC2086
@@ -273,6 +284,7 @@ fi
   [ -f "$log_dir/bench_bf16.log" ] && { echo "-- bench_bf16:"; grep -A12 '^geometric means' "$log_dir/bench_bf16.log"; }
   [ -f "$log_dir/bench_fp8_fp4.log" ] && { echo "-- bench_fp8_fp4:"; tail -40 "$log_dir/bench_fp8_fp4.log"; }
   [ -f "$log_dir/bench_moe.log" ] && { echo "-- bench_moe:"; tail -45 "$log_dir/bench_moe.log"; }
+  [ -f "$log_dir/bench_transformers.log" ] && { echo "-- bench_transformers:"; tail -40 "$log_dir/bench_transformers.log"; }
   if [ -f "$log_dir/sm100.log" ]; then # last: the first Blackwell run's table
     echo "-- sm100 (SM100 kernels: compiled and statically checked before this run):"
     head -1 "$log_dir/sm100.log"
