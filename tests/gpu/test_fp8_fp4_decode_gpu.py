@@ -41,7 +41,9 @@ def decode_config(block_t: int, num_wg: int, form: str = "raw"):
 
 
 CONFIGS = [(8, 1), (16, 4), (24, 3), (32, 2), (64, 2)]
-TABLE_CONFIGS = [(8, 1), (8, 2), (16, 4), (24, 3), (32, 4), (48, 2), (64, 3), (96, 1), (128, 2)]
+TABLE_CONFIGS = [
+    (8, 1), (8, 2), (16, 4), (24, 3), (32, 1), (32, 4), (48, 2), (64, 2), (64, 3), (96, 1), (128, 2)
+]  # fmt: skip
 FORM_CONFIGS = [("raw", *c) for c in CONFIGS] + [("prepared", *c) for c in TABLE_CONFIGS]
 FORM_IDS = [f"{f}-t{t}w{w}" for f, t, w in FORM_CONFIGS]
 
@@ -162,7 +164,7 @@ def test_table_kernel_exact_path() -> None:
     import moegemm
     from moegemm.api.mxfp4_weights import EXACT_FLAG
 
-    n, k, groups, rows = 256, 512, 2, 16
+    n, k, groups, rows = 256, 640, 2, 16  # 5 k-blocks: an odd count
     g = gen(9)
     _, a, sfa = activations(groups, rows, k, gen=g)
     b, _ = random_mxfp4(groups, n=n, k=k, gen=g)
@@ -182,3 +184,20 @@ def test_table_kernel_exact_path() -> None:
         for grp in range(groups):
             ref = ref_fp32(a[grp], sfa[grp], b[grp], sfb[grp])
             assert calc_diff(d[grp].double(), ref.double()) < TOL, (block_t, grp)
+
+
+@pytest.mark.parametrize("k", [96, 256, 384])
+@pytest.mark.parametrize("block_t,num_wg", [(32, 1), (64, 2), (96, 2)])
+def test_table_kernel_few_k_blocks(block_t: int, num_wg: int, k: int) -> None:
+    """One, two and three k-blocks (the first partial): a tile whose pipeline ends as soon as it
+    starts, or on an odd k-block, at 32 tokens on one math warpgroup and 64 and 96 on two."""
+    import moegemm
+
+    n, m = 256, 50
+    g = gen(31 + k + block_t)
+    _, a, sfa = activations(m, k, gen=g)
+    b, sfb = random_mxfp4(1, n=n, k=k, gen=g)
+    d = nan_bf16(m, n)
+    config = decode_config(block_t, num_wg, "prepared")
+    moegemm.fp8_fp4_gemm_nt((a, sfa), weights_arg(b[0], sfb[0], "prepared"), d, config=config)
+    assert calc_diff(d.float(), ref_fp32(a, sfa, b[0], sfb[0])) < TOL
