@@ -270,3 +270,21 @@ def test_fixtures_are_the_benchmarks_records() -> None:
         fp8_fp4_cases.add_metrics(again, median)
         for key in ("tflops", "gbps_fp4", "pct_copy", "x_torch_fp8", "x_bf16"):
             assert math.isclose(again[key], row[key]), (row["case"], key)
+
+
+def test_the_documents_figures_exist() -> None:
+    """Every image README.md and BENCHMARKS.md show is a PNG in the tree."""
+    import re
+
+    repo = BENCH.parent
+    links = [
+        link
+        for doc in ("README.md", "BENCHMARKS.md")
+        for link in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", (repo / doc).read_text())
+    ]
+    assert links, "the README shows at least one figure"
+    for link in links:
+        blob = (repo / link).read_bytes()
+        assert blob[:8] == PNG_MAGIC, link
+        width, height = png_size(blob)
+        assert width >= 600 and height >= 300, link
