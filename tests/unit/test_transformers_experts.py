@@ -501,3 +501,98 @@ def test_release_a_model(no_fallback) -> None:
     assert freed == len(experts) * E * 2 * I * H * 2  # w13 of each; w2 lives on as prepared
     assert all(mt.released(m) for m in experts)
     assert model.model.embed_tokens.weight.device.type == "cpu"
+
+
+# ---- MXFP4 tensors from a checkpoint -----------------------------------------------------------
+
+
+def gpt_oss_model() -> torch.nn.Module:
+    torch.manual_seed(41)
+    config = gpt_oss_config(
+        num_hidden_layers=2, vocab_size=64, num_attention_heads=2, num_key_value_heads=1,
+        head_dim=16, layer_types=["full_attention"] * 2,
+    )  # fmt: skip
+    return transformers.GptOssForCausalLM(config).eval()
+
+
+def save_mxfp4_checkpoint(model: torch.nn.Module, folder, split: bool, drop: str = "") -> dict:
+    """The experts' weights as an MXFP4 checkpoint (GPT-OSS names and shapes) in safetensors:
+    one file, or two with an index; `drop` leaves one tensor out."""
+    import json
+
+    from safetensors.torch import save_file
+
+    tensors = {}
+    for name, module in model.named_modules():
+        if isinstance(module, GptOssExperts):
+            b13, s13 = quantize_mxfp4(module.gate_up_proj.detach().transpose(1, 2).float())
+            b2, s2 = quantize_mxfp4(module.down_proj.detach().transpose(1, 2).float())
+            e = b13.shape[0]
+            tensors[f"{name}.gate_up_proj_blocks"] = b13.reshape(e, 2 * I, H // 32, 16)
+            tensors[f"{name}.gate_up_proj_scales"] = s13
+            tensors[f"{name}.down_proj_blocks"] = b2.reshape(e, H, I // 32, 16)
+            tensors[f"{name}.down_proj_scales"] = s2
+    tensors.pop(drop, None)
+    folder.mkdir(exist_ok=True)
+    names = sorted(tensors)
+    if not split:
+        save_file({n: tensors[n].contiguous() for n in names}, str(folder / "model.safetensors"))
+        return tensors
+    halves = {"a.safetensors": names[::2], "b.safetensors": names[1::2]}
+    weight_map = {}
+    for file, part in halves.items():
+        save_file({n: tensors[n].contiguous() for n in part}, str(folder / file))
+        weight_map.update(dict.fromkeys(part, file))
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    return tensors
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["one-file", "indexed"])
+def test_attach_mxfp4_checkpoint(tmp_path, split: bool) -> None:
+    """Every GPT-OSS experts module takes its own tensors from the checkpoint, and its layer
+    math on them equals the module on the dequantized weights."""
+    model = gpt_oss_model()
+    tensors = save_mxfp4_checkpoint(model, tmp_path / "ckpt", split)
+    names = mt.attach_mxfp4_checkpoint(model, tmp_path / "ckpt")
+    assert names == ["model.layers.0.mlp.experts", "model.layers.1.mlp.experts"]
+    for name in names:
+        module = model.get_submodule(name)
+        for attr in mt.MXFP4_ATTRS:
+            assert torch.equal(getattr(module, attr), tensors[f"{name}.{attr}"]), (name, attr)
+    module = model.get_submodule(names[1])
+    ops = mt.experts_operands(module)
+    assert ops.is_mxfp4
+    with torch.no_grad():  # the module's own path on the dequantized weights
+        module.gate_up_proj.copy_(dequantize_mxfp4(*ops.w13).transpose(1, 2))
+        module.down_proj.copy_(dequantize_mxfp4(*ops.w2).transpose(1, 2))
+    x, ids, weights = routing(seed=42)
+    with torch.no_grad():
+        diff = calc_diff(reference(ops, x, ids, weights), eager(module, x, ids, weights))
+    assert diff < TOL, diff
+
+
+def test_attach_mxfp4_checkpoint_refusals(tmp_path) -> None:
+    """A missing tensor, a wrong shape, a checkpoint without MXFP4 experts and a path that is
+    not there: ValueError naming it, and no module changed."""
+    from safetensors.torch import save_file
+
+    model = gpt_oss_model()
+    key = "model.layers.1.mlp.experts.down_proj_scales"
+    save_mxfp4_checkpoint(model, tmp_path / "missing", split=True, drop=key)
+    with pytest.raises(ValueError, match=f"lacks {key}"):
+        mt.attach_mxfp4_checkpoint(model, tmp_path / "missing")
+    tensors = save_mxfp4_checkpoint(model, tmp_path / "shape", split=False)
+    tensors[key] = tensors[key][:, :-1].contiguous()  # one weight row short
+    save_file({n: t.contiguous() for n, t in tensors.items()}, str(tmp_path / "shape.safetensors"))
+    with pytest.raises(ValueError, match=f"{key} is torch.uint8 .* takes uint8"):
+        mt.attach_mxfp4_checkpoint(model, tmp_path / "shape.safetensors")
+    save_file({"lm_head.weight": torch.zeros(2, 2)}, str(tmp_path / "plain.safetensors"))
+    with pytest.raises(ValueError, match="holds no MXFP4 experts tensors"):
+        mt.attach_mxfp4_checkpoint(model, tmp_path / "plain.safetensors")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no \\*.safetensors"):
+        mt.attach_mxfp4_checkpoint(model, tmp_path / "empty")
+    with pytest.raises(ValueError, match="neither a file nor a folder"):
+        mt.attach_mxfp4_checkpoint(model, tmp_path / "nowhere")
+    for module in model.modules():
+        assert not any(hasattr(module, attr) for attr in mt.MXFP4_ATTRS)

@@ -14,7 +14,10 @@ module's layout onto `moegemm.fused_moe`:
   "swiglu_oai";
 - GPT-OSS MXFP4 experts: a module holding the checkpoint's `gate_up_proj_blocks`,
   `gate_up_proj_scales`, `down_proj_blocks`, `down_proj_scales` (see `attach_mxfp4`) runs the
-  FP8 x FP4 layer on them instead of its BF16 parameters.
+  FP8 x FP4 layer on them instead of its BF16 parameters. On Hopper transformers loads an MXFP4
+  checkpoint's experts dequantized to BF16 (its MXFP4 kernels need the `kernels` hub);
+  `attach_mxfp4_checkpoint(model, path)` gives every experts module its codes and scales back
+  from the checkpoint's safetensors.
 
 The prepared weights are built on a module's first call and rebuilt when a source tensor
 changes: a new tensor, a new shape, dtype or device, or an in-place update (the tensor's version
@@ -369,6 +372,96 @@ def attach_mxfp4(
     tensors = (gate_up_blocks, gate_up_scales, down_blocks, down_scales)
     for name, t in zip(MXFP4_ATTRS, tensors):
         module.register_buffer(name, t, persistent=False)
+
+
+def _checkpoint_files(checkpoint: str | os.PathLike) -> dict[str, str]:
+    """{tensor name: safetensors file} of a checkpoint: one file, or a folder with an index
+    (model.safetensors.index.json) or its *.safetensors files."""
+    import json
+    from pathlib import Path
+
+    from safetensors import safe_open
+
+    path = Path(checkpoint)
+    if path.is_file():
+        files = [path]
+    elif (path / "model.safetensors.index.json").is_file():
+        weight_map = json.loads((path / "model.safetensors.index.json").read_text())["weight_map"]
+        return {name: str(path / file) for name, file in weight_map.items()}
+    elif path.is_dir():
+        files = sorted(path.glob("*.safetensors"))
+    else:
+        raise ValueError(f"attach_mxfp4_checkpoint: {checkpoint} is neither a file nor a folder")
+    if not files:
+        raise ValueError(f"attach_mxfp4_checkpoint: no *.safetensors in {checkpoint}")
+    names = {}
+    for file in files:
+        with safe_open(str(file), framework="pt") as f:
+            names.update(dict.fromkeys(f.keys(), str(file)))
+    return names
+
+
+def _expected_mxfp4_shapes(module: torch.nn.Module) -> list[tuple[int, ...]]:
+    """The checkpoint shapes of MXFP4_ATTRS for the module's BF16 parameters."""
+    w13, w2 = module.gate_up_proj, module.down_proj
+    if _flag(module, "is_transposed", False):  # [E, H, 2I] and [E, I, H]
+        w13, w2 = w13.transpose(1, 2), w2.transpose(1, 2)
+    (e, n13, k13), (_, n2, k2) = w13.shape, w2.shape
+    return [(e, n13, k13 // 32, 16), (e, n13, k13 // 32), (e, n2, k2 // 32, 16), (e, n2, k2 // 32)]
+
+
+def attach_mxfp4_checkpoint(
+    model: torch.nn.Module, checkpoint: str | os.PathLike, device: torch.device | str | None = None
+) -> list[str]:
+    """attach_mxfp4 from an MXFP4 checkpoint (GPT-OSS: `<module>.gate_up_proj_blocks`, `_scales`,
+    `down_proj_blocks`, `_scales` in safetensors): every experts module under `model` whose four
+    tensors the checkpoint holds gets them, on `device` (default: the module's gate_up_proj's;
+    a meta parameter needs `device`). For a model transformers loaded with its experts
+    dequantized to BF16 (no MXFP4 kernels for it on Hopper): "moegemm" then runs the FP8 x FP4
+    layer on the checkpoint's own codes, and `release_source_weights` can drop the BF16 copy.
+    Returns the modules' names. ValueError, before any module changes, for a checkpoint without
+    such tensors, a module with only some of them, or shapes that are not the module's."""
+    from safetensors import safe_open
+
+    where = _checkpoint_files(checkpoint)
+    plan: list[tuple[str, torch.nn.Module, list[str]]] = []
+    for name, module in model.named_modules():
+        if not _is_experts(module):
+            continue
+        keys = [f"{name}.{attr}" if name else attr for attr in MXFP4_ATTRS]
+        held = [k in where for k in keys]
+        if not any(held):
+            continue
+        if not all(held):
+            missing = ", ".join(k for k, h in zip(keys, held) if not h)
+            raise ValueError(f"attach_mxfp4_checkpoint: {checkpoint} lacks {missing}")
+        plan.append((name, module, keys))
+    if not plan:
+        raise ValueError(
+            f"attach_mxfp4_checkpoint: {checkpoint} holds no MXFP4 experts tensors "
+            f"({', '.join(MXFP4_ATTRS)}) of this model's experts modules"
+        )
+    loaded = []
+    for name, module, keys in plan:
+        tensors = []
+        for key, shape in zip(keys, _expected_mxfp4_shapes(module)):
+            with safe_open(where[key], framework="pt") as f:
+                t = f.get_tensor(key)
+            if t.dtype != torch.uint8 or tuple(t.shape) != shape:
+                raise ValueError(
+                    f"attach_mxfp4_checkpoint: {key} is {t.dtype} {tuple(t.shape)}; {describe(module)} "
+                    f"takes uint8 {shape}"
+                )
+            tensors.append(t)
+        target = device if device is not None else module.gate_up_proj.device
+        if torch.device(target).type == "meta":
+            raise ValueError(
+                f"attach_mxfp4_checkpoint: {describe(module)} is on the meta device: pass device="
+            )
+        loaded.append((name, module, [t.to(target) for t in tensors]))
+    for _, module, tensors in loaded:
+        attach_mxfp4(module, *tensors)
+    return [name for name, _, _ in loaded]
 
 
 def _source_tensors(module: torch.nn.Module) -> dict[str, torch.Tensor]:
