@@ -121,6 +121,30 @@ def test_gpt_oss_mxfp4_experts() -> None:
         assert calc_diff(out.float(), want) < TOL_MXFP4, (layer, calc_diff(out.float(), want))
 
 
+def test_gpt_oss_mxfp4_from_a_checkpoint(tmp_path) -> None:
+    """attach_mxfp4_checkpoint onto a model on the GPU: the modules take the file's tensors onto
+    their device and compute what attach_mxfp4 of the same tensors computes, bit for bit."""
+    from safetensors.torch import save_file
+
+    model, twin = tiny_model("gpt_oss"), tiny_model("gpt_oss")
+    tensors = {}
+    named = [(n, m) for n, m in model.named_modules() if type(m).__name__.endswith("Experts")]
+    for (name, module), other in zip(named, experts_modules(twin)):
+        (b13, s13) = quantize_mxfp4(module.gate_up_proj.transpose(1, 2).float())
+        (b2, s2) = quantize_mxfp4(module.down_proj.transpose(1, 2).float())
+        held = (b13.view(E, 2 * I, H // 32, 16), s13, b2.view(E, H, I // 32, 16), s2)
+        tensors.update({f"{name}.{a}": t.cpu() for a, t in zip(mt.MXFP4_ATTRS, held)})
+        mt.attach_mxfp4(other, *held)
+    save_file(tensors, str(tmp_path / "experts.safetensors"))
+    names = mt.attach_mxfp4_checkpoint(model, tmp_path / "experts.safetensors")
+    assert len(names) == len(experts_modules(model)) > 0
+    for layer, (module, other) in enumerate(zip(experts_modules(model), experts_modules(twin))):
+        assert module.gate_up_proj_blocks.is_cuda
+        x, ids, weights = routing(40, seed=layer)
+        out = mt.moegemm_experts_forward(module, x, ids, weights)
+        assert torch.equal(out, mt.moegemm_experts_forward(other, x, ids, weights)), layer
+
+
 def test_rebuilt_after_an_in_place_update() -> None:
     model = tiny_model("qwen3_moe")
     module = experts_modules(model)[0]
