@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -274,8 +275,6 @@ def test_fixtures_are_the_benchmarks_records() -> None:
 
 def test_the_documents_figures_exist() -> None:
     """Every image README.md and BENCHMARKS.md show is a PNG in the tree."""
-    import re
-
     repo = BENCH.parent
     links = [
         link

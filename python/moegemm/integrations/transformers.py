@@ -48,12 +48,16 @@ instead, with a warning once per module: never a silent different answer.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import warnings
 import weakref
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from transformers.integrations import moe as hf_moe
 
 import moegemm
@@ -181,10 +185,16 @@ def experts_operands(module: torch.nn.Module) -> ExpertsOperands:
     if mxfp4 is not None:
         # Checkpoint codes are [out, in] whatever the BF16 parameters' orientation.
         return ExpertsOperands(mxfp4[0], mxfp4[1], activation, b13, b2)
+    w13, w2 = _bf16_weights(module)
+    return ExpertsOperands(w13, w2, activation, b13, b2)
+
+
+def _bf16_weights(module: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    """The module's w13 [E, 2I, H] and w2 [E, H, I] (views) whatever its orientation."""
     w13, w2 = module.gate_up_proj, module.down_proj
     if _flag(module, "is_transposed", False):  # [E, H, 2I] and [E, I, H]
         w13, w2 = w13.transpose(1, 2), w2.transpose(1, 2)
-    return ExpertsOperands(w13, w2, activation, b13, b2)
+    return w13, w2
 
 
 def _tensors(ops: ExpertsOperands) -> list[torch.Tensor]:
@@ -377,11 +387,6 @@ def attach_mxfp4(
 def _checkpoint_files(checkpoint: str | os.PathLike) -> dict[str, str]:
     """{tensor name: safetensors file} of a checkpoint: one file, or a folder with an index
     (model.safetensors.index.json) or its *.safetensors files."""
-    import json
-    from pathlib import Path
-
-    from safetensors import safe_open
-
     path = Path(checkpoint)
     if path.is_file():
         files = [path]
@@ -403,9 +408,7 @@ def _checkpoint_files(checkpoint: str | os.PathLike) -> dict[str, str]:
 
 def _expected_mxfp4_shapes(module: torch.nn.Module) -> list[tuple[int, ...]]:
     """The checkpoint shapes of MXFP4_ATTRS for the module's BF16 parameters."""
-    w13, w2 = module.gate_up_proj, module.down_proj
-    if _flag(module, "is_transposed", False):  # [E, H, 2I] and [E, I, H]
-        w13, w2 = w13.transpose(1, 2), w2.transpose(1, 2)
+    w13, w2 = _bf16_weights(module)
     (e, n13, k13), (_, n2, k2) = w13.shape, w2.shape
     return [(e, n13, k13 // 32, 16), (e, n13, k13 // 32), (e, n2, k2 // 32, 16), (e, n2, k2 // 32)]
 
@@ -421,8 +424,6 @@ def attach_mxfp4_checkpoint(
     layer on the checkpoint's own codes, and `release_source_weights` can drop the BF16 copy.
     Returns the modules' names. ValueError, before any module changes, for a checkpoint without
     such tensors, a module with only some of them, or shapes that are not the module's."""
-    from safetensors import safe_open
-
     where = _checkpoint_files(checkpoint)
     plan: list[tuple[str, torch.nn.Module, list[str]]] = []
     for name, module in model.named_modules():
@@ -442,26 +443,38 @@ def attach_mxfp4_checkpoint(
             f"({', '.join(MXFP4_ATTRS)}) of this model's experts modules"
         )
     loaded = []
-    for name, module, keys in plan:
-        tensors = []
-        for key, shape in zip(keys, _expected_mxfp4_shapes(module)):
-            with safe_open(where[key], framework="pt") as f:
-                t = f.get_tensor(key)
-            if t.dtype != torch.uint8 or tuple(t.shape) != shape:
-                raise ValueError(
-                    f"attach_mxfp4_checkpoint: {key} is {t.dtype} {tuple(t.shape)}; {describe(module)} "
-                    f"takes uint8 {shape}"
-                )
-            tensors.append(t)
-        target = device if device is not None else module.gate_up_proj.device
-        if torch.device(target).type == "meta":
-            raise ValueError(
-                f"attach_mxfp4_checkpoint: {describe(module)} is on the meta device: pass device="
-            )
-        loaded.append((name, module, [t.to(target) for t in tensors]))
+    with contextlib.ExitStack() as stack:  # each file opened once
+        files = {f: stack.enter_context(safe_open(f, framework="pt")) for f in set(where.values())}
+        for name, module, keys in plan:
+            loaded.append((name, module, _load_mxfp4(module, keys, files, where, device)))
     for _, module, tensors in loaded:
         attach_mxfp4(module, *tensors)
     return [name for name, _, _ in loaded]
+
+
+def _load_mxfp4(
+    module: torch.nn.Module,
+    keys: list[str],
+    files: dict[str, object],
+    where: dict[str, str],
+    device: torch.device | str | None,
+) -> list[torch.Tensor]:
+    """One module's four checkpoint tensors, checked against its shapes, on its device."""
+    tensors = []
+    for key, shape in zip(keys, _expected_mxfp4_shapes(module)):
+        t = files[where[key]].get_tensor(key)
+        if t.dtype != torch.uint8 or tuple(t.shape) != shape:
+            raise ValueError(
+                f"attach_mxfp4_checkpoint: {key} is {t.dtype} {tuple(t.shape)}; "
+                f"{describe(module)} takes uint8 {shape}"
+            )
+        tensors.append(t)
+    target = device if device is not None else module.gate_up_proj.device
+    if torch.device(target).type == "meta":
+        raise ValueError(
+            f"attach_mxfp4_checkpoint: {describe(module)} is on the meta device: pass device="
+        )
+    return [t.to(target) for t in tensors]
 
 
 def _source_tensors(module: torch.nn.Module) -> dict[str, torch.Tensor]:
