@@ -460,6 +460,11 @@ def _load_mxfp4(
     device: torch.device | str | None,
 ) -> list[torch.Tensor]:
     """One module's four checkpoint tensors, checked against its shapes, on its device."""
+    target = device if device is not None else module.gate_up_proj.device
+    if torch.device(target).type == "meta":  # refused before anything is read
+        raise ValueError(
+            f"attach_mxfp4_checkpoint: {describe(module)} is on the meta device: pass device="
+        )
     tensors = []
     for key, shape in zip(keys, _expected_mxfp4_shapes(module)):
         t = files[where[key]].get_tensor(key)
@@ -469,11 +474,6 @@ def _load_mxfp4(
                 f"{describe(module)} takes uint8 {shape}"
             )
         tensors.append(t)
-    target = device if device is not None else module.gate_up_proj.device
-    if torch.device(target).type == "meta":
-        raise ValueError(
-            f"attach_mxfp4_checkpoint: {describe(module)} is on the meta device: pass device="
-        )
     return [t.to(target) for t in tensors]
 
 
