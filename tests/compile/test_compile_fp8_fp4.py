@@ -323,7 +323,8 @@ def table_configs() -> list:
         picked[config.short_name()] = (kind, config)
     # The widest token block of each warpgroup count, and the widest that keeps two temporary
     # accumulator sets (mma/sm90_fp4_table_mma.cuh, kTwoTemporaries).
-    for num_wg, block_t in (*table.MAX_TOKENS.items(), (2, 96)):
+    # The widest paired block (kPairedKBlocks: two k-blocks a wait) too.
+    for num_wg, block_t in (*table.MAX_TOKENS.items(), (2, 96), (2, 64)):
         config = table.make_config(block_t, num_wg, table.max_stages(block_t, 64 * num_wg, SM90),
                                    SM90)  # fmt: skip
         picked[config.short_name()] = ("m_grouped_offsets", config)
@@ -353,11 +354,14 @@ def test_table_kernel_mainloop_gate(kind: str, config, tmp_path) -> None:
     assert 4 * sum("gsb0" in q for q in qgmma) == len(qgmma), "wgmma batches of four"
     body = table_k_block(sass)
     ops = [opcode(t) for t in body]
-    assert ops.count("WARPGROUP") == 2 and ops.count("QGMMA") == 4  # one DEPBAR, one ARRIVE
+    # Paired k-blocks (one or two math warpgroups, <= 64 tokens): a wait's body is two k-blocks.
+    kblocks = 2 if config.launch.num_math_warpgroups <= 2 and block_t <= 64 else 1
+    # one DEPBAR, one ARRIVE a k-block's batch
+    assert ops.count("WARPGROUP") == 1 + kblocks and ops.count("QGMMA") == 4 * kblocks
     assert not any(t.startswith(("BAR.RED", "BAR.SYNC", "REDUX")) for t in body)
-    assert sum(t.startswith("LDS.128") for t in body) == 2
-    per_weight = len(body) / WEIGHTS_PER_THREAD_KBLOCK
-    alu = sum(op in ALU_OPCODES for op in ops) / WEIGHTS_PER_THREAD_KBLOCK
+    assert sum(t.startswith("LDS.128") for t in body) == 2 * kblocks
+    per_weight = len(body) / (kblocks * WEIGHTS_PER_THREAD_KBLOCK)
+    alu = sum(op in ALU_OPCODES for op in ops) / (kblocks * WEIGHTS_PER_THREAD_KBLOCK)
     if block_t <= DECODE_TOKENS:
         assert per_weight <= MAX_INSTRUCTIONS_PER_WEIGHT, (per_weight, alu)
         assert alu <= MAX_ALU_PER_WEIGHT, (per_weight, alu)

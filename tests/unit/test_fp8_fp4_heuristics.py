@@ -389,3 +389,18 @@ def test_selection_key_reads_the_weights_layout() -> None:
     rows = (640, 641, 700, 704)
     big = {sm90_fp8_fp4.selection_key(fp4("bf16_gemm_nt", m, 2880, 2880)) for m in rows}
     assert len(big) == len({math.ceil(m / 64) for m in rows}) == 2
+
+
+def test_paired_k_blocks_need_four_stages() -> None:
+    """Up to 64 tokens at one or two math warpgroups the decode kernel holds two stages and waits
+    for two more: fewer than four stages would deadlock, so they are not legal (the kernel
+    static_asserts it too); three and more warpgroups, or more tokens, run one k-block a wait."""
+    desc = fp4("m_grouped_masked", 64, 4096, 7168, 32, expected_m=32, weights="prepared")
+    table = sm90_fp8_fp4_table
+    for tokens, num_wg, paired in ((32, 1, True), (64, 2, True), (64, 3, False), (96, 2, False)):
+        assert table.paired_k_blocks(tokens, num_wg) is paired
+        for stages, legal in ((3, not paired), (4, True)):
+            config = table.make_config(tokens, num_wg, stages, SM90)
+            assert table.is_legal(config, desc, SM90) is legal, (tokens, num_wg, stages)
+    for config in table.enumerate_configs(desc, SM90):
+        assert table.is_legal(config, desc, SM90), config

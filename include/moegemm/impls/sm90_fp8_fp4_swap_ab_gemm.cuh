@@ -67,6 +67,9 @@ struct Fp8Fp4SwapAbGemmKernel : SwapAbTiles<Config, Sm90Fp8Fp4GemmParams> {
   using Transform = NoTransform;
   using Mma = std::conditional_t<kPrepared, Fp4TableMma<BLOCK_M, BLOCK_N>,
                                  Fp4RegisterMma<BLOCK_M, BLOCK_N>>;
+  static_assert(!kPrepared || !Fp4TableMma<BLOCK_M, BLOCK_N>::kPairedKBlocks ||
+                    Config::kNumStages >= 4,
+                "paired k-blocks hold two stages and wait for two more");
 };
 
 template <typename Config>

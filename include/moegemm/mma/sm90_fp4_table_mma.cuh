@@ -308,12 +308,121 @@ struct Fp4TableMma {
 
   __device__ __forceinline__ static void skip_tile(uint32_t math_wg) { wait_issue_turn(math_wg); }
 
+  // Paired k-blocks (kPairedKBlocks): two k-blocks' 8 wgmma in flight per wait, the next two
+  // converted meanwhile, both promoted after it: half the waits and twice the independent work
+  // a chain. A tile's odd last k-block pairs with zero A registers on its own stage (adds 0).
+  // Four A register sets and two temporaries: one or two math warpgroups up to 64 tokens
+  // (ptxas: no spills; from three warpgroups or 96 tokens it spills).
+  static constexpr bool kPairedKBlocks = kNumMathWG <= 2 && BLOCK_T <= 64;
+
+  __device__ __forceinline__ static void zero_a(uint32_t (&a)[16]) {
+#pragma unroll
+    for (uint32_t i = 0; i < 16; ++i) a[i] = 0u;
+  }
+
+  template <typename Stages, typename Ring, typename Params, typename Work>
+  __device__ __forceinline__ static bool pair_step(Accum& acc, Accum& t0, Accum& t1,
+      uint32_t (&p0)[16], uint32_t (&p1)[16], uint3& wp0, uint3& wp1,
+      uint32_t (&q0)[16], uint32_t (&q1)[16], uint3& wq0, uint3& wq1,
+      const Params& params, const Work& work, uint32_t& kb, uint32_t n, const Ring& ring,
+      typename Ring::State& state, uint32_t smem, const Lane& lane, uint32_t lane_idx) {
+    typename Ring::State st1 = state; st1.advance();
+    typename Ring::State st2 = st1; st2.advance();
+    typename Ring::State st3 = st2; st3.advance();
+    const Slabs s0 = slabs_of<Stages>(smem, state.stage_idx);
+    const Slabs s1 = slabs_of<Stages>(smem, st1.stage_idx);
+    const Slabs s2 = slabs_of<Stages>(smem, st2.stage_idx);
+    const Slabs s3 = slabs_of<Stages>(smem, st3.stage_idx);
+    const bool has_p1 = __any_sync(0xFFFFFFFFu, kb + 1 < n);
+    const bool has_q0 = __any_sync(0xFFFFFFFFu, kb + 2 < n);
+    const bool has_q1 = __any_sync(0xFFFFFFFFu, kb + 3 < n);
+    if (has_q0) {
+      ring.consumer_wait(st2);
+      wq0 = convert(s2, lane, q0);
+      if (has_q1) {
+        ring.consumer_wait(st3);
+        wq1 = convert(s3, lane, q1);
+      } else {
+        zero_a(q1);
+        wq1 = make_uint3(0, 0, 0);
+      }
+    }
+    Factors f0 = factors_of(s0, lane, wp0.x), f1 = factors_of(s1, lane, wp1.x);
+    warpgroup_wait<0>();
+    warpgroup_fence_regs<kNumAccum>(t0.v[0]);
+    warpgroup_fence_regs<kNumAccum>(t1.v[0]);
+    finish(acc, t0, p0, wp0, f0, s0, state.stage_idx, params, work, kb, ring, lane, lane_idx);
+    if (has_p1)
+      finish(acc, t1, p1, wp1, f1, s1, st1.stage_idx, params, work, kb + 1, ring, lane, lane_idx);
+    if (has_q0) {
+      issue(q0, t0, s2);
+      issue(q1, t1, has_q1 ? s3 : s2);
+    }
+    state = has_p1 ? st2 : st1;  // a tile's odd last k-block consumed one stage
+    kb += 2;
+    return has_q0;
+  }
+
+  template <typename Stages, typename Ring, typename Params, typename Work>
+  __device__ __forceinline__ static void run_tile_pairs(Accum& acc, Accum& tmp, const Params& params,
+                                                  const Work& work, uint32_t num_k_blocks,
+                                                  const Ring& ring, typename Ring::State& state,
+                                                  uint8_t* smem, uint32_t math_wg,
+                                                  uint32_t lane_idx) {
+    const Lane lane = make_lane(math_wg);
+    uint32_t a0[16], a1[16], a2[16], a3[16];
+    uint3 w0, w1, w2, w3;
+    Accum t1;
+    const uint32_t smem_base = smem_u32(smem);
+    ring.consumer_wait(state);
+    typename Ring::State st1 = state; st1.advance();
+    const Slabs s0 = slabs_of<Stages>(smem_base, state.stage_idx);
+    const Slabs s1 = slabs_of<Stages>(smem_base, st1.stage_idx);
+    w0 = convert(s0, lane, a0);
+    const bool has1 = __any_sync(0xFFFFFFFFu, num_k_blocks > 1);
+    if (has1) {
+      ring.consumer_wait(st1);
+      w1 = convert(s1, lane, a1);
+    } else {
+      zero_a(a1);
+      w1 = make_uint3(0, 0, 0);
+    }
+    wait_issue_turn(math_wg);
+    issue(a0, tmp, s0);
+    issue(a1, t1, has1 ? s1 : s0);
+    pass_issue_turn(math_wg);
+    uint32_t kb = 0;
+#pragma unroll 1
+    while (pair_step<Stages>(acc, tmp, t1, a0, a1, w0, w1, a2, a3, w2, w3, params, work, kb,
+                             num_k_blocks, ring, state, smem_base, lane, lane_idx) &&
+           pair_step<Stages>(acc, tmp, t1, a2, a3, w2, w3, a0, a1, w0, w1, params, work, kb,
+                             num_k_blocks, ring, state, smem_base, lane, lane_idx)) {
+    }
+  }
+
   template <typename Stages, typename Ring, typename Params, typename Work>
   __device__ __forceinline__ static void run_tile(Accum& acc, Accum& tmp, const Params& params,
                                                   const Work& work, uint32_t num_k_blocks,
                                                   const Ring& ring, typename Ring::State& state,
                                                   uint8_t* smem, uint32_t math_wg,
                                                   uint32_t lane_idx) {
+    if constexpr (kPairedKBlocks) {
+      run_tile_pairs<Stages>(acc, tmp, params, work, num_k_blocks, ring, state, smem, math_wg,
+                             lane_idx);
+    } else {
+      run_tile_steps<Stages>(acc, tmp, params, work, num_k_blocks, ring, state, smem, math_wg,
+                             lane_idx);
+    }
+  }
+
+  // Every k-block of one tile, two at a time (the register sets alternate).
+  template <typename Stages, typename Ring, typename Params, typename Work>
+  __device__ __forceinline__ static void run_tile_steps(Accum& acc, Accum& tmp,
+                                                        const Params& params, const Work& work,
+                                                        uint32_t num_k_blocks, const Ring& ring,
+                                                        typename Ring::State& state,
+                                                        uint8_t* smem, uint32_t math_wg,
+                                                        uint32_t lane_idx) {
     const Lane lane = make_lane(math_wg);
     uint32_t a0[16], a1[16];
     uint3 ow0, ow1;

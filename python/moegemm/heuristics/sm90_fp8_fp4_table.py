@@ -61,11 +61,19 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
     the decode kernel's, any other the prefill kernel's."""
     if not config.layout.swap_ab:
         return prefill_is_legal(config, desc, arch)
+    lay, num_wg = config.layout, config.launch.num_math_warpgroups
     return (
         desc.kind in KINDS
         and desc.weights == "prepared"
         and FORM.is_legal(config, arch, token_choices(desc.kind))
+        and (not paired_k_blocks(lay.block_m, num_wg) or config.pipeline.num_stages >= 4)
     )
+
+
+def paired_k_blocks(block_t: int, num_wg: int) -> bool:
+    """mma/sm90_fp4_table_mma.cuh's kPairedKBlocks: two k-blocks' wgmma in flight per wait while
+    the next two are converted, so a math warpgroup holds four stages at once."""
+    return num_wg <= 2 and block_t <= 64
 
 
 def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> list[GemmConfig]:
