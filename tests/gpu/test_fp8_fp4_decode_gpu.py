@@ -189,8 +189,9 @@ def test_table_kernel_exact_path() -> None:
 @pytest.mark.parametrize("k", [96, 256, 384])
 @pytest.mark.parametrize("block_t,num_wg", [(32, 1), (64, 2), (96, 2)])
 def test_table_kernel_few_k_blocks(block_t: int, num_wg: int, k: int) -> None:
-    """One, two and three k-blocks (the first partial): a tile whose pipeline ends as soon as it
-    starts, or on an odd k-block, at 32 tokens on one math warpgroup and 64 and 96 on two."""
+    """One, two and three k-blocks (the first partial): up to 64 tokens at one or two math
+    warpgroups the kernel runs k-blocks in pairs, so a lone or odd last k-block pairs with zero
+    registers; 96 tokens run them one at a time."""
     import moegemm
 
     n, m = 256, 50
