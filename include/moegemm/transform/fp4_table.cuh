@@ -87,13 +87,25 @@ __host__ __device__ __forceinline__ float exact_scale(uint32_t word, uint32_t bl
   return block < valid_blocks ? ldexpf(1.0f, s - 133) : 0.0f;
 }
 
+// magnitudes | (signs & kSignMask) as one LOP3: left to itself ptxas splits it in two where the
+// prefill transform's exact passes share the masked sign terms with its first pass.
+__host__ __device__ __forceinline__ uint32_t or_signs(uint32_t magnitudes, uint32_t signs) {
+#if defined(__CUDA_ARCH__)
+  uint32_t d;  // lut 0xEA = (a & b) | c
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(signs), "n"(kSignMask), "r"(magnitudes));
+  return d;
+#else
+  return magnitudes | (signs & kSignMask);
+#endif
+}
+
 // One prepared word -> the two A registers of rows r (first) and r + 8 (second).
 __host__ __device__ __forceinline__ void convert_word(uint32_t w, const Table& row_r,
                                                       const Table& row_r8, uint32_t& out_r,
                                                       uint32_t& out_r8) {
   const uint32_t m = w & kMagnitudeMask;
-  out_r = prmt(row_r.lo, row_r.hi, m) | ((w << 4) & kSignMask);
-  out_r8 = prmt(row_r8.lo, row_r8.hi, shift_right<16>(m)) | (w & kSignMask);
+  out_r = or_signs(prmt(row_r.lo, row_r.hi, m), w << 4);
+  out_r8 = or_signs(prmt(row_r8.lo, row_r8.hi, shift_right<16>(m)), w);
 }
 
 // The 16 A registers of one thread's k-block (4 k32 steps x {row r, row r + 8} x two k quads:
