@@ -187,11 +187,10 @@ struct Fp4TableMma {
   __device__ __forceinline__ static void issue(const uint32_t (&a)[16], Accum& t,
                                                const Slabs& stage) {
     // The tokens' K-major 128B-swizzled rows (ptx/sm90_wgmma.cuh, make_smem_desc_k128b).
-    // With 8 tokens the stage's address is shuffled from lane 0 first: ptxas then knows it
-    // uniform and builds the four descriptors in uniform registers instead of moving both
-    // words of each from general registers (with 16 tokens the shuffle spills).
-    uint32_t tokens = stage.tokens;
-    if constexpr (BLOCK_T < 16) tokens = __shfl_sync(0xFFFFFFFFu, tokens, 0);
+    // The stage's address is shuffled from lane 0 first: ptxas then knows it uniform and
+    // builds the four descriptors in uniform registers instead of moving both words of each
+    // from general registers (5-8 instructions fewer a k-block, every config, no spill).
+    const uint32_t tokens = __shfl_sync(0xFFFFFFFFu, stage.tokens, 0);
     const uint64_t desc_t = ((tokens & 0x3FFFF) >> 4) | (uint64_t{1024 >> 4} << 32) |
                             (uint64_t{1} << 62);
     warpgroup_fence_regs<kNumAccum>(t.v[0]);
