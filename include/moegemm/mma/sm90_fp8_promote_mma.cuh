@@ -18,6 +18,7 @@
 #include <moegemm/mma/sm90_mma_policies.cuh>
 #include <moegemm/mma/sm90_wgmma.cuh>
 #include <moegemm/pipeline/stage_layout.cuh>
+#include <moegemm/ptx/smem.cuh>
 
 namespace moegemm::sm90 {
 
@@ -35,11 +36,16 @@ struct Fp8PromoteMma {
     uint64_t desc_a, desc_b;
   };
 
+  // The two stages' addresses are shuffled from lane 0 first: ptxas then knows them uniform
+  // and builds and advances the eight descriptors in uniform registers, instead of 64-bit adds
+  // in general registers and a move of each word (R2UR).
   template <typename InStages, typename OutStages>
   __device__ __forceinline__ static Operands operands(const StageRef& in, const StageRef& out,
                                                       uint32_t math_wg) {
-    return {make_smem_desc_k128b(InStages::template slab<0>(in) + math_wg * 64 * 128),
-            make_smem_desc_k128b(OutStages::template slab<0>(out))};
+    const uint32_t a =
+        __shfl_sync(0xFFFFFFFFu, smem_u32(InStages::template slab<0>(in) + math_wg * 64 * 128), 0);
+    const uint32_t b = __shfl_sync(0xFFFFFFFFu, smem_u32(OutStages::template slab<0>(out)), 0);
+    return {make_smem_desc_k128b(a), make_smem_desc_k128b(b)};
   }
 
   // Every wgmma of one k-block into `tmp`, the first overwriting it.

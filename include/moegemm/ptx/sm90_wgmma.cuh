@@ -19,13 +19,15 @@ namespace moegemm::sm90 {
 // Descriptor of a K-major tile stored as rows of 128 bytes with the 128B swizzle TMA writes.
 // Rows come in atoms of 8 (1024 bytes), hence the stride byte offset of 1024; the leading byte
 // offset is unused for swizzled K-major layouts.
-__device__ __forceinline__ uint64_t make_smem_desc_k128b(const void* smem_ptr) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_ptr));
+__device__ __forceinline__ uint64_t make_smem_desc_k128b(uint32_t addr) {
   uint64_t desc = 0;
   desc |= static_cast<uint64_t>((addr & 0x3FFFF) >> 4);   // start address, bits [0, 14)
   desc |= static_cast<uint64_t>(1024 >> 4) << 32;         // stride byte offset, bits [32, 46)
   desc |= static_cast<uint64_t>(1) << 62;                 // layout type: SWIZZLE_128B
   return desc;
+}
+__device__ __forceinline__ uint64_t make_smem_desc_k128b(const void* smem_ptr) {
+  return make_smem_desc_k128b(static_cast<uint32_t>(__cvta_generic_to_shared(smem_ptr)));
 }
 
 // Advancing a K-major 128B-swizzled descriptor by `bytes` along K inside the 128-byte row: the
