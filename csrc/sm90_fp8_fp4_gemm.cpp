@@ -22,12 +22,41 @@ namespace {
 constexpr CUtensorMapDataType kBytes = CU_TENSOR_MAP_DATA_TYPE_UINT8;
 
 // kTable: the prepared layout (python/moegemm/api/mxfp4_weights.py), read by the table kernel:
-// b the thread-ordered codes, rows ldb >= Kp / 2 bytes apart (K padded to 128), loaded to Kp;
-// sfb the offsets words int32 [G, 2 KB, N] (sfb_stride_group bytes a group, sfb_stride_row a
-// plane row), loaded by TMA too.
+// b the thread-ordered codes [G, N, Kp / 2] (K padded to 128), rows back to back, each 64-row
+// block's k-blocks one after another as 4096 contiguous bytes: a 5-D view {256, 16, KB, N / 64,
+// G} whose box {256, 16, 1, blocks, 1} is the config's (256, 16 blocks); sfb the offsets
+// words int32 [G, 2 KB, N] (sfb_stride_group bytes a group, sfb_stride_row a plane row), loaded
+// by TMA too.
 template <bool kTable>
 struct Sm90Fp8Fp4GemmOf {
   using Params = Sm90Fp8Fp4GemmParams;
+  static constexpr int64_t kBlockBytes = 4096;  // a prepared 64-row block's k-block of codes
+
+  // The prepared codes as {256, 16, KB, blocks, G} bytes: the config's box (256, 16 n) becomes
+  // {256, 16, 1, n, 1}, n whole 4096-byte blocks of one k-block, each one contiguous read.
+  static TmaView block_view(void* ptr, uint64_t groups, uint64_t blocks, uint64_t k_blocks,
+                            uint64_t group_stride, const TmaBox& box) {
+    TmaView view;
+    view.ptr = ptr;
+    view.dtype = kBytes;
+    view.rank = 5;
+    view.dims[0] = 256;
+    view.dims[1] = kBlockBytes / 256;
+    view.dims[2] = k_blocks;
+    view.dims[3] = blocks;
+    view.dims[4] = groups;
+    view.strides_bytes[0] = 256;
+    view.strides_bytes[1] = kBlockBytes;
+    view.strides_bytes[2] = kBlockBytes * k_blocks;
+    view.strides_bytes[3] = group_stride;
+    view.box[0] = 256;
+    view.box[1] = kBlockBytes / 256;
+    view.box[2] = 1;
+    view.box[3] = static_cast<uint32_t>(box.outer / 16);
+    view.box[4] = 1;
+    view.swizzle = CU_TENSOR_MAP_SWIZZLE_NONE;
+    return view;
+  }
   static constexpr const char* kName =
       kTable ? "Sm90Fp8Fp4TableGemmLauncher" : "Sm90Fp8Fp4GemmLauncher";
   // a, b, d (TMA operands) and sfa, sfb (copied in aligned words by the producer).
@@ -99,15 +128,22 @@ struct Sm90Fp8Fp4GemmOf {
                                       checked_u32(lda, "lda"), shape.load_a));
     // The prepared codes are read to Kp (whole thread-ordered k-blocks, zero codes past K).
     const uint32_t k_blocks = (params.k + 127) / 128;
-    const uint32_t b_cols = kTable ? 64 * k_blocks : params.k / 2;
-    if (kTable && (static_cast<uint64_t>(ldb) < b_cols || params.n % 64 != 0 ||
-                   sfb_stride_row != 4 * static_cast<int64_t>(params.n))) {
-      throw std::invalid_argument(std::string(kName) + ": prepared weights need N % 64 == 0, "
-                                  "code rows of Kp / 2 bytes and offsets rows of 4 N bytes");
+    if constexpr (kTable) {
+      if (ldb != 64 * static_cast<int64_t>(k_blocks) || params.n % 64 != 0 ||
+          sfb_stride_row != 4 * static_cast<int64_t>(params.n) || ldb_group % 16 != 0 ||
+          shape.load_b.inner != 256 || shape.load_b.outer % 16 != 0 || shape.load_b.swizzle != 0) {
+        throw std::invalid_argument(std::string(kName) + ": prepared weights need N % 64 == 0, "
+                                    "code rows of Kp / 2 bytes back to back, offsets rows of 4 N "
+                                    "bytes and a box of whole 4096-byte blocks");
+      }
+      tma.add(params.tma_b, block_view(as_ptr(b_ptr), params.num_groups, params.n / 64, k_blocks,
+                                       static_cast<uint64_t>(ldb_group), shape.load_b));
+    } else {
+      tma.add(params.tma_b,
+              tma_view_3d(as_ptr(b_ptr), kBytes, 1, params.num_groups, params.n, params.k / 2,
+                          checked_u32(ldb, "ldb"), static_cast<uint64_t>(ldb_group),
+                          shape.load_b));
     }
-    tma.add(params.tma_b,
-            tma_view_3d(as_ptr(b_ptr), kBytes, 1, params.num_groups, params.n, b_cols,
-                        checked_u32(ldb, "ldb"), static_cast<uint64_t>(ldb_group), shape.load_b));
     if constexpr (kTable) {
       if (sfb_stride_group % 16 != 0) {
         throw std::invalid_argument(std::string(kName) + ": sfb group stride % 16 != 0");

@@ -60,7 +60,9 @@ def thread_inputs(weights, group: int, rb: int, kb: int) -> list[tuple[int, ...]
     """Per thread t of one (64-row, 128-K) block: its 8 code words and its rows' offsets
     words, read from the prepared tensors as the kernel's loads do."""
     codes, words = weights.b, weights.sfb
-    block = codes[group, rb * 64 : rb * 64 + 64, kb * 64 : kb * 64 + 64].reshape(-1)
+    num_kb = codes.shape[-1] // 64  # a row block's k-blocks: 4096 contiguous bytes each
+    first = (rb * num_kb + kb) * 4096
+    block = codes[group].reshape(-1)[first : first + 4096]
     flat = block.to(torch.int64)
     word_of = lambda off: int(sum(int(flat[off + i]) << (8 * i) for i in range(4)))
     out = []

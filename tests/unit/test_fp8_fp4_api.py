@@ -237,6 +237,18 @@ def re_tuple(shape: tuple[int, ...]) -> str:
     return str(tuple(shape)).replace("(", r"\(").replace(")", r"\)")
 
 
+@pytest.mark.parametrize("name", CASES)
+def test_prepared_codes_with_gaps_between_rows_are_refused(name: str) -> None:
+    """The prepared codes of a 64-row block are read as whole 4096-byte k-blocks: rows further
+    apart than Kp / 2 bytes (a slice of wider codes) are refused before any launch."""
+    fn, o = case(name, fake=True)
+    codes, words = prepared_tensors(o["b"])
+    wide = gpu(torch.zeros(*codes.shape[:-1], codes.shape[-1] + 64, dtype=U8))[..., :-64]
+    o["pair_b"] = moegemm.Mxfp4Weights(wide, words)
+    with pytest.raises(ValueError, match="^prepared b must have its rows back to back"):
+        fn(o)
+
+
 def test_grouped_shape_rules() -> None:
     fn, o = case("masked")
     o["b"] = t(G + 1, N, K // 2, dtype=U8)

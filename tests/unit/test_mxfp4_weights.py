@@ -44,6 +44,34 @@ def test_prepare_round_trips_exactly(shape: tuple[int, int, int]) -> None:
     assert unprepare_mxfp4_weights(moegemm.Mxfp4Weights(b, sfb, prepared=False))[0] is b
 
 
+def test_code_bytes_sit_where_the_kernels_load_them() -> None:
+    """The module doc's byte order, independently of the inverse: 64-row block nb's k-block kb is
+    the 4096 contiguous bytes at (nb * KB + kb) * 4096 of its group (one TMA box piece), thread
+    t's word i at (i / 4) * 2048 + 16 t + 4 (i % 4), nibble c (c < 4) row r's magnitude of
+    k = 32 j + 16 q + 4 (t % 4) + c (i = 2 j + q), nibble 4 + c row r + 8's, and the sign of row
+    r's code c at bit 8 c + 3, of row r + 8's at 8 c + 7."""
+    g, n, k = 2, 192, 384
+    b, sfb = random_pair(g, n, k, 11)
+    flat = moegemm.prepare_mxfp4_weights(b, sfb).b.flatten(-2)  # [G, N * Kp / 2]
+    codes = torch.stack((b & 0xF, b >> 4), dim=-1).flatten(-2).long()  # [G, N, K] nibbles
+    t = torch.arange(128).view(128, 1, 1)
+    i = torch.arange(8).view(1, 8, 1)
+    c = torch.arange(4).view(1, 1, 4)
+    r = 16 * (t // 32) + (t % 32) // 4
+    kk = 32 * (i // 2) + 16 * (i % 2) + 4 * (t % 4) + c
+    for grp, nb, kb in ((0, 0, 0), (1, 2, 1), (1, 1, 2)):
+        block = flat[grp, (nb * 3 + kb) * 4096 : (nb * 3 + kb + 1) * 4096].long()
+        at = (i // 4) * 2048 + 16 * t + 4 * (i % 4)  # [128, 8, 1] word byte offsets
+        word = sum(block[at + q] << (8 * q) for q in range(4))  # [128, 8, 1]
+        rows = 64 * nb + r
+        lo = codes[grp, rows, 128 * kb + kk]  # [128, 8, 4]
+        hi = codes[grp, rows + 8, 128 * kb + kk]
+        assert torch.equal((word >> (4 * c)) & 7, lo & 7)
+        assert torch.equal((word >> (4 * c + 16)) & 7, hi & 7)
+        assert torch.equal((word >> (8 * c + 3)) & 1, lo >> 3)
+        assert torch.equal((word >> (8 * c + 7)) & 1, hi >> 3)
+
+
 def test_prepare_keeps_dequantized_values() -> None:
     w = torch.randn(2, 64, 96) * torch.logspace(-4, 4, 96)
     b, sfb = quant.quantize_mxfp4(w)

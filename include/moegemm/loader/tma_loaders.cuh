@@ -200,12 +200,15 @@ __device__ __forceinline__ uint32_t scale_word(const Params& params, uint32_t gr
 }
 
 // FP8 x FP4 on prepared weights (mma/sm90_fp4_table_mma.cuh; python/moegemm/api/mxfp4_weights.py
-// has the layout): the codes [G, Np, Kp / 2] (each 64-row block lands as the 4096 bytes of its
-// thread-ordered k-block) and, by TMA too, a BLOCK_N-word box of the offsets words [G, 2 Kb, Np]
-// (first plane) into slab 3; the lanes copy only the tokens' scales (Fp8TokenLoader).
+// has the layout): the codes of the tile's BLOCK_N / 64 row blocks at k-block kb, each 4096
+// contiguous bytes in memory (the 5-D view of csrc/sm90_fp8_fp4_gemm.cpp: {256, 16, Kb, Np / 64,
+// G}) landing as the block's thread-ordered k-block, and, by TMA too, a BLOCK_N-word box of the
+// offsets words [G, 2 Kb, Np] (first plane) into slab 3; the lanes copy only the tokens' scales
+// (Fp8TokenLoader).
 template <uint32_t BLOCK_M, uint32_t BLOCK_N>
 struct TableWeightLoader : Fp8TokenLoader<BLOCK_M, BLOCK_N> {
   using Base = Fp8TokenLoader<BLOCK_M, BLOCK_N>;
+  static_assert(BLOCK_N % 64 == 0, "whole 64-row blocks of codes");
   using Base::kBytesA, Base::kBytesB, Base::kBytesSfa;
   static constexpr uint32_t kBytesOffsets = (BLOCK_N * 4 + 1023) / 1024 * 1024;
   static constexpr uint32_t kExpectedBytes = kBytesA + kBytesB + BLOCK_N * 4;  // the TMA part
@@ -223,7 +226,11 @@ struct TableWeightLoader : Fp8TokenLoader<BLOCK_M, BLOCK_N> {
   __device__ __forceinline__ static void load(const Params& params, Barrier* bar,
                                               const StageRef& stage, const Tile& tile,
                                               uint32_t kb, uint32_t /*cta_rank*/) {
-    Base::template load_operands<Stages>(params, bar, stage, tile, kb);
+    tma_load_2d(&params.tma_a, bar, Stages::template slab<0>(stage),
+                static_cast<int32_t>(kb * Base::BLOCK_K), static_cast<int32_t>(tile.row0));
+    tma_load_5d(&params.tma_b, bar, Stages::template slab<1>(stage), 0, 0,
+                static_cast<int32_t>(kb), static_cast<int32_t>(tile.n_block * (BLOCK_N / 64)),
+                static_cast<int32_t>(tile.group));
     tma_load_3d(&params.tma_sfb, bar, Stages::template slab<3>(stage),
                 static_cast<int32_t>(tile.n_block * BLOCK_N), static_cast<int32_t>(kb),
                 static_cast<int32_t>(tile.group));

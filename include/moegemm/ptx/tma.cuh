@@ -27,6 +27,13 @@ __device__ __forceinline__ void tma_load_3d(const void* desc, Barrier* bar, void
                                crd0, crd1, crd2);
 }
 
+__device__ __forceinline__ void tma_load_5d(const void* desc, Barrier* bar, void* smem,
+                                            int32_t crd0, int32_t crd1, int32_t crd2,
+                                            int32_t crd3, int32_t crd4) {
+  cute::SM90_TMA_LOAD_5D::copy(desc, reinterpret_cast<uint64_t*>(bar), kTmaCacheHintNormal, smem,
+                               crd0, crd1, crd2, crd3, crd4);
+}
+
 // An operand shared by the CTAs of a cluster: one CTA's box lands at the same offset of every
 // CTA in `cta_mask`, completing bytes on the barrier at the same offset in each.
 __device__ __forceinline__ void tma_load_2d_multicast(const void* desc, Barrier* bar, void* smem,

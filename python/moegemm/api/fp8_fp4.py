@@ -145,6 +145,11 @@ def _check_prepared(b: Tensor, sfb: Tensor, groups: tuple[int, ...], n: int, k: 
         raise ValueError(f"N (b.shape[-2]) of prepared weights must be a multiple of 64, got {n}")
     checks.require_shape("b", b, (*groups, n, 64 * num_kb))
     checks.require_shape("sfb", sfb, (*groups, 2 * num_kb, n))
+    if b.numel() and (b.stride(-1) != 1 or b.stride(-2) != 64 * num_kb):
+        raise ValueError(
+            f"prepared b must have its rows back to back (each 64-row block's k-blocks are "
+            f"4096 contiguous bytes), got strides {b.stride()}"
+        )
     if sfb.numel() and (sfb.stride(-1) != 1 or sfb.stride(-2) != n):
         raise ValueError(f"prepared sfb must have rows of N words, got strides {sfb.stride()}")
 

@@ -12,12 +12,12 @@ multiple of 128 (KB = Kp / 128 k-blocks). Same bytes per weight as the checkpoin
 codes, 1/32 for the offsets words.
 
 - b: uint8 [.., N, Kp/2], contiguous (Mxfp4Weights.k keeps the checkpoint K; a call takes K from
-  the activations). Each (64-row block, k-block) is a 64 x 64-byte sub-array holding 4096 bytes
-  in the order the
-  kernel's 128 threads read them: thread t (rows r = 16 (t / 32) + (t % 32) / 4 and r + 8 of
-  the block) owns 8 words w[i], i = 2 j + q, holding the codes of k = 32 j + 16 q + 4 (t % 4)
-  + c (c = 0..3); word i sits at byte (i / 4) * 2048 + 16 t + 4 (i % 4) (two conflict-free
-  16-byte loads). In a word, nibble c holds row r's magnitude (code & 7) of k-index c and nibble
+  the activations). The rows of each 64-row block (64 * Kp/2 bytes) hold its KB k-blocks one
+  after another, 4096 contiguous bytes each (one TMA box reads a block's k-block in one piece,
+  not 64 pieces of 64 bytes), in the order the kernel's 128 threads read them: thread t (rows
+  r = 16 (t / 32) + (t % 32) / 4 and r + 8 of the block) owns 8 words w[i], i = 2 j + q, holding
+  the codes of k = 32 j + 16 q + 4 (t % 4) + c (c = 0..3); word i sits at byte (i / 4) * 2048 +
+  16 t + 4 (i % 4) (two conflict-free 16-byte loads). In a word, nibble c holds row r's magnitude (code & 7) of k-index c and nibble
   4 + c row r + 8's; bit 3 of nibble n carries the sign of row r's code n / 2 (n even) or row
   r + 8's code (n - 1) / 2 (n odd): the signs land at bits 8c + 3 and 8c + 7, where one logic op
   per 4 weights places them.
@@ -272,8 +272,7 @@ def _prepare_sm90(b: torch.Tensor, sfb: torch.Tensor) -> Mxfp4Weights:
     sign = blocks[..., sign_src.flatten()].unflatten(-1, (4096, 2)) & 0x8
     nibbles = mag | sign
     packed = nibbles[..., 0] | (nibbles[..., 1] << 4)  # [.., N/64, KB, 4096]
-    codes = packed.unflatten(-1, (64, 64)).transpose(-3, -2)  # [.., N/64, 64, KB, 64]
-    codes = codes.reshape(*lead, n, kp // 2).contiguous()
+    codes = packed.reshape(*lead, n, kp // 2).contiguous()  # a block's k-blocks back to back
     return Mxfp4Weights(codes, _offsets_words(sfb, n, nb, num_kb), prepared=True, k=k)
 
 
@@ -315,8 +314,7 @@ def _unprepare_sm90(weights: Mxfp4Weights) -> tuple[torch.Tensor, torch.Tensor]:
         )
     k = weights.k or num_kb * SM90_K_BLOCK
     lead = codes.shape[:-2]
-    blocks = codes.unflatten(-2, (n // 64, 64)).unflatten(-1, (num_kb, 64)).transpose(-3, -2)
-    packed = blocks.flatten(-2)  # [.., N/64, KB, 4096] in the block byte order
+    packed = codes.reshape(*lead, n // 64, num_kb, 4096)  # in the block byte order
     nibbles = torch.stack((packed & 0xF, packed >> 4), dim=-1).flatten(-2)  # [.., 8192]
     mag_src, sign_src = (x.to(codes.device).flatten() for x in _fragment_sources())
     flat = torch.zeros_like(nibbles)

@@ -15,6 +15,8 @@ from .config import GemmConfig, LaunchConfig, Layout, PipelineConfig, StorageCon
 BLOCK_K = 128  # one 128-byte swizzle row of FP8 tokens; 64 bytes of packed codes
 SMEM_RESERVE = 1024  # kept free of the opt-in budget (the kernels align their carve-up to 1 KiB)
 BARRIER_BYTES = 16  # per stage of a ring
+# A prepared 64-row block's codes of one k-block: 4096 contiguous bytes, as TMA rows of 256.
+PREPARED_ROW_BYTES, PREPARED_ROWS_PER_BLOCK = 256, 16
 # The swapped kernel: up to 4 math warpgroups of 64 weight rows each, beside the producer.
 MAX_MATH_WARPGROUPS = 4
 MIN_STAGES, MAX_STAGES = 2, 12
@@ -37,12 +39,16 @@ def stages_that_fit(smem_bytes: Callable[[int], int], arch: ArchSpec, most: int)
 def storage_of(
     tokens: int, weight_rows: int, store_cols: int = 0, scale_words: bool = False
 ) -> StorageConfig:
-    """The TMA maps: FP8 token rows and packed codes (whole 64-byte rows, unswizzled), in BLOCK_K
-    boxes of a tile's rows; with `scale_words` (prepared weights) a plane row of offsets words;
-    D staged in store_cols-wide boxes of 64 rows."""
+    """The TMA maps: FP8 token rows in BLOCK_K boxes of a tile's rows; the codes unswizzled, as
+    whole 64-byte rows of the tile's rows, or with `scale_words` (prepared weights) as the
+    4096 contiguous bytes of each of the tile's 64-row blocks (python/moegemm/api/
+    mxfp4_weights.py; 16 rows of 256 bytes a block), then a plane row of offsets words; D staged
+    in store_cols-wide boxes of 64 rows."""
     return StorageConfig(
         load_box_a=(BLOCK_K, tokens),
-        load_box_b=(BLOCK_K // 2, weight_rows),
+        load_box_b=(PREPARED_ROW_BYTES, PREPARED_ROWS_PER_BLOCK * weight_rows // 64)
+        if scale_words
+        else (BLOCK_K // 2, weight_rows),
         swizzle_a=128,
         swizzle_b=0,
         load_box_sfb=(weight_rows, 1) if scale_words else None,

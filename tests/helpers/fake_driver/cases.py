@@ -561,8 +561,16 @@ def test_each_family_encodes_its_configs_boxes(kernel, arch_name, gemm):
     assert launch(*own_pointers(num_pointers), 0)
     encoded = []
     for line in FAKE.fake_encode_log().decode().splitlines():
-        _dtype, swizzle, _rank, *dims = line.split()
+        _dtype, swizzle, rank, *dims = line.split()
         box = tuple(int(d.split("/")[2]) for d in dims)
+        if int(rank) == 5:  # prepared MXFP4 codes: rows of 256 bytes, 16 a block, n blocks
+            assert box[1:3] == (16, 1) and box[4] == 1, box
+            kb = -(-values["k"] // 128)  # each block's k-blocks 4096 contiguous bytes apart
+            sizes = tuple(int(d.split("/")[0]) for d in dims)
+            strides = tuple(int(d.split("/")[1]) for d in dims[:3])
+            assert sizes == (256, 16, kb, values["n"] // 64, values["num_groups"]), sizes
+            assert strides == (256, 4096, 4096 * kb), strides
+            box = (box[0], box[1] * box[3])
         encoded.append((box[:2], SWIZZLE_BYTES[int(swizzle)]))
     expected = [(storage.load_box_a, storage.swizzle_a), (storage.load_box_b, storage.swizzle_b)]
     if storage.load_box_sfb is not None:
