@@ -4,8 +4,8 @@
 // (kernels/sm90_persistent_gemm.cuh), by the weights' layout (Config::kPreparedWeights):
 //
 // Prepared weights (python/moegemm/api/mxfp4_weights.py; every M, tokens 8..128):
-//   loader     TableWeightLoader: tokens' E4M3 rows, the thread-ordered codes and the offsets
-//              words by TMA, the tokens' scales by the producer's lanes,
+//   loader     TableWeightLoader: tokens' E4M3 rows, the thread-ordered codes (evict-first:
+//              streamed once) and the offsets words by TMA, the tokens' scales by the lanes,
 //   MMA        Fp4TableMma (mma/sm90_fp4_table_mma.cuh): the whole tile; per k-block the table
 //              conversion of k-block kb + 1 runs while kb's 4 RS wgmma do, then the promotion,
 // Checkpoint weights (the raw OCP layout; decode only, tokens 8..64):
@@ -62,7 +62,7 @@ struct Fp8Fp4SwapAbGemmKernel : SwapAbTiles<Config, Sm90Fp8Fp4GemmParams> {
   // The checkpoint path's conversion tables, 128 bytes a math warpgroup.
   static constexpr uint32_t kEpilogueSmemBytes = kPrepared ? 0 : 1024;
 
-  using Loader = std::conditional_t<kPrepared, TableWeightLoader<BLOCK_M, BLOCK_N>,
+  using Loader = std::conditional_t<kPrepared, TableWeightLoader<BLOCK_M, BLOCK_N, true>,
                                     PackedWeightLoader<BLOCK_M, BLOCK_N>>;
   using Transform = NoTransform;
   using Mma = std::conditional_t<kPrepared, Fp4TableMma<BLOCK_M, BLOCK_N>,

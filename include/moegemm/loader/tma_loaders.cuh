@@ -204,8 +204,10 @@ __device__ __forceinline__ uint32_t scale_word(const Params& params, uint32_t gr
 // contiguous bytes in memory (the 5-D view of csrc/sm90_fp8_fp4_gemm.cpp: {256, 16, Kb, Np / 64,
 // G}) landing as the block's thread-ordered k-block, and, by TMA too, a BLOCK_N-word box of the
 // offsets words [G, 2 Kb, Np] (first plane) into slab 3; the lanes copy only the tokens' scales
-// (Fp8TokenLoader).
-template <uint32_t BLOCK_M, uint32_t BLOCK_N>
+// (Fp8TokenLoader). kStreamed: the codes are read once (the decode kernel's tile holds all of a
+// group's tokens), so they load evict-first and leave L2 to the tokens every weight block of the
+// group reads.
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, bool kStreamed = false>
 struct TableWeightLoader : Fp8TokenLoader<BLOCK_M, BLOCK_N> {
   using Base = Fp8TokenLoader<BLOCK_M, BLOCK_N>;
   static_assert(BLOCK_N % 64 == 0, "whole 64-row blocks of codes");
@@ -230,7 +232,8 @@ struct TableWeightLoader : Fp8TokenLoader<BLOCK_M, BLOCK_N> {
                 static_cast<int32_t>(kb * Base::BLOCK_K), static_cast<int32_t>(tile.row0));
     tma_load_5d(&params.tma_b, bar, Stages::template slab<1>(stage), 0, 0,
                 static_cast<int32_t>(kb), static_cast<int32_t>(tile.n_block * (BLOCK_N / 64)),
-                static_cast<int32_t>(tile.group));
+                static_cast<int32_t>(tile.group),
+                kStreamed ? kTmaCacheHintEvictFirst : kTmaCacheHintNormal);
     tma_load_3d(&params.tma_sfb, bar, Stages::template slab<3>(stage),
                 static_cast<int32_t>(tile.n_block * BLOCK_N), static_cast<int32_t>(kb),
                 static_cast<int32_t>(tile.group));

@@ -12,8 +12,10 @@
 
 namespace moegemm {
 
-// L2 evict-normal cache policy for every load (the operands are each read a few times).
+// L2 evict-normal cache policy for every load (the operands are each read a few times), and
+// evict-first for operands a kernel streams through once.
 constexpr uint64_t kTmaCacheHintNormal = 0x1000000000000000ull;
+constexpr uint64_t kTmaCacheHintEvictFirst = 0x12F0000000000000ull;
 
 __device__ __forceinline__ void tma_load_2d(const void* desc, Barrier* bar, void* smem,
                                             int32_t crd0, int32_t crd1) {
@@ -29,9 +31,10 @@ __device__ __forceinline__ void tma_load_3d(const void* desc, Barrier* bar, void
 
 __device__ __forceinline__ void tma_load_5d(const void* desc, Barrier* bar, void* smem,
                                             int32_t crd0, int32_t crd1, int32_t crd2,
-                                            int32_t crd3, int32_t crd4) {
-  cute::SM90_TMA_LOAD_5D::copy(desc, reinterpret_cast<uint64_t*>(bar), kTmaCacheHintNormal, smem,
-                               crd0, crd1, crd2, crd3, crd4);
+                                            int32_t crd3, int32_t crd4,
+                                            uint64_t cache_hint = kTmaCacheHintNormal) {
+  cute::SM90_TMA_LOAD_5D::copy(desc, reinterpret_cast<uint64_t*>(bar), cache_hint, smem, crd0,
+                               crd1, crd2, crd3, crd4);
 }
 
 // An operand shared by the CTAs of a cluster: one CTA's box lands at the same offset of every
