@@ -11,7 +11,9 @@ import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 
-LAYOUTS = ("dense", "m_indices", "offs", "masked", "k_grouped")
+LAYOUTS = ("dense", "m_indices", "offs", "masked", "k_grouped")  # BF16, the default
+FP4_LAYOUTS = ("fp4_masked", "fp4_offs")  # FP8 x FP4 on prepared weights, on request
+ALL_LAYOUTS = LAYOUTS + FP4_LAYOUTS
 TARGET = 0.01  # |geomean(new / old) - 1| per layout
 
 
@@ -60,7 +62,7 @@ def summarize(rows: Sequence[dict]) -> dict:
     """Per layout: cases timed, geomean / min / max of new / old, how many moved beyond their
     spread, pick mismatches, check failures, and whether the geomean meets the target."""
     out: dict = {}
-    for layout in (*LAYOUTS, "all"):
+    for layout in (*ALL_LAYOUTS, "all"):
         mine = [r for r in rows if layout in ("all", r["layout"])]
         if not mine:
             continue

@@ -30,6 +30,7 @@ CPU-only logic (staging, rewriting, building); nothing here touches a GPU.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib
 import io
@@ -67,7 +68,6 @@ REWRITE_VERSION = "1"  # part of the staging digest: a changed rewrite restages
 
 _FROM_RE = re.compile(r"^(\s*)from moegemm(?=[\s.])", re.MULTILINE)
 _IMPORT_RE = re.compile(r"^(\s*)import moegemm(\s+as\s+\w+)?[ \t]*$", re.MULTILINE)
-_IMPORT_DOTTED_RE = re.compile(r"^\s*import moegemm\.", re.MULTILINE)
 # "moegemm.api" (a module path in a string) but not "moegemm::sm90::..." (C++ in codegen), and
 # not the bare "moegemm" of an include folder (`include / "moegemm"`).
 _MODULE_STRING_RE = re.compile(r"""(["'])moegemm((?:\.\w+)+)\1""")
@@ -93,15 +93,37 @@ def rewrite_source(text: str) -> str:
     return text
 
 
+def _import_lines(text: str, dotted_only: bool = False) -> list[int]:
+    """Line numbers of the import statements of `moegemm` (or, dotted_only, of `import
+    moegemm.x`) in a Python source: its syntax tree, so an import shown in a docstring is no
+    import; a source that does not parse is read line by line."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        pattern = r"import moegemm\." if dotted_only else r"(from|import) moegemm(\s|\.|$)"
+        return [i for i, line in enumerate(text.splitlines(), 1)
+                if re.match(pattern, line.strip())]  # fmt: skip
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+            if any(n.startswith("moegemm.") or (n == "moegemm" and not dotted_only) for n in names):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and not dotted_only and node.level == 0:
+            module = node.module or ""
+            lines += [node.lineno] if module == "moegemm" or module.startswith("moegemm.") else []
+    return sorted(lines)
+
+
 def leftover_imports(package_dir: Path) -> list[str]:
     """`file:line: text` of every absolute import of `moegemm` still in the copy (none may be
     left: it would load the current tree's module into the baseline)."""
     bad = []
     for path in sorted(package_dir.rglob("*.py")):
-        for lineno, line in enumerate(path.read_text().splitlines(), 1):
-            stripped = line.strip()
-            if re.match(r"(from|import) moegemm(\s|\.|$)", stripped):
-                bad.append(f"{path.relative_to(package_dir)}:{lineno}: {stripped}")
+        text = path.read_text()
+        lines = text.splitlines()
+        for lineno in _import_lines(text):
+            bad.append(f"{path.relative_to(package_dir)}:{lineno}: {lines[lineno - 1].strip()}")
     return bad
 
 
@@ -110,7 +132,7 @@ def rewrite_package(package_dir: Path) -> int:
     changed = 0
     for path in sorted(package_dir.rglob("*.py")):
         text = path.read_text()
-        if _IMPORT_DOTTED_RE.search(text):
+        if _import_lines(text, dotted_only=True):
             raise ValueError(f"{path}: `import moegemm.x` is not rewritten; use `from` imports")
         new = rewrite_source(text)
         if new != text:

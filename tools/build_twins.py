@@ -8,7 +8,9 @@ The baseline (default: the `.baseline/` folder of the repository if it exists, e
 (its module docstring says how the two are kept apart). Then, for every case of
 benchmarks/bf16_cases.py and every layout it runs on (contiguous cases as `offs` and
 `m_indices`, masked, k-grouped with C accumulated in place) plus the dense shapes of
-bench_bf16_gemm.py:
+bench_bf16_gemm.py, and on request (--layouts fp4_masked,fp4_offs) FP8 x FP4 on prepared MXFP4
+weights over the sweep of benchmarks/fp8_fp4_cases.py (masked to 256 rows a group, offsets at 256
+and 1024; each package prepares the same checkpoint-layout weights itself):
 
 1. both packages pick their config for the problem (the descs their APIs build): the names are
    reported, and whether they match;
@@ -46,6 +48,8 @@ from types import ModuleType
 
 import torch
 from ab_timing import (
+    ALL_LAYOUTS,
+    FP4_LAYOUTS,
     LAYOUTS,
     ROW_HEADER,
     compare,
@@ -83,15 +87,33 @@ class Problem:
     expected_m: int = 0
     d_dtype: str = "bf16"
     with_c: bool = False
+    ab_dtype: str = "bf16"
+    weights: str = ""  # FP8 x FP4: "prepared"
 
     @property
     def label(self) -> str:
         return f"{self.case} [{self.layout}]"
 
 
+def is_fp4(case) -> bool:
+    """An FP8 x FP4 case (fp8_fp4_cases.Fp4Case: rows_nominal) rather than a BF16 one."""
+    return hasattr(case, "rows_nominal")
+
+
 def problems_for(case) -> list[Problem]:
-    """The problems of a bf16_cases.Case (or a dense case: layout "dense", rows [m])."""
+    """The problems of a bf16_cases.Case (or a dense case: layout "dense", rows [m]) or of an
+    fp8_fp4_cases.Fp4Case (fp4_masked, fp4_offs)."""
     g, n, k, total = case.num_groups, case.n, case.k, sum(case.rows)
+    if is_fp4(case):
+        fp4 = {"ab_dtype": "fp8_fp4", "weights": "prepared"}
+        if case.layout == "masked":
+            expected = min(case.expected_m, case.max_m)
+            return [Problem(case.name, "fp4_masked", "m_grouped_masked", case.max_m, n, k, g,
+                            expected, **fp4)]  # fmt: skip
+        if case.layout == "contiguous":
+            return [Problem(case.name, "fp4_offs", "m_grouped_offsets", total, n, k, g,
+                            math.ceil(total / g), **fp4)]  # fmt: skip
+        raise ValueError(f"unknown FP8 x FP4 layout {case.layout!r}")
     if case.layout == "dense":
         return [Problem(case.name, "dense", "bf16_gemm_nt", total, n, k)]
     if case.layout == "contiguous":
@@ -137,6 +159,7 @@ class Side:
         return self.sub("heuristics").arch_for("sm_90a", num_sms)
 
     def desc(self, p: Problem):
+        fp4 = {"ab_dtype": p.ab_dtype, "weights": p.weights} if p.ab_dtype != "bf16" else {}
         return self.sub("heuristics").GemmDesc(
             kind=p.kind,
             m=p.m,
@@ -146,6 +169,7 @@ class Side:
             d_dtype=p.d_dtype,
             with_c=p.with_c,
             expected_m=p.expected_m,
+            **fp4,
         )
 
     def pick(self, p: Problem, num_sms: int):
@@ -168,6 +192,8 @@ class Side:
                 continue
             if hasattr(module, "kernel_spec"):
                 return module.kernel_spec(desc, config)
+        if p.ab_dtype != "bf16":
+            raise NotImplementedError("no kernel_spec for FP8 x FP4 in this package")
         codegen = self.sub("jit.codegen")
         if desc.kind == "k_grouped":
             return codegen.sm90_bf16_k_grouped_spec(config, desc.with_c)
@@ -260,6 +286,8 @@ def runners_for(case) -> dict[str, Runner]:
 
     from moegemm.testing import calc_diff
 
+    if is_fp4(case):
+        return fp4_runners_for(case)
     g, n, k, rows = case.num_groups, case.n, case.k, case.rows
     total = sum(rows)
     if case.layout == "dense":
@@ -370,6 +398,79 @@ def runners_for(case) -> dict[str, Runner]:
     }
 
 
+def fp4_runners_for(case) -> dict[str, Runner]:
+    """An FP8 x FP4 case: FP8 activations with 1 x 128 scales (per_token_cast_to_fp8 of random
+    normal data), MXFP4 weights quantize_mxfp4(random normal x 0.02) in the checkpoint layout,
+    prepared by each package's own prepare_mxfp4_weights (a revision may lay them out another
+    way). The reference: FP32 on the dequantized operands."""
+    from moegemm.quant import dequantize_mxfp4, per_token_cast_to_fp8, quantize_mxfp4
+    from moegemm.testing import calc_diff
+
+    g, n, k, rows = case.num_groups, case.n, case.k, case.rows
+    b, sfb = quantize_mxfp4(randn_bf16(g, n, k, scale=0.02))
+    count = rotation_count(sum(1 for r in rows if r) * n * k // 2)
+    raw = [(b, sfb)] + [(b.clone(), sfb.clone()) for _ in range(count - 1)]
+    prepared: dict[str, list] = {}  # per package, prepared on first use
+
+    def weights(pkg) -> list:
+        if pkg.__name__ not in prepared:
+            prepared[pkg.__name__] = [pkg.prepare_mxfp4_weights(*w) for w in raw]
+        return prepared[pkg.__name__]
+
+    def cast(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        a8, sfa = per_token_cast_to_fp8(x.reshape(-1, k))
+        return a8.view(*x.shape), sfa.view(*x.shape[:-1], sfa.shape[-1])
+
+    def dequant(a8: torch.Tensor, sfa: torch.Tensor) -> torch.Tensor:
+        return a8.float() * sfa.repeat_interleave(128, dim=-1)[..., :k]
+
+    def group_ref(grp: int, a_rows: torch.Tensor, s_rows: torch.Tensor) -> torch.Tensor:
+        return dequant(a_rows, s_rows) @ dequantize_mxfp4(b[grp], sfb[grp]).float().t()
+
+    def runner(new_out, call, diffs) -> Runner:
+        return Runner(
+            new_out=new_out,
+            run_once=lambda pkg, out: call(pkg, out, weights(pkg)[0]),
+            timed=lambda pkg, out: _cycling(lambda w: call(pkg, out, w), weights(pkg)),
+            diffs=diffs,
+        )
+
+    if case.layout == "masked":
+        max_m, expected = case.max_m, min(case.expected_m, case.max_m)
+        a8, sfa = cast(randn_bf16(g, max_m, k))
+        masked_m = torch.tensor(rows, device=DEVICE, dtype=torch.int32)
+
+        def masked_diffs(outs):
+            worst = [0.0] * len(outs)
+            for grp, r in enumerate(rows):
+                if r:
+                    ref = group_ref(grp, a8[grp, :r], sfa[grp, :r])
+                    worst = [worse(w, calc_diff(o[grp, :r], ref)) for w, o in zip(worst, outs)]
+            return worst
+
+        def masked_call(pkg, out, w):
+            return pkg.m_grouped_fp8_fp4_gemm_nt_masked((a8, sfa), w, out, masked_m, expected)
+
+        return {"fp4_masked": runner(lambda: nan_tensor(g, max_m, n), masked_call, masked_diffs)}
+    total = sum(rows)
+    a8, sfa = cast(randn_bf16(total, k))
+    ends = list(itertools.accumulate(rows))
+    offs = torch.tensor(ends, device=DEVICE, dtype=torch.int32)
+
+    def offs_diffs(outs):
+        worst = [0.0] * len(outs)
+        for grp, (r, end) in enumerate(zip(rows, ends)):
+            if r:
+                ref = group_ref(grp, a8[end - r : end], sfa[end - r : end])
+                worst = [worse(w, calc_diff(o[end - r : end], ref)) for w, o in zip(worst, outs)]
+        return worst
+
+    def offs_call(pkg, out, w):
+        return pkg.m_grouped_fp8_fp4_gemm_nt_contiguous((a8, sfa), w, out, offs=offs)
+
+    return {"fp4_offs": runner(lambda: nan_tensor(total, n), offs_call, offs_diffs)}
+
+
 def run_problem(
     p: Problem, runner: Runner, new: Side, old: Side, timer, rounds: int, num_sms: int
 ) -> dict:
@@ -465,12 +566,23 @@ def baseline_source(spec: str | None) -> dict:
     return {"rev": spec, "repo": REPO}
 
 
+def fp4_cases(quick: bool) -> list:
+    """The FP8 x FP4 sweep's cases (benchmarks/fp8_fp4_cases.py): masked to 256 rows a group,
+    offsets at 256 and 1024 (4096 left out: a minute of inputs and checks a shape)."""
+    from fp8_fp4_cases import load_cases as load_fp4_cases
+
+    return [c for c in load_fp4_cases(("sweep",), quick=quick)
+            if c.layout == "masked" or c.rows_nominal in (256, 1024)]  # fmt: skip
+
+
 def select_cases(args) -> list:
     from bf16_cases import filter_cases, load_cases
 
-    cases = load_cases(quick=args.quick)
+    cases = load_cases(quick=args.quick) if set(args.layouts) & set(LAYOUTS) else []
     if "dense" in args.layouts:
         cases = dense_cases()[:: 2 if args.quick else 1] + cases
+    if set(args.layouts) & set(FP4_LAYOUTS):
+        cases += fp4_cases(args.quick)
     return filter_cases(cases, args.cases)
 
 
@@ -505,7 +617,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", help="write all results here")
     parser.add_argument("--quick", action="store_true", help="a few cases per suite")
     parser.add_argument("--cases", help="regex: only cases whose name matches")
-    parser.add_argument("--layouts", default=",".join(LAYOUTS), help="comma-separated subset")
+    parser.add_argument("--layouts", default=",".join(LAYOUTS),
+                        help=f"comma-separated, of {','.join(ALL_LAYOUTS)} (default: the BF16 ones)")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=4, help="timed samples of each side")
     parser.add_argument("--budget-ms", type=float, default=60.0, help="GPU time per sample")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 8, help="parallel builds")
@@ -522,8 +635,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--allow-env", action="store_true", help="run with MOEGEMM_* switches set")
     args = parser.parse_args(argv)
     args.layouts = tuple(x for x in args.layouts.split(",") if x)
-    if unknown := set(args.layouts) - set(LAYOUTS):
-        parser.error(f"unknown layouts {sorted(unknown)}; known: {LAYOUTS}")
+    if unknown := set(args.layouts) - set(ALL_LAYOUTS):
+        parser.error(f"unknown layouts {sorted(unknown)}; known: {ALL_LAYOUTS}")
     if args.rounds < 1:
         parser.error("--rounds must be >= 1")
     return args

@@ -8,7 +8,8 @@
 #   tests      the GPU test suite (default args: -m gpu tests; ~6-7 min)
 #   ab         tools/build_twins.py: every benchmark case, this tree against the baseline
 #              (.baseline/, see below) built beside it, interleaved; geomean new/old per layout
-#              (~3-4 min with both builds' kernels compiled cold)
+#              (~3-4 min with both builds' kernels compiled cold). BF16 by default; FP8 x FP4
+#              with GPU_RUN_AB_ARGS="--layouts fp4_masked,fp4_offs"
 #   host       benchmarks/host_path_profile.py: per-call host time of every public function
 #              against torch.mm (~1 min)
 #   warmup     `python -m moegemm.jit --warmup --model $GPU_RUN_WARMUP_MODEL` into a fresh cache,

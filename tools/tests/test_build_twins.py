@@ -102,6 +102,12 @@ def test_rewrite_package_refuses_dotted_imports_and_reports_leftovers(tmp_path: 
     assert bb.leftover_imports(pkg) == []
     (pkg / "b.py").write_text("x = 1\n    from moegemm import y\n")
     assert bb.leftover_imports(pkg) == ["b.py:2: from moegemm import y"]
+    # An import shown in a docstring is no import (the syntax tree decides where it parses).
+    (pkg / "b.py").write_text('"""Use:\n\n    import moegemm.integrations.transformers\n"""\n')
+    assert bb.rewrite_package(pkg) == 0 and bb.leftover_imports(pkg) == []
+    (pkg / "c.py").write_text("def f():\n    import moegemm.api\n")
+    with pytest.raises(ValueError, match="import moegemm.x"):
+        bb.rewrite_package(pkg)
 
 
 def test_foreign_switches() -> None:
@@ -528,3 +534,96 @@ def test_gpu_flow_with_the_current_package_as_both_sides() -> None:
         assert r["same_pick"] and r["bitwise"]
         assert r["calc_diff_new"] < 1e-5
         assert 0.5 < r["ratio"] < 2.0
+
+
+# ----------------------------------------------------------------------------------------------
+# FP8 x FP4 (on request: --layouts fp4_masked,fp4_offs)
+
+
+def _fp4_case(layout: str, rows: list[int], **kw):
+    from fp8_fp4_cases import Fp4Case
+
+    case = Fp4Case("sweep", 0, f"fp4 {layout}", layout, len(rows), 64, 160, rows, rows_nominal=8.0)
+    for key, value in kw.items():
+        setattr(case, key, value)
+    return case
+
+
+def test_fp4_problems_and_case_selection() -> None:
+    (p,) = bt.problems_for(_fp4_case("masked", [3, 0, 9], max_m=16, expected_m=40))
+    assert (p.layout, p.kind, p.m, p.expected_m, p.ab_dtype, p.weights) == (
+        "fp4_masked", "m_grouped_masked", 16, 16, "fp8_fp4", "prepared",
+    )  # fmt: skip
+    (p,) = bt.problems_for(_fp4_case("contiguous", [3, 0, 9]))
+    assert (p.layout, p.kind, p.m, p.num_groups, p.expected_m) == (
+        "fp4_offs", "m_grouped_offsets", 12, 3, 4,
+    )  # fmt: skip
+    bf16_only = bt.select_cases(bt.parse_args([]))
+    assert bf16_only and not any(bt.is_fp4(c) for c in bf16_only)
+    fp4_only = bt.select_cases(bt.parse_args(["--layouts", "fp4_masked,fp4_offs"]))
+    assert fp4_only and all(bt.is_fp4(c) for c in fp4_only)
+    assert {c.rows_nominal for c in fp4_only if c.layout == "contiguous"} == {256, 1024}
+    with pytest.raises(SystemExit):
+        bt.parse_args(["--layouts", "fp4_dense"])
+
+
+def _fake_fp4_package(name: str, state: dict, skew: float = 0.0) -> SimpleNamespace:
+    """moegemm's FP8 x FP4 m-grouped functions in FP32 on the CPU; prepare_mxfp4_weights
+    returns its own wrapper (each package prepares its weights)."""
+    from moegemm.quant import dequantize_mxfp4
+
+    def prepare(b, sfb):
+        return SimpleNamespace(owner=name, b=b, sfb=sfb)
+
+    def mm(a, w, grp):
+        assert w.owner == name, "a package must run on the weights it prepared"
+        state["last"] = name
+        a8, sfa = a
+        x = a8.float() * sfa.repeat_interleave(128, dim=-1)[..., : a8.shape[-1]]
+        return x @ dequantize_mxfp4(w.b[grp], w.sfb[grp]).float().t() * (1 + skew)
+
+    def masked(a, w, d, masked_m, expected_m):
+        for g, r in enumerate(masked_m.tolist()):
+            d[g, :r] = mm((a[0][g, :r], a[1][g, :r]), w, g)
+
+    def contiguous(a, w, d, m_indices=None, *, offs=None):
+        start = 0
+        for g, end in enumerate(offs.tolist()):
+            d[start:end] = mm((a[0][start:end], a[1][start:end]), w, g)
+            start = end
+
+    return SimpleNamespace(
+        __name__=name,
+        prepare_mxfp4_weights=prepare,
+        m_grouped_fp8_fp4_gemm_nt_masked=masked,
+        m_grouped_fp8_fp4_gemm_nt_contiguous=contiguous,
+    )
+
+
+@pytest.mark.parametrize("skew", [0.0, 0.01])
+def test_fp4_flow_checks_and_times_both_sides(monkeypatch: pytest.MonkeyPatch, skew) -> None:
+    import torch
+
+    monkeypatch.setattr(bt, "DEVICE", "cpu")
+    torch.manual_seed(0)
+    state: dict = {}
+    new = FakeSide("new", _fake_fp4_package("new", state), "cfg")
+    old = FakeSide("old", _fake_fp4_package("old", state, skew), "cfg")
+
+    def timer(fn) -> float:
+        fn()
+        return {"new": 8.0, "old": 10.0}[state["last"]]
+
+    cases = [_fp4_case("masked", [3, 0, 16], max_m=16, expected_m=8),
+             _fp4_case("contiguous", [5, 0, 11])]  # fmt: skip
+    rows = []
+    for case in cases:
+        runners = bt.fp4_runners_for(case)
+        for p in bt.problems_for(case):
+            rows.append(bt.run_problem(p, runners[p.layout], new, old, timer, 2, 132))
+    assert [r["layout"] for r in rows] == ["fp4_masked", "fp4_offs"]
+    for r in rows:
+        assert r["ratio"] == pytest.approx(0.8) and r["calc_diff_new"] < 1e-5, r
+        assert r["bitwise"] == (skew == 0.0) and ("check" in r["errors"]) == (skew != 0.0), r
+    summary = ab_timing.summarize(rows)
+    assert summary["fp4_masked"]["timed"] == 1 and "masked" not in summary
