@@ -314,9 +314,20 @@ struct Fp4TableMma {
   // (ptxas: no spills; from three warpgroups or 96 tokens it spills).
   static constexpr bool kPairedKBlocks = kNumMathWG <= 2 && BLOCK_T <= 64;
 
-  __device__ __forceinline__ static void zero_a(uint32_t (&a)[16]) {
+  // A paired k-block's A registers: stage `st` waited for and converted, or, past the tile's
+  // last k-block (`live` false, uniform), zeros that add nothing.
+  template <typename Ring>
+  __device__ __forceinline__ static uint3 convert_or_zero(bool live, const Ring& ring,
+                                                          const typename Ring::State& st,
+                                                          const Slabs& stage, const Lane& lane,
+                                                          uint32_t (&a)[16]) {
+    if (live) {
+      ring.consumer_wait(st);
+      return convert(stage, lane, a);
+    }
 #pragma unroll
     for (uint32_t i = 0; i < 16; ++i) a[i] = 0u;
+    return make_uint3(0, 0, 0);
   }
 
   template <typename Stages, typename Ring, typename Params, typename Work>
@@ -338,13 +349,7 @@ struct Fp4TableMma {
     if (has_q0) {
       ring.consumer_wait(st2);
       wq0 = convert(s2, lane, q0);
-      if (has_q1) {
-        ring.consumer_wait(st3);
-        wq1 = convert(s3, lane, q1);
-      } else {
-        zero_a(q1);
-        wq1 = make_uint3(0, 0, 0);
-      }
+      wq1 = convert_or_zero(has_q1, ring, st3, s3, lane, q1);
     }
     // Without has_p1, f1 reads a stage not waited for (perhaps being filled): unused then, and
     // cheaper than a selected stage (ptxas: +10 instructions a pair, a local-memory frame).
@@ -381,13 +386,7 @@ struct Fp4TableMma {
     const Slabs s1 = slabs_of<Stages>(smem_base, st1.stage_idx);
     w0 = convert(s0, lane, a0);
     const bool has1 = __any_sync(0xFFFFFFFFu, num_k_blocks > 1);
-    if (has1) {
-      ring.consumer_wait(st1);
-      w1 = convert(s1, lane, a1);
-    } else {
-      zero_a(a1);
-      w1 = make_uint3(0, 0, 0);
-    }
+    w1 = convert_or_zero(has1, ring, st1, s1, lane, a1);
     wait_issue_turn(math_wg);
     issue(a0, tmp, s0);
     issue(a1, t1, has1 ? s1 : s0);
