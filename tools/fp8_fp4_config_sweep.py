@@ -25,7 +25,9 @@ from profile_fp8_fp4 import Problem, desc_of, group_rows, legal_configs
 from moegemm.families import select_config
 from moegemm.heuristics import SM90, sm90_fp8_fp4_decode, sm90_fp8_fp4_table
 
-# name: (groups, n, k, rows per group, layout[, ragged]); every weight set exceeds 3 x L2
+# name: (groups, n, k, rows per group, layout[, ragged[, active groups]]); every weight set
+# exceeds 3 x L2, but the few-experts ones (decode at one or two tokens: the fused layer's
+# offsets layout, top-k experts of E hit), which fall back on L2 after the first call
 PROBLEMS = {
     "dsv3-l1-r8-masked-ragged": (32, 4096, 7168, 8, "masked", True),
     "dsv3-l1-r32-masked-ragged": (32, 4096, 7168, 32, "masked", True),
@@ -48,6 +50,12 @@ PROBLEMS = {
     "dsv3-l2-r8-masked": (32, 7168, 2048, 8, "masked"),
     "gptoss-l1-r8-offs": (32, 5760, 2880, 8, "offs"),
     "qwen3-l1-r4-offs": (128, 1536, 2048, 4, "offs"),
+    "qwen3-l1-t1-offs": (128, 1536, 2048, 1, "offs", False, 8),
+    "qwen3-l2-t1-offs": (128, 2048, 768, 1, "offs", False, 8),
+    "qwen3-l2-t2-offs": (128, 2048, 768, 1, "offs", False, 16),
+    "gptoss-l1-t1-offs": (32, 5760, 2880, 1, "offs", False, 4),
+    "gptoss-l2-t1-offs": (32, 2880, 2880, 1, "offs", False, 4),
+    "dsv3-l1-t1-offs": (256, 4096, 7168, 1, "offs", False, 8),
 }
 
 
@@ -62,10 +70,14 @@ def candidates(args: argparse.Namespace) -> list:
         return next(t for t in choices if t >= min(rows, choices[-1]))
 
     lo, hi = tile_for(args.rows), tile_for(max(group_rows(args)))
+    # One math warpgroup only where few groups hold rows (its small tiles fill the SMs).
+    min_wg = 1 if getattr(args, "active", 0) else 2
     decode = [
         c
         for c in legal.values()
-        if c.layout.swap_ab and lo <= c.layout.block_m <= hi and c.launch.num_math_warpgroups > 1
+        if c.layout.swap_ab
+        and lo <= c.layout.block_m <= hi
+        and c.launch.num_math_warpgroups >= min_wg
     ]
     pick = select_config(desc, SM90)
     return [pick, *(c for c in decode if c != pick)]
@@ -87,10 +99,12 @@ def main(argv: list[str] | None = None) -> int:
 
     plans = []
     for name in names:
-        g, n, k, r, layout, *ragged = PROBLEMS[name]
+        g, n, k, r, layout, *rest = PROBLEMS[name]
+        ragged, active = (*rest, False, 0)[:2]
         args = argparse.Namespace(
-            groups=g, n=n, k=k, rows=r, layout=layout, weights=opts.weights, ragged=bool(ragged)
-        )
+            groups=g, n=n, k=k, rows=r, layout=layout, weights=opts.weights, ragged=ragged,
+            active=active,
+        )  # fmt: skip
         plans.append((name, args, candidates(args)))
     precompile([spec_for(desc_of(a), c) for _, a, cs in plans for c in cs])
 

@@ -36,11 +36,16 @@ LAYOUTS["masked"] = "m_grouped_masked"
 
 def group_rows(args: argparse.Namespace) -> list[int]:
     """Rows of each group: `rows` each, or with --ragged the protocol's int(rows * U(0.7, 1.3))
-    (seed 0, as the benchmarks draw them)."""
+    (seed 0, as the benchmarks draw them); with --active A only A groups spread evenly over the
+    G hold rows (decode at a small batch: T tokens reach about T x top-k experts)."""
+    active = getattr(args, "active", 0) or args.groups
     if not getattr(args, "ragged", False):
-        return [args.rows] * args.groups
-    rng = random.Random(0)
-    return [int(args.rows * rng.uniform(0.7, 1.3)) for _ in range(args.groups)]
+        rows = [args.rows] * args.groups
+    else:
+        rng = random.Random(0)
+        rows = [int(args.rows * rng.uniform(0.7, 1.3)) for _ in range(args.groups)]
+    hit = {i * args.groups // active for i in range(active)}
+    return [r if g in hit else 0 for g, r in enumerate(rows)]
 
 
 def desc_of(args: argparse.Namespace) -> GemmDesc:
@@ -49,8 +54,9 @@ def desc_of(args: argparse.Namespace) -> GemmDesc:
         m, expected = max(max(sizes), 1), args.rows
     elif args.layout == "m_indices":
         m, expected = sum(128 * math.ceil(s / 128) for s in sizes), 0
-    else:
-        m, expected = sum(sizes), args.rows
+    else:  # as the API: the rows per group of the packed layout
+        m = sum(sizes)
+        expected = math.ceil(m / args.groups)
     return GemmDesc(
         LAYOUTS[args.layout], m, args.n, args.k, args.groups, ab_dtype="fp8_fp4",
         expected_m=expected, weights=args.weights,
@@ -78,10 +84,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="rows per group int(rows * U(0.7, 1.3)), the benchmark protocol's spread",
     )
+    parser.add_argument(
+        "--active", type=int, default=0, help="only this many groups hold rows (0: all)"
+    )
     parser.add_argument("--list", action="store_true", help="print the legal configs and exit")
     args = parser.parse_args(argv)
     if min(args.groups, args.n, args.k, args.rows, args.launches) < 1 or args.k % 32:
         parser.error("groups, n, k, rows and launches must be positive, k a multiple of 32")
+    if not 0 <= args.active <= args.groups:
+        parser.error("active must be 0..groups")
     return args
 
 
@@ -97,6 +108,9 @@ class Problem:
 
         g, n, k, r = args.groups, args.n, args.k, args.rows
         self.layout, self.rows = args.layout, r
+        self.kwargs: dict = {}
+        self.rotation: list[dict] = []
+        self.calls = 0
         sizes = group_rows(args)
         cap = max(max(sizes), 1)
         gen = torch.Generator(device="cuda").manual_seed(0)
@@ -127,11 +141,25 @@ class Problem:
                     info[starts[gi] : starts[gi] + pads[gi]] = gi
                 self.kwargs = {"m_indices": info.cuda()}
             else:
-                ends = [starts[gi] + pads[gi] for gi in range(g)]
-                self.kwargs = {"offs": torch.tensor(ends, device="cuda", dtype=torch.int32)}
+                self.kwargs = {"offs": self._ends(sizes)}
+                if getattr(args, "active", 0):
+                    # Few groups hold rows: later calls move them to other groups (the same
+                    # rows), so the weights they read come from HBM, as each layer's do in
+                    # decode, not from L2 (the first call, which check() makes, is unmoved).
+                    shifts = range(1, min(16, g // args.active))
+                    self.rotation += [{"offs": self._ends(sizes[-s:] + sizes[:-s])} for s in shifts]
             self.ref_rows = [
                 (gi, slice(starts[gi], starts[gi] + rows)) for gi, rows in enumerate(sizes) if rows
             ]
+
+    @staticmethod
+    def _ends(sizes: list[int]):
+        """The offsets layout's cumulative end rows of groups holding `sizes` rows."""
+        import itertools
+
+        import torch
+
+        return torch.tensor(list(itertools.accumulate(sizes)), device="cuda", dtype=torch.int32)
 
     def call(self, config: GemmConfig | None) -> None:
         import moegemm
@@ -141,8 +169,12 @@ class Problem:
             moegemm.m_grouped_fp8_fp4_gemm_nt_masked(
                 *operands, self.masked_m, self.rows, config=config
             )
-        else:
-            moegemm.m_grouped_fp8_fp4_gemm_nt_contiguous(*operands, config=config, **self.kwargs)
+            return
+        kwargs = self.kwargs
+        if self.rotation and self.calls % (len(self.rotation) + 1):
+            kwargs = self.rotation[self.calls % (len(self.rotation) + 1) - 1]
+        self.calls += 1
+        moegemm.m_grouped_fp8_fp4_gemm_nt_contiguous(*operands, config=config, **kwargs)
 
     def check(self, config: GemmConfig | None) -> float:
         """The worst calc_diff over groups of one call (d poisoned first)."""
@@ -151,6 +183,7 @@ class Problem:
         from moegemm.testing import calc_diff
 
         self.d.fill_(float("nan"))
+        self.calls = 0  # the unmoved groups, which ref_rows describe
         self.call(config)
         k = self.a.shape[-1]
         af = self.a.float() * self.sfa.repeat_interleave(128, dim=-1)[..., :k]

@@ -19,6 +19,7 @@ from moegemm.heuristics import (
     sm90_fp8_fp4_table,
 )
 from moegemm.heuristics.config import PipelineConfig
+from moegemm.heuristics.ragged import routed_view
 
 BUDGET = 232448 - 1024  # the contract's limit on smem_bytes
 
@@ -180,6 +181,34 @@ def test_table_model_prefers_few_tokens_and_many_warpgroups_at_decode() -> None:
     assert kb(8, 2) < kb(8, 4) < 2 * kb(8, 2)  # the floor is shared by the warpgroups
     prefill = fp4("m_grouped_contiguous", 32 * 1024, 5760, 2880, 32, weights="prepared")
     assert select_config(prefill, SM90).layout.block_m == 128
+
+
+def test_few_rows_over_many_groups_read_only_the_groups_they_reach() -> None:
+    """Decode at one token in the packed layout: its top-k slots reach top-k experts, not the
+    m / G = 1 row of every group the per-group mean would suggest, so the model tiles only
+    those, and fewer tiles than SMs still take a whole tile's time: the pick's tiles fill the
+    SMs instead of leaving two thirds of them idle (Qwen3-30B-A3B, 8 of 128 experts)."""
+    for n, k in ((1536, 2048), (2048, 768)):
+        desc = fp4("m_grouped_offsets", 8, n, k, 128, expected_m=1, weights="prepared")
+        view = routed_view(desc)
+        assert (view.num_groups, view.expected_m, view.m) == (8, 1, 8)
+        picked = select_config(desc, SM90)
+        tiles = 8 * math.ceil(n / picked.layout.block_n)
+        assert tiles >= SM90.num_sms // 2 and picked.layout.block_n < 256
+    # Distinct groups of m slots routed uniformly: m for few slots, most groups near m = G.
+    assert routed_view(fp4("m_grouped_offsets", 32, 2048, 768, 128, expected_m=1)).num_groups == 28
+    assert routed_view(fp4("m_grouped_offsets", 127, 2048, 768, 128)).num_groups == 81
+    for unchanged in (
+        fp4("m_grouped_offsets", 128, 2048, 768, 128, expected_m=1),  # m = G: the mean model
+        fp4("m_grouped_masked", 8, 2048, 768, 128, expected_m=1),  # empty groups unknown
+        fp4("m_grouped_contiguous", 128, 2048, 768, 128),
+    ):
+        assert routed_view(unchanged) is unchanged
+    # The wave floor: a tile is the least a problem with any tiles takes.
+    one = fp4("m_grouped_masked", 8, 2048, 768, 2, expected_m=8, weights="prepared")
+    config = select_config(one, SM90)
+    assert sm90_fp8_fp4_table.decode_waves(one, config.layout.block_m, config.layout.block_n,
+                                           SM90.num_sms) == 1.0  # fmt: skip
 
 
 @pytest.mark.parametrize("desc", DESCS, ids=lambda d: f"{d.kind}-{d.m}-{d.n}-{d.k}")
@@ -371,6 +400,10 @@ def test_selection_key_is_complete() -> None:
         descs += [_ragged("m_grouped_offsets", e) for e in range(1, 400)]
         descs += [_ragged("m_grouped_masked", e) for e in range(1, 400)]
         descs += [_ragged("m_grouped_masked", e, max_m=64) for e in range(1, 64)]
+        # Fewer packed rows than groups (ragged.routed_view), both weight layouts.
+        for weights in ("raw", "prepared"):
+            descs += [fp4("m_grouped_offsets", m, 2048, 768, 128, expected_m=-(-m // 128),
+                          weights=weights) for m in range(1, 140)]  # fmt: skip
         by_key: dict = {}
         for d in descs:
             by_key.setdefault(families.selection_key(d, arch), set()).add(

@@ -100,6 +100,9 @@ KEYED_READERS = {
     # ragged.py: the rows per group (in the key), the masked capacity (RaggedBlocks.cap_blocks)
     "expected_rows_per_group",
     "masked_capacity",
+    # ragged.py: fewer packed rows than groups seen as the groups they reach (the FP8 x FP4
+    # key applies the same view first)
+    "routed_view",
     # waves.py: tiles of the balanced layouts (ceil(m / block_m): in the dense / m_indices key;
     # k-grouped m is in its key); the wave bound (RaggedBlocks.max_blocks)
     "count_tiles",

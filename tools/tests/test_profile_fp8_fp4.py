@@ -30,6 +30,20 @@ def test_descs_per_layout() -> None:
     assert (idx.kind, idx.m, idx.weights) == ("m_grouped_contiguous", 32 * 256, "raw")
 
 
+def test_few_active_groups() -> None:
+    """--active A: A groups spread over G hold the rows; the description is the API's (the
+    packed layout's rows per group rounded up)."""
+    args = tool.parse(["--groups", "128", "--rows", "1", "--layout", "offs", "--active", "8"])
+    sizes = tool.group_rows(args)
+    assert sum(sizes) == 8 and [g for g, r in enumerate(sizes) if r] == list(range(0, 128, 16))
+    desc = tool.desc_of(args)
+    assert (desc.m, desc.expected_m, desc.num_groups) == (8, 1, 128)
+    ragged = tool.parse(["--groups", "32", "--rows", "8", "--ragged", "--active", "4"])
+    assert sum(1 for r in tool.group_rows(ragged) if r) == 4
+    with pytest.raises(SystemExit):
+        tool.parse(["--groups", "8", "--active", "9"])
+
+
 def test_list_holds_the_pick(capsys: pytest.CaptureFixture[str]) -> None:
     assert tool.main(["--list", "--rows", "8"]) == 0
     names = capsys.readouterr().out.split()

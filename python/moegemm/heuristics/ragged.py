@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import replace
 from statistics import NormalDist
 
 from .config import GemmDesc
@@ -28,6 +29,20 @@ def expected_rows_per_group(desc: GemmDesc) -> int:
     if desc.expected_m > 0:
         return desc.expected_m
     return max(1, math.ceil(desc.m / max(1, desc.num_groups)))
+
+
+def routed_view(desc: GemmDesc) -> GemmDesc:
+    """The packed-offsets layout with fewer rows than groups (decode: T tokens x top-k slots
+    over E experts) as the model should see it: m slots routed over G groups hit about
+    G (1 - (1 - 1 / G)^m) distinct groups (T = 1: exactly its top-k), and the others are empty.
+    The per-group mean of rows (1 when m < G) would instead spread m rows over most groups, as
+    if nearly every expert's weights were read and tiled. Other layouts: `desc` unchanged (a
+    masked layout's empty groups are unknown on the host; its expected_m is the caller's)."""
+    g, m = desc.num_groups, desc.m
+    if desc.kind != "m_grouped_offsets" or m <= 0 or m >= g:
+        return desc
+    active = max(1, min(m, round(g * (1.0 - (1.0 - 1.0 / g) ** m))))
+    return replace(desc, num_groups=active, expected_m=math.ceil(m / active))
 
 
 def masked_capacity(desc: GemmDesc) -> int | None:

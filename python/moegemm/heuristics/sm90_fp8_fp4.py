@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from . import search, sm90_fp8_fp4_decode, sm90_fp8_fp4_table
 from .arch import ArchSpec
 from .config import GemmConfig, GemmDesc, LaunchConfig, Layout, PipelineConfig
-from .ragged import RAGGED_KINDS, expected_rows_per_group, normal_sf, rows_sigma
+from .ragged import RAGGED_KINDS, expected_rows_per_group, normal_sf, routed_view, rows_sigma
 from .sm90_bf16 import (
     PIPELINE_FILL_CYCLES,
     TILE_OVERHEAD_CYCLES,
@@ -276,7 +276,9 @@ def hbm_bytes(desc: GemmDesc) -> float:
 
 
 def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> float:
-    """Cycles for the whole problem on `arch.num_sms` persistent CTAs."""
+    """Cycles for the whole problem on `arch.num_sms` persistent CTAs (few rows over many groups
+    seen as ragged.routed_view: only the groups they reach)."""
+    desc = routed_view(desc)
     lay = config.layout
     streamed = hbm_bytes(desc) / HBM_BYTES_PER_CLK
     if desc.weights == "prepared":
@@ -324,8 +326,10 @@ def selection_key(desc: GemmDesc) -> tuple:
       ceil(m / 64) determines all of them.
     - offsets, masked: the rows per group (epilogue, busy warpgroups, hbm_bytes) and per block_m
       the waves.RaggedBlocks (capacity cut, wave bound), also per token block of the decode
-      kernel; a masked group's rows capped by max_m.
+      kernel; a masked group's rows capped by max_m; fewer offsets rows than groups as
+      ragged.routed_view sees them.
     """
+    desc = routed_view(desc)
     base = (desc.kind, desc.n, desc.k, desc.num_groups, desc.ab_dtype, desc.d_dtype)
     base += (desc.with_c, desc.weights, desc.epilogue)
     if desc.kind in RAGGED_KINDS:

@@ -112,10 +112,11 @@ def decode_waves(desc: GemmDesc, block_t: int, block_w: int, num_sms: int) -> fl
     """Waves of the decode kernel: on ragged layouts the expected token blocks of groups spread
     around the mean (ragged.py). A group past its token block streams its weights again for
     the next one (measured on the H200: 8 rows a group drawn from 6..10 take 1.45x the time of
-    8 each with 8-token blocks, as many as the extra blocks)."""
+    8 each with 8-token blocks, as many as the extra blocks). Called with tiles to run."""
     if desc.kind not in RAGGED_KINDS:
         return expected_waves(desc, block_t, block_w, num_sms)
-    return count_tiles(desc, block_t, block_w) / num_sms
+    # Fewer tiles than SMs still take one tile's time.
+    return max(1.0, count_tiles(desc, block_t, block_w) / num_sms)
 
 
 def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec, streamed: float) -> float:
