@@ -34,7 +34,8 @@ def expected_rows_per_group(desc: GemmDesc) -> int:
 def routed_view(desc: GemmDesc) -> GemmDesc:
     """The packed-offsets layout with fewer rows than groups (decode: T tokens x top-k slots
     over E experts) as the model should see it: m slots routed over G groups hit about
-    G (1 - (1 - 1 / G)^m) distinct groups (T = 1: exactly its top-k), and the others are empty.
+    G (1 - (1 - 1 / G)^m) distinct groups (T = 1: exactly its top-k), and the others are empty
+    (the view's group count makes that many non-empty under the model's spread of rows).
     The per-group mean of rows (1 when m < G) would instead spread m rows over most groups, as
     if nearly every expert's weights were read and tiled. Other layouts: `desc` unchanged (a
     masked layout's empty groups are unknown on the host; its expected_m is the caller's)."""
@@ -42,7 +43,11 @@ def routed_view(desc: GemmDesc) -> GemmDesc:
     if desc.kind != "m_grouped_offsets" or m <= 0 or m >= g:
         return desc
     active = max(1, min(m, round(g * (1.0 - (1.0 - 1.0 / g) ** m))))
-    return replace(desc, num_groups=active, expected_m=math.ceil(m / active))
+    mean = math.ceil(m / active)
+    # The model's groups spread around their mean and some come out empty; routed ones hold a
+    # row each: as many more groups as make the non-empty ones `active`.
+    reached = normal_sf((0.5 - mean) / rows_sigma(mean))
+    return replace(desc, num_groups=min(g, round(active / reached)), expected_m=mean)
 
 
 def masked_capacity(desc: GemmDesc) -> int | None:
