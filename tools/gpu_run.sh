@@ -5,7 +5,11 @@
 #   tools/gpu_run.sh LOG_DIR STAGES [-- PYTEST_ARGS...]
 #
 # STAGES, comma-separated, run in this order whatever order they are given in:
-#   tests      the GPU test suite (default args: -m gpu tests; ~6-7 min)
+#   tests      the GPU test suite (default args: -m gpu tests). A cold JIT cache makes it ~18 min
+#              in one process on an H100; with pytest-xdist's wheels in .whl/ (pip download
+#              --no-deps pytest-xdist execnet -d .whl) it runs in GPU_RUN_TESTS_WORKERS processes
+#              (default 3, one file each at a time: --dist loadfile; 1: one process, which also prints
+#              the FP8 x FP4 tests' worst calc_diff lines), which compile in parallel
 #   ab         tools/build_twins.py: every benchmark case, this tree against the baseline
 #              (.baseline/, see below) built beside it, interleaved; geomean new/old per layout
 #              (~3-4 min with both builds' kernels compiled cold). BF16 by default; FP8 x FP4
@@ -142,8 +146,14 @@ if [[ ($stages == *,fp8,* || $stages == *,hf,*) && -n ${GPU_RUN_DEEPGEMM_DIR:-} 
 fi
 
 if [[ $stages == *,tests,* ]]; then
+  workers=()
+  xdist=(.whl/pytest_xdist-*.whl .whl/execnet-*.whl)
+  if [ -f "${xdist[0]}" ] && [ -f "${xdist[1]}" ] && [ "${GPU_RUN_TESTS_WORKERS:-3}" -gt 1 ] &&
+    python3 -m pip install -q --no-deps --no-index "${xdist[@]}" >"$log_dir/xdist.log" 2>&1; then
+    workers=(-n "${GPU_RUN_TESTS_WORKERS:-3}" --dist loadfile)
+  fi
   run_stage tests "${GPU_RUN_TESTS_TIMEOUT:-480}" pytest.log \
-    python3 -m pytest -q -rs --durations=15 "${pytest_args[@]}"
+    python3 -m pytest -q -rs --durations=15 "${workers[@]}" "${pytest_args[@]}"
 fi
 if [[ $stages == *,sm100,* ]]; then
   sm100_parts=",${GPU_RUN_SM100_PARTS:-tests,bench},"
