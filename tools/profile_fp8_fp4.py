@@ -108,8 +108,8 @@ class Problem:
 
         g, n, k, r = args.groups, args.n, args.k, args.rows
         self.layout, self.rows = args.layout, r
-        self.kwargs: dict = {}
-        self.rotation: list[dict] = []
+        # Group arguments of successive calls (the contiguous layouts), taken in turn.
+        self.variants: list[dict] = [{}]
         self.calls = 0
         sizes = group_rows(args)
         cap = max(max(sizes), 1)
@@ -139,15 +139,15 @@ class Problem:
                 info = torch.full((xs.shape[0],), -1, dtype=torch.int32)
                 for gi, rows in enumerate(sizes):
                     info[starts[gi] : starts[gi] + pads[gi]] = gi
-                self.kwargs = {"m_indices": info.cuda()}
+                self.variants = [{"m_indices": info.cuda()}]
             else:
-                self.kwargs = {"offs": self._ends(sizes)}
+                self.variants = [{"offs": self._ends(sizes)}]
                 if getattr(args, "active", 0):
                     # Few groups hold rows: later calls move them to other groups (the same
                     # rows), so the weights they read come from HBM, as each layer's do in
                     # decode, not from L2 (the first call, which check() makes, is unmoved).
                     shifts = range(1, min(16, g // args.active))
-                    self.rotation += [{"offs": self._ends(sizes[-s:] + sizes[:-s])} for s in shifts]
+                    self.variants += [{"offs": self._ends(sizes[-s:] + sizes[:-s])} for s in shifts]
             self.ref_rows = [
                 (gi, slice(starts[gi], starts[gi] + rows)) for gi, rows in enumerate(sizes) if rows
             ]
@@ -170,9 +170,7 @@ class Problem:
                 *operands, self.masked_m, self.rows, config=config
             )
             return
-        kwargs = self.kwargs
-        if self.rotation and self.calls % (len(self.rotation) + 1):
-            kwargs = self.rotation[self.calls % (len(self.rotation) + 1) - 1]
+        kwargs = self.variants[self.calls % len(self.variants)]
         self.calls += 1
         moegemm.m_grouped_fp8_fp4_gemm_nt_contiguous(*operands, config=config, **kwargs)
 
