@@ -340,7 +340,8 @@ TABLE_CONFIGS = table_configs()
 def test_table_kernel_mainloop_gate(kind: str, config, tmp_path) -> None:
     """The table kernel as the heuristics emit it: wgmma batches of four that ptxas does not
     serialize (no C7514 / C7518 / C7519), no local memory, and per steady-state k-block one
-    WARPGROUP.DEPBAR, no BAR.RED / BAR.SYNC / REDUX, the codes by two LDS.128, and at most
+    WARPGROUP.DEPBAR, no BAR.RED / BAR.SYNC / REDUX, no SHFL between the wait and the first
+    wgmma, the codes by two LDS.128, and at most
     MAX_INSTRUCTIONS_PER_WEIGHT instructions and MAX_ALU_PER_WEIGHT integer-pipe operations a
     weight at decode (MAX_ALU_PER_WEIGHT_WIDE for wider token blocks)."""
     spec = sm90_fp8_fp4_spec(config, kind, "prepared")
@@ -359,6 +360,10 @@ def test_table_kernel_mainloop_gate(kind: str, config, tmp_path) -> None:
     # one DEPBAR, one ARRIVE a k-block's batch
     assert ops.count("WARPGROUP") == 1 + kblocks and ops.count("QGMMA") == 4 * kblocks
     assert not any(t.startswith(("BAR.RED", "BAR.SYNC", "REDUX")) for t in body)
+    # The tokens' uniform address is shuffled before the wait: no SHFL latency between the
+    # wait and the next batch.
+    first_qgmma = next(i for i, op in enumerate(ops) if op == "QGMMA")
+    assert "SHFL" not in ops[:first_qgmma]
     assert sum(t.startswith("LDS.128") for t in body) == 2 * kblocks
     per_weight = len(body) / (kblocks * WEIGHTS_PER_THREAD_KBLOCK)
     alu = sum(op in ALU_OPCODES for op in ops) / (kblocks * WEIGHTS_PER_THREAD_KBLOCK)

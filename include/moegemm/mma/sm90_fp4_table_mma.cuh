@@ -183,14 +183,20 @@ struct Fp4TableMma {
     }
   }
 
-  // The 4 wgmma of one k-block (A registers `a`, the tokens of `stage`) into `t`.
+  // A stage's tokens address shuffled from lane 0: ptxas then knows it uniform and builds the
+  // four descriptors in uniform registers instead of moving both words of each from general
+  // registers (5-8 instructions fewer a k-block, every config, no spill). The callers take it
+  // before the wgmma wait, outside the branch that issues: a shuffle inside it could not move,
+  // and its latency (and the move to a uniform register) sat between the wait and the issue.
+  __device__ __forceinline__ static uint32_t uniform_tokens(const Slabs& stage) {
+    return __shfl_sync(0xFFFFFFFFu, stage.tokens, 0);
+  }
+
+  // The 4 wgmma of one k-block (A registers `a`, the tokens at `tokens`, from uniform_tokens)
+  // into `t`.
   __device__ __forceinline__ static void issue(const uint32_t (&a)[16], Accum& t,
-                                               const Slabs& stage) {
+                                               uint32_t tokens) {
     // The tokens' K-major 128B-swizzled rows (ptx/sm90_wgmma.cuh, make_smem_desc_k128b).
-    // The stage's address is shuffled from lane 0 first: ptxas then knows it uniform and
-    // builds the four descriptors in uniform registers instead of moving both words of each
-    // from general registers (5-8 instructions fewer a k-block, every config, no spill).
-    const uint32_t tokens = __shfl_sync(0xFFFFFFFFu, stage.tokens, 0);
     const uint64_t desc_t = ((tokens & 0x3FFFF) >> 4) | (uint64_t{1024 >> 4} << 32) |
                             (uint64_t{1} << 62);
     warpgroup_fence_regs<kNumAccum>(t.v[0]);
@@ -229,7 +235,7 @@ struct Fp4TableMma {
 #pragma unroll 1
       for (uint32_t pass = 0; pass < kExactPasses; ++pass) {
         convert_exact(stage, lane, pass + 1, a);
-        issue(a, t, stage);
+        issue(a, t, uniform_tokens(stage));
         warpgroup_wait<0>();
         warpgroup_fence_regs<kNumAccum>(t.v[0]);
         promote(acc, t, stage, lane, fp4::exact_scale(raw.x, pass, valid_blocks),
@@ -262,19 +268,20 @@ struct Fp4TableMma {
       ring.consumer_wait(next);
       ow_nxt = convert(next_stage, lane, nxt);
     }
+    const uint32_t next_tokens = uniform_tokens(next_stage);
     Factors factors;
     if constexpr (kFactorsAhead) factors = factors_of(stage, lane, ow_cur.x);
     warpgroup_wait<0>();
     warpgroup_fence_regs<kNumAccum>(t_cur.v[0]);
     if constexpr (!kFactorsAhead) factors = factors_of(stage, lane, ow_cur.x);
     if constexpr (kTwoTemporaries) {
-      if (!last) issue(nxt, t_nxt, next_stage);
+      if (!last) issue(nxt, t_nxt, next_tokens);
       finish(acc, t_cur, cur, ow_cur, factors, stage, state.stage_idx, params, work, kb, ring,
              lane, lane_idx);
     } else {
       finish(acc, t_cur, cur, ow_cur, factors, stage, state.stage_idx, params, work, kb, ring,
              lane, lane_idx);
-      if (!last) issue(nxt, t_nxt, next_stage);
+      if (!last) issue(nxt, t_nxt, next_tokens);
     }
     state = next;
     ++kb;
@@ -353,6 +360,7 @@ struct Fp4TableMma {
     }
     // Without has_p1, f1 reads a stage not waited for (perhaps being filled): unused then, and
     // cheaper than a selected stage (ptxas: +10 instructions a pair, a local-memory frame).
+    const uint32_t tokens_q0 = uniform_tokens(s2), tokens_q1 = uniform_tokens(has_q1 ? s3 : s2);
     Factors f0 = factors_of(s0, lane, wp0.x), f1 = factors_of(s1, lane, wp1.x);
     warpgroup_wait<0>();
     warpgroup_fence_regs<kNumAccum>(t0.v[0]);
@@ -361,8 +369,8 @@ struct Fp4TableMma {
     if (has_p1)
       finish(acc, t1, p1, wp1, f1, s1, st1.stage_idx, params, work, kb + 1, ring, lane, lane_idx);
     if (has_q0) {
-      issue(q0, t0, s2);
-      issue(q1, t1, has_q1 ? s3 : s2);
+      issue(q0, t0, tokens_q0);
+      issue(q1, t1, tokens_q1);
     }
     state = has_p1 ? st2 : st1;  // a tile's odd last k-block consumed one stage
     kb += 2;
@@ -388,8 +396,8 @@ struct Fp4TableMma {
     const bool has1 = __any_sync(0xFFFFFFFFu, num_k_blocks > 1);
     w1 = convert_or_zero(has1, ring, st1, s1, lane, a1);
     wait_issue_turn(math_wg);
-    issue(a0, tmp, s0);
-    issue(a1, t1, has1 ? s1 : s0);
+    issue(a0, tmp, uniform_tokens(s0));
+    issue(a1, t1, uniform_tokens(has1 ? s1 : s0));
     pass_issue_turn(math_wg);
     uint32_t kb = 0;
 #pragma unroll 1
@@ -433,7 +441,7 @@ struct Fp4TableMma {
     const Slabs first = slabs_of<Stages>(smem_base, state.stage_idx);
     ow0 = convert(first, lane, a0);
     wait_issue_turn(math_wg);
-    issue(a0, tmp, first);
+    issue(a0, tmp, uniform_tokens(first));
     pass_issue_turn(math_wg);
     uint32_t kb = 0;
 #pragma unroll 1
