@@ -35,7 +35,8 @@
 #   quality    benchmarks/heuristic_quality.py --all (~2 min)
 #   resources  tools/resource_report.py against .baseline/ (no GPU needed; 16 cores here)
 #   ncu        Nsight Compute on $GPU_RUN_NCU_CASE through tools/profile_case.py, or with
-#              GPU_RUN_NCU_FP8="<args>" on tools/profile_fp8_fp4.py <args> (FP8 x FP4)
+#              GPU_RUN_NCU_FP8="<args>" on tools/profile_fp8_fp4.py <args> (FP8 x FP4);
+#              GPU_RUN_NCU_EXTRA adds ncu options (e.g. "--print-details all --section SourceCounters")
 #   sm100      the first Blackwell machine (B200 10.0 / B300 10.3; nothing of it has run on
 #              hardware yet): one line and rc 3 unless the GPU is CC 10.x; else
 #              tests/gpu/test_sm100_gpu.py (every SM100 family and layout, graphs, no host sync) with
@@ -278,7 +279,7 @@ if [[ $stages == *,ncu,* ]]; then
   run_stage ncu "${GPU_RUN_NCU_TIMEOUT:-300}" ncu.log \
     "$ncu_bin" --clock-control none -k regex:$ncu_kernel --launch-skip 2 --launch-count 1 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
-    --section SchedulerStats --section LaunchStats "${ncu_cmd[@]}"
+    --section SchedulerStats --section LaunchStats ${GPU_RUN_NCU_EXTRA:-} "${ncu_cmd[@]}"
 fi
 
 # The summary: one line per stage, then each stage's own verdict lines.
