@@ -522,8 +522,9 @@ def render(fig: Figure, path: Path) -> None:
             if panel.series or panel.ceilings:
                 ax.legend(fontsize=7, loc="best")
             if panel.note:
-                ax.text(0.01, 0.01, panel.note, transform=ax.transAxes, fontsize=7,
-                        color="dimgray", va="bottom")  # fmt: skip
+                ax.text(0.99, 0.01, panel.note, transform=ax.transAxes, fontsize=7,
+                        color="dimgray", va="bottom", ha="right",
+                        bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85})  # fmt: skip
         figure.suptitle(fig.title, fontsize=10)
         figure.tight_layout()
         figure.savefig(path, dpi=100)
