@@ -522,9 +522,9 @@ def render(fig: Figure, path: Path) -> None:
             if panel.series or panel.ceilings:
                 ax.legend(fontsize=7, loc="best")
             if panel.note:
+                box = {"facecolor": "white", "edgecolor": "none", "alpha": 0.85}
                 ax.text(0.99, 0.01, panel.note, transform=ax.transAxes, fontsize=7,
-                        color="dimgray", va="bottom", ha="right",
-                        bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85})  # fmt: skip
+                        color="dimgray", va="bottom", ha="right", bbox=box)  # fmt: skip
         figure.suptitle(fig.title, fontsize=10)
         figure.tight_layout()
         figure.savefig(path, dpi=100)
