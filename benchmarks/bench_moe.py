@@ -14,7 +14,8 @@ call finds its weights in L2) and replayed; per call = replay time / ROUTINGS.
 Ceilings in the run: a 1 GiB device copy (touched experts' weight bytes / time against it) and
 cuBLAS BF16 8192^3 (the layer's real FLOPs / time against it). Every row is checked once
 against the FP32 reference of the whole layer (calc_diff < 1e-5) before it is timed. The
-workspace size is reported per row. --json writes everything.
+workspace size is reported per row. --json writes everything, with the GPU, torch, commit and
+UTC date of the run (bench_common.run_info, as bench_bf16.py and bench_fp8_fp4.py record them).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import sys
 import time
 
 import torch
+from bench_common import run_info
 from moe_cases import MODELS, TOKENS, add_metrics, regime_for, targets
 
 import moegemm
@@ -214,6 +216,13 @@ def format_row(row: dict) -> str:
     )
 
 
+def result(info: dict, copy_gbps: float, cublas_tflops: float, rows: list, summary: list) -> dict:
+    """The --json file: the run's GPU, torch, commit and date_utc (what plot.py titles a figure
+    with), the ceilings, every row and the targets."""
+    return {**info, "copy_gbps": copy_gbps, "cublas_tflops": cublas_tflops, "rows": rows,
+            "targets": summary}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=",".join(MODELS))
@@ -225,7 +234,12 @@ def main(argv: list[str] | None = None) -> int:
     tokens = [int(t) for t in args.tokens.split(",")]
     t0 = time.perf_counter()
     copy_gbps, cublas_tflops = ceilings()
-    print(f"# copy {copy_gbps:.0f} GB/s, cuBLAS {cublas_tflops:.0f} TFLOP/s", flush=True)
+    info = run_info()
+    print(
+        f"# {info['gpu']}, torch {info['torch']}, commit {info['commit']}, {info['date_utc']} "
+        f"UTC; copy {copy_gbps:.0f} GB/s, cuBLAS {cublas_tflops:.0f} TFLOP/s",
+        flush=True,
+    )
     rows = []
     head = f"{'model':14} {'T':>5} {'ours us':>9} {'torch':>9} {'comp':>9} {'xtorch':>6} "
     print(head + f"{'xcomp':>6} {'%copy':>6} {'%cuBL':>6} {'ws MiB':>8} diff", flush=True)
@@ -252,8 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# {len(rows)} rows in {time.perf_counter() - t0:.0f} s")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"copy_gbps": copy_gbps, "cublas_tflops": cublas_tflops, "rows": rows,
-                       "targets": summary}, fh, indent=1)  # fmt: skip
+            json.dump(result(info, copy_gbps, cublas_tflops, rows, summary), fh, indent=1)
     return 0
 
 

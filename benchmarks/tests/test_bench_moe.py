@@ -37,3 +37,19 @@ def test_metrics_and_targets() -> None:
     assert got["prefill: >= 90% of cuBLAS TFLOP/s"]["status"] == "met"
     broken = {"model": "b", "tokens": 1, "error": "calc_diff 1e-2"}
     assert targets([fast, broken])[-1]["status"] == "missed"
+
+
+def test_the_json_records_the_run_for_the_plot(monkeypatch) -> None:
+    """bench_moe.py's --json carries GPU, date and commit as the other benchmarks' do, so
+    plot.py titles its figures with them instead of 'unknown'."""
+    import bench_moe
+    import plot
+
+    monkeypatch.setenv("TREE_COMMIT", "abc1234")
+    info = bench_moe.run_info()
+    assert info["commit"] == "abc1234" and info["gpu"] and info["date_utc"]
+    data = bench_moe.result(info, 2758.0, 760.0, [{"model": "m", "tokens": 1}], [])
+    assert {"gpu", "torch", "commit", "date_utc", "copy_gbps", "cublas_tflops"} <= data.keys()
+    assert plot.detect(data) == "moe"
+    line = plot.run_line(data)
+    assert "unknown" not in line and "commit abc1234" in line and info["gpu"] in line

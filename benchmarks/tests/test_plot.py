@@ -155,7 +155,7 @@ def test_moe_series_roofline_and_unknown_run() -> None:
     figs = by_name(plot.figures_for(data))
     assert list(figs) == ["moe-bf16-mixtral-8x7b", "moe-bf16-qwen3-30b-a3b"]
     qwen = figs["moe-bf16-qwen3-30b-a3b"]
-    # bench_moe.py records no GPU, date or commit: said so, not guessed.
+    # A bench_moe.py result from before it recorded GPU, date and commit: said so, not guessed.
     assert "GPU unknown | date unknown | commit unknown" in qwen.title
     times, fractions = qwen.panels
     assert labels(times) == [
