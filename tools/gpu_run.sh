@@ -9,7 +9,8 @@
 #              in one process on an H100; with pytest-xdist's wheels in .whl/ (pip download
 #              --no-deps pytest-xdist execnet -d .whl) it runs in GPU_RUN_TESTS_WORKERS processes
 #              (default 3, one file each at a time: --dist loadfile; 1: one process, which also prints
-#              the FP8 x FP4 tests' worst calc_diff lines), which compile in parallel
+#              the FP8 x FP4 tests' worst calc_diff lines), which compile in parallel; tests that
+#              failed beside the others (three workers can run out of GPU memory) rerun alone
 #   ab         tools/build_twins.py: every benchmark case, this tree against the baseline
 #              (.baseline/, see below) built beside it, interleaved; geomean new/old per layout
 #              (~3-4 min with both builds' kernels compiled cold). BF16 by default; FP8 x FP4
@@ -155,6 +156,13 @@ if [[ $stages == *,tests,* ]]; then
   fi
   run_stage tests "${GPU_RUN_TESTS_TIMEOUT:-480}" pytest.log \
     python3 -m pytest -q -rs --durations=15 "${workers[@]}" "${pytest_args[@]}"
+  # Workers share the GPU's memory: a test that failed beside others (out of memory) runs
+  # again alone; the summary keeps both lines.
+  if ((${#workers[@]})) && grep -qE "^[0-9]+ failed|, [0-9]+ failed" "$log_dir/pytest.log"; then
+    run_stage retest 240 pytest_retest.log \
+      python3 -m pytest -q -rs -p no:xdist --last-failed --last-failed-no-failures none \
+      "${pytest_args[@]}"
+  fi
 fi
 if [[ $stages == *,sm100,* ]]; then
   sm100_parts=",${GPU_RUN_SM100_PARTS:-tests,bench},"
@@ -287,6 +295,8 @@ fi
   echo "== summary: tree $commit, $(head -2 "$log_dir/gpu.txt" | tail -1)"
   printf '%s\n' "${summary[@]}"
   [ -f "$log_dir/pytest.log" ] && grep -E "passed|failed|error" "$log_dir/pytest.log" | tail -1
+  [ -f "$log_dir/pytest_retest.log" ] &&
+    echo "retest alone: $(grep -E "passed|failed|error" "$log_dir/pytest_retest.log" | tail -1)"
   if [ -f "$log_dir/build_twins.log" ]; then
     echo "-- build twins (new / old, geomean per layout):"
     sed -n '/^layout /,$p' "$log_dir/build_twins.log"
