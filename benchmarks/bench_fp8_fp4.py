@@ -66,6 +66,7 @@ from bench_common import (
 )
 from bf16_cases import ALIGN, group_layouts
 from fp8_fp4_cases import (
+    ANCHOR_GPU,
     HEADER,
     LAYOUTS,
     SUITES,
@@ -667,6 +668,11 @@ def main(argv: list[str] | None = None) -> int:
     notes = {"sm100": sm100_note} if sm100_note else {}
     if not hasattr(torch, "_scaled_grouped_mm"):
         notes["torch_fp8"] = "this torch has no torch._scaled_grouped_mm: torch FP8 columns n/a"
+    if ANCHOR_GPU not in info["gpu"]:  # DeepGEMM only as timed in this run (--deepgemm)
+        for case in cases:
+            case.dg_fp8.pop("dg_x_torch", None)
+        notes["deepgemm"] = f"DeepGEMM anchors were timed on an {ANCHOR_GPU}: estimates n/a"
+        print(f"# {notes['deepgemm']}", flush=True)
     print(
         f"# {info['gpu']}, torch {info['torch']}, commit {info['commit']}, {info['date_utc']} "
         f"UTC; {len(cases)} cases, layouts {','.join(args.layouts)}, weights "

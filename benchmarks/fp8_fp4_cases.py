@@ -58,6 +58,8 @@ def sm100_weights(weights: tuple[str, ...]) -> tuple[tuple[str, ...], str | None
 
 
 SOURCE = "../shared/BENCHMARKS.md (H200, 2026-11-29 / 2026-12-01)"
+# The GPU those DeepGEMM ratios over torch were timed on: they price DeepGEMM there only.
+ANCHOR_GPU = "H200"
 
 # --- "Anchor: DeepGEMM ... vs torch", FP8 columns, keyed by bf16_cases.ANCHOR_CASES' names.
 # name: (DeepGEMM FP8 us, torch FP8 rowwise us, DeepGEMM FP8 / torch FP8 speed)
@@ -412,7 +414,11 @@ def add_metrics(row: dict, copy_gbps: float | None) -> None:
             if raw:
                 row[f"x_{peer}_raw"] = row[f"{peer}_us"] / raw
     dg = row.get("dg_fp8") or {}
-    if dg.get("dg_x_torch"):
+    if row.get("x_dg_inrun"):  # DeepGEMM timed in this run: the ratio itself, no estimate
+        row["vs_dg"] = row["x_dg_inrun"]
+        if row.get("x_dg_inrun_raw"):
+            row["vs_dg_raw"] = row["x_dg_inrun_raw"]
+    elif dg.get("dg_x_torch"):
         row["dg_x_torch"] = dg["dg_x_torch"]
         if row.get("x_torch_fp8"):
             row["vs_dg"] = row["x_torch_fp8"] / dg["dg_x_torch"]

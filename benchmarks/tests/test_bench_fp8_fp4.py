@@ -204,6 +204,11 @@ def test_add_metrics() -> None:
     assert math.isclose(row["raw_over_prepared"], 1.1)
     assert math.isclose(row["vs_dg"], 3.5 / 1.4) and math.isclose(row["vs_dg_raw"], 350 / 110 / 1.4)
     assert math.isclose(row["vs_mxfp4_engine"], 3.5 / 2.0)
+    # DeepGEMM timed in the run: its ratio replaces the anchor's estimate.
+    row = make_row(raw_us=110.0, prepared_us=100.0, torch_fp8_us=350.0, x_dg_inrun=1.7,
+                   x_dg_inrun_raw=1.5)  # fmt: skip
+    bench.add_metrics(row, copy_gbps=4000.0)
+    assert row["vs_dg"] == 1.7 and row["vs_dg_raw"] == 1.5
     # Raw only: it is "ours"; no anchor, no torch: no ratios over them.
     row = make_row(raw_us=50.0, dg_fp8={}, mxfp4_engine={})
     bench.add_metrics(row, None)
