@@ -1,4 +1,4 @@
-"""transformers' experts implementations on one H200: "moegemm" against "grouped_mm" and, where a
+"""transformers' experts implementations on one GPU: "moegemm" against "grouped_mm" and, where a
 DeepGEMM build loads, "deepgemm", on MoE models of real hidden and expert sizes (few layers,
 random weights).
 
