@@ -342,11 +342,15 @@ def test_sizes_the_layer_refuses(no_fallback) -> None:
 
 
 def test_gpu_without_kernels_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A device's answer is cached (its capability cannot change in a process): two GPUs here.
+    mt._cuda_device_reason.cache_clear()
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
     reason = mt._device_reason(torch.device("cuda", 0))
     assert reason is not None and "no moegemm kernels" in reason and "sm_80" in reason
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
-    assert mt._device_reason(torch.device("cuda", 0)) is None
+    assert mt._device_reason(torch.device("cuda", 0)) == reason  # cached
+    assert mt._device_reason(torch.device("cuda", 1)) is None
+    mt._cuda_device_reason.cache_clear()
 
 
 @pytest.mark.parametrize("mode", ["grouped_mm", "eager", True])
@@ -596,3 +600,24 @@ def test_attach_mxfp4_checkpoint_refusals(tmp_path) -> None:
         mt.attach_mxfp4_checkpoint(model, tmp_path / "nowhere")
     for module in model.modules():
         assert not any(hasattr(module, attr) for attr in mt.MXFP4_ATTRS)
+
+
+def test_held_reads_what_getattr_reads() -> None:
+    """The forward's attribute probe (no raise and catch for a missing name) sees parameters,
+    buffers, submodules, plain and class attributes as getattr does, and None for the rest."""
+
+    class Probe(torch.nn.Module):
+        @property
+        def computed(self) -> str:
+            return "property"
+
+    probe = Probe()
+    probe.param = torch.nn.Parameter(torch.zeros(1))
+    probe.register_buffer("buf", torch.ones(1))
+    probe.register_buffer("empty", None)
+    probe.child = torch.nn.Linear(1, 1)
+    probe.plain = torch.full((1,), 2.0)
+    for name in ("param", "buf", "empty", "child", "plain", "computed", "missing", "forward"):
+        assert mt._held(probe, name) is getattr(probe, name, None) or (
+            name == "forward" and mt._held(probe, name) == getattr(probe, name)
+        ), name
