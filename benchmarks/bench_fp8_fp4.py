@@ -64,9 +64,8 @@ from bench_common import (
     try_time,
     worse,
 )
-from bf16_cases import ALIGN, group_layouts
+from bf16_cases import ALIGN, ANCHOR_GPU, group_layouts
 from fp8_fp4_cases import (
-    ANCHOR_GPU,
     HEADER,
     LAYOUTS,
     SUITES,

@@ -57,9 +57,7 @@ def sm100_weights(weights: tuple[str, ...]) -> tuple[tuple[str, ...], str | None
     return kept, "SM100 takes only prepared MXFP4 weights (arch sm_100f): raw not timed"
 
 
-SOURCE = "../shared/BENCHMARKS.md (H200, 2026-11-29 / 2026-12-01)"
-# The GPU those DeepGEMM ratios over torch were timed on: they price DeepGEMM there only.
-ANCHOR_GPU = "H200"
+SOURCE = "../shared/BENCHMARKS.md (H200, 2026-11-29 / 2026-12-01)"  # ANCHOR_GPU's runs
 
 # --- "Anchor: DeepGEMM ... vs torch", FP8 columns, keyed by bf16_cases.ANCHOR_CASES' names.
 # name: (DeepGEMM FP8 us, torch FP8 rowwise us, DeepGEMM FP8 / torch FP8 speed)
