@@ -49,10 +49,11 @@ struct Fp4TableMma {
   static constexpr uint32_t kExactPasses = 4;          // one per 32-block
   static constexpr uint32_t kNumMathWG = BLOCK_W / 64;
   // A second temporary accumulator set lets k-block kb + 1's wgmma start before kb's
-  // promotion. It costs BLOCK_T / 2 registers: up to 32 tokens every warpgroup count holds it,
-  // up to 96 the 232 registers each of one or two math warpgroups get (ptxas: no spills).
+  // promotion. It costs BLOCK_T / 2 registers: up to 48 tokens the 152 registers each of three
+  // math warpgroups get hold it (four warpgroups take at most 16 tokens), up to 96 the 232 of
+  // one or two (ptxas: no spills).
   static constexpr bool kTwoTemporaries =
-      BLOCK_T <= 32 || (kNumMathWG <= 2 && BLOCK_T <= 96);
+      BLOCK_T <= 48 || (kNumMathWG <= 2 && BLOCK_T <= 96);
 
   struct Accum {
     float v[1][kNumAccum];  // the store_transposed layout, as WgmmaAccum<1, BLOCK_T>
