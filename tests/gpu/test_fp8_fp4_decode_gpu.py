@@ -42,7 +42,8 @@ def decode_config(block_t: int, num_wg: int, form: str = "raw"):
 
 CONFIGS = [(8, 1), (16, 4), (24, 3), (32, 2), (64, 2)]
 TABLE_CONFIGS = [
-    (8, 1), (8, 2), (16, 4), (24, 3), (32, 1), (32, 4), (48, 2), (64, 2), (64, 3), (96, 1), (128, 2)
+    (8, 1), (8, 2), (16, 4), (24, 3), (32, 1), (32, 4), (48, 2), (48, 3), (64, 2), (64, 3), (96, 1),
+    (128, 2)
 ]  # fmt: skip
 FORM_CONFIGS = [("raw", *c) for c in CONFIGS] + [("prepared", *c) for c in TABLE_CONFIGS]
 FORM_IDS = [f"{f}-t{t}w{w}" for f, t, w in FORM_CONFIGS]
@@ -175,7 +176,7 @@ def test_table_kernel_exact_path() -> None:
     w = weights_arg(b, sfb, "prepared")
     flags = (w.sfb[:, : k // 128] & EXACT_FLAG) != 0
     assert flags[:, :, :64].all() and not flags[:, :, 64:128].any()
-    for block_t, num_wg in ((16, 4), (64, 1)):
+    for block_t, num_wg in ((16, 4), (48, 3), (64, 1)):
         d = nan_bf16(groups, rows, n)
         masked_m = torch.full((groups,), rows, device="cuda", dtype=torch.int32)
         moegemm.m_grouped_fp8_fp4_gemm_nt_masked(
@@ -187,11 +188,12 @@ def test_table_kernel_exact_path() -> None:
 
 
 @pytest.mark.parametrize("k", [96, 256, 384])
-@pytest.mark.parametrize("block_t,num_wg", [(32, 1), (64, 2), (96, 2)])
+@pytest.mark.parametrize("block_t,num_wg", [(32, 1), (48, 3), (64, 2), (96, 2)])
 def test_table_kernel_few_k_blocks(block_t: int, num_wg: int, k: int) -> None:
     """One, two and three k-blocks (the first partial): up to 64 tokens at one or two math
     warpgroups the kernel runs k-blocks in pairs, so a lone or odd last k-block pairs with zero
-    registers; 96 tokens run them one at a time."""
+    registers; 96 tokens, and 48 at three warpgroups (two temporary sets), run them one at a
+    time."""
     import moegemm
 
     n, m = 256, 50
