@@ -48,6 +48,9 @@ struct GroupWalkScheduler {
   // space, and the first group not yet examined.
   uint32_t group_first_tile = 0, group_tiles = 0, group_m_blocks = 0;
   uint32_t group = 0, group_start = 0, group_rows = 0, next_group = 0;
+  // prefetch(): the sizes of groups next_group + lane, read for the next call's first window.
+  uint32_t prefetched_start = 0, prefetched_rows = 0;
+  bool prefetched = false;
 
   __device__ __forceinline__ explicit GroupWalkScheduler(const GroupingArgs& args)
       : group_info(args.group_info),
@@ -71,6 +74,19 @@ struct GroupWalkScheduler {
     }
   }
 
+  // Where the next tile lies past the cursor's group, reads the first window the next call
+  // walks, so that the load's latency passes under whatever the caller does in between (the
+  // swapped kernels' stores: each CTA's next tile lands ~12 groups on at decode, and every math
+  // warp waited out this load between two tiles). Whole warps, as next().
+  __device__ __forceinline__ void prefetch() {
+    const uint32_t g = next_group + threadIdx.x % 32;
+    prefetched = tile_idx >= group_first_tile + group_tiles && next_group < num_groups;
+    uint32_t start = 0, rows = 0;  // lanes past the last group read nothing, as in next()
+    if (prefetched && g < num_groups) read_group(g, start, rows);
+    prefetched_start = start;
+    prefetched_rows = rows;
+  }
+
   __device__ __forceinline__ bool next(Tile& tile) {
     constexpr uint32_t kFullMask = 0xffffffffu;
     const uint32_t lane = threadIdx.x % 32;
@@ -79,7 +95,13 @@ struct GroupWalkScheduler {
       const uint32_t base = group_first_tile + group_tiles;
       const uint32_t g = next_group + lane;
       uint32_t start = 0, rows = 0;
-      if (g < num_groups) read_group(g, start, rows);
+      if (prefetched) {  // the same groups: next_group has not moved since
+        start = prefetched_start;
+        rows = prefetched_rows;
+        prefetched = false;
+      } else if (g < num_groups) {
+        read_group(g, start, rows);
+      }
       const uint32_t tiles = (rows + kClusterRows - 1) / kClusterRows * num_n_blocks;
       uint32_t cum = tiles;  // inclusive prefix sum over the lanes
 #pragma unroll

@@ -10,6 +10,9 @@
 
 #include <stdint.h>
 
+#include <type_traits>
+#include <utility>
+
 namespace moegemm {
 
 struct Tile {
@@ -18,6 +21,14 @@ struct Tile {
   uint32_t n_block;
   uint32_t group;
 };
+
+// A scheduler that can start reading what its next next() needs early (prefetch(), e.g. between
+// a tile's mainloop and its stores); the others are called as they are.
+template <typename Sched, typename = void>
+struct has_prefetch : std::false_type {};
+template <typename Sched>
+struct has_prefetch<Sched, std::void_t<decltype(std::declval<Sched&>().prefetch())>>
+    : std::true_type {};
 
 // What a scheduler reads: total rows (contiguous) or rows per group (masked), N, groups and the
 // per-row / per-group integers of the layout.
