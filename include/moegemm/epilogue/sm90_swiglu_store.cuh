@@ -19,6 +19,7 @@
 
 #include <moegemm/epilogue/functors.cuh>
 #include <moegemm/epilogue/sm90_register_store.cuh>  // pack_bf16x2
+#include <moegemm/epilogue/sm90_swap_ab_store.cuh>   // store_b32_if
 #include <moegemm/epilogue/sm90_tma_store.cuh>        // TmaStoreLayout
 #include <moegemm/ptx/barrier.cuh>
 #include <moegemm/ptx/smem.cuh>
@@ -140,19 +141,27 @@ __device__ __forceinline__ void store_swiglu_transposed(const float* acc, __nv_b
   const bool in_n = col < n_out;  // with 16-row pairs, the same as gate_row < N
   const float bg = bias != nullptr && in_n ? bias[gate_row] : 0.0f;
   const float bu = bias != nullptr && in_n ? bias[gate_row + 8] : 0.0f;
+  // Two passes, as store_transposed: every column value first, then the predicated stores.
+  constexpr uint32_t kSteps = BLOCK_M / 8;
+  uint32_t packed[kSteps];
 #pragma unroll
-  for (uint32_t j = 0; j < BLOCK_M / 8; ++j) {
+  for (uint32_t j = 0; j < kSteps; ++j) {
     // Tokens 8 j + 2 (t % 4) + e, e = 0, 1: this lane's output column for both.
     const float v0 = SwiGlu<kAct>::apply(acc[4 * j] + bg, acc[4 * j + 2] + bu);
     const float v1 = SwiGlu<kAct>::apply(acc[4 * j + 1] + bg, acc[4 * j + 3] + bu);
     // Even columns keep token e = 0 and take the odd neighbour's; odd ones keep e = 1.
     const float other = __shfl_xor_sync(0xffffffffu, even ? v1 : v0, 4);
-    const uint32_t token = row0 + 8 * j + 2 * (t % 4) + (even ? 0 : 1);
-    const uint32_t c = even ? col : col - 1;
-    if (token < row_end && c < n_out) {
-      *reinterpret_cast<__nv_bfloat162*>(d + static_cast<uint64_t>(token) * ldd + c) =
-          even ? __floats2bfloat162_rn(v0, other) : __floats2bfloat162_rn(other, v1);
-    }
+    const __nv_bfloat162 pair =
+        even ? __floats2bfloat162_rn(v0, other) : __floats2bfloat162_rn(other, v1);
+    packed[j] = *reinterpret_cast<const uint32_t*>(&pair);
+  }
+  const uint32_t token0 = row0 + 2 * (t % 4) + (even ? 0 : 1);
+  const uint32_t c = even ? col : col - 1;
+  __nv_bfloat16* row = d + static_cast<uint64_t>(token0) * ldd + c;
+#pragma unroll
+  for (uint32_t j = 0; j < kSteps; ++j) {
+    store_b32_if(row, packed[j], token0 + 8 * j < row_end && c < n_out);
+    row += static_cast<uint64_t>(8) * ldd;
   }
 }
 
