@@ -204,3 +204,43 @@ def test_table_kernel_few_k_blocks(block_t: int, num_wg: int, k: int) -> None:
     config = decode_config(block_t, num_wg, "prepared")
     moegemm.fp8_fp4_gemm_nt((a, sfa), weights_arg(b[0], sfb[0], "prepared"), d, config=config)
     assert calc_diff(d.float(), ref_fp32(a, sfa, b[0], sfb[0])) < TOL
+
+
+@pytest.mark.parametrize("block_t,num_wg", [(48, 3), (8, 4)])
+def test_table_kernel_walks_many_mostly_empty_groups(block_t: int, num_wg: int) -> None:
+    """The table kernel reads its walk's next 32-group window before its stores: non-empty
+    groups on both sides of window edges and the last group, offsets and masked layouts."""
+    import moegemm
+
+    num_groups, n, k = 200, 256, 256
+    sizes = [0] * num_groups
+    for grp, rows in {0: 3, 31: 1, 32: 50, 63: 17, 64: 7, 150: 33, 199: 40}.items():
+        sizes[grp] = rows
+    total = sum(sizes)
+    g = gen(41 + block_t)
+    _, a, sfa = activations(total + 8, k, gen=g)
+    b, sfb = random_mxfp4(num_groups, n=n, k=k, gen=g)
+    w = weights_arg(b, sfb, "prepared")
+    config = decode_config(block_t, num_wg, "prepared")
+    d = nan_bf16(total + 8, n)
+    moegemm.m_grouped_fp8_fp4_gemm_nt_contiguous((a, sfa), w, d, offs=offsets(sizes), config=config)
+    spans, start = [], 0
+    for grp, rows in enumerate(sizes):
+        if rows:
+            spans.append((grp, start, rows))
+        start += rows
+    for (grp, r0, rows), ref in zip(spans, grouped_refs(a, sfa, b, sfb, spans)):
+        assert calc_diff(d[r0 : r0 + rows].float(), ref) < TOL, grp
+    assert d[total:].isnan().all()
+
+    max_m = 48
+    masked = [min(rows, max_m) for rows in sizes]
+    _, ma, msfa = activations(num_groups, max_m, k, gen=g)
+    md = nan_bf16(num_groups, max_m, n)
+    masked_m = torch.tensor(masked, device="cuda", dtype=torch.int32)
+    moegemm.m_grouped_fp8_fp4_gemm_nt_masked((ma, msfa), w, md, masked_m, 1, config=config)
+    for grp, rows in enumerate(masked):
+        if rows:
+            ref = ref_fp32(ma[grp, :rows], msfa[grp, :rows], b[grp], sfb[grp])
+            assert calc_diff(md[grp, :rows].float(), ref) < TOL, grp
+        assert md[grp, rows:].isnan().all(), grp
