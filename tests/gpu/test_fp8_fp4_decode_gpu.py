@@ -15,6 +15,7 @@ from fp8_fp4_reference import (
     grouped_refs,
     nan_bf16,
     offsets,
+    packed_spans,
     random_mxfp4,
     ref_fp32,
     weights_arg,
@@ -61,11 +62,7 @@ def test_offs_layout(block_t: int, num_wg: int, form: str) -> None:
     g = gen(7 + block_t)
     _, a, sfa = activations(total + 16, k, gen=g)
     b, sfb = random_mxfp4(groups, n=n, k=k, gen=g)
-    spans, start = [], 0
-    for grp, rows in enumerate(sizes):
-        if rows:
-            spans.append((grp, start, rows))
-        start += rows
+    spans = packed_spans(sizes)
     d = nan_bf16(total + 16, n)
     moegemm.m_grouped_fp8_fp4_gemm_nt_contiguous(
         (a, sfa), weights_arg(b, sfb, form), d, offs=offsets(sizes),
@@ -224,11 +221,7 @@ def test_table_kernel_walks_many_mostly_empty_groups(block_t: int, num_wg: int) 
     config = decode_config(block_t, num_wg, "prepared")
     d = nan_bf16(total + 8, n)
     moegemm.m_grouped_fp8_fp4_gemm_nt_contiguous((a, sfa), w, d, offs=offsets(sizes), config=config)
-    spans, start = [], 0
-    for grp, rows in enumerate(sizes):
-        if rows:
-            spans.append((grp, start, rows))
-        start += rows
+    spans = packed_spans(sizes)
     for (grp, r0, rows), ref in zip(spans, grouped_refs(a, sfa, b, sfb, spans)):
         assert calc_diff(d[r0 : r0 + rows].float(), ref) < TOL, grp
     assert d[total:].isnan().all()

@@ -23,6 +23,7 @@ from fp8_fp4_reference import (
     grouped_refs,
     nan_bf16,
     offsets,
+    packed_spans,
     quantized_weights,
     random_mxfp4,
     record,
@@ -170,11 +171,7 @@ def test_offs_layout(
     api().m_grouped_fp8_fp4_gemm_nt_contiguous(
         (a, sfa_layout(sfa, layout)), grouped_weights_arg(num_groups, n, k, form), d, offs=ends
     )
-    spans, start = [], 0
-    for grp, rows in enumerate(sizes):
-        if rows:
-            spans.append((grp, start, rows))
-        start += rows
+    spans = packed_spans(sizes)
     for (grp, r0, rows), ref in zip(spans, grouped_refs(a, sfa, b, sfb, spans)):
         check_group("offs", d[r0 : r0 + rows], ref, (grp, rows, form, layout))
     assert d[total:].isnan().all(), "rows past offs[-1] were written"
@@ -301,11 +298,7 @@ def test_forced_tiles_with_n_and_k_tails(form: str) -> None:
     _, a, sfa = activations(total + 24, k, gen=g)
     b, sfb = random_mxfp4(groups, n=n, k=k, gen=g)
     w = weights_arg(b, sfb, form)
-    spans, start = [], 0
-    for grp, rows in enumerate(sizes):
-        if rows:
-            spans.append((grp, start, rows))
-        start += rows
+    spans = packed_spans(sizes)
     refs = grouped_refs(a, sfa, b, sfb, spans)
     desc = GemmDesc("m_grouped_offsets", total + 24, n, k, groups, ab_dtype="fp8_fp4",
                     expected_m=total // groups, weights=form)  # fmt: skip

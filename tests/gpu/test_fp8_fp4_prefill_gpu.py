@@ -15,6 +15,7 @@ from fp8_fp4_reference import (
     grouped_refs,
     nan_bf16,
     offsets,
+    packed_spans,
     random_mxfp4,
     ref_fp32,
     weights_arg,
@@ -55,11 +56,7 @@ def test_offs_layout(block_m: int, block_n: int, tma_store: bool) -> None:
     g = gen(7 + block_m + block_n)
     _, a, sfa = activations(total + 16, k, gen=g)
     b, sfb = random_mxfp4(groups, n=n, k=k, gen=g)
-    spans, start = [], 0
-    for grp, rows in enumerate(sizes):
-        if rows:
-            spans.append((grp, start, rows))
-        start += rows
+    spans = packed_spans(sizes)
     d = nan_bf16(total + 16, n)
     moegemm.m_grouped_fp8_fp4_gemm_nt_contiguous(
         (a, sfa), weights_arg(b, sfb, "prepared"), d, offs=offsets(sizes),

@@ -168,6 +168,16 @@ def ref_fp32(
     return dequant_a(a, sfa) @ dequantize_mxfp4(b, sfb).t()
 
 
+def packed_spans(sizes: list[int]) -> list[tuple[int, int, int]]:
+    """(group, first row, rows) of each non-empty group of a packed layout (groups back to back)."""
+    spans, start = [], 0
+    for grp, rows in enumerate(sizes):
+        if rows:
+            spans.append((grp, start, rows))
+        start += rows
+    return spans
+
+
 def grouped_refs(
     a: torch.Tensor,
     sfa: torch.Tensor,
