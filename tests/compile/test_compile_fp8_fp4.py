@@ -268,16 +268,18 @@ def opcode(text: str) -> str:
 
 def exact_path_spans(program: list[tuple[int, str]]) -> list[tuple[int, int]]:
     """Address spans the fast path jumps over (an unconditional forward BRA) holding the exact
-    path's scale-byte load (LDG)."""
+    path's scale-byte load (a 64-bit LDG); the innermost such spans only (a jump over a whole
+    tile holds them too)."""
     spans = []
     for addr, text in program:
         words = text.split()
         if words[0] == "BRA" and len(words) == 2:
             target = int(words[1], 16)
             inside = [t for a, t in program if addr < a < target]
-            if target > addr and any(" LDG" in f" {t}" for t in inside):
+            if target > addr and any(" LDG.E.64" in f" {t}" for t in inside):
                 spans.append((addr, target))
-    return spans
+    return [s for s in spans
+            if not any(o != s and s[0] <= o[0] and o[1] <= s[1] for o in spans)]  # fmt: skip
 
 
 def table_k_block(sass: str) -> list[str]:

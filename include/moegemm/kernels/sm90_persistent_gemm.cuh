@@ -403,7 +403,8 @@ struct PersistentGemm {
 
   // Math warpgroups whose MMA policy runs whole tiles (Mma::kRunsTile: the FP8 x FP4 kernel on
   // prepared weights, which converts k-block kb + 1 while kb's wgmma run): the skeleton walks
-  // the schedule, keeps idle warpgroups in step with the ring and stores.
+  // the schedule a tile ahead, keeps idle warpgroups in step with the ring and stores; each
+  // tile runs the previous tile's stores under its own first wgmma (Mma::Chain).
   template <typename Sched>
   __device__ __forceinline__ static void consume_tiles(const Params& params, const Ring& ring,
                                                        uint8_t* smem, uint8_t* smem_d,
@@ -412,20 +413,58 @@ struct PersistentGemm {
     const uint32_t math_wg = threadIdx.x / 128 - kFirstMathWG;
     typename Ring::State in;
     typename Mma::Accum acc, tmp;
+    typename Mma::Chain chain;  // registers one tile hands the next
     typename Kernel::Work work;
-    while (scheduler.next(work)) {
+    if constexpr (!Mma::kChainTiles) {
+      auto no_stores = [] {};
+      while (scheduler.next(work)) {
+        const uint32_t num_k_blocks = Kernel::num_k_blocks(k_blocks, work);
+        if (Kernel::math_idle(params, work, math_wg)) {  // uniform in the warpgroup
+          Mma::skip_tile(math_wg);
+          pass_tile(ring, in, num_k_blocks, lane_idx);
+          continue;
+        }
+        Mma::template run_tile<Stages>(acc, tmp, chain, params, work, num_k_blocks, ring, in,
+                                       smem, math_wg, lane_idx, 0u, no_stores);
+        if constexpr (has_prefetch<Sched>::value) scheduler.prefetch();  // under the stores
+        Kernel::epilogue(params, acc, work, math_wg, smem_d);
+      }
+      return;
+    }
+    // The walk runs a tile ahead (work, then next_work), between tiles: never under a wgmma.
+    typename Kernel::Work next_work, stored_work;
+    bool has_work = scheduler.next(work), pending = false;
+    bool has_next = has_work && scheduler.next(next_work);
+    // The previous tile's stores: by the next tile under its first wgmma, or here.
+    auto store_previous = [&]() {
+      // A vote: the stores may run under a wgmma, and ptxas serializes every wgmma (C7518)
+      // where one is in flight across a branch it cannot prove uniform.
+      if (__any_sync(0xFFFFFFFFu, pending))
+        Kernel::epilogue(params, acc, stored_work, math_wg, smem_d);
+      pending = false;
+    };
+    while (has_work) {
       const uint32_t num_k_blocks = Kernel::num_k_blocks(k_blocks, work);
       if (Kernel::math_idle(params, work, math_wg)) {  // uniform in the warpgroup
+        store_previous();
         Mma::skip_tile(math_wg);
         pass_tile(ring, in, num_k_blocks, lane_idx);
-        continue;
+      } else {
+        // The next tile's k-blocks where this warpgroup computes on it, else 0.
+        const uint32_t next_n = has_next && !Kernel::math_idle(params, next_work, math_wg)
+                                    ? Kernel::num_k_blocks(k_blocks, next_work)
+                                    : 0u;
+        Mma::template run_tile<Stages>(acc, tmp, chain, params, work, num_k_blocks, ring, in,
+                                       smem, math_wg, lane_idx, next_n, store_previous);
+        stored_work = work;
+        pending = true;
       }
-      Mma::zero(acc);
-      Mma::template run_tile<Stages>(acc, tmp, params, work, num_k_blocks, ring, in, smem,
-                                     math_wg, lane_idx);
+      work = next_work;
+      has_work = has_next;
+      if (has_work) has_next = scheduler.next(next_work);
       if constexpr (has_prefetch<Sched>::value) scheduler.prefetch();  // under the stores
-      Kernel::epilogue(params, acc, work, math_wg, smem_d);
     }
+    store_previous();
   }
 
   // Math warpgroups whose MMA policy runs each k-block itself (Mma::kOwnsKBlock: the FP8 x FP4

@@ -259,13 +259,15 @@ struct Fp4TableMma {
                                               uint32_t& kb, uint32_t num_k_blocks,
                                               const Ring& ring, typename Ring::State& state,
                                               uint32_t smem, const Lane& lane,
-                                              uint32_t lane_idx) {
+                                              uint32_t lane_idx, bool chained) {
     const Slabs stage = slabs_of<Stages>(smem, state.stage_idx);
     typename Ring::State next = state;
     next.advance();
     const Slabs next_stage = slabs_of<Stages>(smem, next.stage_idx);
     const bool last = __any_sync(0xFFFFFFFFu, kb + 1 == num_k_blocks);  // uniform, as above
-    if (!last) {
+    // After the tile's last k-block, the next tile's first (the ring's next stage) where this
+    // warpgroup computes on it (`chained`, a vote).
+    if (!last || (kChainTiles && chained)) {
       ring.consumer_wait(next);
       ow_nxt = convert(next_stage, lane, nxt);
     }
@@ -315,6 +317,34 @@ struct Fp4TableMma {
 
   __device__ __forceinline__ static void skip_tile(uint32_t math_wg) { wait_issue_turn(math_wg); }
 
+  // What one tile hands the next (consume_tiles keeps it across tiles): the A register sets,
+  // the second temporary set, and whether the next tile's first k-block (with paired k-blocks:
+  // its first pair) is converted already, into set 1 (`odd`) or set 0. The skeleton walks a
+  // tile ahead, so a tile knows the next one's k-blocks where this warpgroup computes on it
+  // (`next_n`, else 0): its last k-block converts the next tile's first while its own wgmma
+  // run, as it would its own next one, and the next tile issues first and then runs the
+  // previous tile's stores (`store_previous()`) under that wgmma. (ptxas serializes every wgmma,
+  // C7518, where the scheduler's walk runs under one: it stays between tiles.)
+  struct Chain {
+    uint32_t a0[16], a1[16], a2[16], a3[16];  // a2, a3: paired k-blocks only
+    uint3 w0, w1, w2, w3;
+    Accum t1;
+    bool primed = false;
+    bool odd = false;
+  };
+
+  // Set 1 (with paired k-blocks sets 2 and 3) into set 0 where the previous tile left the
+  // next one's first k-block there: the steps then always start from set 0. Selects, no branch.
+  __device__ __forceinline__ static void move_to_set0(Chain& c, bool odd) {
+#pragma unroll
+    for (uint32_t i = 0; i < 16; ++i) {
+      c.a0[i] = odd ? (kPairedKBlocks ? c.a2[i] : c.a1[i]) : c.a0[i];
+      if constexpr (kPairedKBlocks) c.a1[i] = odd ? c.a3[i] : c.a1[i];
+    }
+    c.w0 = odd ? (kPairedKBlocks ? c.w2 : c.w1) : c.w0;
+    if constexpr (kPairedKBlocks) c.w1 = odd ? c.w3 : c.w1;
+  }
+
   // Paired k-blocks (kPairedKBlocks): two k-blocks' 8 wgmma in flight per wait, the next two
   // converted meanwhile, both promoted after it: half the waits and twice the independent work
   // a chain. A tile's odd last k-block pairs with zero A registers on its own stage (adds 0).
@@ -338,12 +368,16 @@ struct Fp4TableMma {
     return make_uint3(0, 0, 0);
   }
 
+  // One pair: (p0, p1) in flight into (t0, t1); converts the next pair into (q0, q1) (after
+  // the tile's last pair: the next tile's first, when chained), retires and promotes (p0, p1),
+  // issues the next pair of this tile. Returns false after the tile's last pair.
   template <typename Stages, typename Ring, typename Params, typename Work>
   __device__ __forceinline__ static bool pair_step(Accum& acc, Accum& t0, Accum& t1,
       uint32_t (&p0)[16], uint32_t (&p1)[16], uint3& wp0, uint3& wp1,
       uint32_t (&q0)[16], uint32_t (&q1)[16], uint3& wq0, uint3& wq1,
       const Params& params, const Work& work, uint32_t& kb, uint32_t n, const Ring& ring,
-      typename Ring::State& state, uint32_t smem, const Lane& lane, uint32_t lane_idx) {
+      typename Ring::State& state, uint32_t smem, const Lane& lane, uint32_t lane_idx,
+      uint32_t next_n, bool chained) {
     typename Ring::State st1 = state; st1.advance();
     typename Ring::State st2 = st1; st2.advance();
     typename Ring::State st3 = st2; st3.advance();
@@ -353,15 +387,32 @@ struct Fp4TableMma {
     const Slabs s3 = slabs_of<Stages>(smem, st3.stage_idx);
     const bool has_p1 = __any_sync(0xFFFFFFFFu, kb + 1 < n);
     const bool has_q0 = __any_sync(0xFFFFFFFFu, kb + 2 < n);
-    const bool has_q1 = __any_sync(0xFFFFFFFFu, kb + 3 < n);
-    if (has_q0) {
-      ring.consumer_wait(st2);
-      wq0 = convert(s2, lane, q0);
-      wq1 = convert_or_zero(has_q1, ring, st3, s3, lane, q1);
+    // The next pair: this tile's k-blocks kb + 2 and kb + 3, or after its last pair (chained)
+    // the next tile's first two, from where this tile's stages end. One conversion code for
+    // both: the stage is selected (a few instructions a pair) rather than the code doubled.
+    bool live_q1;
+    if constexpr (kChainTiles) {
+      const bool next_pair = __any_sync(0xFFFFFFFFu, has_q0 || chained);
+      live_q1 = __any_sync(0xFFFFFFFFu, has_q0 ? kb + 3 < n : next_n > 1);
+      const typename Ring::State nx0 = has_p1 ? st2 : st1;
+      typename Ring::State nx1 = nx0; nx1.advance();
+      if (next_pair) {
+        ring.consumer_wait(nx0);
+        wq0 = convert(slabs_of<Stages>(smem, nx0.stage_idx), lane, q0);
+        wq1 = convert_or_zero(live_q1, ring, nx1, slabs_of<Stages>(smem, nx1.stage_idx), lane,
+                              q1);
+      }
+    } else {
+      live_q1 = __any_sync(0xFFFFFFFFu, kb + 3 < n);
+      if (has_q0) {
+        ring.consumer_wait(st2);
+        wq0 = convert(s2, lane, q0);
+        wq1 = convert_or_zero(live_q1, ring, st3, s3, lane, q1);
+      }
     }
     // Without has_p1, f1 reads a stage not waited for (perhaps being filled): unused then, and
     // cheaper than a selected stage (ptxas: +10 instructions a pair, a local-memory frame).
-    const uint32_t tokens_q0 = uniform_tokens(s2), tokens_q1 = uniform_tokens(has_q1 ? s3 : s2);
+    const uint32_t tokens_q0 = uniform_tokens(s2), tokens_q1 = uniform_tokens(live_q1 ? s3 : s2);
     Factors f0 = factors_of(s0, lane, wp0.x), f1 = factors_of(s1, lane, wp1.x);
     warpgroup_wait<0>();
     warpgroup_fence_regs<kNumAccum>(t0.v[0]);
@@ -378,79 +429,86 @@ struct Fp4TableMma {
     return has_q0;
   }
 
-  template <typename Stages, typename Ring, typename Params, typename Work>
-  __device__ __forceinline__ static void run_tile_pairs(Accum& acc, Accum& tmp, const Params& params,
-                                                  const Work& work, uint32_t num_k_blocks,
-                                                  const Ring& ring, typename Ring::State& state,
-                                                  uint8_t* smem, uint32_t math_wg,
-                                                  uint32_t lane_idx) {
-    const Lane lane = make_lane(math_wg);
-    uint32_t a0[16], a1[16], a2[16], a3[16];
-    uint3 w0, w1, w2, w3;
-    Accum t1;
-    const uint32_t smem_base = smem_u32(smem);
-    ring.consumer_wait(state);
+  // Paired k-blocks of 64 tokens hold too many registers to carry the next tile's first pair
+  // (ptxas spills two words), and four math warpgroups have no instructions to spare (the
+  // chain's tests cost ~7 a k-block, over the 2.5 a weight of the mainloop gate): neither
+  // chains nor stores under a wgmma. Above 32 tokens paired ones store before their first
+  // pair's issue.
+  static constexpr bool kChainTiles = kNumMathWG < 4 && !(kPairedKBlocks && BLOCK_T >= 64);
+  static constexpr bool kStoresUnderWgmma = kChainTiles && !(kPairedKBlocks && BLOCK_T > 32);
+
+  // A tile's start: its first k-block (pair) converted here unless the previous tile did, then
+  // issued in the warpgroups' order; the previous tile's stores under that wgmma; then `acc`
+  // zeroed for this tile.
+  template <typename Stages, typename Ring, typename StorePrevious>
+  __device__ __forceinline__ static void start_tile(Accum& acc, Accum& tmp, Chain& c,
+                                                    uint32_t num_k_blocks, const Ring& ring,
+                                                    const typename Ring::State& state,
+                                                    uint32_t smem, const Lane& lane,
+                                                    uint32_t math_wg,
+                                                    StorePrevious& store_previous) {
     typename Ring::State st1 = state; st1.advance();
-    const Slabs s0 = slabs_of<Stages>(smem_base, state.stage_idx);
-    const Slabs s1 = slabs_of<Stages>(smem_base, st1.stage_idx);
-    w0 = convert(s0, lane, a0);
+    const Slabs s0 = slabs_of<Stages>(smem, state.stage_idx);
+    const Slabs s1 = slabs_of<Stages>(smem, st1.stage_idx);
     const bool has1 = __any_sync(0xFFFFFFFFu, num_k_blocks > 1);
-    w1 = convert_or_zero(has1, ring, st1, s1, lane, a1);
-    wait_issue_turn(math_wg);
-    issue(a0, tmp, uniform_tokens(s0));
-    issue(a1, t1, uniform_tokens(has1 ? s1 : s0));
-    pass_issue_turn(math_wg);
-    uint32_t kb = 0;
-#pragma unroll 1
-    while (pair_step<Stages>(acc, tmp, t1, a0, a1, w0, w1, a2, a3, w2, w3, params, work, kb,
-                             num_k_blocks, ring, state, smem_base, lane, lane_idx) &&
-           pair_step<Stages>(acc, tmp, t1, a2, a3, w2, w3, a0, a1, w0, w1, params, work, kb,
-                             num_k_blocks, ring, state, smem_base, lane, lane_idx)) {
-    }
-  }
-
-  template <typename Stages, typename Ring, typename Params, typename Work>
-  __device__ __forceinline__ static void run_tile(Accum& acc, Accum& tmp, const Params& params,
-                                                  const Work& work, uint32_t num_k_blocks,
-                                                  const Ring& ring, typename Ring::State& state,
-                                                  uint8_t* smem, uint32_t math_wg,
-                                                  uint32_t lane_idx) {
-    if constexpr (kPairedKBlocks) {
-      run_tile_pairs<Stages>(acc, tmp, params, work, num_k_blocks, ring, state, smem, math_wg,
-                             lane_idx);
+    if (!kChainTiles || __any_sync(0xFFFFFFFFu, !c.primed)) {
+      ring.consumer_wait(state);
+      c.w0 = convert(s0, lane, c.a0);
+      if constexpr (kPairedKBlocks) c.w1 = convert_or_zero(has1, ring, st1, s1, lane, c.a1);
     } else {
-      run_tile_steps<Stages>(acc, tmp, params, work, num_k_blocks, ring, state, smem, math_wg,
-                             lane_idx);
+      move_to_set0(c, c.odd);
     }
+    if constexpr (!kStoresUnderWgmma) store_previous();
+    wait_issue_turn(math_wg);
+    issue(c.a0, tmp, uniform_tokens(s0));
+    if constexpr (kPairedKBlocks) issue(c.a1, c.t1, uniform_tokens(has1 ? s1 : s0));
+    pass_issue_turn(math_wg);
+    if constexpr (kStoresUnderWgmma) store_previous();
+    zero(acc);
   }
 
-  // Every k-block of one tile, two at a time (the register sets alternate).
-  template <typename Stages, typename Ring, typename Params, typename Work>
-  __device__ __forceinline__ static void run_tile_steps(Accum& acc, Accum& tmp,
-                                                        const Params& params, const Work& work,
-                                                        uint32_t num_k_blocks, const Ring& ring,
-                                                        typename Ring::State& state,
-                                                        uint8_t* smem, uint32_t math_wg,
-                                                        uint32_t lane_idx) {
+  template <typename Stages, typename Ring, typename Params, typename Work,
+            typename StorePrevious>
+  __device__ __forceinline__ static void run_tile(Accum& acc, Accum& tmp, Chain& c,
+                                                  const Params& params, const Work& work,
+                                                  uint32_t num_k_blocks, const Ring& ring,
+                                                  typename Ring::State& state, uint8_t* smem,
+                                                  uint32_t math_wg, uint32_t lane_idx,
+                                                  uint32_t next_n,
+                                                  StorePrevious& store_previous) {
     const Lane lane = make_lane(math_wg);
-    uint32_t a0[16], a1[16];
-    uint3 ow0, ow1;
-    Accum tmp1;
-    Accum& t1 = kTwoTemporaries ? tmp1 : tmp;
     const uint32_t smem_base = smem_u32(smem);
-    ring.consumer_wait(state);
-    const Slabs first = slabs_of<Stages>(smem_base, state.stage_idx);
-    ow0 = convert(first, lane, a0);
-    wait_issue_turn(math_wg);
-    issue(a0, tmp, uniform_tokens(first));
-    pass_issue_turn(math_wg);
+    start_tile<Stages>(acc, tmp, c, num_k_blocks, ring, state, smem_base, lane, math_wg,
+                       store_previous);
+    const bool chained = kChainTiles && __any_sync(0xFFFFFFFFu, next_n != 0);
     uint32_t kb = 0;
+    const uint32_t n = num_k_blocks;
+    if constexpr (kPairedKBlocks) {
 #pragma unroll 1
-    while (step<Stages>(acc, tmp, t1, a0, ow0, a1, ow1, params, work, kb, num_k_blocks, ring,
-                        state, smem_base, lane, lane_idx) &&
-           step<Stages>(acc, t1, tmp, a1, ow1, a0, ow0, params, work, kb, num_k_blocks, ring,
-                        state, smem_base, lane, lane_idx)) {
+      while (pair_step<Stages>(acc, tmp, c.t1, c.a0, c.a1, c.w0, c.w1, c.a2, c.a3, c.w2, c.w3,
+                               params, work, kb, n, ring, state, smem_base, lane, lane_idx,
+                               next_n, chained) &&
+             pair_step<Stages>(acc, tmp, c.t1, c.a2, c.a3, c.w2, c.w3, c.a0, c.a1, c.w0, c.w1,
+                               params, work, kb, n, ring, state, smem_base, lane, lane_idx,
+                               next_n, chained)) {
+      }
+      c.odd = (((n + 1) / 2) & 1) != 0;  // the pairs alternate the sets
+    } else {
+      // Two steps a trip: the register sets alternate.
+      Accum& t1 = kTwoTemporaries ? c.t1 : tmp;
+#pragma unroll 1
+      while (step<Stages>(acc, tmp, t1, c.a0, c.w0, c.a1, c.w1, params, work, kb, n, ring,
+                          state, smem_base, lane, lane_idx, chained) &&
+             step<Stages>(acc, t1, tmp, c.a1, c.w1, c.a0, c.w0, params, work, kb, n, ring,
+                          state, smem_base, lane, lane_idx, chained)) {
+      }
+      c.odd = (n & 1) != 0;
     }
+    c.primed = chained;
+    // Nothing is in flight here (the last step issues nothing); the wait says so to ptxas,
+    // which otherwise takes a wgmma as possibly in flight through the skeleton's branches
+    // and serializes every one (C7518).
+    warpgroup_wait<0>();
   }
 };
 
