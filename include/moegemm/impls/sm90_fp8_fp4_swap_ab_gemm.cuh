@@ -27,7 +27,12 @@
 //                    all meet at a tile's start (named barrier kTileStart, 128 W threads) and
 //                    warpgroup 0 issues its first wgmma batch before the others (kIssueOrder),
 //                    so their batches queue one after another and each promotes under
-//                    another's wgmma instead of all promoting at once.
+//                    another's wgmma instead of all promoting at once. Tiles are chained
+//                    (Fp4TableMma::Chain; up to three math warpgroups, not at 64 paired
+//                    tokens): a tile's last k-block converts the next tile's first under its
+//                    wgmma, and the next tile issues it, then stores the previous tile's
+//                    accumulators under that wgmma. The skeleton walks the schedule a tile
+//                    ahead, between tiles.
 // Pipeline: one TMA ring, kNumStages: full[s] 1 + 32 arrivals + the boxes' bytes; empty[s] one
 //   arrive per math warp after its warpgroup's last wgmma on the stage has retired.
 // Shared memory: [tokens | codes | token scales | offsets words (prepared) or scale words] x

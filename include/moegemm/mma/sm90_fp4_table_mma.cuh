@@ -17,6 +17,10 @@
 //   promote kb: acc += tmp * 2^(top - 133) of the warpgroup's 64-row block * the token's scale
 //   release stage kb
 // The promotion every 128 of K is also the one that bounds the FP8 accumulation.
+// Across tiles (kChainTiles, Chain): after a tile's last k-block the next stage is the next
+// tile's first k-block; where this warpgroup computes on that tile it is converted as above,
+// and the next tile starts by issuing it (from set 0: a set-1 carry is moved by selects), then
+// runs the previous tile's stores under that wgmma, then zeroes `acc`.
 //
 // Exact fallback: a (64-row, 128-K) block whose scale bytes span more than the table window (or
 // whose largest byte is below 7, where 2^(top - 133) is no normal float) is flagged by the
@@ -447,24 +451,35 @@ struct Fp4TableMma {
                                                     uint32_t smem, const Lane& lane,
                                                     uint32_t math_wg,
                                                     StorePrevious& store_previous) {
-    typename Ring::State st1 = state; st1.advance();
+    if constexpr (!kStoresUnderWgmma) {
+      store_previous();
+      zero(acc);
+    }
     const Slabs s0 = slabs_of<Stages>(smem, state.stage_idx);
-    const Slabs s1 = slabs_of<Stages>(smem, st1.stage_idx);
-    const bool has1 = __any_sync(0xFFFFFFFFu, num_k_blocks > 1);
     if (!kChainTiles || __any_sync(0xFFFFFFFFu, !c.primed)) {
       ring.consumer_wait(state);
       c.w0 = convert(s0, lane, c.a0);
-      if constexpr (kPairedKBlocks) c.w1 = convert_or_zero(has1, ring, st1, s1, lane, c.a1);
     } else {
       move_to_set0(c, c.odd);
     }
-    if constexpr (!kStoresUnderWgmma) store_previous();
-    wait_issue_turn(math_wg);
-    issue(c.a0, tmp, uniform_tokens(s0));
-    if constexpr (kPairedKBlocks) issue(c.a1, c.t1, uniform_tokens(has1 ? s1 : s0));
+    if constexpr (kPairedKBlocks) {
+      typename Ring::State st1 = state; st1.advance();
+      const Slabs s1 = slabs_of<Stages>(smem, st1.stage_idx);
+      const bool has1 = __any_sync(0xFFFFFFFFu, num_k_blocks > 1);
+      if (!kChainTiles || __any_sync(0xFFFFFFFFu, !c.primed))
+        c.w1 = convert_or_zero(has1, ring, st1, s1, lane, c.a1);
+      wait_issue_turn(math_wg);
+      issue(c.a0, tmp, uniform_tokens(s0));
+      issue(c.a1, c.t1, uniform_tokens(has1 ? s1 : s0));
+    } else {
+      wait_issue_turn(math_wg);
+      issue(c.a0, tmp, uniform_tokens(s0));
+    }
     pass_issue_turn(math_wg);
-    if constexpr (kStoresUnderWgmma) store_previous();
-    zero(acc);
+    if constexpr (kStoresUnderWgmma) {
+      store_previous();
+      zero(acc);
+    }
   }
 
   template <typename Stages, typename Ring, typename Params, typename Work,
@@ -508,7 +523,7 @@ struct Fp4TableMma {
     // Nothing is in flight here (the last step issues nothing); the wait says so to ptxas,
     // which otherwise takes a wgmma as possibly in flight through the skeleton's branches
     // and serializes every one (C7518).
-    warpgroup_wait<0>();
+    if constexpr (kChainTiles) warpgroup_wait<0>();
   }
 };
 
