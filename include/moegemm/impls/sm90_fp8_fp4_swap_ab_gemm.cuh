@@ -31,7 +31,8 @@
 // Pipeline: one TMA ring, kNumStages: full[s] 1 + 32 arrivals + the boxes' bytes; empty[s] one
 //   arrive per math warp after its warpgroup's last wgmma on the stage has retired.
 // Shared memory: [tokens | codes | token scales | offsets words (prepared) or scale words] x
-//   kNumStages, the checkpoint path's conversion tables (128 bytes a math warpgroup), barriers.
+//   kNumStages, the checkpoint path's conversion tables (128 bytes a math warpgroup) or, from
+//   96 prepared tokens, each math warp's promotion factors (BLOCK_M x 4 bytes), barriers.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -59,14 +60,15 @@ struct Fp8Fp4SwapAbGemmKernel : SwapAbTiles<Config, Sm90Fp8Fp4GemmParams> {
   static constexpr bool kPrepared = Config::kPreparedWeights;
   static_assert(BLOCK_M % 8 == 0 && BLOCK_M >= 8 && BLOCK_M <= (kPrepared ? 128 : 64),
                 "tokens on N: 8..128 (prepared weights), 8..64 (checkpoint layout)");
-  // The checkpoint path's conversion tables, 128 bytes a math warpgroup.
-  static constexpr uint32_t kEpilogueSmemBytes = kPrepared ? 0 : 1024;
-
   using Loader = std::conditional_t<kPrepared, TableWeightLoader<BLOCK_M, BLOCK_N, true>,
                                     PackedWeightLoader<BLOCK_M, BLOCK_N>>;
   using Transform = NoTransform;
   using Mma = std::conditional_t<kPrepared, Fp4TableMma<BLOCK_M, BLOCK_N>,
                                  Fp4RegisterMma<BLOCK_M, BLOCK_N>>;
+  // Prepared weights: the warps' promotion factors (Fp4TableMma::kFactorScratchBytes); the
+  // checkpoint path: its conversion tables, 128 bytes a math warpgroup.
+  static constexpr uint32_t kEpilogueSmemBytes =
+      kPrepared ? Fp4TableMma<BLOCK_M, BLOCK_N>::kFactorScratchBytes : 1024;
   static_assert(!kPrepared || !Fp4TableMma<BLOCK_M, BLOCK_N>::kPairedKBlocks ||
                     Config::kNumStages >= 4,
                 "paired k-blocks hold two stages and wait for two more");

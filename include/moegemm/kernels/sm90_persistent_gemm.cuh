@@ -422,7 +422,7 @@ struct PersistentGemm {
       }
       Mma::zero(acc);
       Mma::template run_tile<Stages>(acc, tmp, params, work, num_k_blocks, ring, in, smem,
-                                     math_wg, lane_idx);
+                                     smem_d, math_wg, lane_idx);
       if constexpr (has_prefetch<Sched>::value) scheduler.prefetch();  // under the stores
       Kernel::epilogue(params, acc, work, math_wg, smem_d);
     }

@@ -71,12 +71,21 @@ struct Fp4TableMma {
               overwrite ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One);
   }
 
+  // Wide token blocks (kSharedFactors) multiply each token's scale by the block factor once a
+  // warp instead of once a thread (4 instead of BLOCK_T / 4 FMULs a thread and k-block): the
+  // warp's lanes write the BLOCK_T factors into the warp's own scratch, then read their columns'
+  // back. BLOCK_T x 4 bytes a math warp, after the ring (the kernel's epilogue shared memory).
+  static constexpr bool kSharedFactors = BLOCK_T >= 96;
+  static constexpr uint32_t kFactorScratchBytes = kSharedFactors ? kNumMathWG * 4 * BLOCK_T * 4 : 0;
+
   // This thread's place in the warpgroup's 64-row block: the code bytes and the offsets pair.
   struct Lane {
     uint32_t code_offset;  // bytes into the codes slab (first LDS.128; +2048 the second)
     uint32_t pair_offset;  // bytes into the offsets slab: rows r and r + 8, adjacent
     uint32_t block_offset; // bytes into the offsets slab: the block's first word (the flag)
     uint32_t quad;         // t % 4: the thread's token columns 8 c + 2 quad + {0, 1}
+    uint32_t factor_put;   // kSharedFactors: where this lane writes its 4 tokens' factors
+    uint32_t factor_get;   // and where its columns' factors begin (token 2 quad)
   };
 
   // One stage's slabs as shared-window addresses: tokens, codes, token scales, offsets words.
@@ -92,11 +101,12 @@ struct Fp4TableMma {
                  smem + Stages::template slab_offset<3>() + stage_idx * Stages::template slab_bytes<3>()};
   }
 
-  __device__ __forceinline__ static Lane make_lane(uint32_t math_wg) {
+  __device__ __forceinline__ static Lane make_lane(uint32_t math_wg, uint32_t scratch) {
     const uint32_t t = threadIdx.x % 128;
     const uint32_t pair = 8 * (t / 32) + (t % 32) / 4;  // row r = 16 (t / 32) + (t % 32) / 4
+    const uint32_t warp_scratch = scratch + (math_wg * 4 + t / 32) * BLOCK_T * 4;
     return Lane{math_wg * kBlockBytes + 16 * t, (math_wg * 64 + 2 * pair) * 4, math_wg * 256,
-                t % 4};
+                t % 4, warp_scratch + 16 * (t % 32), warp_scratch + 8 * (t % 4)};
   }
 
   // The 16 A registers of one k-block from its landed stage; returns the offsets words of rows
@@ -143,6 +153,26 @@ struct Fp4TableMma {
                                                        uint32_t offsets_word) {
     const float block_scale = fp4::row_scale_of(offsets_word);
     Factors f;
+    if constexpr (kSharedFactors) {
+      const uint32_t l = threadIdx.x % 32;
+      __syncwarp();  // the previous k-block's reads of the scratch are done
+      if (l < BLOCK_T / 4) {
+        const uint4 s = lds128(stage.sfa + 16 * l);
+        sts128(lane.factor_put,
+               make_uint4(__float_as_uint(block_scale * __uint_as_float(s.x)),
+                          __float_as_uint(block_scale * __uint_as_float(s.y)),
+                          __float_as_uint(block_scale * __uint_as_float(s.z)),
+                          __float_as_uint(block_scale * __uint_as_float(s.w))));
+      }
+      __syncwarp();
+#pragma unroll
+      for (uint32_t c = 0; c < BLOCK_T / 8; ++c) {
+        const uint2 bits = lds64(lane.factor_get + 32 * c);
+        f.v[2 * c] = __uint_as_float(bits.x);
+        f.v[2 * c + 1] = __uint_as_float(bits.y);
+      }
+      return f;
+    }
 #pragma unroll
     for (uint32_t c = 0; c < BLOCK_T / 8; ++c) {
       const uint2 bits = lds64(stage.sfa + 4 * (8 * c + 2 * lane.quad));
@@ -382,9 +412,9 @@ struct Fp4TableMma {
   __device__ __forceinline__ static void run_tile_pairs(Accum& acc, Accum& tmp, const Params& params,
                                                   const Work& work, uint32_t num_k_blocks,
                                                   const Ring& ring, typename Ring::State& state,
-                                                  uint8_t* smem, uint32_t math_wg,
-                                                  uint32_t lane_idx) {
-    const Lane lane = make_lane(math_wg);
+                                                  uint8_t* smem, uint8_t* smem_d,
+                                                  uint32_t math_wg, uint32_t lane_idx) {
+    const Lane lane = make_lane(math_wg, smem_u32(smem_d));
     uint32_t a0[16], a1[16], a2[16], a3[16];
     uint3 w0, w1, w2, w3;
     Accum t1;
@@ -413,14 +443,14 @@ struct Fp4TableMma {
   __device__ __forceinline__ static void run_tile(Accum& acc, Accum& tmp, const Params& params,
                                                   const Work& work, uint32_t num_k_blocks,
                                                   const Ring& ring, typename Ring::State& state,
-                                                  uint8_t* smem, uint32_t math_wg,
-                                                  uint32_t lane_idx) {
+                                                  uint8_t* smem, uint8_t* smem_d,
+                                                  uint32_t math_wg, uint32_t lane_idx) {
     if constexpr (kPairedKBlocks) {
-      run_tile_pairs<Stages>(acc, tmp, params, work, num_k_blocks, ring, state, smem, math_wg,
-                             lane_idx);
+      run_tile_pairs<Stages>(acc, tmp, params, work, num_k_blocks, ring, state, smem, smem_d,
+                             math_wg, lane_idx);
     } else {
-      run_tile_steps<Stages>(acc, tmp, params, work, num_k_blocks, ring, state, smem, math_wg,
-                             lane_idx);
+      run_tile_steps<Stages>(acc, tmp, params, work, num_k_blocks, ring, state, smem, smem_d,
+                             math_wg, lane_idx);
     }
   }
 
@@ -430,9 +460,9 @@ struct Fp4TableMma {
                                                         const Params& params, const Work& work,
                                                         uint32_t num_k_blocks, const Ring& ring,
                                                         typename Ring::State& state,
-                                                        uint8_t* smem, uint32_t math_wg,
-                                                        uint32_t lane_idx) {
-    const Lane lane = make_lane(math_wg);
+                                                        uint8_t* smem, uint8_t* smem_d,
+                                                        uint32_t math_wg, uint32_t lane_idx) {
+    const Lane lane = make_lane(math_wg, smem_u32(smem_d));
     uint32_t a0[16], a1[16];
     uint3 ow0, ow1;
     Accum tmp1;

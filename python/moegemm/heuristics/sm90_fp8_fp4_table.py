@@ -47,11 +47,24 @@ CONTIGUOUS_TOKEN_CHOICES = (8, 16, 32, 64, 128)
 MAX_TOKENS = {1: 128, 2: 128, 3: 64, 4: 16}
 
 
+# From this many tokens each math warp keeps its promotion factors in shared memory
+# (mma/sm90_fp4_table_mma.cuh, kSharedFactors): the block factor times a token's scale once a
+# warp instead of once a thread.
+SHARED_FACTOR_TOKENS = 96
+
+
+def factor_scratch_bytes(block_t: int, block_w: int) -> int:
+    """kFactorScratchBytes: block_t FP32 factors for each of the 4 warps of every math
+    warpgroup (64 weight rows each)."""
+    return (block_w // 64) * 4 * block_t * 4 if block_t >= SHARED_FACTOR_TOKENS else 0
+
+
 def smem_bytes_for(block_t: int, block_w: int, num_stages: int) -> int:
     """Per stage: the tokens' E4M3 rows, the codes, the tokens' scales and one offsets word per
-    weight row (the last two slabs rounded up to 1 KiB); then the barriers."""
+    weight row (the last two slabs rounded up to 1 KiB); then the barriers, and the math warps'
+    factors."""
     stage = block_t * BLOCK_K + block_w * BLOCK_K // 2 + kib(block_t * 4) + kib(block_w * 4)
-    return num_stages * (stage + BARRIER_BYTES)
+    return num_stages * (stage + BARRIER_BYTES) + factor_scratch_bytes(block_t, block_w)
 
 
 def token_choices(kind: str) -> tuple[int, ...]:
