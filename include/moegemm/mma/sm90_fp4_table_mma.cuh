@@ -151,20 +151,8 @@ struct Fp4TableMma {
 
   __device__ __forceinline__ static Factors factors_of(const Slabs& stage, const Lane& lane,
                                                        uint32_t offsets_word) {
-    const float block_scale = fp4::row_scale_of(offsets_word);
     Factors f;
-    if constexpr (kSharedFactors) {
-      const uint32_t l = threadIdx.x % 32;
-      __syncwarp();  // the previous k-block's reads of the scratch are done
-      if (l < BLOCK_T / 4) {
-        const uint4 s = lds128(stage.sfa + 16 * l);
-        sts128(lane.factor_put,
-               make_uint4(__float_as_uint(block_scale * __uint_as_float(s.x)),
-                          __float_as_uint(block_scale * __uint_as_float(s.y)),
-                          __float_as_uint(block_scale * __uint_as_float(s.z)),
-                          __float_as_uint(block_scale * __uint_as_float(s.w))));
-      }
-      __syncwarp();
+    if constexpr (kSharedFactors) {  // written by share_factors
 #pragma unroll
       for (uint32_t c = 0; c < BLOCK_T / 8; ++c) {
         const uint2 bits = lds64(lane.factor_get + 32 * c);
@@ -173,6 +161,7 @@ struct Fp4TableMma {
       }
       return f;
     }
+    const float block_scale = fp4::row_scale_of(offsets_word);
 #pragma unroll
     for (uint32_t c = 0; c < BLOCK_T / 8; ++c) {
       const uint2 bits = lds64(stage.sfa + 4 * (8 * c + 2 * lane.quad));
@@ -180,6 +169,22 @@ struct Fp4TableMma {
       f.v[2 * c + 1] = block_scale * __uint_as_float(bits.y);
     }
     return f;
+  }
+
+  // kSharedFactors: the warp's factors of one k-block into its scratch, before the wgmma wait
+  // (off the promotion's path); factors_of reads them back after it.
+  __device__ __forceinline__ static void share_factors(const Slabs& stage, const Lane& lane,
+                                                       uint32_t offsets_word) {
+    const float block_scale = fp4::row_scale_of(offsets_word);
+    __syncwarp();  // the previous k-block's reads of the scratch are done
+    if (threadIdx.x % 32 < BLOCK_T / 4) {
+      const uint4 sfa = lds128(stage.sfa + 16 * (threadIdx.x % 32));
+      sts128(lane.factor_put, make_uint4(__float_as_uint(block_scale * __uint_as_float(sfa.x)),
+                                         __float_as_uint(block_scale * __uint_as_float(sfa.y)),
+                                         __float_as_uint(block_scale * __uint_as_float(sfa.z)),
+                                         __float_as_uint(block_scale * __uint_as_float(sfa.w))));
+    }
+    __syncwarp();
   }
 
   // Up to 64 tokens the factors are loaded before the wgmma wait (the promotion's loads were
@@ -302,6 +307,7 @@ struct Fp4TableMma {
     const uint32_t next_tokens = uniform_tokens(next_stage);
     Factors factors;
     if constexpr (kFactorsAhead) factors = factors_of(stage, lane, ow_cur.x);
+    if constexpr (kSharedFactors) share_factors(stage, lane, ow_cur.x);
     warpgroup_wait<0>();
     warpgroup_fence_regs<kNumAccum>(t_cur.v[0]);
     if constexpr (!kFactorsAhead) factors = factors_of(stage, lane, ow_cur.x);
