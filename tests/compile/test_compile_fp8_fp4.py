@@ -16,6 +16,7 @@ from test_compile_only import dump_sass
 
 from moegemm.families import select_config
 from moegemm.heuristics import SM90, GemmDesc
+from moegemm.heuristics import sm90_fp8_fp4_table as table
 from moegemm.heuristics.sm90_fp8_fp4 import make_config, max_stages
 from moegemm.jit import cache
 from moegemm.jit.codegen import sm90_fp8_fp4_spec
@@ -137,7 +138,6 @@ def test_prefill_table_kernel_compiles(
     """The prefill kernel on prepared weights: one and two transform warpgroups (block_n 64 and
     128), both epilogues, a fused MoE epilogue (the layer's GEMMs at prefill sizes); the register
     pool of five warpgroups holds."""
-    from moegemm.heuristics import sm90_fp8_fp4_table as table
     from moegemm.heuristics.sm90_bf16 import tma_store_cols
 
     desc = GemmDesc(kind, 256, 2048, 2048, 4, ab_dtype="fp8_fp4", weights="prepared")
@@ -308,7 +308,6 @@ def ptxas_report(spec, tmp_path) -> tuple[str, str]:
 def table_configs() -> list:
     """The configs the heuristics pick for the decode suites' shapes, and the widest token
     blocks each warpgroup count takes."""
-    from moegemm.heuristics import sm90_fp8_fp4_table as table
 
     picked = {}
     for kind, m, n, k, g, expected in (
@@ -341,7 +340,7 @@ def test_table_kernel_mainloop_gate(kind: str, config, tmp_path) -> None:
     """The table kernel as the heuristics emit it: wgmma batches of four that ptxas does not
     serialize (no C7514 / C7518 / C7519), no local memory, and per steady-state k-block one
     WARPGROUP.DEPBAR, no BAR.RED / BAR.SYNC / REDUX, no SHFL between the wait and the first
-    wgmma, the codes by two LDS.128, and at most
+    wgmma, the codes by two LDS.128 (and the tokens' scales by one from 96 tokens), and at most
     MAX_INSTRUCTIONS_PER_WEIGHT instructions and MAX_ALU_PER_WEIGHT integer-pipe operations a
     weight at decode (MAX_ALU_PER_WEIGHT_WIDE for wider token blocks)."""
     spec = sm90_fp8_fp4_spec(config, kind, "prepared")
@@ -364,7 +363,10 @@ def test_table_kernel_mainloop_gate(kind: str, config, tmp_path) -> None:
     # wait and the next batch.
     first_qgmma = next(i for i, op in enumerate(ops) if op == "QGMMA")
     assert "SHFL" not in ops[:first_qgmma]
-    assert sum(t.startswith("LDS.128") for t in body) == 2 * kblocks
+    # Two for the codes a k-block; from SHARED_FACTOR_TOKENS one more, the tokens' scales a lane
+    # multiplies into its warp's factors.
+    shared = block_t >= table.SHARED_FACTOR_TOKENS
+    assert sum(t.startswith("LDS.128") for t in body) == 2 * kblocks + shared
     per_weight = len(body) / (kblocks * WEIGHTS_PER_THREAD_KBLOCK)
     alu = sum(op in ALU_OPCODES for op in ops) / (kblocks * WEIGHTS_PER_THREAD_KBLOCK)
     if block_t <= DECODE_TOKENS:

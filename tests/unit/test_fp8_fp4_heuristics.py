@@ -64,9 +64,12 @@ PREPARED = [dataclasses.replace(d, weights="prepared") for d in DESCS]
 def table_smem(block_t: int, block_w: int, stages: int) -> int:
     """The table kernel's shared memory, written out again: per stage the tokens' rows, the
     codes, the tokens' scales and one offsets word a weight row (the last two in whole KiB),
-    then a barrier pair."""
+    then a barrier pair; from 96 tokens each math warp's FP32 factor per token."""
     kib = lambda nbytes: -(-nbytes // 1024) * 1024
-    return stages * (block_t * 128 + block_w * 64 + kib(block_t * 4) + kib(block_w * 4) + 16)
+    factors = block_w // 64 * 4 * block_t * 4 if block_t >= 96 else 0
+    return (
+        stages * (block_t * 128 + block_w * 64 + kib(block_t * 4) + kib(block_w * 4) + 16) + factors
+    )
 
 
 def prefill_smem(block_m: int, block_n: int, stages: int, store_cols: int) -> int:
