@@ -14,17 +14,9 @@
 #include <type_traits>
 
 #include <moegemm/epilogue/functors.cuh>
+#include <moegemm/ptx/global.cuh>
 
 namespace moegemm::sm90 {
-
-// A predicated 4-byte global store: one instruction under a predicate, where a plain `if` costs
-// a branch and its reconvergence around every store.
-__device__ __forceinline__ void store_b32_if(void* ptr, uint32_t value, bool pred) {
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %2, 0;\n @p st.global.b32 [%0], %1;\n}\n" ::"l"(ptr),
-      "r"(value), "r"(static_cast<uint32_t>(pred))
-      : "memory");
-}
 
 // Writes warpgroup accumulators acc[BLOCK_M / 2] (weight rows n0 + 0..63, token columns
 // row0 + 0..BLOCK_M-1) into D[token, n] (BF16, row stride ldd), tokens below row_end, n below n.

@@ -19,9 +19,9 @@
 
 #include <moegemm/epilogue/functors.cuh>
 #include <moegemm/epilogue/sm90_register_store.cuh>  // pack_bf16x2
-#include <moegemm/epilogue/sm90_swap_ab_store.cuh>   // store_b32_if
 #include <moegemm/epilogue/sm90_tma_store.cuh>        // TmaStoreLayout
 #include <moegemm/ptx/barrier.cuh>
+#include <moegemm/ptx/global.cuh>
 #include <moegemm/ptx/smem.cuh>
 #include <moegemm/ptx/tma.cuh>
 
