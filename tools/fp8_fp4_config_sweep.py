@@ -1,14 +1,14 @@
 """Times the heuristics' pick against the decode kernel's configs on FP8 x FP4 problems.
 
-    python3 tools/fp8_fp4_config_sweep.py [--problems NAME,...] [--json PATH]
+    python3 tools/fp8_fp4_config_sweep.py [--problems NAME,...] [--configs NAME,...] [--json PATH]
 
 For each problem (a grouped GEMM with uniform rows per group, or "ragged": the benchmark
 protocol's int(rows * U(0.7, 1.3)); operands as in profile_fp8_fp4.py): the heuristics' pick, and
 every decode config (impls/sm90_fp8_fp4_swap_ab_gemm.cuh) whose token tile holds the mean rows
-up to the largest group's (the smallest of each), with 1..4 math warpgroups, compiled in
-parallel first. Each config is checked against FP32 on the
-dequantized operands (a failure is reported and not timed), then timed (median µs, weights
-larger than L2 so no call reads them from it). The table: µs per config, the pick marked, and
+up to the largest group's (the smallest of each), with 1..4 math warpgroups, and the configs
+--configs names (short names, where legal), compiled in parallel first. Each config is checked
+against FP32 on the dequantized operands (a failure is reported and not timed), then timed
+(median µs, weights larger than L2 so no call reads them from it). The table: µs per config, the pick marked, and
 the best decode config's speed over the pick's. This is how the decode kernel's cost in the
 heuristics is calibrated.
 """
@@ -56,13 +56,19 @@ PROBLEMS = {
     "gptoss-l1-t1-offs": (32, 5760, 2880, 1, "offs", False, 4),
     "gptoss-l2-t1-offs": (32, 2880, 2880, 1, "offs", False, 4),
     "dsv3-l1-t1-offs": (64, 4096, 7168, 1, "offs", False, 8),  # 64 of 256: the same view
+    "dsv3-l1-r320-masked": (32, 4096, 7168, 320, "masked"),
+    "dsv3-l1-r4096-offs": (32, 4096, 7168, 4096, "offs"),
+    "gptoss-l1-r1024-offs-ragged": (32, 5760, 2880, 1024, "offs", True),
+    "qwen3-l2-r128-offs-ragged": (128, 2048, 768, 128, "offs", True),
+    "qwen3-l2-r256-masked-ragged": (128, 2048, 768, 256, "masked", True),
+    "qwen3-l2-r1024-offs-ragged": (128, 2048, 768, 1024, "offs", True),
 }
 
 
-def candidates(args: argparse.Namespace) -> list:
+def candidates(args: argparse.Namespace, named: list[str]) -> list:
     desc = desc_of(args)
     legal = legal_configs(desc)
-    # The decode kernel's token blocks on its weights' layout (prepared: up to 128).
+    # The decode kernel's token blocks on its weights' layout (prepared: up to 160).
     module = sm90_fp8_fp4_table if args.weights == "prepared" else sm90_fp8_fp4_decode
     choices = module.TOKEN_CHOICES
 
@@ -79,6 +85,7 @@ def candidates(args: argparse.Namespace) -> list:
         and lo <= c.layout.block_m <= hi
         and c.launch.num_math_warpgroups >= min_wg
     ]
+    decode += [legal[name] for name in named if name in legal and legal[name] not in decode]
     pick = select_config(desc, SM90)
     return [pick, *(c for c in decode if c != pick)]
 
@@ -87,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--problems", default=",".join(PROBLEMS))
     parser.add_argument("--weights", choices=("raw", "prepared"), default="prepared")
+    parser.add_argument("--configs", default="", help="more configs to time, by short name")
     parser.add_argument("--json", type=Path)
     opts = parser.parse_args(argv)
     names = opts.problems.split(",")
@@ -105,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             groups=g, n=n, k=k, rows=r, layout=layout, weights=opts.weights, ragged=ragged,
             active=active,
         )  # fmt: skip
-        plans.append((name, args, candidates(args)))
+        plans.append((name, args, candidates(args, [c for c in opts.configs.split(",") if c])))
     precompile([spec_for(desc_of(a), c) for _, a, cs in plans for c in cs])
 
     timer, results = Timer(), []

@@ -1,7 +1,7 @@
 """The FP8 x FP4 swapped kernels (impls/sm90_fp8_fp4_swap_ab_gemm.cuh: weights as register
 operands, tokens on the wgmma's N side) through the public API with forced configs, so every
 token block and warpgroup count runs: the table kernel on prepared weights (every layout,
-tokens 8 to 176, 1 to 4 math warpgroups, its exact path) and the checkpoint-layout decode kernel
+tokens 8 to 160, 1 to 4 math warpgroups, its exact path) and the checkpoint-layout decode kernel
 (offsets and masked, tokens 8 to 64); N and K tails, ragged and empty groups, scales that need
 several passes, a NaN scale byte. NaN-poisoned outputs, FP32 references on the dequantized
 operands."""
@@ -44,7 +44,7 @@ def decode_config(block_t: int, num_wg: int, form: str = "raw"):
 CONFIGS = [(8, 1), (16, 4), (24, 3), (32, 2), (64, 2)]
 TABLE_CONFIGS = [
     (8, 1), (8, 2), (16, 4), (24, 3), (32, 1), (32, 4), (48, 2), (48, 3), (64, 2), (64, 3), (96, 1),
-    (128, 2), (160, 1), (160, 2), (176, 2)
+    (128, 2), (160, 1), (160, 2)
 ]  # fmt: skip
 FORM_CONFIGS = [("raw", *c) for c in CONFIGS] + [("prepared", *c) for c in TABLE_CONFIGS]
 FORM_IDS = [f"{f}-t{t}w{w}" for f, t, w in FORM_CONFIGS]

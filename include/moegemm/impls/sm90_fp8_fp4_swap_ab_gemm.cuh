@@ -3,7 +3,7 @@
 // tokens (BLOCK_M of them, Config::kBlockM) on its N side. Two compositions of the skeleton
 // (kernels/sm90_persistent_gemm.cuh), by the weights' layout (Config::kPreparedWeights):
 //
-// Prepared weights (python/moegemm/api/mxfp4_weights.py; every M, tokens 8..176):
+// Prepared weights (python/moegemm/api/mxfp4_weights.py; every M, tokens 8..160):
 //   loader     TableWeightLoader: tokens' E4M3 rows, the thread-ordered codes (evict-first:
 //              streamed once) and the offsets words by TMA, the tokens' scales by the lanes,
 //   MMA        Fp4TableMma (mma/sm90_fp4_table_mma.cuh): the whole tile; per k-block the table
@@ -57,8 +57,8 @@ struct Fp8Fp4SwapAbGemmKernel : SwapAbTiles<Config, Sm90Fp8Fp4GemmParams> {
   using Base::BLOCK_M, Base::BLOCK_N, Base::BLOCK_K;  // BLOCK_M tokens, BLOCK_N weight rows
   static_assert(BLOCK_K == 128, "one k-block per activation scale");
   static constexpr bool kPrepared = Config::kPreparedWeights;
-  static_assert(BLOCK_M % 8 == 0 && BLOCK_M >= 8 && BLOCK_M <= (kPrepared ? 176 : 64),
-                "tokens on N: 8..176 (prepared weights), 8..64 (checkpoint layout)");
+  static_assert(BLOCK_M % 8 == 0 && BLOCK_M >= 8 && BLOCK_M <= (kPrepared ? 160 : 64),
+                "tokens on N: 8..160 (prepared weights), 8..64 (checkpoint layout)");
   // The checkpoint path's conversion tables, 128 bytes a math warpgroup.
   static constexpr uint32_t kEpilogueSmemBytes = kPrepared ? 0 : 1024;
 

@@ -2,7 +2,7 @@
 
 - swapped (decode, `layout.swap_ab`): impls/sm90_fp8_fp4_swap_ab_gemm.cuh with
   mma/sm90_fp4_table_mma.cuh, weights on the wgmma's M side as register operands converted by
-  table, 64 weight rows per math warpgroup, tokens (8..176) on N, every layout;
+  table, 64 weight rows per math warpgroup, tokens (8..160) on N, every layout;
 - prefill: impls/sm90_fp8_fp4_grouped_gemm.cuh with pipeline/fp4_table_transform.cuh, one or
   two transform warpgroups converting each k-block's weights by the same table into the E4M3
   tile W = block_m / 64 math warpgroups read with SS wgmma, tokens on M (64 or 128), weight rows
@@ -37,14 +37,14 @@ from .sm90_fp8_fp4_tiles import (
 from .waves import count_tiles, expected_waves
 
 KINDS = ("bf16_gemm_nt", "m_grouped_contiguous", "m_grouped_offsets", "m_grouped_masked")
-TOKEN_CHOICES = (8, 16, 24, 32, 48, 64, 96, 128, 160, 176)  # wgmma N
+TOKEN_CHOICES = (8, 16, 24, 32, 48, 64, 96, 128, 160)  # wgmma N
 # The m_indices layout aligns each group's segment to 128 rows: a token block never straddles
 # two groups when it divides 128.
 CONTIGUOUS_TOKEN_CHOICES = (8, 16, 32, 64, 128)
 # The most tokens a config of W math warpgroups holds without spilling (acc + tmp: one FP32
 # register per token, plus two A register sets of 16): the registers each math thread gets
 # (232, 232, 152, 104 for W = 1..4) measured with ptxas.
-MAX_TOKENS = {1: 176, 2: 176, 3: 64, 4: 16}
+MAX_TOKENS = {1: 160, 2: 160, 3: 64, 4: 16}
 
 
 def smem_bytes_for(block_t: int, block_w: int, num_stages: int) -> int:
