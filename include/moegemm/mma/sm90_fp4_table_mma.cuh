@@ -1,7 +1,7 @@
 // The MMA policy of the FP8 x FP4 kernel on prepared weights (impls/sm90_fp8_fp4_swap_ab_gemm.cuh
 // with Config::kPreparedWeights): weights on the wgmma's M side as register A operands,
 // converted by table (transform/fp4_table.cuh) from the stage's codes, tokens' E4M3 rows the
-// shared-memory B operand (N = BLOCK_T, 8..128). It runs a whole tile (kRunsTile): the skeleton
+// shared-memory B operand (N = BLOCK_T, 8..160). It runs a whole tile (kRunsTile): the skeleton
 // only schedules tiles and stores.
 //
 // Per math warpgroup (64 weight rows) and k-block, thread t holds rows r = 16 (t / 32) +
