@@ -137,6 +137,9 @@ MEASURED_FASTEST = [
     (("m_grouped_masked", 32, 4096, 7168, 320, False), "m160n128k128s7w2c1x1t"),
     (("m_grouped_offsets", 32, 4096, 7168, 256, True), "m160n128k128s7w2c1x1t"),
     (("m_grouped_offsets", 32, 4096, 7168, 4096, False), "m160n128k128s7w2c1x1t"),
+    (("m_grouped_offsets", 128, 2048, 768, 128, True), "m160n128k128s7w2c1x1t"),
+    (("m_grouped_offsets", 32, 5760, 2880, 1024, True), "m160n128k128s7w2c1x1t"),
+    (("m_grouped_offsets", 128, 2048, 768, 1024, True), "m128n128k128s5w2c1x1e64x3"),
     # H200, 2026-12-04
     (("m_grouped_offsets", 128, 2048, 768, 1024, False), "m128n128k128s5w2c1x1e64x3"),
 ]

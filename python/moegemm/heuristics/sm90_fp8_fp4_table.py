@@ -92,7 +92,7 @@ def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> list[GemmConfig]:
 # within 0.5% of the fastest measured config in the geometric mean, 4.5% at worst; re-checked
 # 2026-12-05 after the issue order and the second temporary set: 4.4% rms on 21 configs of
 # 8..1024 rows, tools/fp8_fp4_config_sweep.py; the 160-token blocks checked on the H100
-# 2026-12-06: on ragged 128..512 rows and equal groups of 160, 320 and 4096 rows the pick was
+# 2026-12-06: on ragged 128..1024 rows and equal groups of 160, 320 and 4096 rows the pick was
 # the fastest of the 128- and 160-token blocks and the prefill kernel, within 1%; the model
 # spreads a group's rows, so on equal groups of 1024 rows its 160 is 4-5% slower than 128,
 # and of 128 rows at K 768 (Qwen3-30B L2) 1.33 x the prefill kernel): a k-block
