@@ -2,15 +2,15 @@
 
     python3 tools/fp8_fp4_config_sweep.py [--problems NAME,...] [--configs NAME,...] [--json PATH]
 
-For each problem (a grouped GEMM with uniform rows per group, or "ragged": the benchmark
-protocol's int(rows * U(0.7, 1.3)); operands as in profile_fp8_fp4.py): the heuristics' pick, and
-every decode config (impls/sm90_fp8_fp4_swap_ab_gemm.cuh) whose token tile holds the mean rows
-up to the largest group's (the smallest of each), with 1..4 math warpgroups, and the configs
---configs names (short names, where legal), compiled in parallel first. Each config is checked
-against FP32 on the dequantized operands (a failure is reported and not timed), then timed
-(median µs, weights larger than L2 so no call reads them from it). The table: µs per config, the pick marked, and
-the best decode config's speed over the pick's. This is how the decode kernel's cost in the
-heuristics is calibrated.
+For each problem (a grouped GEMM with uniform rows per group, or "ragged": the benchmark protocol's
+int(rows * U(0.7, 1.3)); operands as in profile_fp8_fp4.py): the heuristics' pick, and every decode
+config (impls/sm90_fp8_fp4_swap_ab_gemm.cuh) whose token tile holds the mean rows up to the largest
+group's (the smallest of each), with 1..4 math warpgroups, and any config --configs names (short
+names, where legal), compiled in parallel first. Each config is checked against FP32 on the
+dequantized operands (a failure is reported and not timed), then timed (median µs, weights larger
+than L2 so no call reads them from it). The table: µs per config, the pick marked, and the best
+decode config's speed over the pick's. This is how the decode kernel's cost in the heuristics is
+calibrated.
 """
 
 from __future__ import annotations
