@@ -85,7 +85,7 @@ struct Sm90Fp8Fp4GemmOf {
       "CTAs per launch (the planned count: no clusters, no clamp).";
 
   static void check_shape(const LaunchShape& shape) {
-    // block_m: 64 rows per math warpgroup, or the decode kernel's 8..64 tokens.
+    // block_m: 64 rows per math warpgroup, or the decode kernels' 8..160 tokens.
     if (shape.cluster_m != 1 || shape.cluster_n != 1 || shape.block_k != 128 ||
         shape.block_n % 16 != 0 || shape.block_m % 8 != 0) {
       throw std::invalid_argument(

@@ -85,7 +85,8 @@ def candidates(args: argparse.Namespace, named: list[str]) -> list:
         and lo <= c.layout.block_m <= hi
         and c.launch.num_math_warpgroups >= min_wg
     ]
-    decode += [legal[name] for name in named if name in legal and legal[name] not in decode]
+    decode += [legal[name] for name in named if name in legal]
+    decode = list(dict.fromkeys(decode))
     pick = select_config(desc, SM90)
     return [pick, *(c for c in decode if c != pick)]
 
@@ -102,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown problems {unknown}; known: {', '.join(PROBLEMS)}")
 
+    named = list(dict.fromkeys(c for c in opts.configs.split(",") if c))
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     from bench_common import Timer, precompile, spec_for
 
@@ -113,7 +115,10 @@ def main(argv: list[str] | None = None) -> int:
             groups=g, n=n, k=k, rows=r, layout=layout, weights=opts.weights, ragged=ragged,
             active=active,
         )  # fmt: skip
-        plans.append((name, args, candidates(args, [c for c in opts.configs.split(",") if c])))
+        plans.append((name, args, candidates(args, named)))
+    timed = {c.short_name() for _, _, configs in plans for c in configs}
+    if any(c not in timed for c in named):
+        parser.error(f"--configs: {[c for c in named if c not in timed]} legal in no problem")
     precompile([spec_for(desc_of(a), c) for _, a, cs in plans for c in cs])
 
     timer, results = Timer(), []

@@ -119,6 +119,8 @@ def test_prepared_weights_take_the_table_kernels_only(desc: GemmDesc) -> None:
 def protocol_desc(kind: str, g: int, n: int, k: int, rows: int, ragged: bool) -> GemmDesc:
     """The desc of a benchmark problem: `rows` in every group, or with `ragged` the protocol's
     int(rows * U(0.7, 1.3)) drawn with seed 0, as tools/profile_fp8_fp4.py builds them."""
+    if kind not in ("m_grouped_masked", "m_grouped_offsets"):
+        raise ValueError(f"protocol_desc builds masked and offsets problems, not {kind}")
     rng = random.Random(0)
     sizes = [int(rows * rng.uniform(0.7, 1.3)) if ragged else rows for _ in range(g)]
     if kind == "m_grouped_masked":
@@ -145,7 +147,20 @@ MEASURED_FASTEST = [
 ]
 
 
-@pytest.mark.parametrize("problem,fastest", MEASURED_FASTEST, ids=lambda v: str(v))
+# Where the spread rows miss (H100, 2026-12-06, equal groups, offsets): the model picks 160-token
+# blocks, 1.33 x the prefill kernel's time at 128 rows and K 768, 1.048 x the 128-token blocks'
+# at gpt-oss L1 1024 rows. Strict: a model that fixes them must move them up.
+KNOWN_MISSES = [
+    (("m_grouped_offsets", 128, 2048, 768, 128, False), "m128n128k128s5w2c1x1e64x3"),
+    (("m_grouped_offsets", 32, 5760, 2880, 1024, False), "m128n128k128s8w2c1x1t"),
+]
+MEASURED = MEASURED_FASTEST + [
+    pytest.param(*case, marks=pytest.mark.xfail(strict=True, reason="rows assumed spread"))
+    for case in KNOWN_MISSES
+]
+
+
+@pytest.mark.parametrize("problem,fastest", MEASURED, ids=lambda v: str(v))
 def test_prepared_picks_match_the_measured_fastest(problem: tuple, fastest: str) -> None:
     """On prepared weights the model ranks the decode kernel (token blocks on N) against the
     prefill kernel (tokens on M): at these measured points it picks the fastest config."""
