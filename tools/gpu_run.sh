@@ -200,7 +200,8 @@ if [[ $stages == *,ab,* ]]; then
     echo "!! ab: no .baseline/ (make it from git archive and carry it: see the header)"
     summary+=("$(printf '%-10s rc %-3s %5d s' ab missing 0)")
   else
-    # GPU_RUN_AB_ARGS: extra arguments (e.g. "--quick", "--cases anchor", "--rounds 6").
+    # GPU_RUN_AB_ARGS: extra arguments (e.g. "--quick", "--cases anchor", "--rounds 6"), split on
+    # spaces: a --cases regex must hold none (r32.masked, not "r32 masked").
     # shellcheck disable=SC2086
     run_stage ab "${GPU_RUN_AB_TIMEOUT:-420}" build_twins.log \
       python3 tools/build_twins.py --json "$log_dir/build_twins.json" \
