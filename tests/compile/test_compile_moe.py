@@ -1,6 +1,6 @@
 """Compile-only builds of the fused MoE layer's kernels through the real JIT path (nvcc, no
-GPU): route-and-gather, combine, and the BF16 grouped GEMMs with the SwiGLU and RowScale
-epilogues in both orientations, as the heuristics pick them for decode and prefill. Checked in
+GPU): route-and-gather, combine, and the BF16 and FP8 x FP4 (MXFP4 experts) grouped GEMMs with
+the SwiGLU and RowScale epilogues, as the heuristics pick them for decode and prefill. Checked in
 the cubin: one kernel, no local memory, the instructions each must contain."""
 
 from __future__ import annotations
@@ -62,3 +62,24 @@ def test_layer_gemm_compiles(epilogue: str, rows: int) -> None:
         assert config.store_cols and "STSM" in sass and "UTMASTG" in sass
     else:
         assert "UTMASTG" not in sass
+
+
+@pytest.mark.parametrize("epilogue", ["swiglu", "swiglu_oai", "row_scale"])
+@pytest.mark.parametrize(
+    "kind,rows", [("m_grouped_offsets", 4), ("m_grouped_offsets", 32), ("m_grouped_offsets", 64),
+                  ("m_grouped_offsets", 256), ("m_grouped_masked", 32)],
+)  # fmt: skip
+def test_mxfp4_layer_gemm_compiles(epilogue: str, kind: str, rows: int) -> None:
+    """The MXFP4 layer's FP8 x FP4 GEMMs on prepared weights, as the heuristics pick them from
+    decode to prefill sizes, with its fused epilogues: the stores share the registers of the
+    mainloop, so a kernel change can spill here and nowhere else (the private cache builds with
+    the ptxas local-memory check; sass_of checks the SASS)."""
+    n, k = (1536, 2048) if epilogue != "row_scale" else (2048, 768)  # Qwen3-30B's experts
+    m = 128 * rows if kind == "m_grouped_offsets" else rows
+    desc = GemmDesc(kind, m, n, k, 128, ab_dtype="fp8_fp4", expected_m=rows, weights="prepared",
+                    epilogue=epilogue)  # fmt: skip
+    config = select_config(desc, SM90)
+    sass = sass_of(kernel_spec(desc, config))
+    assert "QGMMA" in sass and "PRMT" in sass, "FP8 wgmma on table-converted weights"
+    if epilogue != "row_scale":
+        assert "MUFU.EX2" in sass, "the activation's exponential"
