@@ -44,6 +44,24 @@ def test_prepare_round_trips_exactly(shape: tuple[int, int, int]) -> None:
     assert unprepare_mxfp4_weights(moegemm.Mxfp4Weights(b, sfb, prepared=False))[0] is b
 
 
+@pytest.mark.parametrize("lead", [(5,), (2, 3), ()])
+def test_prepare_in_passes_equals_one_pass(lead: tuple[int, ...], monkeypatch) -> None:
+    """The codes are reordered a few matrices a pass (bounded temporaries for a whole layer's
+    experts): any pass size gives the same tensors, leading dims and a single matrix alike."""
+    from moegemm.api import mxfp4_weights
+
+    b, sfb = random_pair(max(1, int(torch.tensor(lead).prod())), 128, 2880, 11)
+    b, sfb = b.reshape(*lead, 128, 1440), sfb.reshape(*lead, 128, 90)
+    whole = moegemm.prepare_mxfp4_weights(b, sfb)
+    monkeypatch.setattr(mxfp4_weights, "PREPARE_CHUNK_BYTES", 128 * 1536 * 2)  # two a pass
+    in_passes = moegemm.prepare_mxfp4_weights(b, sfb)
+    monkeypatch.setattr(mxfp4_weights, "PREPARE_CHUNK_BYTES", 1)  # one a pass
+    one_each = moegemm.prepare_mxfp4_weights(b, sfb)
+    for w in (in_passes, one_each):
+        assert torch.equal(w.b, whole.b) and torch.equal(w.sfb, whole.sfb)
+    assert torch.equal(unprepare_mxfp4_weights(one_each)[0], b)
+
+
 def test_code_bytes_sit_where_the_kernels_load_them() -> None:
     """The module doc's byte order, independently of the inverse: 64-row block nb's k-block kb is
     the 4096 contiguous bytes at (nb * KB + kb) * 4096 of its group (one TMA box piece), thread

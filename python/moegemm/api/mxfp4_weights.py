@@ -58,6 +58,7 @@ MXFP4_GROUP = 32  # weights per UE8M0 scale byte
 NAN_SCALE = 0xFF  # UE8M0's NaN
 SM90_ROW_BLOCK = 64  # the prepared layout's row blocks (one math warpgroup's rows)
 SM90_K_BLOCK = 128  # ... and k-blocks
+PREPARE_CHUNK_BYTES = 1 << 26  # checkpoint code bytes reordered a pass (prepare_mxfp4_weights)
 TABLE_TOP_OFFSET = 12  # e = s - top + 12, exact for e in [1, 12]
 TABLE_MIN_TOP = 7  # 2^(top - 133) is a normal float from here
 EXACT_FLAG = 0x8000
@@ -260,20 +261,37 @@ def _prepare_sm90(b: torch.Tensor, sfb: torch.Tensor) -> Mxfp4Weights:
     k = nb * MXFP4_GROUP
     num_kb = -(-k // SM90_K_BLOCK)
     kp = num_kb * SM90_K_BLOCK
-    sfb = _zero_block_scales_rebased(b, sfb)
-    dev = b.device
-    # Codes as one nibble a byte, [.., N / 64, KB, 64 * 128] per block.
-    nib = torch.stack((b & 0xF, b >> 4), dim=-1).flatten(-2)  # [.., N, K]
-    nib = torch.nn.functional.pad(nib, (0, kp - k))
+    sources = tuple(x.to(b.device) for x in _fragment_sources())
+    codes = torch.empty(*lead, n, kp // 2, dtype=torch.uint8, device=b.device)
+    words = torch.empty(*lead, 2 * num_kb, n, dtype=torch.int32, device=b.device)
+    # A few matrices (experts) at a time: the temporaries take ~13 bytes a code byte, so one
+    # pass over a DeepSeek-V3 layer's experts would need ~50 GB beside them. Every step works
+    # per matrix (the zero blocks' fill reads its own matrix only).
+    mats_b, mats_sfb = b.reshape(-1, n, k // 2), sfb.reshape(-1, n, nb)
+    mats_codes, mats_words = codes.view(-1, n, kp // 2), words.view(-1, 2 * num_kb, n)
+    per_pass = max(1, PREPARE_CHUNK_BYTES // (n * kp // 2))
+    for first in range(0, mats_b.shape[0], per_pass):
+        part = slice(first, first + per_pass)
+        part_sfb = _zero_block_scales_rebased(mats_b[part], mats_sfb[part])
+        mats_codes[part] = _sm90_codes(mats_b[part], num_kb, sources)
+        mats_words[part] = _offsets_words(part_sfb, n, nb, num_kb)
+    return Mxfp4Weights(codes, words, prepared=True, k=k)
+
+
+def _sm90_codes(b: torch.Tensor, num_kb: int, sources: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """The prepared codes [M, N, KB * 64] of checkpoint codes b [M, N, K / 2] (module doc)."""
+    n, k = b.shape[-2], 2 * b.shape[-1]
+    # Codes as one nibble a byte, [M, N / 64, KB, 64 * 128] per block.
+    nib = torch.stack((b & 0xF, b >> 4), dim=-1).flatten(-2)  # [M, N, K]
+    nib = torch.nn.functional.pad(nib, (0, num_kb * SM90_K_BLOCK - k))
     blocks = nib.unflatten(-2, (n // 64, 64)).unflatten(-1, (num_kb, SM90_K_BLOCK))
-    blocks = blocks.transpose(-3, -2).flatten(-2)  # [.., N/64, KB, 8192]
-    mag_src, sign_src = (x.to(dev) for x in _fragment_sources())
+    blocks = blocks.transpose(-3, -2).flatten(-2)  # [M, N/64, KB, 8192]
+    mag_src, sign_src = sources
     mag = blocks[..., mag_src.flatten()].unflatten(-1, (4096, 2)) & 0x7
     sign = blocks[..., sign_src.flatten()].unflatten(-1, (4096, 2)) & 0x8
     nibbles = mag | sign
-    packed = nibbles[..., 0] | (nibbles[..., 1] << 4)  # [.., N/64, KB, 4096]
-    codes = packed.reshape(*lead, n, kp // 2).contiguous()  # a block's k-blocks back to back
-    return Mxfp4Weights(codes, _offsets_words(sfb, n, nb, num_kb), prepared=True, k=k)
+    packed = nibbles[..., 0] | (nibbles[..., 1] << 4)  # [M, N/64, KB, 4096]
+    return packed.reshape(b.shape[0], n, num_kb * SM90_K_BLOCK // 2)  # k-blocks back to back
 
 
 def _offsets_words(sfb: torch.Tensor, n: int, nb: int, num_kb: int) -> torch.Tensor:
