@@ -81,6 +81,7 @@ def test_run_check_fp8_fp4_on_gpt_oss() -> None:
     ok = run_check(shapes, 4, token_counts=[5, 300], out=out, weights="mxfp4")
     text = out.getvalue()
     assert ok, text
+    assert re.search(r"^check: [0-9.]+ x torch BF16 \(geomean\)", text, re.MULTILINE), text
     for layout in ("offs", "m_indices", "masked"):
         for form in ("raw", "prep"):
             assert text.count(f"\n{layout}/{form} ") == 2, (layout, form, text)

@@ -96,6 +96,27 @@ def test_timing_never_fails_the_check() -> None:
     )
 
 
+def test_a_second_peer_has_its_own_columns_and_summary_line() -> None:
+    """The FP8 x FP4 check's torch BF16 peer: its time and ratio on every row, like-for-like
+    ratios only in its summary (geomean, least ratio, rows slower), none where it was refused."""
+    out = io.StringIO()
+    rep = Report(out, second="torch BF16")
+    rep.row("offs/prep", "l", 8, 32, 1e-6, 10.0, 12.0, second=(20.0, Peer("bf16", lambda: None)))
+    rep.row("offs/raw", "l", 8, 32, 1e-6, 10.0, 12.0, second=(5.0, Peer("bf16", lambda: None)))
+    rep.row("dense/raw", "l", 8, 8, 1e-6, 10.0, 12.0, second=(math.nan, None))
+    differs = Peer("bf16", lambda: None, same_output=False, differs="FP32 out")
+    rep.row("masked/raw", "l", 8, 32, 1e-6, 10.0, 12.0, second=(1.0, differs))
+    assert check._summary(rep)
+    lines = out.getvalue().splitlines()
+    assert "torch BF16 us" in lines[0] and "x torch BF16" in lines[0]
+    assert lines[1].split()[8:10] == ["20.0", "2.000"]
+    assert lines[2].split()[8:10] == ["5.0", "0.500"]
+    assert lines[3].split()[8:10] == ["nan", "nan"]
+    assert lines[-1] == (
+        "check: 1.000 x torch BF16 (geomean), 0.500 at least; 1 of 2 rows slower than torch BF16"
+    )
+
+
 def test_every_failure_is_one_line_and_fails_the_check() -> None:
     out = io.StringIO()
     rep = Report(out)

@@ -221,7 +221,8 @@ def run_check(
     stdout) and a summary; returns True when every output matched the FP32 reference
     (calc_diff < TOLERANCE). Calls whose operands exceed MAX_BUFFER_BYTES (32 GiB) are skipped.
     weights="mxfp4" checks the FP8 x FP4 kernels instead (check_fp8_fp4.py: both weight forms,
-    the dequantized reference, calc_diff < 1e-4, torch FP8 rowwise as the peer)."""
+    the dequantized reference, calc_diff < 1e-4, torch FP8 rowwise as the peer and torch BF16 as
+    the second)."""
     if token_counts is None:
         token_counts = [t for t in DEFAULT_CHECK_TOKENS if t <= max_tokens] or [max_tokens]
     check_arguments(list(token_counts), top_k, 1)
@@ -268,7 +269,9 @@ def _summary(rep: common.Report) -> bool:
 
 
 def _fp8_fp4_report(out: TextIO) -> common.Report:
-    return common.Report(out, check_fp8_fp4.TOLERANCE, check_fp8_fp4.LAYOUT_WIDTH)
+    return common.Report(
+        out, check_fp8_fp4.TOLERANCE, check_fp8_fp4.LAYOUT_WIDTH, second=check_fp8_fp4.SECOND_PEER
+    )
 
 
 def _check_fp8_fp4(checked: list, token_counts: Sequence[int], top_k: int,

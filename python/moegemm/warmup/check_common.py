@@ -125,12 +125,19 @@ def exception_line(exc: BaseException) -> str:
 
 
 class Report:
-    def __init__(self, out: TextIO, tolerance: float = TOLERANCE, layout_width: int = 9) -> None:
+    """The check's table, one row per call. `second` names a second torch peer timed on every
+    row (the FP8 x FP4 check: torch BF16 beside torch FP8 rowwise); it gets its own two columns,
+    ratios and summary line."""
+
+    def __init__(self, out: TextIO, tolerance: float = TOLERANCE, layout_width: int = 9,
+                 second: str = "") -> None:  # fmt: skip
         self.out, self.ratios, self.failures = out, [], []
+        self.second, self.second_ratios = second, []
         self.tolerance, self.width = tolerance, layout_width
+        extra = f" {second + ' us':>14s} {'x ' + second:>13s}" if second else ""
         print(
             f"{'layout':{layout_width}s} {'shape':26s} {'tokens':>6s} {'rows':>7s} {'diff':>8s} "
-            f"{'us':>9s} {'torch us':>9s} {'x torch':>7s}  torch peer",
+            f"{'us':>9s} {'torch us':>9s} {'x torch':>7s}{extra}  torch peer",
             file=out,
         )
 
@@ -139,14 +146,23 @@ class Report:
         return not self.failures
 
     def row(self, layout: str, label: str, tokens: int, rows: int, diff: float, us: float,
-            peer_us: float, peer: Peer | None = None) -> None:  # fmt: skip
+            peer_us: float, peer: Peer | None = None,
+            second: tuple[float, Peer | None] | None = None) -> None:  # fmt: skip
+        """second: (time, Peer) of the second peer, on a report that has one."""
         why = failure(Result(layout, label, tokens, diff), self.tolerance)
         speed = speedup(us, peer_us)
         if not math.isnan(speed) and (peer is None or peer.same_output):
             self.ratios.append(speed)
+        extra = ""
+        if self.second:
+            second_us, second_peer = second if second is not None else (math.nan, None)
+            second_speed = speedup(us, second_us)
+            if not math.isnan(second_speed) and (second_peer is None or second_peer.same_output):
+                self.second_ratios.append(second_speed)
+            extra = f" {second_us:14.1f} {second_speed:13.3f}"
         print(
             f"{layout:{self.width}s} {label:26s} {tokens:6d} {rows:7d} {diff:8.1e} {us:9.1f} "
-            f"{peer_us:9.1f} {speed:7.3f}  {peer_label(peer)}"
+            f"{peer_us:9.1f} {speed:7.3f}{extra}  {peer_label(peer)}"
             + ("" if why is None else "  FAILED"),  # the summary gives the reason
             file=self.out,
         )
@@ -166,9 +182,18 @@ class Report:
 
 
 def summary_lines(rep: Report) -> list[str]:
-    """The check's last lines: its verdict with the like-for-like geomean, then one line per
-    failure (the reason the command exits 1)."""
+    """The check's last lines: its verdict with the like-for-like geomean, with a second peer
+    that peer's geomean, least ratio and rows slower than it, then one line per failure (the
+    reason the command exits 1)."""
     verdict = "all passed" if rep.ok else f"FAILED ({len(rep.failures)} calls)"
     geo = geomean(rep.ratios)
     speed = "" if math.isnan(geo) else f"; {geo:.3f} x torch (geomean, like-for-like peers)"
-    return [f"check: {verdict}{speed}", *(f"check failed: {why}" for why in rep.failures)]
+    lines = [f"check: {verdict}{speed}"]
+    second = [r for r in rep.second_ratios if math.isfinite(r) and r > 0]
+    if second:
+        slower = sum(r < 1.0 for r in second)
+        lines.append(
+            f"check: {geomean(second):.3f} x {rep.second} (geomean), {min(second):.3f} at least; "
+            f"{slower} of {len(second)} rows slower than {rep.second}"
+        )
+    return [*lines, *(f"check failed: {why}" for why in rep.failures)]

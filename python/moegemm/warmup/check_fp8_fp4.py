@@ -11,10 +11,13 @@ only error left is the kernel's accumulation and the BF16 output (calc_diff < 1e
 Routed shapes run offs, m_indices and masked (max_m = tokens) on rows = tokens x top_k of a
 random top-k routing; one-group shapes the dense GEMM. Outputs are NaN-poisoned first.
 
-Peer: torch._scaled_grouped_mm FP8 rowwise (torch._scaled_mm for dense) on the same real rows,
+Peers: torch._scaled_grouped_mm FP8 rowwise (torch._scaled_mm for dense) on the same real rows,
 activations cast per token over all of K and weights per row, as benchmarks/bench_fp8_fp4.py
 calls it; the packed-rows call times the m_indices and masked rows too (the same real rows and
-weights). NaN where this torch has no such function or refuses the call.
+weights). NaN where this torch has no such function or refuses the call. Second peer, in its own
+columns: torch BF16 (torch._grouped_mm, torch.mm for dense) on the BF16 rows the activations
+were cast from and the dequantized weights in BF16 (exact: E2M1 times a power of two), what a
+model without FP8 or MXFP4 kernels runs.
 """
 
 from __future__ import annotations
@@ -31,10 +34,12 @@ from . import check_common as common
 TOLERANCE = 1e-4  # calc_diff against the dequantized reference
 SFA_BLOCK_K = 128  # activation scale granularity along K
 LAYOUT_WIDTH = 14  # "m_indices/prep"
+SECOND_PEER = "torch BF16"
 
 
 class ShapeWeights:
-    """One shape's MXFP4 weights in both forms, and their FP8 rowwise cast for torch's peer."""
+    """One shape's MXFP4 weights in both forms, their FP8 rowwise cast for torch's peer and their
+    dequantization in BF16 for the second peer."""
 
     def __init__(self, g: int, n: int, k: int, gen: torch.Generator) -> None:
         from ..quant import per_token_cast_to_fp8, quantize_mxfp4
@@ -43,9 +48,11 @@ class ShapeWeights:
         self.sfb = torch.empty(g, n, k // 32, device=common.DEVICE, dtype=torch.uint8)
         self.w8 = torch.empty(g, n, k, device=common.DEVICE, dtype=torch.float8_e4m3fn)
         self.ws = torch.empty(g, n, device=common.DEVICE, dtype=torch.float32)
+        self.w16 = torch.empty(g, n, k, device=common.DEVICE, dtype=torch.bfloat16)
         for group in range(g):  # one group at a time: no FP32 copy of them all
             w = common.randn(n, k, gen=gen, scale=0.02)
             self.b[group], self.sfb[group] = quantize_mxfp4(w)
+            self.w16[group] = self.dequantized(group)
             w8, ws = per_token_cast_to_fp8(w, gran_k=k)
             self.w8[group], self.ws[group] = w8, ws.squeeze(-1)
         import moegemm
@@ -77,14 +84,15 @@ class ShapeWeights:
 
 
 def _activations(rows: int, k: int, gen: torch.Generator):
-    """(a, sfa) of random BF16 rows, their FP32 dequantization, and the rowwise cast for torch."""
+    """(a, sfa) of random BF16 rows x, their FP32 dequantization, the rowwise cast for torch,
+    and x (the second peer's rows)."""
     from ..quant import per_token_cast_to_fp8
 
     x = common.randn(rows, k, gen=gen)
     a, sfa = per_token_cast_to_fp8(x, gran_k=SFA_BLOCK_K)
     a_ref = a.float() * sfa.repeat_interleave(SFA_BLOCK_K, dim=-1)[:, :k]
     a8r, sar = per_token_cast_to_fp8(x, gran_k=k)
-    return a, sfa, a_ref, a8r, sar.squeeze(-1).contiguous()
+    return a, sfa, a_ref, a8r, sar.squeeze(-1).contiguous(), x
 
 
 def _fp8_zeros(*shape: int) -> torch.Tensor:
@@ -103,10 +111,16 @@ def torch_peer(fn_name: str, call: Callable[[Callable], object], packed: bool = 
     return common.pick_peer(common.Peer(name, lambda: call(fn)))
 
 
+def bf16_peer(name: str, call: Callable[[], object]) -> tuple[float, object]:
+    """The second peer (torch BF16): its time and common.Peer, (NaN, None) where refused."""
+    found = common.pick_peer(common.Peer(f"{name} BF16", call))
+    return common.peer_us(found), found
+
+
 def _row(rep: common.Report, layout: str, form: str, label: str, tokens: int, rows: int,
-         diff: float, us: float, peer: tuple) -> None:  # fmt: skip
-    """peer: (its time, the common.Peer)."""
-    rep.row(f"{layout}/{form[:4]}", label, tokens, rows, diff, us, *peer)
+         diff: float, us: float, peer: tuple, second: tuple) -> None:  # fmt: skip
+    """peer, second: (its time, the common.Peer) of torch FP8 rowwise and of torch BF16."""
+    rep.row(f"{layout}/{form[:4]}", label, tokens, rows, diff, us, *peer, second=second)
 
 
 def _timed(fn) -> float:
@@ -118,7 +132,7 @@ def check_dense(rep: common.Report, label: str, w: ShapeWeights, tokens: int, ge
 
     _, n, k2 = w.b.shape
     k = 2 * k2
-    a, sfa, a_ref, a8r, sar = _activations(tokens, k, gen)
+    a, sfa, a_ref, a8r, sar, x = _activations(tokens, k, gen)
     ref = a_ref @ w.dequantized(0).t()
     w8t, ws = w.w8[0].t(), w.ws[0].unsqueeze(0)
     peer = torch_peer(
@@ -126,6 +140,8 @@ def check_dense(rep: common.Report, label: str, w: ShapeWeights, tokens: int, ge
         lambda f: f(a8r, w8t, scale_a=sar.unsqueeze(1), scale_b=ws, out_dtype=torch.bfloat16),
     )
     peer = (common.peer_us(peer), peer)
+    w16t = w.w16[0].t()
+    second = bf16_peer("torch.mm", lambda: torch.mm(x, w16t))
     for form, b in w.forms(0):
         with rep.guard(f"dense/{form[:4]}", label, tokens):
             d = common.poisoned(tokens, n)
@@ -133,7 +149,7 @@ def check_dense(rep: common.Report, label: str, w: ShapeWeights, tokens: int, ge
             call()
             diff = calc_diff(d, ref)
             us = _timed(call)
-            _row(rep, "dense", form, label, tokens, tokens, diff, us, peer)
+            _row(rep, "dense", form, label, tokens, tokens, diff, us, peer, second)
 
 
 def check_routed(rep: common.Report, label: str, w: ShapeWeights, tokens: int, top_k: int,
@@ -144,7 +160,7 @@ def check_routed(rep: common.Report, label: str, w: ShapeWeights, tokens: int, t
     k = 2 * k2
     counts = common.routing(tokens, top_k, g, gen)
     rows = int(counts.sum())
-    a, sfa, a_ref, a8r, sar = _activations(rows, k, gen)
+    a, sfa, a_ref, a8r, sar, x = _activations(rows, k, gen)
     ends = counts.cumsum(0)
     offs = ends.to(torch.int32)
     starts, sizes = (ends - counts).tolist(), counts.tolist()
@@ -161,6 +177,8 @@ def check_routed(rep: common.Report, label: str, w: ShapeWeights, tokens: int, t
     peer = (common.peer_us(found), found)
     # The same call and time, named for the padded layouts.
     padded_peer = (peer[0], found and torch_peer("_scaled_grouped_mm", grouped, packed=True))
+    w16t = w.w16.transpose(-2, -1)
+    second = bf16_peer("torch._grouped_mm", lambda: torch._grouped_mm(x, w16t, offs=offs))
     contiguous = moegemm.m_grouped_fp8_fp4_gemm_nt_contiguous
     for form, b in w.forms():
         with rep.guard(f"offs/{form[:4]}", label, tokens):
@@ -169,7 +187,7 @@ def check_routed(rep: common.Report, label: str, w: ShapeWeights, tokens: int, t
             call()
             diff = calc_diff(d, ref)
             us = _timed(call)
-            _row(rep, "offs", form, label, tokens, rows, diff, us, peer)
+            _row(rep, "offs", form, label, tokens, rows, diff, us, peer, second)
 
     # m_indices: each group's rows copied to a segment aligned to ALIGN rows; padding rows -1.
     padded = [math.ceil(size / common.ALIGN) * common.ALIGN for size in sizes]
@@ -191,7 +209,7 @@ def check_routed(rep: common.Report, label: str, w: ShapeWeights, tokens: int, t
             call()
             diff = calc_diff(d[real], ref)
             us = _timed(call)
-            _row(rep, "m_indices", form, label, tokens, rows, diff, us, padded_peer)
+            _row(rep, "m_indices", form, label, tokens, rows, diff, us, padded_peer, second)
 
     # masked: a [G, max_m, K] buffer with max_m = tokens (holds any routing).
     max_m = tokens
@@ -216,9 +234,9 @@ def check_routed(rep: common.Report, label: str, w: ShapeWeights, tokens: int, t
             call()
             diff = calc_diff(d[valid], ref)  # valid rows in group order = the packed rows
             us = _timed(call)
-            _row(rep, "masked", form, label, tokens, rows, diff, us, padded_peer)
+            _row(rep, "masked", form, label, tokens, rows, diff, us, padded_peer, second)
 
 
 def weights_fit(g: int, n: int, k: int) -> bool:
-    """Whether one shape's weights (the FP8 peer copy is the largest) stay within the limit."""
-    return g * n * k <= common.MAX_BUFFER_BYTES
+    """Whether one shape's weights (the BF16 peer copy is the largest) stay within the limit."""
+    return g * n * k * 2 <= common.MAX_BUFFER_BYTES
