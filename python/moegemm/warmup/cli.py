@@ -556,7 +556,7 @@ def _check(
     if weights == "mxfp4":
         print(
             "check: the warmed FP8 x FP4 kernels against FP32 on the dequantized operands, "
-            "timed against torch FP8 rowwise",
+            "timed against torch FP8 rowwise and torch BF16",
             flush=True,
         )
     else:
