@@ -531,3 +531,32 @@ def test_sm100_inputs_use_power_of_two_scales(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(bench, "PREPARE_ARCH", "sm_100f")
     _, sfa = bench.fp8_cast()(x)
     assert bool((torch.frexp(sfa).mantissa == 0.5).all())
+
+
+@pytest.mark.parametrize(
+    ("error", "said"),
+    [
+        (ModuleNotFoundError("No module named 'deep_gemm'", name="deep_gemm"), False),
+        (ModuleNotFoundError("No module named 'deep_gemm._C'", name="deep_gemm._C"), True),
+        (ImportError("libcudart.so.12: cannot open shared object file"), True),
+    ],
+)
+def test_deepgemm_that_will_not_import_says_why(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, error: Exception, said: bool
+) -> None:
+    """No DeepGEMM: no peer, silently. A DeepGEMM that is there but fails to import: no peer,
+    and one line saying why (else a run loses its in-run peer without a trace)."""
+
+    def refuse(name: str):
+        raise error
+
+    monkeypatch.setattr(bench.importlib, "import_module", refuse)
+    bench.deep_gemm.cache_clear()
+    try:
+        assert bench.deep_gemm() is None
+    finally:
+        bench.deep_gemm.cache_clear()
+    out = capsys.readouterr().out
+    assert ("# DeepGEMM not importable: " in out) == said, out
+    if said:
+        assert str(error) in out
