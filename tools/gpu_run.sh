@@ -56,7 +56,9 @@
 #     | tar -x -C .baseline && echo 3f8aa66 > .baseline/REVISION       # the baseline (~0.5 MB)
 #   python3 -m pip download --no-deps nvidia-cutlass==4.2.0.0 -d .whl   # CUTLASS headers
 # and name both in carry: [".whl", ".baseline"]. TREE_COMMIT=<hash> names the tree in the
-# reports (the device's copy of the tree has no git history).
+# reports: pass it. The device's git metadata can be an older copy than its files (seen: the
+# session's first HEAD named every later tree), so without it the reports read that HEAD, with
+# "+modified" where the files differ from it.
 #
 # Builds _C with the system gcc/g++ (a g++ from elsewhere was seen to crash inside libstdc++ when
 # loaded into that Python). Every stage is bounded so that the script ends, summary printed,
@@ -83,7 +85,11 @@ cd "$(dirname "$0")/.." || exit 1
 export PYTHONUNBUFFERED=1 CC=/usr/bin/gcc CXX=/usr/bin/g++
 start_s=$SECONDS
 deadline_s=${GPU_RUN_DEADLINE_S:-570}
-commit=${TREE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+commit=${TREE_COMMIT:-}
+if [ -z "$commit" ]; then
+  commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+  [ "$commit" = unknown ] || git diff --quiet HEAD -- 2>/dev/null || commit="$commit+modified"
+fi
 export TREE_COMMIT=$commit # the benchmarks' JSON name the tree by it (run_info)
 summary=()
 

@@ -100,3 +100,26 @@ def test_fp8_stage_builds_deepgemm_beside_when_given_a_tree() -> None:
     assert start < text.index('wait "$dg_pid"') < fp8
     assert text.index('export PYTHONPATH="$dg_dir:$PYTHONPATH"') < fp8
     assert text.index("run_stage tests ") > text.index("dg_pid=$!")  # built while tests run
+
+
+@pytest.mark.parametrize("state", ["clean", "modified", "given"])
+def test_the_tree_label_never_claims_a_commit_the_files_are_not(tmp_path: Path, state: str) -> None:
+    """Without TREE_COMMIT the reports name HEAD, with "+modified" where the files differ from
+    it (the device's git metadata can be older than its copy of the tree)."""
+    text = SCRIPT.read_text()
+    start = text.index("commit=${TREE_COMMIT:-}")
+    snippet = text[start : text.index("\nfi\n", start) + 4]
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (tmp_path / "f.txt").write_text("a\n")
+    subprocess.run([*git, "add", "f.txt"], check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True)
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], check=True,
+                          capture_output=True, text=True).stdout.strip()  # fmt: skip
+    if state == "modified":
+        (tmp_path / "f.txt").write_text("b\n")
+    env_prefix = "TREE_COMMIT=abc123 " if state == "given" else "TREE_COMMIT= "
+    res = subprocess.run(["bash", "-c", f"{env_prefix}; set -u\n{snippet}echo \"$commit\""],
+                         cwd=tmp_path, check=True, capture_output=True, text=True)  # fmt: skip
+    expected = {"clean": head, "modified": f"{head}+modified", "given": "abc123"}[state]
+    assert res.stdout.strip() == expected
