@@ -607,7 +607,12 @@ def print_deepgemm_report(rows: list[dict]) -> None:
     geometric mean and minimum of DeepGEMM us / ours us per regime."""
     timed = [r for r in rows if r.get("x_dg_inrun")]
     if not timed:
-        print("\n# DeepGEMM FP8 in-run: not importable here, no in-run ratio")
+        why = (
+            "not importable here"
+            if deep_gemm() is None
+            else "no case ran a layout it has (m_indices, masked; offs has none)"
+        )
+        print(f"\n# DeepGEMM FP8 in-run: {why}, no in-run ratio")
         return
     print("\n# x DeepGEMM FP8 in-run (DeepGEMM us / ours us): prepared weights [raw]")
     regimes = (("decode <= 32", 0, 32), ("64-256", 33, 256), ("512", 257, 1023),

@@ -560,3 +560,15 @@ def test_deepgemm_that_will_not_import_says_why(
     assert ("# DeepGEMM not importable: " in out) == said, out
     if said:
         assert str(error) in out
+
+
+@pytest.mark.parametrize("importable", [False, True])
+def test_no_deepgemm_row_says_which_reason(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, importable: bool
+) -> None:
+    """Rows without a DeepGEMM time: either it is not importable, or every case ran `offs`,
+    which DeepGEMM has no call for; the report says which."""
+    monkeypatch.setattr(bench, "deep_gemm", lambda: object() if importable else None)
+    bench.print_deepgemm_report([{"prepared_us": 10.0, "rows_nominal": 8}])
+    out = capsys.readouterr().out
+    assert ("offs has none" in out) == importable and ("not importable" in out) != importable
