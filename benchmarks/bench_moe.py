@@ -13,9 +13,9 @@ call finds its weights in L2) and replayed; per call = replay time / ROUTINGS.
   moegemm comp  that composition with moegemm's grouped GEMMs (m_grouped_..._contiguous, offs)
 Ceilings in the run: a 1 GiB device copy by an SM kernel, graph-timed like the rows (touched
 experts' weight bytes / time against it; a captured memcpy becomes a copy-engine node, 19% slower
-on an H100) and cuBLAS BF16 8192^3 (the layer's real FLOPs / time against it). Every row is checked once
-against the FP32 reference of the whole layer (calc_diff < 1e-5) before it is timed. The
-workspace size is reported per row. --json writes everything, with the GPU, torch, commit and
+on an H100) and cuBLAS BF16 8192^3 (the layer's real FLOPs / time against it). Every row is
+checked once against the FP32 reference of the whole layer (calc_diff < 1e-5) before it is timed.
+The workspace size is reported per row. --json writes everything, with the GPU, torch, commit and
 UTC date of the run (bench_common.run_info, as bench_bf16.py and bench_fp8_fp4.py record them).
 """
 
