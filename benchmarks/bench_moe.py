@@ -15,7 +15,8 @@ Ceilings in the run: a 1 GiB device copy by an SM kernel, graph-timed like the r
 experts' weight bytes / time against it; a captured memcpy becomes a copy-engine node, 19% slower
 on an H100) and cuBLAS BF16 8192^3 (the layer's real FLOPs / time against it). Every row is
 checked once against the FP32 reference of the whole layer (calc_diff < 1e-5) before it is timed.
-The workspace size is reported per row. --json writes everything, with the GPU, torch, commit and
+The workspace size is reported per row. --pdl on launches moegemm's kernels with programmatic
+dependent launch; --pdl both times ours each way, interleaved, and adds a PDL column. --json writes everything, with the GPU, torch, commit and
 UTC date of the run (bench_common.run_info, as bench_bf16.py and bench_fp8_fp4.py record them).
 """
 
@@ -150,7 +151,9 @@ def moegemm_grouped_mm(a, b, offs):
     return moegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, offs=offs)
 
 
-def run_row(layer: Layer, t: int) -> dict:
+def run_row(layer: Layer, t: int, pdl: str = "off") -> dict:
+    """One row; pdl "both" times ours with programmatic dependent launch off and on (the
+    switch is read when a graph captures the launches), "on"/"off" leave the switch as set."""
     m = layer.m
     row = {
         "model": m.name,
@@ -179,7 +182,16 @@ def run_row(layer: Layer, t: int) -> dict:
     if not diff < (TOL_MXFP4 if layer.mxfp4 else TOL):
         row["error"] = f"calc_diff {diff:.2e}"
         return row
-    row["ours_us"] = time_graph([ours(i) for i in range(ROUTINGS)])
+    if pdl == "both":  # each captured with its own switch, interleaved: off, on, off, on
+        times: dict[bool, list[float]] = {False: [], True: []}
+        for enabled in (False, True, False, True):
+            moegemm.set_pdl(enabled)
+            times[enabled].append(time_graph([ours(i) for i in range(ROUTINGS)]))
+        moegemm.set_pdl(False)
+        row["ours_us"] = sum(times[False]) / 2
+        row["ours_pdl_us"] = sum(times[True]) / 2
+    else:
+        row["ours_us"] = time_graph([ours(i) for i in range(ROUTINGS)])
     touched = [int(torch.unique(s[1]).numel()) for s in sets]  # outside timing
     row["touched_bytes"] = sum(touched) / len(touched) * m.expert_bytes(dtype)
     row["flops"] = m.flops(t * m.top_k)
@@ -211,8 +223,11 @@ def cell(row: dict, key: str, spec: str = "9.1f") -> str:
 
 
 def format_row(row: dict) -> str:
+    pdl = ""
+    if "ours_pdl_us" in row:
+        pdl = f"{row['ours_pdl_us']:9.1f} {row['ours_us'] / row['ours_pdl_us']:6.3f} "
     return (
-        f"{row['model']:14} {row['tokens']:5d} {cell(row, 'ours_us')} {cell(row, 'torch_us')} "
+        f"{row['model']:14} {row['tokens']:5d} {cell(row, 'ours_us')} {pdl}{cell(row, 'torch_us')} "
         f"{cell(row, 'moegemm_comp_us')} {cell(row, 'x_torch', '6.2f')} "
         f"{cell(row, 'x_moegemm_comp', '6.2f')} {cell(row, 'pct_copy', '6.2f')} "
         f"{cell(row, 'pct_cublas', '6.2f')} {row.get('workspace_bytes', 0) / 2**20:8.1f} "
@@ -232,8 +247,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--tokens", default=",".join(map(str, TOKENS)))
     parser.add_argument("--weights", choices=("bf16", "mxfp4"), default="bf16")
+    parser.add_argument(
+        "--pdl",
+        choices=("off", "on", "both"),
+        default="off",
+        help="moegemm's launches with programmatic dependent launch (moegemm.set_pdl); both: "
+        "ours timed each way, interleaved, with a PDL column and their ratio",
+    )
     parser.add_argument("--json")
     args = parser.parse_args(argv)
+    moegemm.set_pdl(args.pdl == "on")
     models = [MODELS[name] for name in args.models.split(",")]
     tokens = [int(t) for t in args.tokens.split(",")]
     t0 = time.perf_counter()
@@ -241,17 +264,18 @@ def main(argv: list[str] | None = None) -> int:
     info = run_info()
     print(
         f"# {info['gpu']}, torch {info['torch']}, commit {info['commit']}, {info['date_utc']} "
-        f"UTC; copy {copy_gbps:.0f} GB/s, cuBLAS {cublas_tflops:.0f} TFLOP/s",
+        f"UTC; copy {copy_gbps:.0f} GB/s, cuBLAS {cublas_tflops:.0f} TFLOP/s; PDL {args.pdl}",
         flush=True,
     )
     rows = []
-    head = f"{'model':14} {'T':>5} {'ours us':>9} {'torch':>9} {'comp':>9} {'xtorch':>6} "
+    pdl_head = f"{'pdl us':>9} {'xpdl':>6} " if args.pdl == "both" else ""
+    head = f"{'model':14} {'T':>5} {'ours us':>9} {pdl_head}{'torch':>9} {'comp':>9} {'xtorch':>6} "
     print(head + f"{'xcomp':>6} {'%copy':>6} {'%cuBL':>6} {'ws MiB':>8} diff", flush=True)
     for m in models:
         layer = Layer(m, args.weights)
         for t in tokens:
             try:
-                row = run_row(layer, t)
+                row = run_row(layer, t, args.pdl)
             except Exception as exc:  # noqa: BLE001 - the row keeps the reason
                 row = {"model": m.name, "tokens": t, "error": f"{type(exc).__name__}: {exc}"}
             row["weights"] = args.weights
@@ -270,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# {len(rows)} rows in {time.perf_counter() - t0:.0f} s")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump(result(info, copy_gbps, cublas_tflops, rows, summary), fh, indent=1)
+            data = {**result(info, copy_gbps, cublas_tflops, rows, summary), "pdl": args.pdl}
+            json.dump(data, fh, indent=1)
     return 0
 
 

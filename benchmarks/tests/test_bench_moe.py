@@ -53,3 +53,15 @@ def test_the_json_records_the_run_for_the_plot(monkeypatch) -> None:
     assert plot.detect(data) == "moe"
     line = plot.run_line(data)
     assert "unknown" not in line and "commit abc1234" in line and info["gpu"] in line
+
+
+def test_a_pdl_row_shows_both_times_and_their_ratio() -> None:
+    """--pdl both: the row's PDL time follows ours with ours / PDL; rows without it keep the
+    plain layout."""
+    import bench_moe
+
+    plain = {"model": "m", "tokens": 1, "ours_us": 30.0, "torch_us": 90.0}
+    with_pdl = {**plain, "ours_pdl_us": 24.0}
+    cols = bench_moe.format_row(with_pdl).split()
+    assert cols[2:5] == ["30.0", "24.0", "1.250"]
+    assert bench_moe.format_row(plain).split()[2:4] == ["30.0", "90.0"]
