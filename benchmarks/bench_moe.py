@@ -190,6 +190,11 @@ def run_row(layer: Layer, t: int, pdl: str = "off") -> dict:
         moegemm.set_pdl(False)
         row["ours_us"] = sum(times[False]) / 2
         row["ours_pdl_us"] = sum(times[True]) / 2
+        # The last replays ran with PDL: routing 0's output checked again.
+        pdl_diff = calc_diff(outs[0].float(), want)
+        row["calc_diff_pdl"] = pdl_diff
+        if not pdl_diff < (TOL_MXFP4 if layer.mxfp4 else TOL):
+            row["error"] = f"with PDL calc_diff {pdl_diff:.2e}"
     else:
         row["ours_us"] = time_graph([ours(i) for i in range(ROUTINGS)])
     touched = [int(torch.unique(s[1]).numel()) for s in sets]  # outside timing
