@@ -368,12 +368,10 @@ def deep_gemm() -> object | None:
     same process, the issue's peer."""
     try:
         return importlib.import_module("deep_gemm")
-    except ModuleNotFoundError as exc:
-        if exc.name != "deep_gemm":  # DeepGEMM is there but one of its imports is not
+    except Exception as exc:  # noqa: BLE001 - absent or broken: the anchor ratio stays
+        absent = isinstance(exc, ModuleNotFoundError) and exc.name == "deep_gemm"
+        if not absent:  # there, but it or one of its imports fails: said once
             print(f"# DeepGEMM not importable: {type(exc).__name__}: {exc}", flush=True)
-        return None
-    except Exception as exc:  # noqa: BLE001 - broken: said once, the anchor ratio stays
-        print(f"# DeepGEMM not importable: {type(exc).__name__}: {exc}", flush=True)
         return None
 
 
