@@ -15,8 +15,9 @@ Ceilings in the run: a 1 GiB device copy by an SM kernel, graph-timed like the r
 experts' weight bytes / time against it; a captured memcpy becomes a copy-engine node, 19% slower
 on an H100) and cuBLAS BF16 8192^3 (the layer's real FLOPs / time against it). Every row is
 checked once against the FP32 reference of the whole layer (calc_diff < 1e-5) before it is timed.
-The workspace size is reported per row. --pdl on launches moegemm's kernels with programmatic
-dependent launch; --pdl both times ours each way, interleaved, and adds a PDL column. --json writes everything, with the GPU, torch, commit and
+The workspace size is reported per row. --pdl on (the default, as the library's) launches
+moegemm's kernels with programmatic dependent launch, off without; --pdl both times ours each
+way, interleaved, and adds a PDL column. --json writes everything, with the GPU, torch, commit and
 UTC date of the run (bench_common.run_info, as bench_bf16.py and bench_fp8_fp4.py record them).
 """
 
@@ -187,7 +188,7 @@ def run_row(layer: Layer, t: int, pdl: str = "off") -> dict:
         for enabled in (False, True, False, True):
             moegemm.set_pdl(enabled)
             times[enabled].append(time_graph([ours(i) for i in range(ROUTINGS)]))
-        moegemm.set_pdl(False)
+        moegemm.set_pdl(True)  # the library's default, for the peers' compositions
         row["ours_us"] = sum(times[False]) / 2
         row["ours_pdl_us"] = sum(times[True]) / 2
         # The last replays ran with PDL: routing 0's output checked again.
@@ -255,9 +256,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--pdl",
         choices=("off", "on", "both"),
-        default="off",
-        help="moegemm's launches with programmatic dependent launch (moegemm.set_pdl); both: "
-        "ours timed each way, interleaved, with a PDL column and their ratio",
+        default="on",
+        help="moegemm's launches with programmatic dependent launch (moegemm.set_pdl; on: the "
+        "library's default); both: ours timed each way, interleaved, with a PDL column and "
+        "their ratio",
     )
     parser.add_argument("--json")
     args = parser.parse_args(argv)

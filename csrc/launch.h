@@ -12,8 +12,8 @@
 
 namespace moegemm {
 
-// The global PDL switch (_C.set_pdl); read at every launch, so a switch applies to plans that
-// already exist.
+// The global PDL switch (_C.set_pdl, on by default); read at every launch, so a switch applies
+// to plans that already exist.
 void set_pdl(bool enabled);
 bool get_pdl();
 

@@ -104,7 +104,7 @@ PYBIND11_MODULE(_C, m) {
         "innermost first; strides_bytes has len(dims) - 1 entries (dims 1..); swizzle_bytes: 0, "
         "32, 64, 128.");
   m.def("set_pdl", &set_pdl, py::arg("enabled"),
-        "Turn programmatic dependent launch on or off for later launches.");
+        "Turn programmatic dependent launch on (the default) or off for later launches.");
   m.def("get_pdl", &get_pdl, "Whether launches use programmatic dependent launch.");
   m.attr("DRIVER_API_VERSION") = kDriverApiVersion;
 

@@ -56,6 +56,7 @@ PROBLEMS = {
     "gptoss-l1-t1-offs": (32, 5760, 2880, 1, "offs", False, 4),
     "gptoss-l2-t1-offs": (32, 2880, 2880, 1, "offs", False, 4),
     "dsv3-l1-t1-offs": (64, 4096, 7168, 1, "offs", False, 8),  # 64 of 256: the same view
+    "dsv3-l2-t1-offs": (64, 7168, 2048, 1, "offs", False, 8),
     "dsv3-l1-r320-masked": (32, 4096, 7168, 320, "masked"),
     "dsv3-l1-r4096-offs": (32, 4096, 7168, 4096, "offs"),
     "gptoss-l1-r1024-offs-ragged": (32, 5760, 2880, 1024, "offs", True),

@@ -56,7 +56,7 @@ def encode_tma_desc(
     strides_bytes has len(dims) - 1 entries (dims 1..); swizzle_bytes: 0, 32, 64, 128."""
 
 def set_pdl(enabled: bool) -> None:
-    """Turn programmatic dependent launch on or off for later launches."""
+    """Turn programmatic dependent launch on (the default) or off for later launches."""
 
 def get_pdl() -> bool:
     """Whether launches use programmatic dependent launch."""

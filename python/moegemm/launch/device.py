@@ -70,9 +70,10 @@ def arch_for_device(index: int) -> ArchSpec:
 
 
 def set_pdl(enabled: bool) -> None:
-    """Launch kernels with programmatic dependent launch (overlaps prologues with the
-    previous kernel's tail). TypeError for anything but a bool: bool('no') is True, so a
-    string or an int would silently switch it on."""
+    """Launch kernels with programmatic dependent launch (on by default: overlaps each
+    kernel's prologue with the previous kernel's tail; every kernel waits for its
+    predecessor before touching global memory). TypeError for anything but a bool:
+    bool('no') is True, so a string or an int would silently switch it on."""
     if not isinstance(enabled, bool):
         raise TypeError(f"enabled must be a bool, got {type(enabled).__name__} {enabled!r}")
     from .. import _C
