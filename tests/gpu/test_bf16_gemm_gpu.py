@@ -141,18 +141,22 @@ def test_runs_on_a_side_stream() -> None:
     assert calc_diff(d, reference_gemm_nt(a, b)) < TOL
 
 
-def test_pdl_and_fewer_sms() -> None:
+@pytest.mark.parametrize("pdl", [True, False], ids=["pdl", "no_pdl"])
+def test_pdl_and_fewer_sms(pdl: bool) -> None:
+    """Back-to-back launches with programmatic dependent launch (the default) and without, on
+    fewer SMs than the GPU has; the switch is restored after."""
     a, b = randn(2048, 2048), randn(2048, 2048, scale=0.02)
     expected = reference_gemm_nt(a, b)
+    before = moegemm.get_pdl()
     try:
-        moegemm.set_pdl(True)
+        moegemm.set_pdl(pdl)
         moegemm.set_num_sms(40)
         for _ in range(3):  # back-to-back launches overlap under PDL
             d = poisoned(2048, 2048, dtype=torch.bfloat16)
             moegemm.bf16_gemm_nt(a, b, d)
             assert calc_diff(d, expected) < TOL
     finally:
-        moegemm.set_pdl(False)
+        moegemm.set_pdl(before)
         moegemm.set_num_sms(None)
 
 

@@ -11,6 +11,7 @@ import os
 import shutil
 import struct
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -101,6 +102,16 @@ def test_built_without_linking_the_driver():
         pytest.skip("ldd not available")
     libs = subprocess.run([ldd, C.__file__], check=False, capture_output=True, text=True).stdout
     assert "libcuda" not in libs and "libcudart" not in libs, libs
+
+
+def test_pdl_is_on_in_a_fresh_process():
+    """Programmatic dependent launch is the default (every kernel waits for its predecessor
+    before its first global access); a fresh interpreter sees it before any call."""
+    out = subprocess.run(
+        [sys.executable, "-c", "from moegemm import _C; print(_C.get_pdl())"],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    assert out.strip() == "True", out
 
 
 def test_pdl_switch_round_trips():
