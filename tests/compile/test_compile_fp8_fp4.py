@@ -268,7 +268,8 @@ def opcode(text: str) -> str:
 
 def exact_path_spans(program: list[tuple[int, str]]) -> list[tuple[int, int]]:
     """Address spans the fast path jumps over (an unconditional forward BRA) holding the exact
-    path's scale-byte load (LDG)."""
+    path's scale-byte load (LDG), innermost only: a jump over a whole tile (an idle warpgroup's)
+    holds those spans and the mainloop with them."""
     spans = []
     for addr, text in program:
         words = text.split()
@@ -277,7 +278,11 @@ def exact_path_spans(program: list[tuple[int, str]]) -> list[tuple[int, int]]:
             inside = [t for a, t in program if addr < a < target]
             if target > addr and any(" LDG" in f" {t}" for t in inside):
                 spans.append((addr, target))
-    return spans
+    return [
+        (lo, hi)
+        for lo, hi in spans
+        if not any(lo <= a and b <= hi and (a, b) != (lo, hi) for a, b in spans)
+    ]
 
 
 def table_k_block(sass: str) -> list[str]:
