@@ -152,7 +152,7 @@ def moegemm_grouped_mm(a, b, offs):
     return moegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, offs=offs)
 
 
-def run_row(layer: Layer, t: int, pdl: str = "off") -> dict:
+def run_row(layer: Layer, t: int, pdl: str = "on") -> dict:
     """One row; pdl "both" times ours with programmatic dependent launch off and on (the
     switch is read when a graph captures the launches), "on"/"off" leave the switch as set."""
     m = layer.m

@@ -11,7 +11,7 @@ namespace {
 // Relaxed: the flag is a user preference read at launch, not a synchronization point. On by
 // default: every kernel waits (griddepcontrol.wait) before its first global access, so an
 // early start is safe after any predecessor, and the fused layer's short kernels start under
-// the previous one's tail (docs/design.md, "PDL").
+// the previous one's tail (docs/design.md, "PDL on by default").
 std::atomic<bool> g_pdl{true};
 
 }  // namespace
