@@ -102,6 +102,22 @@ struct Sm90Fp8Fp4GemmOf {
                    int64_t num_groups, int64_t lda, int64_t ldb, int64_t ldb_group, int64_t ldd,
                    int64_t sfa_stride_group, int64_t sfa_stride_row, int64_t sfa_stride_kb,
                    int64_t sfa_group_rows, int64_t sfb_stride_group, int64_t sfb_stride_row) {
+    return fill_with(shape, params, tma, a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, 0, 0,
+                     group_info_ptr, rows, m, n, k, num_groups, lda, ldb, ldb_group, ldd,
+                     sfa_stride_group, sfa_stride_row, sfa_stride_kb, sfa_group_rows,
+                     sfb_stride_group, sfb_stride_row);
+  }
+
+  // fill, and for the convert-ahead kernel (w8_ptr != 0, prepared weights) tma_b on the E4M3
+  // copy w8 [G, N, Kp] (the config's box: 128 bytes x block_n rows, 128B swizzle), the codes
+  // and the flags as plain pointers.
+  static bool fill_with(const LaunchShape& shape, Params& params, TmaList& tma, uint64_t a_ptr,
+                        uint64_t b_ptr, uint64_t d_ptr, uint64_t sfa_ptr, uint64_t sfb_ptr,
+                        uint64_t w8_ptr, uint64_t ready_ptr, uint64_t group_info_ptr,
+                        int64_t rows, int64_t m, int64_t n, int64_t k, int64_t num_groups,
+                        int64_t lda, int64_t ldb, int64_t ldb_group, int64_t ldd,
+                        int64_t sfa_stride_group, int64_t sfa_stride_row, int64_t sfa_stride_kb,
+                        int64_t sfa_group_rows, int64_t sfb_stride_group, int64_t sfb_stride_row) {
     params.m = checked_u32(m, "m");
     params.n = checked_u32(n, "n");
     params.k = checked_u32(k, "k");
@@ -129,15 +145,29 @@ struct Sm90Fp8Fp4GemmOf {
     // The prepared codes are read to Kp (whole thread-ordered k-blocks, zero codes past K).
     const uint32_t k_blocks = (params.k + 127) / 128;
     if constexpr (kTable) {
+      // The codes' box: whole 4096-byte blocks, or for the convert-ahead kernel one 128-byte
+      // swizzled row of the E4M3 copy per weight row of the tile.
+      const bool box_ok = w8_ptr != 0 ? shape.load_b.inner == 128 &&
+                                            shape.load_b.outer == shape.block_n &&
+                                            shape.load_b.swizzle == 128
+                                      : shape.load_b.inner == 256 &&
+                                            shape.load_b.outer % 16 == 0 &&
+                                            shape.load_b.swizzle == 0;
       if (ldb != 64 * static_cast<int64_t>(k_blocks) || params.n % 64 != 0 ||
           sfb_stride_row != 4 * static_cast<int64_t>(params.n) || ldb_group % 16 != 0 ||
-          shape.load_b.inner != 256 || shape.load_b.outer % 16 != 0 || shape.load_b.swizzle != 0) {
+          !box_ok) {
         throw std::invalid_argument(std::string(kName) + ": prepared weights need N % 64 == 0, "
                                     "code rows of Kp / 2 bytes back to back, offsets rows of 4 N "
-                                    "bytes and a box of whole 4096-byte blocks");
+                                    "bytes and the kernel's box of the weights");
       }
-      tma.add(params.tma_b, block_view(as_ptr(b_ptr), params.num_groups, params.n / 64, k_blocks,
-                                       static_cast<uint64_t>(ldb_group), shape.load_b));
+      if (w8_ptr != 0) {
+        const uint64_t kp = uint64_t{128} * k_blocks;
+        tma.add(params.tma_b, tma_view_3d(as_ptr(w8_ptr), kBytes, 1, params.num_groups, params.n,
+                                          kp, kp, uint64_t{params.n} * kp, shape.load_b));
+      } else {
+        tma.add(params.tma_b, block_view(as_ptr(b_ptr), params.num_groups, params.n / 64,
+                                         k_blocks, static_cast<uint64_t>(ldb_group), shape.load_b));
+      }
     } else {
       tma.add(params.tma_b,
               tma_view_3d(as_ptr(b_ptr), kBytes, 1, params.num_groups, params.n, params.k / 2,
@@ -163,7 +193,122 @@ struct Sm90Fp8Fp4GemmOf {
     params.group_info = static_cast<const int32_t*>(as_ptr(group_info_ptr));
     params.bias = nullptr;
     params.row_scale = nullptr;
+    params.codes = static_cast<const uint8_t*>(as_ptr(b_ptr));
+    params.codes_stride_group = static_cast<uint64_t>(ldb_group);
+    params.w8 = static_cast<uint8_t*>(as_ptr(w8_ptr));
+    params.ready = static_cast<uint32_t*>(as_ptr(ready_ptr));
     return true;
+  }
+};
+
+// The convert-ahead kernel (the prefill kernel's composition on prepared weights without a
+// transform ring), plain or with a fused-MoE epilogue (kMoe: bias and row-scale pointers as
+// Sm90Fp8Fp4MoeGemmOf): the table launcher's arguments plus, last of the pointers, the E4M3
+// workspace w8 [G, N, Kp] and the ready flags int32 [G * Kb * N / 64 + 1] (a flag a unit, then
+// the converters' claim counter), zeroed before each call (fresh allocations of the caller, not
+// checked for alignment).
+template <bool kMoe>
+struct Sm90Fp8Fp4ConvertAheadOf {
+  using Params = Sm90Fp8Fp4GemmParams;
+  using Base = Sm90Fp8Fp4GemmOf<true>;
+  static constexpr const char* kName =
+      kMoe ? "Sm90Fp8Fp4ConvertAheadMoeGemmLauncher" : "Sm90Fp8Fp4ConvertAheadGemmLauncher";
+  static constexpr size_t kNumAlignedPointers = 5;  // a, b, d, sfa, sfb
+  static constexpr const char* kNumBlocksDoc =
+      "CTAs per launch (at most one per SM: the producers wait on every CTA's converter).";
+
+  static void check_shape(const LaunchShape& shape) {
+    Base::check_shape(shape);
+    if (shape.block_n % 64 != 0) {
+      throw std::invalid_argument(std::string(kName) + ": block_n must be whole 64-row blocks");
+    }
+    if (kMoe && shape.store_d.present()) {
+      throw std::invalid_argument(std::string(kName) + ": MoE epilogues store from registers");
+    }
+  }
+
+  static bool fill_all(const LaunchShape& shape, Params& params, TmaList& tma, uint64_t a_ptr,
+                       uint64_t b_ptr, uint64_t d_ptr, uint64_t sfa_ptr, uint64_t sfb_ptr,
+                       uint64_t bias_ptr, uint64_t row_scale_ptr, uint64_t group_info_ptr,
+                       uint64_t w8_ptr, uint64_t ready_ptr, int64_t rows, int64_t m, int64_t n,
+                       int64_t k, int64_t num_groups, int64_t lda, int64_t ldb, int64_t ldb_group,
+                       int64_t ldd, int64_t sfa_stride_group, int64_t sfa_stride_row,
+                       int64_t sfa_stride_kb, int64_t sfa_group_rows, int64_t sfb_stride_group,
+                       int64_t sfb_stride_row) {
+    if (w8_ptr == 0 || ready_ptr == 0) {
+      throw std::invalid_argument(std::string(kName) + ": the workspace and flags are required");
+    }
+    if (!Base::fill_with(shape, params, tma, a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, w8_ptr,
+                         ready_ptr, group_info_ptr, rows, m, n, k, num_groups, lda, ldb,
+                         ldb_group, ldd, sfa_stride_group, sfa_stride_row, sfa_stride_kb,
+                         sfa_group_rows, sfb_stride_group, sfb_stride_row)) {
+      return false;
+    }
+    params.bias = static_cast<const float*>(as_ptr(bias_ptr));
+    params.row_scale = static_cast<const float*>(as_ptr(row_scale_ptr));
+    return true;
+  }
+};
+
+struct Sm90Fp8Fp4ConvertAheadGemmOf : Sm90Fp8Fp4ConvertAheadOf<false> {
+  static constexpr const char* kDoc =
+      "Launches sm90_fp8_fp4_grouped_gemm's convert-ahead composition on prepared weights: its "
+      "converter warpgroup writes the E4M3 copy w8 [G, N, Kp] (uint8) of the codes and raises one "
+      "flag a (group, k-block, 64-row block) in ready int32 [G * Kb * N / 64 + 1] (then a claim "
+      "counter), which must be zero at the launch; arguments as Sm90Fp8Fp4TableGemmLauncher's plus those two pointers, last.";
+  static constexpr const char* kArgNames[] = {
+      "a_ptr", "b_ptr", "d_ptr", "sfa_ptr", "sfb_ptr", "group_info_ptr", "w8_ptr", "ready_ptr",
+      "rows", "m", "n", "k", "num_groups", "lda", "ldb", "ldb_group", "ldd", "sfa_stride_group",
+      "sfa_stride_row", "sfa_stride_kb", "sfa_group_rows", "sfb_stride_group", "sfb_stride_row"};
+  static constexpr const char* kCallDoc =
+      "As Sm90Fp8Fp4TableGemmLauncher, then the workspace w8 and the zeroed flags. Asynchronous.";
+  static constexpr const char* kBindDoc =
+      "launch(a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, group_info_ptr, w8_ptr, ready_ptr, stream, "
+      "/) -> bool.";
+
+  static bool fill(const LaunchShape& shape, Params& params, TmaList& tma, uint64_t a_ptr,
+                   uint64_t b_ptr, uint64_t d_ptr, uint64_t sfa_ptr, uint64_t sfb_ptr,
+                   uint64_t group_info_ptr, uint64_t w8_ptr, uint64_t ready_ptr, int64_t rows,
+                   int64_t m, int64_t n, int64_t k, int64_t num_groups, int64_t lda, int64_t ldb,
+                   int64_t ldb_group, int64_t ldd, int64_t sfa_stride_group,
+                   int64_t sfa_stride_row, int64_t sfa_stride_kb, int64_t sfa_group_rows,
+                   int64_t sfb_stride_group, int64_t sfb_stride_row) {
+    return fill_all(shape, params, tma, a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, 0, 0,
+                    group_info_ptr, w8_ptr, ready_ptr, rows, m, n, k, num_groups, lda, ldb,
+                    ldb_group, ldd, sfa_stride_group, sfa_stride_row, sfa_stride_kb,
+                    sfa_group_rows, sfb_stride_group, sfb_stride_row);
+  }
+};
+
+struct Sm90Fp8Fp4ConvertAheadMoeGemmOf : Sm90Fp8Fp4ConvertAheadOf<true> {
+  static constexpr const char* kDoc =
+      "Sm90Fp8Fp4ConvertAheadGemmLauncher's twin built with a fused-MoE epilogue (SwiGLU or "
+      "RowScale, register stores): bias and row-scale pointers before group_info_ptr, as "
+      "Sm90Fp8Fp4TableMoeGemmLauncher's, then the workspace and the flags.";
+  static constexpr const char* kArgNames[] = {
+      "a_ptr", "b_ptr", "d_ptr", "sfa_ptr", "sfb_ptr", "bias_ptr", "row_scale_ptr",
+      "group_info_ptr", "w8_ptr", "ready_ptr", "rows", "m", "n", "k", "num_groups", "lda", "ldb",
+      "ldb_group", "ldd", "sfa_stride_group", "sfa_stride_row", "sfa_stride_kb", "sfa_group_rows",
+      "sfb_stride_group", "sfb_stride_row"};
+  static constexpr const char* kCallDoc =
+      "As Sm90Fp8Fp4TableMoeGemmLauncher, then the workspace w8 and the zeroed flags. "
+      "Asynchronous.";
+  static constexpr const char* kBindDoc =
+      "launch(a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, bias_ptr, row_scale_ptr, group_info_ptr, "
+      "w8_ptr, ready_ptr, stream, /) -> bool.";
+
+  static bool fill(const LaunchShape& shape, Params& params, TmaList& tma, uint64_t a_ptr,
+                   uint64_t b_ptr, uint64_t d_ptr, uint64_t sfa_ptr, uint64_t sfb_ptr,
+                   uint64_t bias_ptr, uint64_t row_scale_ptr, uint64_t group_info_ptr,
+                   uint64_t w8_ptr, uint64_t ready_ptr, int64_t rows, int64_t m, int64_t n,
+                   int64_t k, int64_t num_groups, int64_t lda, int64_t ldb, int64_t ldb_group,
+                   int64_t ldd, int64_t sfa_stride_group, int64_t sfa_stride_row,
+                   int64_t sfa_stride_kb, int64_t sfa_group_rows, int64_t sfb_stride_group,
+                   int64_t sfb_stride_row) {
+    return fill_all(shape, params, tma, a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, bias_ptr,
+                    row_scale_ptr, group_info_ptr, w8_ptr, ready_ptr, rows, m, n, k, num_groups,
+                    lda, ldb, ldb_group, ldd, sfa_stride_group, sfa_stride_row, sfa_stride_kb,
+                    sfa_group_rows, sfb_stride_group, sfb_stride_row);
   }
 };
 
@@ -229,6 +374,8 @@ void register_sm90_fp8_fp4_gemm(pybind11::module_& m) {
   register_launcher<Sm90Fp8Fp4MoeGemmOf<false>>(m);
   register_launcher<Sm90Fp8Fp4GemmOf<true>>(m);
   register_launcher<Sm90Fp8Fp4MoeGemmOf<true>>(m);
+  register_launcher<Sm90Fp8Fp4ConvertAheadGemmOf>(m);
+  register_launcher<Sm90Fp8Fp4ConvertAheadMoeGemmOf>(m);
 }
 
 }  // namespace moegemm

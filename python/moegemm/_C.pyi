@@ -611,6 +611,178 @@ class Sm90Fp8Fp4TableMoeGemmLauncher:
     def num_blocks(self) -> int:
         """CTAs per launch (the planned count: no clusters, no clamp)."""
 
+class Sm90Fp8Fp4ConvertAheadGemmLauncher:
+    """Launches sm90_fp8_fp4_grouped_gemm's convert-ahead composition on prepared weights: its
+    converter warpgroup writes the E4M3 copy w8 [G, N, Kp] (uint8) of the codes and raises one flag
+    a (group, k-block, 64-row block) in ready int32 [G * Kb * N / 64 + 1] (then a claim counter),
+    which must be zero at the launch; arguments as Sm90Fp8Fp4TableGemmLauncher's plus those two
+    pointers, last."""
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        block_m: int,
+        block_n: int,
+        block_k: int,
+        num_blocks: int,
+        num_threads: int,
+        smem_bytes: int,
+        cluster_m: int,
+        cluster_n: int,
+        *,
+        load_box_a: tuple[int, int] = (0, 0),
+        load_box_b: tuple[int, int] = (0, 0),
+        swizzle_a: int = 0,
+        swizzle_b: int = 0,
+        load_box_sfb: tuple[int, int] = (0, 0),
+        store_box_d: tuple[int, int] = (0, 0),
+        swizzle_d: int = 0,
+    ) -> None: ...
+    def __call__(
+        self,
+        a_ptr: int,
+        b_ptr: int,
+        d_ptr: int,
+        sfa_ptr: int,
+        sfb_ptr: int,
+        group_info_ptr: int,
+        w8_ptr: int,
+        ready_ptr: int,
+        rows: int,
+        m: int,
+        n: int,
+        k: int,
+        num_groups: int,
+        lda: int,
+        ldb: int,
+        ldb_group: int,
+        ldd: int,
+        sfa_stride_group: int,
+        sfa_stride_row: int,
+        sfa_stride_kb: int,
+        sfa_group_rows: int,
+        sfb_stride_group: int,
+        sfb_stride_row: int,
+        stream: int,
+        /,
+    ) -> None:
+        """As Sm90Fp8Fp4TableGemmLauncher, then the workspace w8 and the zeroed flags.
+        Asynchronous."""
+
+    def bind(
+        self,
+        device: int,
+        rows: int,
+        m: int,
+        n: int,
+        k: int,
+        num_groups: int,
+        lda: int,
+        ldb: int,
+        ldb_group: int,
+        ldd: int,
+        sfa_stride_group: int,
+        sfa_stride_row: int,
+        sfa_stride_kb: int,
+        sfa_group_rows: int,
+        sfb_stride_group: int,
+        sfb_stride_row: int,
+        /,
+    ) -> Callable[[int, int, int, int, int, int, int, int, int], bool]:
+        """launch(a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, group_info_ptr, w8_ptr, ready_ptr, stream,
+        /) -> bool."""
+
+    bind_args: ClassVar[tuple[str, ...]]
+    @property
+    def num_blocks(self) -> int:
+        """CTAs per launch (at most one per SM: the producers wait on every CTA's converter)."""
+
+class Sm90Fp8Fp4ConvertAheadMoeGemmLauncher:
+    """Sm90Fp8Fp4ConvertAheadGemmLauncher's twin built with a fused-MoE epilogue (SwiGLU or
+    RowScale, register stores): bias and row-scale pointers before group_info_ptr, as
+    Sm90Fp8Fp4TableMoeGemmLauncher's, then the workspace and the flags."""
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        block_m: int,
+        block_n: int,
+        block_k: int,
+        num_blocks: int,
+        num_threads: int,
+        smem_bytes: int,
+        cluster_m: int,
+        cluster_n: int,
+        *,
+        load_box_a: tuple[int, int] = (0, 0),
+        load_box_b: tuple[int, int] = (0, 0),
+        swizzle_a: int = 0,
+        swizzle_b: int = 0,
+        load_box_sfb: tuple[int, int] = (0, 0),
+        store_box_d: tuple[int, int] = (0, 0),
+        swizzle_d: int = 0,
+    ) -> None: ...
+    def __call__(
+        self,
+        a_ptr: int,
+        b_ptr: int,
+        d_ptr: int,
+        sfa_ptr: int,
+        sfb_ptr: int,
+        bias_ptr: int,
+        row_scale_ptr: int,
+        group_info_ptr: int,
+        w8_ptr: int,
+        ready_ptr: int,
+        rows: int,
+        m: int,
+        n: int,
+        k: int,
+        num_groups: int,
+        lda: int,
+        ldb: int,
+        ldb_group: int,
+        ldd: int,
+        sfa_stride_group: int,
+        sfa_stride_row: int,
+        sfa_stride_kb: int,
+        sfa_group_rows: int,
+        sfb_stride_group: int,
+        sfb_stride_row: int,
+        stream: int,
+        /,
+    ) -> None:
+        """As Sm90Fp8Fp4TableMoeGemmLauncher, then the workspace w8 and the zeroed flags.
+        Asynchronous."""
+
+    def bind(
+        self,
+        device: int,
+        rows: int,
+        m: int,
+        n: int,
+        k: int,
+        num_groups: int,
+        lda: int,
+        ldb: int,
+        ldb_group: int,
+        ldd: int,
+        sfa_stride_group: int,
+        sfa_stride_row: int,
+        sfa_stride_kb: int,
+        sfa_group_rows: int,
+        sfb_stride_group: int,
+        sfb_stride_row: int,
+        /,
+    ) -> Callable[[int, int, int, int, int, int, int, int, int, int, int], bool]:
+        """launch(a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, bias_ptr, row_scale_ptr, group_info_ptr,
+        w8_ptr, ready_ptr, stream, /) -> bool."""
+
+    bind_args: ClassVar[tuple[str, ...]]
+    @property
+    def num_blocks(self) -> int:
+        """CTAs per launch (at most one per SM: the producers wait on every CTA's converter)."""
+
 class Sm100Fp8Fp4GemmLauncher:
     """Launches sm100_fp8_fp4_grouped_gemm (dense or m-grouped; E4M3 activations with FP32
     power-of-two scales per 128 of K, MXFP4 weights in the SM100 preparation) with the kernel and

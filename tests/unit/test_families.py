@@ -153,7 +153,8 @@ LAUNCHERS = [
 def test_launcher_names_and_what_the_plans_bind(
     monkeypatch: pytest.MonkeyPatch, arch: ArchSpec, desc: GemmDesc, name: str
 ) -> None:
-    assert families.lookup(arch, desc).launcher_name(desc) == name
+    config = families.select_config(desc, arch)
+    assert families.lookup(arch, desc).launcher_name(desc, config) == name
     assert isinstance(getattr(C, name), type)
 
     class Launcher:

@@ -17,7 +17,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import moegemm
 from moegemm.api import fp8_fp4 as mod
-from moegemm.families import lookup
+from moegemm.families import lookup, select_config
 from moegemm.heuristics import SM90
 from moegemm.launch import plans as plans_mod
 from moegemm.launch.device import registered_plan_caches
@@ -329,7 +329,7 @@ def test_misaligned_bases_are_refused(name: str) -> None:
 
 def launcher_of(desc) -> type:
     """The `_C` launcher class an SM90 plan of `desc` binds (the registry's answer)."""
-    return getattr(moegemm._C, lookup(SM90, desc).launcher_name(desc))
+    return getattr(moegemm._C, lookup(SM90, desc).launcher_name(desc, select_config(desc, SM90)))
 
 
 class Rig:
@@ -495,15 +495,15 @@ def test_empty_problems_launch_nothing(rig: Rig) -> None:
 
 SCHEMAS = {
     "fp8_fp4_gemm_nt": (
-        "(Tensor a, Tensor sfa, Tensor b, Tensor sfb, Tensor(a4!) d, bool prepared=False) -> ()"
+        "(Tensor a, Tensor sfa, Tensor b, Tensor sfb, Tensor(a4!) d, bool prepared=False, bool windowed=False) -> ()"
     ),
     "m_grouped_fp8_fp4_gemm_nt_contiguous": (
         "(Tensor a, Tensor sfa, Tensor b, Tensor sfb, Tensor(a4!) d, Tensor? m_indices=None, "
-        "Tensor? offs=None, bool prepared=False) -> ()"
+        "Tensor? offs=None, bool prepared=False, bool windowed=False) -> ()"
     ),
     "m_grouped_fp8_fp4_gemm_nt_masked": (
         "(Tensor a, Tensor sfa, Tensor b, Tensor sfb, Tensor(a4!) d, Tensor masked_m, "
-        "SymInt expected_m, bool prepared=False) -> ()"
+        "SymInt expected_m, bool prepared=False, bool windowed=False) -> ()"
     ),
 }
 OP_OF = {
@@ -580,7 +580,8 @@ def test_fullgraph_compile_sees_one_custom_op(name: str, prepared: bool, fresh_d
     (gm,) = backend.graphs
     nodes = [n for n in gm.graph.nodes if n.op == "call_function" and "moegemm" in str(n.target)]
     assert [str(n.target).removesuffix(".default") for n in nodes] == [f"moegemm.{OP_OF[name]}"]
-    assert nodes[0].args[-1] is prepared or nodes[0].kwargs.get("prepared", False) is prepared
+    # The weight layout last: prepared, then windowed (these weights carry the default False).
+    assert tuple(nodes[0].args[-2:]) == (prepared, False)
 
 
 @pytest.mark.parametrize("name", CASES)

@@ -282,12 +282,13 @@ def test_picks_equal_the_baseline(tmp_path) -> None:
         if k not in ("MOEGEMM_EXPERIMENTAL_CLUSTERS", "MOEGEMM_WALK_STRIPES")
     }
     env["PYTHONPATH"] = path
-    # Fields added after the baseline (FP8 x FP4's weights layout and transform stages, the
-    # fused MoE layer's epilogue) hold their defaults for every BF16 case: leave them out on
-    # both sides of the comparison.
+    # Fields added after the baseline (FP8 x FP4's weights layout and windowed flag and
+    # transform stages, the fused MoE layer's epilogue) hold their defaults for every BF16 case:
+    # leave them out on both sides of the comparison.
     payload = [dict(dataclasses.asdict(d), num_sms=sms) for d, sms in cases]
     for item in payload:
         assert item.pop("weights") == "raw"
+        assert item.pop("windowed") is False
         assert item.pop("epilogue") == "none"
     result = subprocess.run(
         [sys.executable, "-c", _BASELINE_SCRIPT],

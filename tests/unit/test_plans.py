@@ -17,7 +17,7 @@ import moegemm
 from moegemm.api import bf16_gemm as dense_mod
 from moegemm.api import k_grouped as kg_mod
 from moegemm.api import m_grouped as mg_mod
-from moegemm.families import lookup
+from moegemm.families import lookup, select_config
 from moegemm.heuristics import SM90
 from moegemm.launch import plans as plans_mod
 from moegemm.launch.device import registered_plan_caches
@@ -67,7 +67,7 @@ def shifted(shape: tuple[int, ...], dtype: torch.dtype, elements: int) -> torch.
 
 def launcher_of(desc) -> type:
     """The `_C` launcher class an SM90 plan of `desc` binds (the registry's answer)."""
-    return getattr(moegemm._C, lookup(SM90, desc).launcher_name(desc))
+    return getattr(moegemm._C, lookup(SM90, desc).launcher_name(desc, select_config(desc, SM90)))
 
 
 class Rig:

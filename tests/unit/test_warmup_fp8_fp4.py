@@ -28,6 +28,7 @@ import torch
 from test_warmup_cli import HOOK, HOOK_LOG_ENV, _checked, assert_one_line_error, counts, run_cli
 
 from moegemm.heuristics import SM90, GemmDesc, sm90_fp8_fp4
+from moegemm.heuristics.sm90_fp8_fp4_convert_ahead import is_convert_ahead
 from moegemm.warmup import cli, presets
 from moegemm.warmup.specs import Picker, kernel_spec, warmup_specs
 
@@ -36,10 +37,14 @@ LAYOUTS = {"bf16_gemm_nt", "m_grouped_offsets", "m_grouped_masked", "m_grouped_c
 FRESH_SAMPLE_RATE = 0.003  # share of the descs also selected without the memo
 
 
+FORMS = ("raw", "prepared", "windowed")  # windowed: prepared weights without exact-path blocks
+
+
 def api_descs(shape: dict, top_k: int, max_tokens: int, form: str):
-    """The descs api/fp8_fp4.py builds for the calls of the module doc."""
+    """The descs api/fp8_fp4.py builds for the calls of the module doc (`form` one of FORMS)."""
     n, k, g = shape["n"], shape["k"], shape.get("num_groups", 1)
-    common = {"ab_dtype": "fp8_fp4", "weights": form}
+    weights = "raw" if form == "raw" else "prepared"
+    common = {"ab_dtype": "fp8_fp4", "weights": weights, "windowed": form == "windowed"}
     if g == 1:
         for tokens in range(1, max_tokens + 1):
             yield GemmDesc("bf16_gemm_nt", tokens, n, k, **common)
@@ -77,8 +82,9 @@ def test_every_fp8_fp4_pick_was_built(model: str) -> None:
     specs: dict[tuple, object] = {}
     seen: set[tuple] = set()  # (kind, form) pairs that occurred
     used = set()
+    convert_ahead_picks = 0
     for shape in shapes:
-        for form in ("raw", "prepared"):
+        for form in FORMS:
             missing = {}
             for desc in api_descs(shape, top_k, MAX_TOKENS, form):
                 config = picker(desc)
@@ -90,12 +96,14 @@ def test_every_fp8_fp4_pick_was_built(model: str) -> None:
                 if spec is None:
                     spec = specs[ident] = kernel_spec(desc, config)
                 seen.add((desc.kind, form))
+                convert_ahead_picks += form == "windowed" and is_convert_ahead(config)
                 used.add(spec)
                 if spec not in built_set:
                     missing.setdefault(spec.name, desc)
             assert not missing, f"{model}: {len(missing)} kernels not warmed, e.g. {missing}"
     kinds = LAYOUTS if model == DECLARED else LAYOUTS - {"bf16_gemm_nt"}
-    assert seen == {(kind, form) for kind in kinds for form in ("raw", "prepared")}
+    assert seen == {(kind, form) for kind in kinds for form in FORMS}
+    assert convert_ahead_picks > 0, "windowed weights take the convert-ahead kernel at prefill"
     assert used == built_set, "the warmup builds only kernels some call picks"
     names = {s.name for s in built}
     for form in ("raw", "prepared"):  # both forms are separate kernels, each built

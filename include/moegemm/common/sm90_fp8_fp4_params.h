@@ -35,6 +35,15 @@ struct Sm90Fp8Fp4GemmParams {
   // [G, N] in the kernel's row order or nullptr, the per-row scale [rows] of RowScale.
   const float* bias;
   const float* row_scale;
+  // The convert-ahead kernel only (prepared weights, no transform ring; tma_b then describes
+  // w8): the prepared codes, read by its converter warpgroup with plain loads (codes_stride_group
+  // bytes a group), the E4M3 copy of the weights w8 [G, N, Kp] it writes, and one ready flag a
+  // (group, k-block, 64-row block), index (g * Kb + kb) * N / 64 + block, then the converters'
+  // claim counter: G * Kb * N / 64 + 1 words, zeroed by the caller.
+  const uint8_t* codes;
+  uint8_t* w8;
+  uint32_t* ready;
+  uint64_t codes_stride_group;
   uint64_t sfa_stride_group, sfb_stride_group;
   uint32_t sfa_stride_row, sfa_stride_kb, sfa_group_rows;
   uint32_t sfb_stride_row;

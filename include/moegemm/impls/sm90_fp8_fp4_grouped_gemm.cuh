@@ -15,7 +15,12 @@
 //              by the producer's lanes),
 //   transform  Fp4ExpandTransform (pipeline/fp4_expand_transform.cuh): E2M1 -> E4M3 with the
 //              scales folded in exactly, one or more passes per k-block (a factor per pass),
-// and for both
+// Prepared weights without a transform ring (Config::kTransformStages == 0), convert-ahead:
+//   side       Fp4ConvertAhead (pipeline/fp4_convert_ahead.cuh), one warpgroup: converts every
+//              unit of the call once into the E4M3 copy w8 in global memory and raises its flag,
+//   loader     ConvertedWeightLoader: waits for a tile's flags, then loads w8 like FP8 weights,
+//   MMA        Fp8BlockScaledMma: both operands from the TMA ring, a factor per 64 weight rows,
+// and for the transform kernels
 //   MMA        Fp8PromoteMma (wgmma m64 x BLOCK_N x 32 E4M3, promoted into FP32 every pass with
 //              sfa of the row times the pass's weight factors),
 //   scheduler  Config::Scheduler: dense, m_indices, offsets or masked (scheduler/), as BF16,
@@ -53,6 +58,7 @@
 #include <moegemm/kernels/sm90_persistent_gemm.cuh>
 #include <moegemm/loader/tma_loaders.cuh>
 #include <moegemm/mma/sm90_fp8_promote_mma.cuh>
+#include <moegemm/pipeline/fp4_convert_ahead.cuh>
 #include <moegemm/pipeline/fp4_expand_transform.cuh>
 #include <moegemm/pipeline/fp4_table_transform.cuh>
 #include <moegemm/scheduler/dense_scheduler.cuh>
@@ -75,12 +81,18 @@ struct Fp8Fp4GemmKernel : TokenRowTiles<Config, Sm90Fp8Fp4GemmParams> {
   static_assert(kMoe == kMoeNone || !kTmaStore, "MoE epilogues store from registers");
 
   static constexpr bool kPrepared = Config::kPreparedWeights;
-  using Loader = std::conditional_t<kPrepared, TableWeightLoader<BLOCK_M, BLOCK_N>,
-                                    PackedWeightLoader<BLOCK_M, BLOCK_N>>;
-  using Transform = std::conditional_t<kPrepared,
-                                       Fp4TableTransform<BLOCK_N, Config::kTransformStages>,
-                                       Fp4ExpandTransform<BLOCK_N, Config::kTransformStages>>;
-  using Mma = Fp8PromoteMma<BLOCK_N>;
+  // Prepared weights without a transform ring: the convert-ahead composition.
+  static constexpr bool kConvertAhead = kPrepared && Config::kTransformStages == 0;
+  using Loader = std::conditional_t<
+      kConvertAhead, ConvertedWeightLoader<BLOCK_M, BLOCK_N>,
+      std::conditional_t<kPrepared, TableWeightLoader<BLOCK_M, BLOCK_N>,
+                         PackedWeightLoader<BLOCK_M, BLOCK_N>>>;
+  using Transform = std::conditional_t<
+      kConvertAhead, NoTransform,
+      std::conditional_t<kPrepared, Fp4TableTransform<BLOCK_N, Config::kTransformStages>,
+                         Fp4ExpandTransform<BLOCK_N, Config::kTransformStages>>>;
+  using Mma = std::conditional_t<kConvertAhead, Fp8BlockScaledMma<BLOCK_N>, Fp8PromoteMma<BLOCK_N>>;
+  using Side = std::conditional_t<kConvertAhead, Fp4ConvertAhead, NoSide>;
 
   // The activation scales of this thread's two rows (wgmma D fragment rows) at the stage's
   // k-block, from the stage's scale slab (the producer wrote 0 past the tile's row bound).

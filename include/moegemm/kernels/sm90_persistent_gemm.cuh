@@ -23,6 +23,10 @@
 //   warpgroup 0          producer. Warp 0 walks the schedule (warp-cooperative schedulers);
 //                        one elected lane acquires each stage, arms its full barrier with the
 //                        loader's bytes and issues the loader's boxes; setmaxnreg.dec 40.
+//   side warpgroup       (Kernel::Side, without a transform or clusters) work beside the rings
+//                        (the FP8 x FP4 convert-ahead kernel's converter): Side::run(params,
+//                        thread), setmaxnreg.dec Side::kNumRegs; the producer may wait on what
+//                        it publishes (Loader::kWaitsForTile).
 //   warpgroup 1 (and 2)  (with a transform only) the transform: TMA ring -> transform ring;
 //                        with Transform::kMathReadsInput the math warpgroups read the TMA
 //                        ring's other slabs too, and a k-block may take several out stages
@@ -65,6 +69,31 @@
 
 namespace moegemm::sm90 {
 
+// A composition without a side warpgroup (Kernel::Side, below).
+struct NoSide {
+  static constexpr uint32_t kNumWarpgroups = 0;
+  static constexpr uint32_t kNumRegs = 0;
+  template <typename Params>
+  __device__ __forceinline__ static void run(const Params&, uint32_t) {}
+};
+
+// The composition's side warpgroup: Kernel::Side where it names one, else NoSide.
+template <typename Kernel, typename = void>
+struct side_of {
+  using type = NoSide;
+};
+template <typename Kernel>
+struct side_of<Kernel, std::void_t<typename Kernel::Side>> {
+  using type = typename Kernel::Side;
+};
+
+// Whether a loader waits for something before a tile's loads (Loader::kWaitsForTile = true:
+// the whole producer warp calls Loader::wait_tile(params, work, num_k_blocks, lane) first).
+template <typename Loader, typename = void>
+struct waits_for_tile : std::false_type {};
+template <typename Loader>
+struct waits_for_tile<Loader, std::enable_if_t<Loader::kWaitsForTile>> : std::true_type {};
+
 // Whether an MMA policy runs whole k-blocks itself (Mma::kOwnsKBlock = true).
 template <typename Mma, typename = void>
 struct owns_k_block : std::false_type {};
@@ -82,6 +111,7 @@ struct PersistentGemm {
   using Loader = typename Kernel::Loader;
   using Transform = typename Kernel::Transform;
   using Mma = typename Kernel::Mma;
+  using Side = typename side_of<Kernel>::type;
   static constexpr uint32_t kNumStages = Kernel::kNumStages;
   static constexpr uint32_t kNumMathWG = Kernel::kNumMathWG;
   static constexpr uint32_t kClusterSize = Kernel::kClusterSize;
@@ -101,24 +131,32 @@ struct PersistentGemm {
       PipelineRing<kTransform ? Transform::kNumStages : kNumStages, kTransform ? 1 : kClusterSize>;
 
   static constexpr uint32_t kNumTransformWG = Transform::kNumWarpgroups;
-  static constexpr uint32_t kFirstMathWG = 1 + kNumTransformWG;
+  static constexpr uint32_t kNumSideWG = Side::kNumWarpgroups;
+  static_assert(kNumSideWG == 0 || (!kTransform && kClusterSize == 1),
+                "a side warpgroup runs without a transform or clusters");
+  static constexpr uint32_t kFirstSideWG = 1 + kNumTransformWG;
+  static constexpr uint32_t kFirstMathWG = kFirstSideWG + kNumSideWG;
   static constexpr uint32_t kNumThreads = 128 * (kFirstMathWG + kNumMathWG);
   static constexpr uint32_t kNumMathWarps = 4 * kNumMathWG;
   // The producer's registers: 40, or 32 beside two transform warpgroups (five warpgroups
   // launch with 96 registers a thread: the math ones need what both give back).
   static constexpr uint32_t kProducerRegs = kNumTransformWG == 2 ? 32 : 40;
   static constexpr uint32_t kTransformRegs = kTransform ? Transform::kNumRegs : 0;
+  static constexpr uint32_t kSideRegs = Side::kNumRegs;
   // 64K registers per SM for one CTA: what the producer and transform give back goes to math.
   static constexpr uint32_t kMathRegsFit =
-      (65536 / 128 - kProducerRegs - kTransformRegs * kNumTransformWG) / kNumMathWG / 8 * 8;
+      (65536 / 128 - kProducerRegs - kTransformRegs * kNumTransformWG - kSideRegs * kNumSideWG) /
+      kNumMathWG / 8 * 8;
   // setmaxnreg.inc draws only on the CTA's pool, which holds what setmaxnreg.dec released: the
   // CTA launches with kLaunchRegs a thread (ptxas takes the whole share the launch bounds
   // allow), so the math warpgroups can grow by the producer's and transform's surrender only.
   // Asking for more blocks forever (the 4-warpgroup decode kernel: 96 at launch, 112 asked).
   static constexpr uint32_t kLaunchRegs = 65536 / kNumThreads / 8 * 8;
-  static_assert(kTransformRegs <= kLaunchRegs, "the transform only gives registers back");
-  static constexpr uint32_t kReleasedRegs =
-      128 * (kLaunchRegs - kProducerRegs) + 128 * kNumTransformWG * (kLaunchRegs - kTransformRegs);
+  static_assert(kTransformRegs <= kLaunchRegs && kSideRegs <= kLaunchRegs,
+                "the transform and side warpgroups only give registers back");
+  static constexpr uint32_t kReleasedRegs = 128 * (kLaunchRegs - kProducerRegs) +
+                                            128 * kNumTransformWG * (kLaunchRegs - kTransformRegs) +
+                                            128 * kNumSideWG * (kLaunchRegs - kSideRegs);
   static constexpr uint32_t kMathRegsPool =
       kLaunchRegs + kReleasedRegs / (128 * kNumMathWG) / 8 * 8;
   static constexpr uint32_t kMathRegsMin = kMathRegsFit < kMathRegsPool ? kMathRegsFit : kMathRegsPool;
@@ -198,6 +236,12 @@ struct PersistentGemm {
                   k_blocks);
       }
       return;  // no cluster with a transform
+    } else if (kNumSideWG > 0 && threadIdx.x < 128 * kFirstMathWG) {
+      if constexpr (kNumSideWG > 0) {
+        cutlass::arch::warpgroup_reg_dealloc<kSideRegs>();
+        Side::run(params, threadIdx.x - 128 * kFirstSideWG);
+      }
+      return;  // no cluster with a side warpgroup
     } else {
       cutlass::arch::warpgroup_reg_alloc<kMathRegs>();
       if constexpr (kMathReadsInput) {
@@ -234,6 +278,8 @@ struct PersistentGemm {
       if constexpr (Loader::kLaneCopies) {
         // Every lane copies its share of the stage (scales) besides the leader's TMA boxes,
         // and arrives on the full barrier once its copies land (Loader::kFillArrivals).
+        if constexpr (waits_for_tile<Loader>::value)
+          Loader::wait_tile(params, work, num_k_blocks, threadIdx.x % 32);
         for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
           ring.producer_acquire(state);
           if (leader) {

@@ -14,6 +14,8 @@
 
 #include <moegemm/pipeline/stage_layout.cuh>
 #include <moegemm/ptx/barrier.cuh>
+#include <moegemm/pipeline/fp4_convert_ahead.cuh>
+#include <moegemm/ptx/global.cuh>
 #include <moegemm/ptx/smem.cuh>
 #include <moegemm/ptx/tma.cuh>
 #include <moegemm/scheduler/k_grouped_scheduler.cuh>
@@ -234,6 +236,74 @@ struct TableWeightLoader : Fp8TokenLoader<BLOCK_M, BLOCK_N> {
                 static_cast<int32_t>(kb), static_cast<int32_t>(tile.n_block * (BLOCK_N / 64)),
                 static_cast<int32_t>(tile.group),
                 kStreamed ? kTmaCacheHintEvictFirst : kTmaCacheHintNormal);
+    tma_load_3d(&params.tma_sfb, bar, Stages::template slab<3>(stage),
+                static_cast<int32_t>(tile.n_block * BLOCK_N), static_cast<int32_t>(kb),
+                static_cast<int32_t>(tile.group));
+  }
+
+  template <typename Stages, typename Params>
+  __device__ __forceinline__ static void copy_lanes(const Params& params, Barrier* bar,
+                                                    const StageRef& stage, const Tile& tile,
+                                                    uint32_t kb, uint32_t lane) {
+    Base::template copy_token_scales<Stages>(params, stage, tile, kb, lane);
+    cp_async_arrive(smem_u32(bar));
+  }
+};
+
+// FP8 x FP4 convert-ahead (pipeline/fp4_convert_ahead.cuh): the weights as the E4M3 copy w8
+// [G, N, Kp] the converter warpgroups write (3D: {Kp, N, G}, BLOCK_N x 128-byte boxes, 128B
+// swizzle) into slab 1, the tokens and their scales as Fp8TokenLoader, and the offsets words as
+// TableWeightLoader (slab 3: the MMA takes each 64-row block's factor from its first word).
+// Before a tile's first load the whole producer warp waits for the ready flags of every unit
+// the tile reads (its BLOCK_N / 64 blocks at each of its k-blocks, a lane a flag): once per
+// tile, so the flags' latency hides behind the stages already in the ring.
+template <uint32_t BLOCK_M, uint32_t BLOCK_N>
+struct ConvertedWeightLoader : Fp8TokenLoader<BLOCK_M, BLOCK_N> {
+  using Base = Fp8TokenLoader<BLOCK_M, BLOCK_N>;
+  static_assert(BLOCK_N % 64 == 0, "whole 64-row blocks of the prepared layout");
+  using Base::kBytesA, Base::kBytesSfa;
+  static constexpr uint32_t kBytesB = BLOCK_N * Base::BLOCK_K;  // E4M3
+  static constexpr uint32_t kBytesOffsets = (BLOCK_N * 4 + 1023) / 1024 * 1024;
+  static constexpr uint32_t kExpectedBytes = kBytesA + kBytesB + BLOCK_N * 4;  // the TMA part
+  static constexpr bool kWaitsForTile = true;
+  template <uint32_t kNumStages>
+  using Stages = StageLayout<kNumStages, kBytesA, kBytesB, kBytesSfa, kBytesOffsets>;
+
+  template <typename Params>
+  __device__ __forceinline__ static void prefetch(const Params& params) {
+    prefetch_tma_desc(&params.tma_a);
+    prefetch_tma_desc(&params.tma_b);
+    prefetch_tma_desc(&params.tma_sfb);
+  }
+
+  // The whole warp: spins until every unit of the tile is converted.
+  template <typename Params>
+  __device__ __forceinline__ static void wait_tile(const Params& params, const Tile& tile,
+                                                   uint32_t num_k_blocks, uint32_t lane) {
+    constexpr uint32_t kBlocks = BLOCK_N / 64;
+    const uint32_t blocks = params.n / 64;
+    const uint32_t k_blocks = (params.k + 127) / 128;
+    const uint32_t* ready = params.ready + uint64_t{tile.group} * k_blocks * blocks +
+                            tile.n_block * kBlocks;
+    for (uint32_t i = lane; i < num_k_blocks * kBlocks; i += 32) {
+      const uint32_t* flag = ready + (i / kBlocks) * blocks + i % kBlocks;
+      if (tile.n_block * kBlocks + i % kBlocks >= blocks) continue;  // past N: TMA zero-fills
+      while (ld_acquire_gpu(flag) < Fp4ConvertAhead::kReady) {
+      }
+    }
+    __syncwarp();
+    fence_proxy_async_global();
+  }
+
+  template <typename Stages, typename Params>
+  __device__ __forceinline__ static void load(const Params& params, Barrier* bar,
+                                              const StageRef& stage, const Tile& tile,
+                                              uint32_t kb, uint32_t /*cta_rank*/) {
+    tma_load_2d(&params.tma_a, bar, Stages::template slab<0>(stage),
+                static_cast<int32_t>(kb * Base::BLOCK_K), static_cast<int32_t>(tile.row0));
+    tma_load_3d(&params.tma_b, bar, Stages::template slab<1>(stage),
+                static_cast<int32_t>(kb * Base::BLOCK_K), static_cast<int32_t>(tile.n_block * BLOCK_N),
+                static_cast<int32_t>(tile.group));
     tma_load_3d(&params.tma_sfb, bar, Stages::template slab<3>(stage),
                 static_cast<int32_t>(tile.n_block * BLOCK_N), static_cast<int32_t>(kb),
                 static_cast<int32_t>(tile.group));

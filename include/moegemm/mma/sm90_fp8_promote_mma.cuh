@@ -19,6 +19,7 @@
 #include <moegemm/mma/sm90_wgmma.cuh>
 #include <moegemm/pipeline/stage_layout.cuh>
 #include <moegemm/ptx/smem.cuh>
+#include <moegemm/transform/fp4_table.cuh>
 
 namespace moegemm::sm90 {
 
@@ -94,6 +95,51 @@ struct Fp8PromoteMma {
       acc.v[0][4 * g + 2] = fmaf(tmp.v[0][4 * g + 2], scale_hi * f.x, acc.v[0][4 * g + 2]);
       acc.v[0][4 * g + 3] = fmaf(tmp.v[0][4 * g + 3], scale_hi * f.y, acc.v[0][4 * g + 3]);
     }
+  }
+};
+
+// The convert-ahead kernel's MMA (kOwnsKBlock: the skeleton waits for and releases each TMA
+// stage around k_block): both operands from the TMA stage, the tokens (slab 0) and the weights'
+// E4M3 copy (slab 1); the k-block's four wgmma into `tmp`, the scales read while they run (the
+// rows' activation scales from slab 2, a factor per 64 weight rows from the first offsets word
+// of each block in slab 3, 0 for a block the preparation flagged), then wait and promote.
+template <uint32_t BLOCK_N>
+struct Fp8BlockScaledMma : Fp8PromoteMma<BLOCK_N> {
+  using Base = Fp8PromoteMma<BLOCK_N>;
+  using typename Base::Accum;
+  static constexpr bool kOwnsKBlock = true;
+  static constexpr uint32_t kTableBytes = 0;
+  static constexpr uint32_t kBlocks = BLOCK_N / 64;
+  static_assert(BLOCK_N % 64 == 0, "a factor per 64 weight rows");
+
+  __device__ __forceinline__ static void init_tables(uint8_t*, uint32_t) {}
+
+  template <typename Stages, typename Params, typename Work>
+  __device__ __forceinline__ static void k_block(Accum& acc, Accum& tmp, const Params&,
+                                                 const Work&, uint32_t, const StageRef& stage,
+                                                 uint32_t math_wg, uint8_t*, uint32_t) {
+    const uint32_t a = __shfl_sync(
+        0xFFFFFFFFu, smem_u32(Stages::template slab<0>(stage) + math_wg * 64 * 128), 0);
+    const uint32_t b = __shfl_sync(0xFFFFFFFFu, smem_u32(Stages::template slab<1>(stage)), 0);
+    const typename Base::Operands ops{make_smem_desc_k128b(a), make_smem_desc_k128b(b)};
+    Base::fence(tmp);
+    warpgroup_arrive();
+    Base::issue(tmp, ops);
+    warpgroup_commit_batch();
+    const uint32_t t = threadIdx.x % 128;
+    const float* sfa = reinterpret_cast<const float*>(Stages::template slab<2>(stage));
+    const uint32_t r = math_wg * 64 + (t / 32) * 16 + (t % 32) / 4;
+    const float scale_lo = sfa[r], scale_hi = sfa[r + 8];
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(Stages::template slab<3>(stage));
+    float factors[kBlocks];
+#pragma unroll
+    for (uint32_t b = 0; b < kBlocks; ++b) {
+      const uint32_t word = words[64 * b];
+      factors[b] = (word & fp4::kExactFlag) ? 0.0f : fp4::row_scale_of(word);
+    }
+    warpgroup_wait<0>();
+    Base::fence(tmp);
+    Base::promote_blocks(acc, tmp, factors, scale_lo, scale_hi);
   }
 };
 

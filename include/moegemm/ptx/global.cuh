@@ -1,4 +1,5 @@
-// Global-memory stores the epilogues issue by hand.
+// Global-memory accesses issued by hand: the epilogues' predicated stores, and the flags and
+// streamed loads of the convert-ahead kernel (pipeline/fp4_convert_ahead.cuh).
 #pragma once
 
 #include <stdint.h>
@@ -12,6 +13,32 @@ __device__ __forceinline__ void store_b32_if(void* ptr, uint32_t value, bool pre
       "{\n .reg .pred p;\n setp.ne.b32 p, %2, 0;\n @p st.global.b32 [%0], %1;\n}\n" ::"l"(ptr),
       "r"(value), "r"(static_cast<uint32_t>(pred))
       : "memory");
+}
+
+// A flag another CTA publishes: acquire at GPU scope (what the publisher wrote before its
+// release is visible to this thread after a non-zero read).
+__device__ __forceinline__ uint32_t ld_acquire_gpu(const uint32_t* ptr) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ptr) : "memory");
+  return v;
+}
+
+// Adds to a counter other CTAs acquire: a release at GPU scope (cumulative: it publishes what
+// this thread has observed, e.g. its warp's stores before a __syncwarp).
+__device__ __forceinline__ void red_release_gpu_add(uint32_t* ptr, uint32_t value) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(ptr), "r"(value) : "memory");
+}
+
+// Brings a line into L2 ahead of its load.
+__device__ __forceinline__ void prefetch_l2(const void* ptr) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr));
+}
+
+// Orders this thread's generic-proxy global accesses with its async-proxy ones (TMA): a TMA
+// load of bytes another CTA wrote with plain stores needs it after the flag's acquire, and the
+// writer before its release.
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;" ::: "memory");
 }
 
 }  // namespace moegemm

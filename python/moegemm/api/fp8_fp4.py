@@ -46,6 +46,7 @@ from .mxfp4_weights import (
     SM90_ROW_BLOCK,
     Mxfp4Weights,
     describe_operand,
+    is_windowed,
     unpack_weights,
 )
 
@@ -253,7 +254,7 @@ def fp8_fp4_gemm_nt(
     p = check_dense(a_, sfa, b_, sfb, d, prepared=prepared)
     if p.empty:
         return d
-    desc = _desc("bf16_gemm_nt", p, prepared)
+    desc = _desc("bf16_gemm_nt", p, b)
     return _launch(key, _dense_plans, p, desc, config, a_, sfa, b_, sfb, d, None)
 
 
@@ -297,9 +298,9 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(
     if p.empty:
         return d
     if m_indices is not None:
-        desc = _desc("m_grouped_contiguous", p, prepared)
+        desc = _desc("m_grouped_contiguous", p, b)
         return _launch(key, _indices_plans, p, desc, config, a_, sfa, b_, sfb, d, m_indices)
-    desc = _desc("m_grouped_offsets", p, prepared, math.ceil(p.rows / p.num_groups))
+    desc = _desc("m_grouped_offsets", p, b, math.ceil(p.rows / p.num_groups))
     return _launch(key, _offs_plans, p, desc, config, a_, sfa, b_, sfb, d, offs)
 
 
@@ -340,7 +341,7 @@ def m_grouped_fp8_fp4_gemm_nt_masked(
     p = check_masked(a_, sfa, b_, sfb, d, masked_m, expected_m, prepared=prepared)
     if p.empty:
         return d
-    desc = _desc("m_grouped_masked", p, prepared, min(expected_m, p.m))
+    desc = _desc("m_grouped_masked", p, b, min(expected_m, p.m))
     return _launch(key, _masked_plans, p, desc, config, a_, sfa, b_, sfb, d, masked_m)
 
 
@@ -367,7 +368,7 @@ def _as_op(name: str, a: object, b: object, d: Tensor, *args: object) -> Tensor:
     the weight layout last."""
     a_, sfa = unpack_activations(a)
     b_, sfb, prepared = unpack_weights(b)
-    getattr(torch.ops.moegemm, name)(a_, sfa, b_, sfb, d, *args, prepared)
+    getattr(torch.ops.moegemm, name)(a_, sfa, b_, sfb, d, *args, prepared, is_windowed(b))
     return d
 
 
@@ -387,18 +388,19 @@ def _entry(
     key = signature(a_, sfa, b_, sfb, d, info)
     if key is None:
         return None, False
-    key += (prepared, *extra)
+    key += (prepared, is_windowed(b), *extra)
     plan = cache.find(key, config)
     if plan is None:
         return key, False
     return key, plan.launch(*pointers(a_, sfa, b_, sfb, d, info), raw_stream(plan.device))
 
 
-def _desc(kind: str, p: Fp8Fp4Problem, prepared: bool, expected_m: int = 0) -> GemmDesc:
-    weights = "prepared" if prepared else "raw"
+def _desc(kind: str, p: Fp8Fp4Problem, b: object, expected_m: int = 0) -> GemmDesc:
+    """The desc of a checked call whose second operand is `b`."""
+    weights = "prepared" if unpack_weights(b)[2] else "raw"
     return GemmDesc(
         kind, p.m, p.n, p.k, p.num_groups, ab_dtype="fp8_fp4", expected_m=expected_m,
-        weights=weights,
+        weights=weights, windowed=is_windowed(b),
     )  # fmt: skip
 
 

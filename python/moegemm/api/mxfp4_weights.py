@@ -99,6 +99,10 @@ class Mxfp4Weights:
     # The checkpoint K of SM90-prepared weights (their codes hold Kp); 0: unknown, taken as Kp
     # by unprepare_mxfp4_weights. The GEMMs take K from the activations.
     k: int = 0
+    # SM90-prepared weights only: True where no 64-row block takes the exact path (no offsets
+    # word carries the flag), which prepare_mxfp4_weights finds; the convert-ahead kernel (large
+    # token counts) needs it. False, the safe default, keeps the table kernels.
+    windowed: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.prepared, bool):
@@ -107,6 +111,10 @@ class Mxfp4Weights:
             raise ValueError(f"arch must be {SM90_ARCH!r} or {SM100_ARCH!r}, got {self.arch!r}")
         if not self.prepared and "raw" not in mxfp4_forms(self.arch):
             raise ValueError("SM100 weights are prepared weights (prepare_mxfp4_weights)")
+        if not isinstance(self.windowed, bool):
+            raise TypeError(f"windowed must be a bool, got {type(self.windowed).__name__}")
+        if self.windowed and (not self.prepared or self.arch != SM90_ARCH):
+            raise ValueError("windowed describes SM90-prepared weights only")
 
 
 def _check_pair(b: object, sfb: object) -> tuple[torch.Tensor, torch.Tensor]:
@@ -275,7 +283,9 @@ def _prepare_sm90(b: torch.Tensor, sfb: torch.Tensor) -> Mxfp4Weights:
         part_sfb = _zero_block_scales_rebased(mats_b[part], mats_sfb[part])
         mats_codes[part] = _sm90_codes(mats_b[part], num_kb, sources)
         mats_words[part] = _offsets_words(part_sfb, n, nb, num_kb)
-    return Mxfp4Weights(codes, words, prepared=True, k=k)
+    # One sync, at load time: whether any block takes the exact path.
+    windowed = not bool((words[..., :num_kb, :] & EXACT_FLAG).any())
+    return Mxfp4Weights(codes, words, prepared=True, k=k, windowed=windowed)
 
 
 def _sm90_codes(b: torch.Tensor, num_kb: int, sources: tuple[torch.Tensor, ...]) -> torch.Tensor:
@@ -396,6 +406,12 @@ def unprepare_mxfp4_weights(weights: Mxfp4Weights) -> tuple[torch.Tensor, torch.
     if not weights.prepared:
         return _check_pair(weights.b, weights.sfb)
     return _unprepare_sm90(weights)
+
+
+def is_windowed(b: object) -> bool:
+    """Whether an FP8 x FP4 call's second operand is windowed prepared weights
+    (Mxfp4Weights.windowed)."""
+    return isinstance(b, Mxfp4Weights) and b.windowed
 
 
 def unpack_weights(b: object) -> tuple[torch.Tensor, torch.Tensor, bool]:

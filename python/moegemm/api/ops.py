@@ -32,10 +32,11 @@ from .mxfp4_weights import Mxfp4Weights
 def _op(name: str, check: Callable[..., object]) -> Callable:
     """The custom op moegemm::<name>, which writes `d`; its fake runs `check` (the function's
     full checks) on the call's arguments without the placement (placed=False: fake tensors
-    have no data), `prepared` passed by keyword."""
+    have no data), `prepared` passed by keyword (`windowed` steers the kernel choice only)."""
 
     def fake(operands: dict[str, object]) -> None:
         layout = {"prepared": operands.pop("prepared")} if "prepared" in operands else {}
+        operands.pop("windowed", None)
         check(*operands.values(), placed=False, **layout)
 
     return custom_op(name, ("d",), fake)
@@ -68,19 +69,28 @@ def k_grouped_op(a: Tensor, b: Tensor, d: Tensor, offs: Tensor, c: Tensor | None
 
 
 # FP8 x FP4: the operand pairs are flattened (a schema has no tuples nor dataclasses), and
-# `prepared` (last) says which weight layout b holds (an Mxfp4Weights of prepare_mxfp4_weights,
-# or the checkpoint's (b, sfb)): the real impls rebuild the second operand from it.
+# `prepared` (then `windowed`, last) say which weight layout b holds (an Mxfp4Weights of
+# prepare_mxfp4_weights, or the checkpoint's (b, sfb)): the real impls rebuild the second
+# operand from them.
 
 
-def _weights(b: Tensor, sfb: Tensor, prepared: bool) -> object:
-    return Mxfp4Weights(b, sfb, prepared=True) if prepared else (b, sfb)
+def _weights(b: Tensor, sfb: Tensor, prepared: bool, windowed: bool) -> object:
+    if not prepared:
+        return (b, sfb)
+    return Mxfp4Weights(b, sfb, prepared=True, windowed=windowed)
 
 
 @_op("fp8_fp4_gemm_nt", fp8_fp4.check_dense)
 def fp8_fp4_gemm_nt_op(
-    a: Tensor, sfa: Tensor, b: Tensor, sfb: Tensor, d: Tensor, prepared: bool = False
+    a: Tensor,
+    sfa: Tensor,
+    b: Tensor,
+    sfb: Tensor,
+    d: Tensor,
+    prepared: bool = False,
+    windowed: bool = False,
 ) -> None:
-    fp8_fp4.fp8_fp4_gemm_nt((a, sfa), _weights(b, sfb, prepared), d)
+    fp8_fp4.fp8_fp4_gemm_nt((a, sfa), _weights(b, sfb, prepared, windowed), d)
 
 
 @_op("m_grouped_fp8_fp4_gemm_nt_contiguous", fp8_fp4.check_contiguous)
@@ -93,8 +103,9 @@ def m_grouped_fp8_fp4_contiguous_op(
     m_indices: Tensor | None = None,
     offs: Tensor | None = None,
     prepared: bool = False,
+    windowed: bool = False,
 ) -> None:
-    weights = _weights(b, sfb, prepared)
+    weights = _weights(b, sfb, prepared, windowed)
     fp8_fp4.m_grouped_fp8_fp4_gemm_nt_contiguous((a, sfa), weights, d, m_indices, offs=offs)
 
 
@@ -108,8 +119,9 @@ def m_grouped_fp8_fp4_masked_op(
     masked_m: Tensor,
     expected_m: int,
     prepared: bool = False,
+    windowed: bool = False,
 ) -> None:
-    weights = _weights(b, sfb, prepared)
+    weights = _weights(b, sfb, prepared, windowed)
     fp8_fp4.m_grouped_fp8_fp4_gemm_nt_masked((a, sfa), weights, d, masked_m, expected_m)
 
 

@@ -36,6 +36,11 @@ def nothing_skipped(desc: GemmDesc) -> str | None:
     return None
 
 
+def no_workspace(desc: GemmDesc, config: GemmConfig) -> tuple[int, int] | None:
+    """`Family.workspace` of a family whose kernels need nothing beside their operands."""
+    return None
+
+
 @dataclass(frozen=True)
 class Family:
     """Everything the layers above the JIT need to know about one arch x operand type.
@@ -44,8 +49,10 @@ class Family:
     carry another SM count (the heuristics are handed the caller's).
     heuristics: the configs, their legality and the cycle model.
     kernel_spec: the kernel a call of a desc compiles for a config.
-    launcher_name: the `_C` launcher class a call of a desc binds, by name, so that this layer
-    needs no compiled module.
+    launcher_name: the `_C` launcher class a call of a desc binds with a config, by name, so that
+    this layer needs no compiled module.
+    workspace: (bytes, int32 words) a launch of a desc with a config needs besides its operands,
+    allocated a call and passed after its pointers (the second zeroed), or None.
     mxfp4_forms: the GemmDesc.weights forms of MXFP4 weights the family takes (() for BF16).
     unsupported: why the family has no kernel for a desc, or None; what the warmup skips.
     hardware_checked: whether its kernels run on a GPU in the warmup's check; False for kernels
@@ -56,10 +63,11 @@ class Family:
     ab_dtype: str
     heuristics: Heuristics
     kernel_spec: Callable[[GemmDesc, GemmConfig], KernelSpec]
-    launcher_name: Callable[[GemmDesc], str]
+    launcher_name: Callable[[GemmDesc, GemmConfig], str]
     mxfp4_forms: tuple[str, ...]
     hardware_checked: bool
     unsupported: Callable[[GemmDesc], str | None] = nothing_skipped
+    workspace: Callable[[GemmDesc, GemmConfig], tuple[int, int] | None] = no_workspace
 
     @property
     def key(self) -> tuple[str, str]:

@@ -3,13 +3,13 @@ checked, not run on hardware. The weights come only as prepare_mxfp4_weights' SM
 
 from __future__ import annotations
 
-from ..heuristics import SM100, GemmDesc
+from ..heuristics import SM100, GemmConfig, GemmDesc
 from ..heuristics import sm100_fp8_fp4 as heuristics
 from ..jit.codegen_sm100 import sm100_kernel_spec
 from .family import Family, moe_or_plain
 
 
-def launcher_name(desc: GemmDesc) -> str:
+def launcher_name(desc: GemmDesc, config: GemmConfig) -> str:
     return moe_or_plain(desc, "Sm100Fp8Fp4GemmLauncher", "Sm100Fp8Fp4MoeGemmLauncher")
 
 

@@ -1,18 +1,33 @@
 """SM90 (Hopper) FP8 x FP4 (GemmDesc.ab_dtype "fp8_fp4"): FP8 activations, MXFP4 weights in
-the checkpoint's layout ("raw") or prepare_mxfp4_weights' ("prepared", the table kernels)."""
+the checkpoint's layout ("raw") or prepare_mxfp4_weights' ("prepared": the table kernels, and on
+windowed weights the convert-ahead kernel, whose launches take a workspace)."""
 
 from __future__ import annotations
 
-from ..heuristics import SM90, GemmDesc
+from ..heuristics import SM90, GemmConfig, GemmDesc
 from ..heuristics import sm90_fp8_fp4 as heuristics
+from ..heuristics import sm90_fp8_fp4_convert_ahead as convert_ahead
 from ..jit.codegen import sm90_kernel_spec
 from .family import Family, moe_or_plain
 
 
-def launcher_name(desc: GemmDesc) -> str:
+def _convert_ahead(desc: GemmDesc, config: GemmConfig) -> bool:
+    return desc.weights == "prepared" and convert_ahead.is_convert_ahead(config)
+
+
+def launcher_name(desc: GemmDesc, config: GemmConfig) -> str:
+    if _convert_ahead(desc, config):
+        return moe_or_plain(
+            desc, "Sm90Fp8Fp4ConvertAheadGemmLauncher", "Sm90Fp8Fp4ConvertAheadMoeGemmLauncher"
+        )
     if desc.weights == "prepared":  # the table kernels read their own params
         return moe_or_plain(desc, "Sm90Fp8Fp4TableGemmLauncher", "Sm90Fp8Fp4TableMoeGemmLauncher")
     return moe_or_plain(desc, "Sm90Fp8Fp4GemmLauncher", "Sm90Fp8Fp4MoeGemmLauncher")
+
+
+def workspace(desc: GemmDesc, config: GemmConfig) -> tuple[int, int] | None:
+    """The convert-ahead kernel's E4M3 copy and ready flags; nothing for the other kernels."""
+    return convert_ahead.workspace_bytes(desc) if _convert_ahead(desc, config) else None
 
 
 FAMILY = Family(
@@ -23,4 +38,5 @@ FAMILY = Family(
     launcher_name=launcher_name,
     mxfp4_forms=("raw", "prepared"),
     hardware_checked=True,
+    workspace=workspace,
 )

@@ -34,6 +34,9 @@ class GemmDesc:
     # FP8 x FP4 only: "raw" is the checkpoint's nibble order, "prepared" the layout that
     # prepare_mxfp4_weights writes; the two need different conversion code, so different kernels.
     weights: str = "raw"
+    # FP8 x FP4 prepared weights only: no 64-row block takes the table kernels' exact path
+    # (Mxfp4Weights.windowed), which the convert-ahead kernel needs.
+    windowed: bool = False
     # The fused MoE layer's epilogues (BF16 m-grouped, offsets or masked): "swiglu" /
     # "swiglu_oai" (n counts w13's gate and up rows, D has n / 2 columns) or "row_scale".
     epilogue: str = "none"
@@ -47,6 +50,8 @@ class GemmDesc:
             raise ValueError(f"unknown weights layout {self.weights!r}; known: {WEIGHTS}")
         if self.epilogue not in EPILOGUES:
             raise ValueError(f"unknown epilogue {self.epilogue!r}; known: {EPILOGUES}")
+        if self.windowed and self.weights != "prepared":
+            raise ValueError("windowed describes prepared weights only")
 
 
 # Dense, the three m-grouped layouts (per-row indices, packed offsets, masked), k-grouped.

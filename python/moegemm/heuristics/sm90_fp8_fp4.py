@@ -20,6 +20,7 @@ import math
 from collections.abc import Iterator
 
 from . import search, sm90_fp8_fp4_decode, sm90_fp8_fp4_table
+from . import sm90_fp8_fp4_convert_ahead as convert_ahead
 from .arch import ArchSpec
 from .config import GemmConfig, GemmDesc, LaunchConfig, Layout, PipelineConfig
 from .ragged import RAGGED_KINDS, expected_rows_per_group, normal_sf, routed_view, rows_sigma
@@ -301,7 +302,10 @@ _CANDIDATES: dict[tuple, tuple[GemmConfig, ...]] = {}
 
 def candidate_key(desc: GemmDesc) -> tuple:
     """What enumerate_configs and is_legal read of `desc`."""
-    return (desc.kind, desc.d_dtype, desc.with_c, desc_legal(desc), desc.epilogue, desc.weights)
+    return (
+        desc.kind, desc.d_dtype, desc.with_c, desc_legal(desc), desc.epilogue, desc.weights,
+        convert_ahead.desc_fits(desc),
+    )  # fmt: skip
 
 
 def candidates(desc: GemmDesc, arch: ArchSpec) -> tuple[GemmConfig, ...]:
@@ -331,7 +335,7 @@ def selection_key(desc: GemmDesc) -> tuple:
     """
     desc = routed_view(desc)
     base = (desc.kind, desc.n, desc.k, desc.num_groups, desc.ab_dtype, desc.d_dtype)
-    base += (desc.with_c, desc.weights, desc.epilogue)
+    base += (desc.with_c, desc.weights, desc.epilogue, convert_ahead.desc_fits(desc))
     if desc.kind in RAGGED_KINDS:
         block_ms = (
             sm90_fp8_fp4_table.TOKEN_CHOICES

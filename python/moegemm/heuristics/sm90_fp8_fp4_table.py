@@ -6,7 +6,8 @@
 - prefill: impls/sm90_fp8_fp4_grouped_gemm.cuh with pipeline/fp4_table_transform.cuh, one or
   two transform warpgroups converting each k-block's weights by the same table into the E4M3
   tile W = block_m / 64 math warpgroups read with SS wgmma, tokens on M (64 or 128), weight rows
-  on N (64 or 128).
+  on N (64 or 128);
+- convert-ahead (no transform ring, windowed weights only): sm90_fp8_fp4_convert_ahead.
 
 The cycle models, fitted to the H200: the decode kernel's CTA works through its tile's k-blocks
 one at a time, each costing a floor plus a share per math warpgroup (its conversion, wgmma and
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import math
 
+from . import sm90_fp8_fp4_convert_ahead as convert_ahead
 from .arch import ArchSpec
 from .config import GemmConfig, GemmDesc, LaunchConfig, Layout, PipelineConfig
 from .ragged import RAGGED_KINDS
@@ -60,7 +62,10 @@ def token_choices(kind: str) -> tuple[int, ...]:
 
 def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
     """What the kernels compute (desc_legal of the family already checked): a swapped config is
-    the decode kernel's, any other the prefill kernel's."""
+    the decode kernel's, one without a transform ring the convert-ahead kernel's, any other the
+    prefill kernel's."""
+    if convert_ahead.is_convert_ahead(config):
+        return convert_ahead.is_legal(config, desc, arch)
     if not config.layout.swap_ab:
         return prefill_is_legal(config, desc, arch)
     lay, num_wg = config.layout, config.launch.num_math_warpgroups
@@ -80,10 +85,15 @@ def paired_k_blocks(block_t: int, num_wg: int) -> bool:
 
 def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> list[GemmConfig]:
     """Every config for desc's layout: the decode kernel's for each token count and warpgroup
-    count, the prefill kernel's for each tile and epilogue, with as many stages as fit."""
+    count, the prefill and convert-ahead kernels' for each tile and epilogue, with as many stages
+    as fit."""
     if desc.kind not in KINDS or desc.weights != "prepared":
         return []
-    return prefill_configs(desc, arch) + FORM.configs(arch, token_choices(desc.kind))
+    return (
+        prefill_configs(desc, arch)
+        + convert_ahead.enumerate_configs(desc, arch)
+        + FORM.configs(arch, token_choices(desc.kind))
+    )
 
 
 # The decode kernel on the H200, fitted (2026-12-04: the DeepSeek-V3 L1, gpt-oss L1 and
@@ -132,6 +142,8 @@ def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec, streamed
     """Cycles of the whole problem: waves of tiles, each its k-blocks one after another, bounded
     below by `streamed` (HBM moving the problem's bytes once)."""
     lay = config.layout
+    if convert_ahead.is_convert_ahead(config):
+        return convert_ahead.estimate_cycles(config, desc, arch, streamed)
     if not lay.swap_ab:
         return prefill_estimate_cycles(config, desc, arch, streamed)
     if count_tiles(desc, lay.block_m, lay.block_n) == 0:

@@ -304,8 +304,8 @@ def sm90_fp8_fp4_spec(
         return _fp8_fp4_swap_ab_spec(config, kind, weights, moe, epilogue)
     if lay.block_m != 64 * config.launch.num_math_warpgroups:
         raise ValueError("fp8_fp4: each math warpgroup owns 64 rows (block_m = 64 x warpgroups)")
-    if config.pipeline.transform_stages < 1:
-        raise ValueError("fp8_fp4: the transform ring needs at least one stage")
+    if config.pipeline.transform_stages < 1 and weights != "prepared":
+        raise ValueError("fp8_fp4: the checkpoint transform ring needs at least one stage")
     transform = (
         f"  static constexpr uint32_t kTransformStages = {config.pipeline.transform_stages};"
     )

@@ -144,16 +144,19 @@ def max_ctas(desc: GemmDesc, config: GemmConfig) -> int:
 
 
 def build_launcher(device: int, desc: GemmDesc, config: GemmConfig | None = None) -> tuple:
-    """(config, launcher): the heuristics' config for `desc` (or the given one), compiled,
-    loaded and bound to its launch shape."""
+    """(config, launcher): the heuristics' config for `desc` (or the given one, ValueError
+    where it does not compute `desc`), compiled, loaded and bound to its launch shape."""
     from .. import _C
 
     arch = arch_for_device(device)
+    family = lookup(arch, desc)
     if config is None:
         config = select_config(desc, arch)
+    elif not family.heuristics.is_legal(config, desc, arch):
+        raise ValueError(f"config {config.short_name()} does not compute {desc} on {arch.name}")
     lay = config.layout
     kernel = load_kernel(kernel_spec(desc, config, arch))
-    launcher_type = getattr(_C, lookup(arch, desc).launcher_name(desc))
+    launcher_type = getattr(_C, family.launcher_name(desc, config))
     # Persistent CTAs, whole clusters of them (a cluster's CTAs share an operand of each tile).
     cluster = lay.cluster_m * lay.cluster_n
     wanted = -(-max_ctas(desc, config) // cluster) * cluster
@@ -200,7 +203,27 @@ def make_plan(
     the problem's launch integers bound (checked here, so a bad one raises before any launch)."""
     config, launcher = build_launcher(device, desc, config)
     args = bound_integers(type(launcher), problem)
-    return Plan(device, launcher.bind(device, *args), args, config, launcher)
+    launch = launcher.bind(device, *args)
+    sizes = lookup(arch_for_device(device), desc).workspace(desc, config)
+    if sizes is not None:
+        launch = with_workspace(launch, device, *sizes)
+    return Plan(device, launch, args, config, launcher)
+
+
+def with_workspace(launch: Any, device: int, nbytes: int, flag_words: int) -> Any:
+    """A bound launch whose kernel takes a scratch buffer and zeroed int32 flags after the
+    operands' pointers: both allocated each call from torch's caching allocator on the current
+    stream (the launch's), so they are stream-ordered, captured into a CUDA graph's pool under
+    capture, and freed for reuse once the call returns (the kernel runs before any later use on
+    that stream)."""
+    cuda = torch.device("cuda", device)
+
+    def launch_with_workspace(*call: int) -> bool:
+        scratch = torch.empty(nbytes, dtype=torch.uint8, device=cuda)
+        flags = torch.zeros(flag_words, dtype=torch.int32, device=cuda)
+        return launch(*call[:-1], scratch.data_ptr(), flags.data_ptr(), call[-1])
+
+    return launch_with_workspace
 
 
 def require_launched(launched: bool, device: int) -> None:

@@ -161,10 +161,14 @@ def fp8_fp4_layer_descs(
     n: int, k: int, num_groups: int, token_counts: Sequence[int], top_k: int, form: str
 ) -> Iterator[GemmDesc]:
     """Every FP8 x FP4 desc the warmup covers for one shape and weight form (`form`: "raw" or
-    "prepared"): the layouts of layer_descs but the k-grouped one, with the same rows."""
+    "prepared"): the layouts of layer_descs but the k-grouped one, with the same rows; prepared
+    weights both windowed or not (Mxfp4Weights.windowed: the data decides, so both picks)."""
     for desc in layer_descs(n, k, num_groups, token_counts, top_k):
         if desc.kind != "k_grouped":
-            yield dataclasses.replace(desc, ab_dtype="fp8_fp4", weights=form)
+            desc = dataclasses.replace(desc, ab_dtype="fp8_fp4", weights=form)
+            yield desc
+            if form == "prepared":
+                yield dataclasses.replace(desc, windowed=True)
 
 
 class Picker:

@@ -547,7 +547,7 @@ def test_each_family_encodes_its_configs_boxes(kernel, arch_name, gemm):
 
     arch = arch_for(arch_name, 132 if arch_name == "sm_90a" else 148)
     config = select_config(gemm, arch)
-    launcher_type = getattr(C, lookup(arch, gemm).launcher_name(gemm))
+    launcher_type = getattr(C, lookup(arch, gemm).launcher_name(gemm, config))
     lay, storage = config.layout, config.storage
     launcher = launcher_type(
         kernel, lay.block_m, lay.block_n, lay.block_k, 132, config.launch.num_threads,
