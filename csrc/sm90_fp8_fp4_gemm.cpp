@@ -102,16 +102,17 @@ struct Sm90Fp8Fp4GemmOf {
                    int64_t num_groups, int64_t lda, int64_t ldb, int64_t ldb_group, int64_t ldd,
                    int64_t sfa_stride_group, int64_t sfa_stride_row, int64_t sfa_stride_kb,
                    int64_t sfa_group_rows, int64_t sfb_stride_group, int64_t sfb_stride_row) {
-    return fill_with(shape, params, tma, a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, 0, 0,
+    return fill_with(shape, params, tma, false, a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, 0, 0,
                      group_info_ptr, rows, m, n, k, num_groups, lda, ldb, ldb_group, ldd,
                      sfa_stride_group, sfa_stride_row, sfa_stride_kb, sfa_group_rows,
                      sfb_stride_group, sfb_stride_row);
   }
 
-  // fill, and for the convert-ahead kernel (w8_ptr != 0, prepared weights) tma_b on the E4M3
-  // copy w8 [G, N, Kp] (the config's box: 128 bytes x block_n rows, 128B swizzle), the codes
-  // and the flags as plain pointers.
-  static bool fill_with(const LaunchShape& shape, Params& params, TmaList& tma, uint64_t a_ptr,
+  // fill, and for the convert-ahead kernel (prepared weights) tma_b on the E4M3 copy w8
+  // [G, N, Kp] (the config's box: 128 bytes x block_n rows, 128B swizzle), the codes and the
+  // flags as plain pointers.
+  static bool fill_with(const LaunchShape& shape, Params& params, TmaList& tma,
+                        bool convert_ahead, uint64_t a_ptr,
                         uint64_t b_ptr, uint64_t d_ptr, uint64_t sfa_ptr, uint64_t sfb_ptr,
                         uint64_t w8_ptr, uint64_t ready_ptr, uint64_t group_info_ptr,
                         int64_t rows, int64_t m, int64_t n, int64_t k, int64_t num_groups,
@@ -147,7 +148,7 @@ struct Sm90Fp8Fp4GemmOf {
     if constexpr (kTable) {
       // The codes' box: whole 4096-byte blocks, or for the convert-ahead kernel one 128-byte
       // swizzled row of the E4M3 copy per weight row of the tile.
-      const bool box_ok = w8_ptr != 0 ? shape.load_b.inner == 128 &&
+      const bool box_ok = convert_ahead ? shape.load_b.inner == 128 &&
                                             shape.load_b.outer == shape.block_n &&
                                             shape.load_b.swizzle == 128
                                       : shape.load_b.inner == 256 &&
@@ -160,7 +161,7 @@ struct Sm90Fp8Fp4GemmOf {
                                     "code rows of Kp / 2 bytes back to back, offsets rows of 4 N "
                                     "bytes and the kernel's box of the weights");
       }
-      if (w8_ptr != 0) {
+      if (convert_ahead) {
         const uint64_t kp = uint64_t{128} * k_blocks;
         tma.add(params.tma_b, tma_view_3d(as_ptr(w8_ptr), kBytes, 1, params.num_groups, params.n,
                                           kp, kp, uint64_t{params.n} * kp, shape.load_b));
@@ -235,10 +236,7 @@ struct Sm90Fp8Fp4ConvertAheadOf {
                        int64_t ldd, int64_t sfa_stride_group, int64_t sfa_stride_row,
                        int64_t sfa_stride_kb, int64_t sfa_group_rows, int64_t sfb_stride_group,
                        int64_t sfb_stride_row) {
-    if (w8_ptr == 0 || ready_ptr == 0) {
-      throw std::invalid_argument(std::string(kName) + ": the workspace and flags are required");
-    }
-    if (!Base::fill_with(shape, params, tma, a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, w8_ptr,
+    if (!Base::fill_with(shape, params, tma, true, a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, w8_ptr,
                          ready_ptr, group_info_ptr, rows, m, n, k, num_groups, lda, ldb,
                          ldb_group, ldd, sfa_stride_group, sfa_stride_row, sfa_stride_kb,
                          sfa_group_rows, sfb_stride_group, sfb_stride_row)) {

@@ -508,12 +508,13 @@ def problem_values(desc, sm100: bool) -> dict[str, int]:
 
 def box_cases() -> list[tuple[str, object]]:
     """(arch, desc) of every launcher family and map kind: dense, grouped, swapped and TMA-store
-    picks, k-grouped, the fused layer's epilogues, FP8 x FP4 raw and prepared, SM100."""
+    picks, k-grouped, the fused layer's epilogues, FP8 x FP4 raw, prepared and windowed (the
+    convert-ahead kernel), SM100."""
     from moegemm.heuristics import GemmDesc
 
-    def fp8(kind, m, n, k, g, e, weights, epilogue="none"):
+    def fp8(kind, m, n, k, g, e, weights, epilogue="none", windowed=False):
         return GemmDesc(kind, m, n, k, g, ab_dtype="fp8_fp4", expected_m=e, weights=weights,
-                        epilogue=epilogue)  # fmt: skip
+                        epilogue=epilogue, windowed=windowed)  # fmt: skip
 
     sm90 = [
         GemmDesc("bf16_gemm_nt", 4096, 4096, 7168),
@@ -527,6 +528,9 @@ def box_cases() -> list[tuple[str, object]]:
         fp8("m_grouped_masked", 64, 4096, 7168, 32, 8, "prepared"),
         fp8("m_grouped_offsets", 32 * 1024, 4096, 7168, 32, 1024, "prepared"),
         fp8("m_grouped_offsets", 32 * 8, 5760, 2880, 32, 8, "prepared", "swiglu_oai"),
+        fp8("m_grouped_offsets", 32 * 1024, 4096, 7168, 32, 1024, "prepared", windowed=True),
+        fp8("m_grouped_contiguous", 8192, 2880, 2880, 8, 1024, "prepared", windowed=True),
+        fp8("m_grouped_offsets", 32 * 2048, 5760, 2880, 32, 2048, "prepared", "swiglu_oai", True),
     ]
     sm100 = [
         GemmDesc("m_grouped_offsets", 8 * 32, 4096, 7168, 32, expected_m=8),
