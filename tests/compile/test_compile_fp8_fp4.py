@@ -154,6 +154,55 @@ def test_prefill_table_kernel_compiles(
     )
 
 
+def assert_convert_ahead_kernel(sass: str, block_n: int) -> None:
+    """The convert-ahead kernel (pipeline/fp4_convert_ahead.cuh, mma/sm90_fp8_promote_mma.cuh's
+    Fp8BlockScaledMma): no local memory, QGMMA with both operands in shared memory batched four a
+    k-block under one wait, the converter's table lookups (PRMT) and 16-byte stores to global
+    memory, the claims (one atomic add a claim) and the flags' release; and in the math
+    warpgroups' steady-state k-block, from the wait to the next issue, no shuffle of a shared
+    address, no generic-to-shared conversion (S2R SR_CgaCtaId) and no named barrier."""
+    assert "LDL" not in sass and "STL" not in sass, "no local-memory traffic"
+    lines = sass.splitlines()
+    qgmma = [i for i, line in enumerate(lines) if "QGMMA." in line]
+    assert qgmma and all(f"QGMMA.64x{block_n}x32.F32.E4M3.E4M3" in lines[i] for i in qgmma)
+    assert all("gdesc" in lines[i] and ", R" not in lines[i].split("gdesc")[0] for i in qgmma)
+    assert 4 * sum("gsb0" in lines[i] for i in qgmma) <= len(qgmma), "wgmma serialized"
+    assert "PRMT" in sass and "STG.E.128" in sass, "the converter's lookups and stores"
+    assert "ATOMG.E.ADD.STRONG.GPU" in sass, "the converters' claims"
+    assert "REDG.E.ADD.STRONG.GPU" in sass, "the flags' release"
+    # The steady-state loop: from the first batch's wait to the next batch's first QGMMA.
+    depbar = next(i for i in range(qgmma[0], len(lines)) if "WARPGROUP.DEPBAR" in lines[i])
+    branch = next(i for i in range(depbar, len(lines)) if re.search(r"\bBRA 0x", lines[i])
+                  and int(re.search(r"BRA 0x([0-9a-f]+)", lines[i]).group(1), 16)
+                  < int(re.search(r"/\*([0-9a-f]{4,})\*/", lines[qgmma[0]]).group(1), 16))
+    loop = "\n".join(lines[depbar:branch]) + "\n".join(lines[depbar - 60 : qgmma[0]])
+    for bad in ("SR_CgaCtaId", "BAR.SYNC", "BAR.RED", "REDUX"):
+        assert bad not in loop, bad
+
+
+CONVERT_AHEAD_VARIANTS = [
+    ("m_grouped_offsets", 192, "none"),
+    ("m_grouped_masked", 128, "none"),
+    ("m_grouped_contiguous", 192, "none"),
+    ("bf16_gemm_nt", 128, "none"),
+    ("m_grouped_offsets", 192, "swiglu_oai"),
+    ("m_grouped_masked", 128, "row_scale"),
+]
+
+
+@pytest.mark.parametrize("kind,block_n,epilogue", CONVERT_AHEAD_VARIANTS)
+def test_convert_ahead_kernel_compiles(kind: str, block_n: int, epilogue: str) -> None:
+    """The convert-ahead kernel: both tiles, every scheduler, the fused layer's epilogues; the
+    register pool of four warpgroups (producer 24, converter 40, math 224) holds."""
+    from moegemm.heuristics import sm90_fp8_fp4_convert_ahead as ca
+
+    config = ca.make_config(block_n, ca.max_stages(block_n, 0, SM90))
+    spec = sm90_fp8_fp4_spec(config, kind, "prepared", epilogue)
+    sass = fp8_fp4_sass(spec)
+    assert_convert_ahead_kernel(sass, block_n)
+    assert_register_pool(cache.build_or_load(spec), config.launch.num_threads, 2)
+
+
 def test_heuristic_picks_compile() -> None:
     """The configs the heuristics choose at decode (the decode kernel) and prefill build for
     both layouts."""

@@ -140,7 +140,7 @@ struct PersistentGemm {
   static constexpr uint32_t kNumMathWarps = 4 * kNumMathWG;
   // The producer's registers: 40, or 32 beside two transform warpgroups (five warpgroups
   // launch with 96 registers a thread: the math ones need what both give back).
-  static constexpr uint32_t kProducerRegs = kNumTransformWG == 2 ? 32 : 40;
+  static constexpr uint32_t kProducerRegs = kNumSideWG > 0 ? 24 : kNumTransformWG == 2 ? 32 : 40;
   static constexpr uint32_t kTransformRegs = kTransform ? Transform::kNumRegs : 0;
   static constexpr uint32_t kSideRegs = Side::kNumRegs;
   // 64K registers per SM for one CTA: what the producer and transform give back goes to math.

@@ -276,22 +276,32 @@ struct ConvertedWeightLoader : Fp8TokenLoader<BLOCK_M, BLOCK_N> {
     prefetch_tma_desc(&params.tma_sfb);
   }
 
-  // The whole warp: spins until every unit of the tile is converted.
+  // The whole warp: waits until every unit of the tile is converted. One pass of relaxed
+  // loads, a lane's flags all in flight at once; only where one is still down, a spin on it;
+  // then one acquire fence for them all and the proxy fence for the TMA loads that follow.
   template <typename Params>
   __device__ __forceinline__ static void wait_tile(const Params& params, const Tile& tile,
                                                    uint32_t num_k_blocks, uint32_t lane) {
     constexpr uint32_t kBlocks = BLOCK_N / 64;
     const uint32_t blocks = params.n / 64;
     const uint32_t k_blocks = (params.k + 127) / 128;
-    const uint32_t* ready = params.ready + uint64_t{tile.group} * k_blocks * blocks +
-                            tile.n_block * kBlocks;
-    for (uint32_t i = lane; i < num_k_blocks * kBlocks; i += 32) {
-      const uint32_t* flag = ready + (i / kBlocks) * blocks + i % kBlocks;
-      if (tile.n_block * kBlocks + i % kBlocks >= blocks) continue;  // past N: TMA zero-fills
-      while (ld_acquire_gpu(flag) < Fp4ConvertAhead::kReady) {
+    const uint32_t first = tile.n_block * kBlocks;
+    const uint32_t live = min(kBlocks, blocks - min(first, blocks));  // past N: TMA zero-fills
+    const uint32_t count = num_k_blocks * live;
+    const uint32_t* ready = params.ready + uint64_t{tile.group} * k_blocks * blocks + first;
+    auto flag_of = [&](uint32_t i) { return ready + (i / live) * blocks + i % live; };
+    bool down = false;
+#pragma unroll 4
+    for (uint32_t i = lane; i < count; i += 32)
+      down |= ld_relaxed_gpu(flag_of(i)) < Fp4ConvertAhead::kReady;
+    if (__any_sync(0xFFFFFFFFu, down)) {
+      for (uint32_t i = lane; i < count; i += 32) {
+        while (ld_relaxed_gpu(flag_of(i)) < Fp4ConvertAhead::kReady) {
+        }
       }
     }
     __syncwarp();
+    fence_acquire_gpu();
     fence_proxy_async_global();
   }
 

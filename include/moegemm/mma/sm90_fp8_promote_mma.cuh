@@ -98,48 +98,78 @@ struct Fp8PromoteMma {
   }
 };
 
-// The convert-ahead kernel's MMA (kOwnsKBlock: the skeleton waits for and releases each TMA
-// stage around k_block): both operands from the TMA stage, the tokens (slab 0) and the weights'
-// E4M3 copy (slab 1); the k-block's four wgmma into `tmp`, the scales read while they run (the
-// rows' activation scales from slab 2, a factor per 64 weight rows from the first offsets word
-// of each block in slab 3, 0 for a block the preparation flagged), then wait and promote.
+// The convert-ahead kernel's MMA (kRunsTile: it waits for, releases and advances the TMA
+// stages of a whole tile itself): both operands from the TMA stage, the tokens (slab 0) and the
+// weights' E4M3 copy (slab 1). Per k-block: the four wgmma into `tmp`; while they run, the
+// rows' activation scales (slab 2) and the factor of each 64 weight rows (the first offsets word
+// of each block in slab 3, 0 for a block the preparation flagged) read; then the wait, the
+// stage's release, a probe of the next stage's full barrier, the promotion, and only then, if
+// the probe failed, the wait for it: the next k-block's wgmma issue right after the last FFMA.
+// Descriptors, scale and barrier addresses come from uniform bases and the stage index, shuffled
+// to be uniform too (no per-k-block address rebuild between a promotion and the next issue).
 template <uint32_t BLOCK_N>
 struct Fp8BlockScaledMma : Fp8PromoteMma<BLOCK_N> {
   using Base = Fp8PromoteMma<BLOCK_N>;
   using typename Base::Accum;
-  static constexpr bool kOwnsKBlock = true;
-  static constexpr uint32_t kTableBytes = 0;
+  static constexpr bool kRunsTile = true;
   static constexpr uint32_t kBlocks = BLOCK_N / 64;
   static_assert(BLOCK_N % 64 == 0, "a factor per 64 weight rows");
 
-  __device__ __forceinline__ static void init_tables(uint8_t*, uint32_t) {}
+  __device__ __forceinline__ static void skip_tile(uint32_t) {}
 
-  template <typename Stages, typename Params, typename Work>
-  __device__ __forceinline__ static void k_block(Accum& acc, Accum& tmp, const Params&,
-                                                 const Work&, uint32_t, const StageRef& stage,
-                                                 uint32_t math_wg, uint8_t*, uint32_t) {
-    const uint32_t a = __shfl_sync(
-        0xFFFFFFFFu, smem_u32(Stages::template slab<0>(stage) + math_wg * 64 * 128), 0);
-    const uint32_t b = __shfl_sync(0xFFFFFFFFu, smem_u32(Stages::template slab<1>(stage)), 0);
-    const typename Base::Operands ops{make_smem_desc_k128b(a), make_smem_desc_k128b(b)};
-    Base::fence(tmp);
-    warpgroup_arrive();
-    Base::issue(tmp, ops);
-    warpgroup_commit_batch();
+  template <typename Stages, typename Ring, typename Params, typename Work>
+  __device__ __forceinline__ static void run_tile(Accum& acc, Accum& tmp, const Params&,
+                                                  const Work&, uint32_t num_k_blocks,
+                                                  const Ring& ring, typename Ring::State& state,
+                                                  uint8_t* smem, uint32_t math_wg,
+                                                  uint32_t lane_idx) {
+    if (num_k_blocks == 0) return;
+    constexpr uint32_t kFull = 0xFFFFFFFFu;
+    const uint32_t base = __shfl_sync(kFull, smem_u32(smem), 0);
+    // No clusters beside a side warpgroup (the skeleton): a stage goes back to this CTA only.
+    // The ring's barriers: kNumStages full ones, then as many empty ones (pipeline/ring.cuh).
+    const uint32_t full = __shfl_sync(kFull, smem_u32(ring.full), 0);
+    constexpr uint32_t kEmpty = 8 * Ring::kNumStages;
+    const uint32_t rows_a =
+        __shfl_sync(kFull, base + Stages::template slab_offset<0>() + math_wg * 64 * 128, 0);
+    const uint64_t desc_a = make_smem_desc_k128b(rows_a);
+    const uint64_t desc_b = make_smem_desc_k128b(base + Stages::template slab_offset<1>());
+    // A descriptor holds the address in 16-byte units: a stage further is a constant step.
+    constexpr uint64_t kStepA = Stages::template slab_bytes<0>() / 16;
+    constexpr uint64_t kStepB = Stages::template slab_bytes<1>() / 16;
     const uint32_t t = threadIdx.x % 128;
-    const float* sfa = reinterpret_cast<const float*>(Stages::template slab<2>(stage));
-    const uint32_t r = math_wg * 64 + (t / 32) * 16 + (t % 32) / 4;
-    const float scale_lo = sfa[r], scale_hi = sfa[r + 8];
-    const uint32_t* words = reinterpret_cast<const uint32_t*>(Stages::template slab<3>(stage));
-    float factors[kBlocks];
+    const uint32_t row = math_wg * 64 + (t / 32) * 16 + (t % 32) / 4;
+    const uint32_t sfa = base + Stages::template slab_offset<2>() + 4 * row;
+    const uint32_t words = base + Stages::template slab_offset<3>();
+    constexpr uint32_t kSfaStep = Stages::template slab_bytes<2>();
+    constexpr uint32_t kWordsStep = Stages::template slab_bytes<3>();
+    mbarrier_wait(full + 8 * state.stage_idx, state.phase);
+#pragma unroll 1
+    for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
+      const uint32_t s = __shfl_sync(kFull, state.stage_idx, 0);
+      Base::fence(tmp);
+      warpgroup_arrive();
+      Base::issue(tmp, {desc_a + s * kStepA, desc_b + s * kStepB});
+      warpgroup_commit_batch();
+      const uint32_t sfa_s = sfa + s * kSfaStep;
+      const float scale_lo = __uint_as_float(lds32(sfa_s)), scale_hi = __uint_as_float(lds32(sfa_s + 32));
+      uint32_t word[kBlocks];
 #pragma unroll
-    for (uint32_t b = 0; b < kBlocks; ++b) {
-      const uint32_t word = words[64 * b];
-      factors[b] = (word & fp4::kExactFlag) ? 0.0f : fp4::row_scale_of(word);
+      for (uint32_t b = 0; b < kBlocks; ++b) word[b] = lds32(words + s * kWordsStep + 256 * b);
+      warpgroup_wait<0>();
+      Base::fence(tmp);
+      __syncwarp();
+      if (cute::elect_one_sync()) mbarrier_arrive(full + kEmpty + 8 * s);
+      state.advance();
+      const bool ready =
+          kb + 1 == num_k_blocks || mbarrier_try_wait(full + 8 * state.stage_idx, state.phase);
+      float factors[kBlocks];
+#pragma unroll
+      for (uint32_t b = 0; b < kBlocks; ++b)
+        factors[b] = (word[b] & fp4::kExactFlag) ? 0.0f : fp4::row_scale_of(word[b]);
+      Base::promote_blocks(acc, tmp, factors, scale_lo, scale_hi);
+      if (!ready) mbarrier_wait(full + 8 * state.stage_idx, state.phase);
     }
-    warpgroup_wait<0>();
-    Base::fence(tmp);
-    Base::promote_blocks(acc, tmp, factors, scale_lo, scale_hi);
   }
 };
 

@@ -48,6 +48,36 @@ struct NamedBarrier {
                 "per-warpgroup ranges must not overlap and ids stop at 15");
 };
 
+// A stage barrier by its 32-bit shared address (a uniform base plus 8 x stage: no generic to
+// shared conversion per call): whether the phase of parity `phase` has completed, and the spin
+// until it has.
+__device__ __forceinline__ bool mbarrier_try_wait(uint32_t addr, uint32_t phase) {
+  uint32_t done;
+  asm volatile(
+      "{\n\t.reg .pred p;\n\t"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+      "selp.u32 %0, 1, 0, p;\n\t}"
+      : "=r"(done)
+      : "r"(addr), "r"(phase)
+      : "memory");
+  return done != 0;
+}
+
+__device__ __forceinline__ void mbarrier_wait(uint32_t addr, uint32_t phase) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\t"
+      "WAIT_%=:\n\t"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
+      "@!p bra WAIT_%=;\n\t}" ::"r"(addr),
+      "r"(phase)
+      : "memory");
+}
+
+// An arrive (CTA scope, no transaction bytes) on the stage barrier at `addr`.
+__device__ __forceinline__ void mbarrier_arrive(uint32_t addr) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(addr) : "memory");
+}
+
 __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t num_threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(num_threads) : "memory");
 }

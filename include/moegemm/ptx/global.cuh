@@ -15,12 +15,17 @@ __device__ __forceinline__ void store_b32_if(void* ptr, uint32_t value, bool pre
       : "memory");
 }
 
-// A flag another CTA publishes: acquire at GPU scope (what the publisher wrote before its
-// release is visible to this thread after a non-zero read).
-__device__ __forceinline__ uint32_t ld_acquire_gpu(const uint32_t* ptr) {
+// A flag another CTA publishes, read without ordering (relaxed, GPU scope): a
+// fence_acquire_gpu after the reads that saw it up makes what the publisher wrote before its
+// release visible to this thread.
+__device__ __forceinline__ uint32_t ld_relaxed_gpu(const uint32_t* ptr) {
   uint32_t v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ptr) : "memory");
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ptr) : "memory");
   return v;
+}
+
+__device__ __forceinline__ void fence_acquire_gpu() {
+  asm volatile("fence.acq_rel.gpu;" ::: "memory");
 }
 
 // Adds to a counter other CTAs acquire: a release at GPU scope (cumulative: it publishes what

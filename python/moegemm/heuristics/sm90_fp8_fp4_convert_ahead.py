@@ -10,12 +10,13 @@ of G x N x Kp bytes plus the ready flags a call (`workspace_bytes`), allocated b
 launch from the caching allocator (graph-safe); it is not offered where that exceeds
 MAX_WORKSPACE_BYTES.
 
-The cycle model, fitted on the H100 (2026-12-06, the lab build of this kernel beside the table
-kernels' picks on DeepSeek-V3 L1/L2, gpt-oss L1 and Qwen3-30B L1 at 1024 and 4096 rows a group):
-the mainloop's k-block costs a base plus a share per 64 weight rows of the tile; the conversion
-of the whole call (every group's weights, whatever rows they get) runs beside it at
-CONVERT_WEIGHTS_PER_CLK a SM and slows it by CONVERT_SHARE of its own time; the call takes the
-longer of the two, bounded below by HBM (the family's `streamed`).
+The cycle model, fitted on the H100 (2026-12-06, bench_fp8_fp4's sweep on m_indices at 256,
+1024 and 4096 rows a group on DeepSeek-V3 L1/L2, gpt-oss L1/L2 and Qwen3-30B L1/L2): the
+conversion of the whole call (every group's weights, whatever rows they get) takes
+CONVERT_WEIGHTS_PER_CLK a SM and bounds the call below (256 rows a group take that time on
+every shape); the mainloop's k-block costs a base plus a share per 64 weight rows of the tile,
+and loses CONVERT_SHARE of the conversion's time to it; the call takes the longer of the two,
+bounded below by HBM (the family's `streamed`).
 """
 
 from __future__ import annotations
@@ -39,10 +40,10 @@ ROW_BLOCK = 64  # the prepared layout's row blocks: the ready flags and the fact
 # on one GPU (128 x 5760 x 2880) fits.
 MAX_WORKSPACE_BYTES = 4 << 30
 
-CONVERT_WEIGHTS_PER_CLK = 4.8  # per SM, the converter warpgroup beside the mainloop
-CONVERT_SHARE = 0.25  # of the conversion's time the mainloop loses to it
-KBLOCK_BASE_CYCLES = 370
-KBLOCK_CYCLES_PER_ROW_BLOCK = 290  # per 64 weight rows of the tile
+CONVERT_WEIGHTS_PER_CLK = 3.0  # per SM, the converter warpgroup beside the mainloop
+CONVERT_SHARE = 0.27  # of the conversion's time the mainloop loses to it
+KBLOCK_BASE_CYCLES = 420
+KBLOCK_CYCLES_PER_ROW_BLOCK = 327  # per 64 weight rows of the tile
 TILE_CYCLES = 2200
 STORE_CYCLES_PER_KI_OUTPUT = 77  # register stores, per 1024 outputs of a tile
 
