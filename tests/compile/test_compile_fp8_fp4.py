@@ -172,9 +172,13 @@ def assert_convert_ahead_kernel(sass: str, block_n: int) -> None:
     assert "REDG.E.ADD.STRONG.GPU" in sass, "the flags' release"
     # The steady-state loop: from the first batch's wait to the next batch's first QGMMA.
     depbar = next(i for i in range(qgmma[0], len(lines)) if "WARPGROUP.DEPBAR" in lines[i])
-    branch = next(i for i in range(depbar, len(lines)) if re.search(r"\bBRA 0x", lines[i])
-                  and int(re.search(r"BRA 0x([0-9a-f]+)", lines[i]).group(1), 16)
-                  < int(re.search(r"/\*([0-9a-f]{4,})\*/", lines[qgmma[0]]).group(1), 16))
+    branch = next(
+        i
+        for i in range(depbar, len(lines))
+        if re.search(r"\bBRA 0x", lines[i])
+        and int(re.search(r"BRA 0x([0-9a-f]+)", lines[i]).group(1), 16)
+        < int(re.search(r"/\*([0-9a-f]{4,})\*/", lines[qgmma[0]]).group(1), 16)
+    )
     loop = "\n".join(lines[depbar:branch]) + "\n".join(lines[depbar - 60 : qgmma[0]])
     for bad in ("SR_CgaCtaId", "BAR.SYNC", "BAR.RED", "REDUX"):
         assert bad not in loop, bad

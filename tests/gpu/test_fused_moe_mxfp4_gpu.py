@@ -89,16 +89,22 @@ def test_gpt_oss(experts: int, t: int, layout: str) -> None:
 def kernel(request, monkeypatch):
     """Plans the FP8 x FP4 GEMMs with the heuristics' picks (at these sizes the decode kernel's
     128-token blocks and the prefill kernel rank within a few percent of each other), or with
-    the prefill kernel (tokens on M) forced: the best-ranked of its configs. Yields the configs
+    the prefill kernel (tokens on M, a transform ring) or the convert-ahead kernel (windowed
+    weights, which random ones are) forced: the best-ranked of its configs. Yields the configs
     planned; the plan caches are cleared before and after."""
     from moegemm.heuristics import sm90_fp8_fp4 as family
+    from moegemm.heuristics.sm90_fp8_fp4_convert_ahead import is_convert_ahead
     from moegemm.launch import plans
 
     picked, heuristics = [], plans.select_config
+    wanted = {
+        "prefill": lambda c: not c.layout.swap_ab and not is_convert_ahead(c),
+        "convert_ahead": is_convert_ahead,
+    }
 
     def select(desc, arch):
-        if request.param == "prefill":
-            configs = [c for c in family.candidates(desc, arch) if not c.layout.swap_ab]
+        if request.param in wanted:
+            configs = [c for c in family.candidates(desc, arch) if wanted[request.param](c)]
             config = min(configs, key=lambda c: family.estimate_cycles(c, desc, arch))
         else:
             config = heuristics(desc, arch)
@@ -109,12 +115,12 @@ def kernel(request, monkeypatch):
     monkeypatch.setattr(plans, "select_config", select)
     yield picked
     assert len(picked) == 2, picked  # both GEMMs of the layer were planned here
-    if request.param == "prefill":
-        assert not any(c.layout.swap_ab for c in picked)
+    if request.param in wanted:
+        assert all(wanted[request.param](c) for c in picked)
     moegemm.set_num_sms(None)
 
 
-@pytest.mark.parametrize("kernel", ["pick", "prefill"], indirect=True)
+@pytest.mark.parametrize("kernel", ["pick", "prefill", "convert_ahead"], indirect=True)
 @pytest.mark.parametrize("activation,bias", [("silu", False), ("swiglu_oai", True)])
 def test_prefill_sizes(activation: str, bias: bool, kernel: list) -> None:
     """~1000 rows an expert on prepared weights with the layer's epilogues (swiglu, swiglu_oai
@@ -124,7 +130,7 @@ def test_prefill_sizes(activation: str, bias: bool, kernel: list) -> None:
     run_and_check(t, k, e, h, i, activation, bias, "prepared", drop=0.1, seed=80)
 
 
-@pytest.mark.parametrize("kernel", ["pick", "prefill"], indirect=True)
+@pytest.mark.parametrize("kernel", ["pick", "prefill", "convert_ahead"], indirect=True)
 def test_masked_prefill_sizes(kernel: list) -> None:
     e, max_m, h, i = 6, 700, 512, 256
     w13f, w2f, b13, b2, prepared, w2 = mxfp4_layer(e, h, i, "swiglu_oai", True, "prepared", 90)

@@ -26,7 +26,7 @@ import math
 
 import torch
 
-from ..api.mxfp4_weights import SM90_ARCH
+from ..api.mxfp4_weights import SM90_ARCH, is_windowed
 from ..heuristics import GemmDesc
 from ..launch import checks, plans
 from ..launch.device import arch_for_device
@@ -258,7 +258,7 @@ def fused_moe(
         out = torch.empty(t, h, dtype=torch.bfloat16, device=x.device)
     if prepared.is_mxfp4:
         return _fused_moe_mxfp4(x, prepared, packed_w2, topk_weights, topk_ids, w2_bias, out,
-                                workspace, sizes)  # fmt: skip
+                                workspace, sizes, is_windowed(w2))  # fmt: skip
     if torch.compiler.is_compiling():
         ws = _workspace_for(workspace, t, k, e, h, i, x)
         torch.ops.moegemm.fused_moe(
@@ -286,8 +286,9 @@ def fused_moe(
 
 
 def _fused_moe_mxfp4(x, w13: PreparedW13, w2, topk_weights, topk_ids, w2_bias, out, workspace,
-                     sizes: tuple) -> torch.Tensor:  # fmt: skip
-    """fused_moe with MXFP4 experts (moe/mxfp4.py), after the structural checks."""
+                     sizes: tuple, w2_windowed: bool = False) -> torch.Tensor:  # fmt: skip
+    """fused_moe with MXFP4 experts (moe/mxfp4.py), after the structural checks. Under
+    torch.compile (the custom op) neither weight counts as windowed: the table kernels run."""
 
     t, k, e, h, i, ldx = sizes
     w2b, w2s, w2_prepared = w2  # checked: (blocks, scales, prepared)
@@ -312,12 +313,12 @@ def _fused_moe_mxfp4(x, w13: PreparedW13, w2, topk_weights, topk_ids, w2_bias, o
         return out
     ws = _workspace_for(workspace, t, k, e, h, i, x, "mxfp4")
     key = (device, t, k, e, h, i, ldx, w13.activation, w13.mxfp4_prepared, w2_prepared,
-           w13.mxfp4_arch)  # fmt: skip
+           w13.mxfp4_arch, w13.mxfp4_windowed, w2_windowed)  # fmt: skip
     plan = _plans.get(key)
     if plan is None:
         sizes_d = {"tokens": t, "top_k": k, "experts": e, "hidden": h, "intermediate": i,
                    "ldx": ldx, "ldo": h}  # fmt: skip
-        plan = _plans[key] = Mxfp4LayerPlan(device, sizes_d, w13, w2_prepared)
+        plan = _plans[key] = Mxfp4LayerPlan(device, sizes_d, w13, w2_prepared, w2_windowed)
     plan.run(x, w13, w2b, w2s, w2_bias, topk_ids, topk_weights, out, ws)
     return out
 
@@ -412,7 +413,8 @@ def fused_moe_masked(
         return out
     if mxfp4 is not None:
         return _masked_mxfp4(x, masked_m, prepared, mxfp4, w2_bias, out, workspace,
-                             (device, e, max_m, h, i, min(expected_m, max_m)), scale2)  # fmt: skip
+                             (device, e, max_m, h, i, min(expected_m, max_m)), scale2,
+                             is_windowed(w2))  # fmt: skip
     if workspace is None:
         inter = torch.empty(rows, i, dtype=torch.bfloat16, device=x.device)
     else:
@@ -476,18 +478,18 @@ def _fused_moe_masked_op(x, masked_m, w13: PreparedW13, w2, expected_m, w2_bias,
 
 
 def _masked_mxfp4(x, masked_m, w13: PreparedW13, w2, w2_bias, out, workspace, sizes: tuple,
-                  row_weight_ptr: int = 0):  # fmt: skip
+                  row_weight_ptr: int = 0, w2_windowed: bool = False):  # fmt: skip
 
     device, e, max_m, h, i, expected = sizes
     w2b, w2s, w2_prepared = w2
     require_weights_for(arch_for_device(device).name, w13)
     bufs = masked_buffers(workspace, e * max_m, h, i, x.device)
     key = ("mxfp4", device, e, max_m, h, i, expected, w13.activation, w13.mxfp4_prepared,
-           w2_prepared, w13.mxfp4_arch)  # fmt: skip
+           w2_prepared, w13.mxfp4_arch, w13.mxfp4_windowed, w2_windowed)  # fmt: skip
     plan = _masked_plans.get(key)
     if plan is None:
         plan = _masked_plans[key] = Mxfp4MaskedPlan(
-            device, e, max_m, h, i, expected, w13, w2_prepared
+            device, e, max_m, h, i, expected, w13, w2_prepared, w2_windowed
         )
     plan.run(x, masked_m, w13, w2b, w2s, w2_bias, out, bufs, row_weight_ptr)
     return out

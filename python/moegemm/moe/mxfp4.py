@@ -151,30 +151,36 @@ def fp8_gemm_problem(rows: int, m: int, n: int, k: int, e: int, lda: int, ldd: i
                          sfb_stride_group=sfb_group, sfb_stride_row=sfb_row)  # fmt: skip
 
 
-def mxfp4_layer_gemms(sizes: dict[str, int], w13: PreparedW13, w2_prepared: bool) -> tuple:
-    """(desc, problem) of the two GEMMs of an MXFP4 fused_moe signature."""
+def mxfp4_layer_gemms(sizes: dict[str, int], w13: PreparedW13, w2_prepared: bool,
+                      w2_windowed: bool = False) -> tuple:  # fmt: skip
+    """(desc, problem) of the two GEMMs of an MXFP4 fused_moe signature (w2_windowed: w2 is
+    windowed prepared weights, Mxfp4Weights.windowed)."""
     t, k, e, h, i = (sizes[key] for key in ("tokens", "top_k", "experts", "hidden",
                                             "intermediate"))  # fmt: skip
     slots = t * k
     expected = max(1, math.ceil(slots / e))
-    return _gemm_pair("m_grouped_offsets", slots, slots, e, h, i, expected, w13, w2_prepared)
+    return _gemm_pair("m_grouped_offsets", slots, slots, e, h, i, expected, w13, w2_prepared,
+                      w2_windowed)  # fmt: skip
 
 
 def mxfp4_masked_gemms(e: int, max_m: int, h: int, i: int, expected: int, w13: PreparedW13,
-                       w2_prepared: bool) -> tuple:  # fmt: skip
+                       w2_prepared: bool, w2_windowed: bool = False) -> tuple:  # fmt: skip
     """(desc, problem) of the two GEMMs of an MXFP4 fused_moe_masked signature."""
-    return _gemm_pair("m_grouped_masked", e * max_m, max_m, e, h, i, expected, w13, w2_prepared)
+    return _gemm_pair("m_grouped_masked", e * max_m, max_m, e, h, i, expected, w13, w2_prepared,
+                      w2_windowed)  # fmt: skip
 
 
 def _gemm_pair(kind: str, rows: int, m: int, e: int, h: int, i: int, expected: int,
-               w13: PreparedW13, w2_prepared: bool) -> tuple:  # fmt: skip
+               w13: PreparedW13, w2_prepared: bool, w2_windowed: bool) -> tuple:  # fmt: skip
     """GEMM1 (x @ w13^T with the activation's epilogue, i of 2i columns out) and GEMM2 (h @ w2^T
     scaled by the routing weights) on FP8 rows, each weight in its own layout."""
+    sm90 = w13.mxfp4_arch == SM90_ARCH
     d1 = GemmDesc(kind, m, 2 * i, h, e, ab_dtype="fp8_fp4", expected_m=expected,
-                  weights=_form(w13.mxfp4_prepared),
+                  weights=_form(w13.mxfp4_prepared), windowed=sm90 and w13.mxfp4_windowed,
                   epilogue=EPILOGUE_OF[w13.activation])  # fmt: skip
     d2 = GemmDesc(kind, m, h, i, e, ab_dtype="fp8_fp4", expected_m=expected,
-                  weights=_form(w2_prepared), epilogue="row_scale")  # fmt: skip
+                  weights=_form(w2_prepared), windowed=sm90 and w2_prepared and w2_windowed,
+                  epilogue="row_scale")  # fmt: skip
     arch = w13.mxfp4_arch
     return (
         (d1, fp8_gemm_problem(rows, m, 2 * i, h, e, h, i, arch, w13.mxfp4_prepared)),
@@ -203,10 +209,11 @@ def quantize_launch(device: int, rows: int, cols: int, ld_src: int, group_rows: 
 class Mxfp4LayerPlan:
     """The five bound launches of one MXFP4 fused_moe signature."""
 
-    def __init__(self, device: int, p: dict[str, int], w13: PreparedW13, w2_prepared: bool):
+    def __init__(self, device: int, p: dict[str, int], w13: PreparedW13, w2_prepared: bool,
+                 w2_windowed: bool = False):  # fmt: skip
         slots, i = p["tokens"] * p["top_k"], p["intermediate"]
         self.route = route_launch(device, p, fp8=True)
-        (d1, p1), (d2, p2) = mxfp4_layer_gemms(p, w13, w2_prepared)
+        (d1, p1), (d2, p2) = mxfp4_layer_gemms(p, w13, w2_prepared, w2_windowed)
         self.gemm1 = plans.make_plan(device, d1, p1)
         self.quantize = quantize_launch(device, slots, i, i)
         self.gemm2 = plans.make_plan(device, d2, p2)
@@ -243,9 +250,10 @@ class Mxfp4MaskedPlan:
     """quantize x, GEMM1, quantize h, GEMM2 for one MXFP4 fused_moe_masked signature."""
 
     def __init__(self, device: int, e: int, max_m: int, h: int, i: int, expected: int,
-                 w13: PreparedW13, w2_prepared: bool) -> None:  # fmt: skip
+                 w13: PreparedW13, w2_prepared: bool, w2_windowed: bool = False) -> None:  # fmt: skip
         rows = e * max_m
-        (d1, p1), (d2, p2) = mxfp4_masked_gemms(e, max_m, h, i, expected, w13, w2_prepared)
+        (d1, p1), (d2, p2) = mxfp4_masked_gemms(e, max_m, h, i, expected, w13, w2_prepared,
+                                                w2_windowed)  # fmt: skip
         # Only the rows masked_m holds are quantized: a decode step's few, not E x max_m.
         self.quantize_x = quantize_launch(device, rows, h, h, group_rows=max_m)
         self.gemm1 = plans.make_plan(device, d1, p1)

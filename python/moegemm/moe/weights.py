@@ -57,6 +57,9 @@ class PreparedW13:
     mxfp4_prepared: bool = False
     mxfp4_arch: str = SM90_ARCH
     mxfp4_hidden: int = 0
+    # SM90-prepared w13 without exact-path blocks (Mxfp4Weights.windowed): GEMM1 may take the
+    # convert-ahead kernel at prefill sizes.
+    mxfp4_windowed: bool = False
 
     @property
     def is_mxfp4(self) -> bool:
@@ -197,7 +200,8 @@ def _prepare_mxfp4(w13, activation: str, w13_bias, layout: str, arch: str | None
     if layout == "prepared":
         # The prepared tensors as they come: the codes' rows are Hp/2 bytes apart.
         packed = prepare_mxfp4_weights(b, sfb)
-        return PreparedW13(packed.b, bias, activation, packed.sfb, True, mxfp4_hidden=h)
+        return PreparedW13(packed.b, bias, activation, packed.sfb, True, mxfp4_hidden=h,
+                           mxfp4_windowed=packed.windowed)  # fmt: skip
     return PreparedW13(b.contiguous(), bias, activation, sfb.contiguous(), False)
 
 

@@ -86,6 +86,9 @@ def layer_specs(
             if mxfp4
             else [desc]
         )
+        if mxfp4 and "raw" in forms:  # SM90: prepared weights windowed or not (the data says)
+            variants.append(dataclasses.replace(desc, ab_dtype="fp8_fp4", weights="prepared",
+                                                windowed=True))  # fmt: skip
         for d in variants:
             config = pick(d)
             if (d.kind, d.ab_dtype, d.weights, d.epilogue, config) not in seen:
