@@ -252,7 +252,7 @@ struct Sm90Fp8Fp4ConvertAheadGemmOf : Sm90Fp8Fp4ConvertAheadOf<false> {
   static constexpr const char* kDoc =
       "Launches sm90_fp8_fp4_grouped_gemm's convert-ahead composition on prepared weights: its "
       "converter warpgroup writes the E4M3 copy w8 [G, N, Kp] (uint8) of the codes and raises one "
-      "flag a (group, k-block, 64-row block) in ready int32 [G * Kb * N / 64 + 1] (then a claim "
+      "flag a (group, 64-row block, k-block) in ready int32 [G * Kb * N / 64 + 1] (then a claim "
       "counter), which must be zero at the launch; arguments as Sm90Fp8Fp4TableGemmLauncher's plus those two pointers, last.";
   static constexpr const char* kArgNames[] = {
       "a_ptr", "b_ptr", "d_ptr", "sfa_ptr", "sfb_ptr", "group_info_ptr", "w8_ptr", "ready_ptr",

@@ -63,6 +63,10 @@ PROBLEMS = {
     "qwen3-l2-r128-offs-ragged": (128, 2048, 768, 128, "offs", True),
     "qwen3-l2-r256-masked-ragged": (128, 2048, 768, 256, "masked", True),
     "qwen3-l2-r1024-offs-ragged": (128, 2048, 768, 1024, "offs", True),
+    # the convert-ahead kernel's crossover with the table kernels
+    "dsv3-l1-r512-offs-ragged": (32, 4096, 7168, 512, "offs", True),
+    "gptoss-l1-r512-offs-ragged": (32, 5760, 2880, 512, "offs", True),
+    "qwen3-l2-r512-offs-ragged": (128, 2048, 768, 512, "offs", True),
 }
 
 

@@ -57,9 +57,10 @@ def desc_of(args: argparse.Namespace) -> GemmDesc:
     else:  # as the API: the rows per group of the packed layout
         m = sum(sizes)
         expected = math.ceil(m / args.groups)
+    # Prepared random weights are windowed (checked where they are made), as the API sees them.
     return GemmDesc(
         LAYOUTS[args.layout], m, args.n, args.k, args.groups, ab_dtype="fp8_fp4",
-        expected_m=expected, weights=args.weights,
+        expected_m=expected, weights=args.weights, windowed=args.weights == "prepared",
     )  # fmt: skip
 
 
@@ -120,6 +121,7 @@ class Problem:
         self.weights = (
             moegemm.prepare_mxfp4_weights(b, sfb) if args.weights == "prepared" else (b, sfb)
         )
+        assert args.weights != "prepared" or self.weights.windowed, "desc_of says windowed"
         self.wf = dequantize_mxfp4(b, sfb)
         if args.layout == "masked":
             self.a, self.sfa = per_token_cast_to_fp8(x)

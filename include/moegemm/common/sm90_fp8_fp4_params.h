@@ -38,7 +38,7 @@ struct Sm90Fp8Fp4GemmParams {
   // The convert-ahead kernel only (prepared weights, no transform ring; tma_b then describes
   // w8): the prepared codes, read by its converter warpgroup with plain loads (codes_stride_group
   // bytes a group), the E4M3 copy of the weights w8 [G, N, Kp] it writes, and one ready flag a
-  // (group, k-block, 64-row block), index (g * Kb + kb) * N / 64 + block, then the converters'
+  // (group, 64-row block, k-block), index (g * N / 64 + block) * Kb + kb, then the converters'
   // claim counter: G * Kb * N / 64 + 1 words, zeroed by the caller.
   const uint8_t* codes;
   uint8_t* w8;

@@ -255,8 +255,8 @@ struct TableWeightLoader : Fp8TokenLoader<BLOCK_M, BLOCK_N> {
 // swizzle) into slab 1, the tokens and their scales as Fp8TokenLoader, and the offsets words as
 // TableWeightLoader (slab 3: the MMA takes each 64-row block's factor from its first word).
 // Before a tile's first load the whole producer warp waits for the ready flags of every unit
-// the tile reads (its BLOCK_N / 64 blocks at each of its k-blocks, a lane a flag): once per
-// tile, so the flags' latency hides behind the stages already in the ring.
+// the tile reads (each k-block of its BLOCK_N / 64 blocks, the lanes' flags in flight at once):
+// once per tile, so the flags' latency hides behind the stages already in the ring.
 template <uint32_t BLOCK_M, uint32_t BLOCK_N>
 struct ConvertedWeightLoader : Fp8TokenLoader<BLOCK_M, BLOCK_N> {
   using Base = Fp8TokenLoader<BLOCK_M, BLOCK_N>;
@@ -285,11 +285,16 @@ struct ConvertedWeightLoader : Fp8TokenLoader<BLOCK_M, BLOCK_N> {
     constexpr uint32_t kBlocks = BLOCK_N / 64;
     const uint32_t blocks = params.n / 64;
     const uint32_t k_blocks = (params.k + 127) / 128;
+    // A group past the weights (malformed m_indices): nothing converts it, the loads fill zeros.
+    if (tile.group >= params.num_groups) return;
     const uint32_t first = tile.n_block * kBlocks;
     const uint32_t live = min(kBlocks, blocks - min(first, blocks));  // past N: TMA zero-fills
     const uint32_t count = num_k_blocks * live;
-    const uint32_t* ready = params.ready + uint64_t{tile.group} * k_blocks * blocks + first;
-    auto flag_of = [&](uint32_t i) { return ready + (i / live) * blocks + i % live; };
+    // Flags (g, block, kb): the tile's blocks' k-blocks.
+    const uint32_t* ready = params.ready + (uint64_t{tile.group} * blocks + first) * k_blocks;
+    auto flag_of = [&](uint32_t i) {
+      return ready + (i / num_k_blocks) * k_blocks + i % num_k_blocks;
+    };
     bool down = false;
 #pragma unroll 4
     for (uint32_t i = lane; i < count; i += 32)
@@ -300,8 +305,10 @@ struct ConvertedWeightLoader : Fp8TokenLoader<BLOCK_M, BLOCK_N> {
         }
       }
     }
-    __syncwarp();
+    // Every lane's acquire covers the flags it read; the warp meets after them, so the leader's
+    // TMA loads follow all of them.
     fence_acquire_gpu();
+    __syncwarp();
     fence_proxy_async_global();
   }
 

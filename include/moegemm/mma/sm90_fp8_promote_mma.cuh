@@ -162,7 +162,7 @@ struct Fp8BlockScaledMma : Fp8PromoteMma<BLOCK_N> {
       if (cute::elect_one_sync()) mbarrier_arrive(full + kEmpty + 8 * s);
       state.advance();
       const bool ready =
-          kb + 1 == num_k_blocks || mbarrier_try_wait(full + 8 * state.stage_idx, state.phase);
+          kb + 1 == num_k_blocks || mbarrier_test_wait(full + 8 * state.stage_idx, state.phase);
       float factors[kBlocks];
 #pragma unroll
       for (uint32_t b = 0; b < kBlocks; ++b)

@@ -1,5 +1,5 @@
 // The converter warpgroup of the FP8 x FP4 convert-ahead kernel (impls/sm90_fp8_fp4_grouped_gemm.cuh
-// on prepared weights without a transform ring): every (group, k-block, 64-row block) of the
+// on prepared weights without a transform ring): every (group, 64-row block, k-block) of the
 // prepared codes, a "unit", is converted once a call by the table (transform/fp4_table.cuh, the
 // arithmetic of the other kernels) into an E4M3 copy of the weights in global memory, w8
 // [G, N, Kp] K-major, which the producer loads by TMA like FP8 weights once the unit's ready flag
@@ -7,8 +7,11 @@
 // the transform kernel converts it once per token tile.
 //
 // Work split: each converter warp claims kUnitsPerClaim consecutive units at a time, in flag
-// order (g, kb, block), from a counter after the flags (ready[units], zero at the launch), and
+// order (g, block, kb), from a counter after the flags (ready[units], zero at the launch), and
 // claims its next batch before converting this one, whose lines it brings into L2 meanwhile.
+// A 64-row block's k-blocks come one after another: a tile (one to three blocks, every k-block)
+// is ready once its own blocks are, early in its group's conversion, and the codes read are
+// contiguous (each block's k-blocks are 4096 contiguous bytes).
 // Claims, not a split by blockIdx: whichever CTAs are resident convert every unit, so a
 // producer waiting for a unit sees it come even where some CTAs of the grid wait for an SM
 // (another kernel beside this one).
@@ -46,7 +49,7 @@ struct Fp4ConvertAhead {
   };
 
   __device__ __forceinline__ static Unit unit_of(uint32_t u, uint32_t k_blocks, uint32_t blocks) {
-    return Unit{u / (k_blocks * blocks), (u / blocks) % k_blocks, u % blocks};
+    return Unit{u / (k_blocks * blocks), u % k_blocks, (u / k_blocks) % blocks};
   }
 
   // The units' count and their flags' words: flags [units], then the claim counter.

@@ -49,13 +49,13 @@ struct NamedBarrier {
 };
 
 // A stage barrier by its 32-bit shared address (a uniform base plus 8 x stage: no generic to
-// shared conversion per call): whether the phase of parity `phase` has completed, and the spin
-// until it has.
-__device__ __forceinline__ bool mbarrier_try_wait(uint32_t addr, uint32_t phase) {
+// shared conversion per call): whether the phase of parity `phase` has completed (test_wait:
+// never suspends the thread), and the spin until it has.
+__device__ __forceinline__ bool mbarrier_test_wait(uint32_t addr, uint32_t phase) {
   uint32_t done;
   asm volatile(
       "{\n\t.reg .pred p;\n\t"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+      "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
       "selp.u32 %0, 1, 0, p;\n\t}"
       : "=r"(done)
       : "r"(addr), "r"(phase)

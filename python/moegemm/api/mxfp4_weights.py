@@ -101,7 +101,8 @@ class Mxfp4Weights:
     k: int = 0
     # SM90-prepared weights only: True where no 64-row block takes the exact path (no offsets
     # word carries the flag), which prepare_mxfp4_weights finds; the convert-ahead kernel (large
-    # token counts) needs it. False, the safe default, keeps the table kernels.
+    # token counts) needs it. False, the safe default, keeps the table kernels. It describes the
+    # tensors as prepared: weights written into them later must be prepared again.
     windowed: bool = False
 
     def __post_init__(self) -> None:

@@ -243,7 +243,8 @@ class EPMoE:
         ids = torch.empty(0, self.top_k, dtype=torch.int32, device=self.device)
         w = torch.empty(0, self.top_k, dtype=torch.float32, device=self.device)
         _, ldx, w2_key, _ = self._check_forward(x, ids, w, w13_local, w2_local, None, None)
-        self._plans.setdefault((0, ldx, w2_key), _ForwardPlan(self, 0, ldx, w13_local, w2_key))
+        key = (0, ldx, w2_key, _w13_form(w13_local))
+        self._plans.setdefault(key, _ForwardPlan(self, 0, ldx, w13_local, w2_key))
         if self.group is not None:
             import torch.distributed as dist
 
@@ -277,7 +278,7 @@ class EPMoE:
                                                      w2_local, w2_bias, out)  # fmt: skip
         if out is None:
             out = self.out[:t]
-        key = (t, ldx, w2_key)
+        key = (t, ldx, w2_key, _w13_form(w13_local))
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plans[key] = _ForwardPlan(self, t, ldx, w13_local, w2_key)
@@ -393,6 +394,12 @@ def _group_size_rank(group: Any) -> tuple[int, int]:
         raise TypeError(f"group must be a torch.distributed ProcessGroup or None, got "
                         f"{type(group).__name__}")  # fmt: skip
     return dist.get_world_size(group), dist.get_rank(group)
+
+
+def _w13_form(w13: PreparedW13) -> tuple:
+    """What of w13 beside the shapes decides GEMM1's kernel: its MXFP4 layout and whether it is
+    windowed (the convert-ahead kernel takes only windowed weights)."""
+    return (w13.mxfp4_prepared, w13.mxfp4_windowed, w13.mxfp4_arch)
 
 
 class _ForwardPlan:

@@ -99,7 +99,7 @@ def make_config(block_n: int, num_stages: int, store_cols: int = 0) -> GemmConfi
 
 def workspace_bytes(desc: GemmDesc) -> tuple[int, int]:
     """(E4M3 copy bytes, ready-flag words) of a call: G x N x Kp bytes, and a flag per
-    (group, k-block, 64-row block) plus the converters' claim counter."""
+    (group, 64-row block, k-block) plus the converters' claim counter."""
     k_blocks = math.ceil(desc.k / BLOCK_K)
     copy = desc.num_groups * desc.n * k_blocks * BLOCK_K
     return copy, desc.num_groups * k_blocks * (desc.n // ROW_BLOCK) + 1
@@ -140,20 +140,22 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
     )
 
 
-def convert_cycles(desc: GemmDesc, arch: ArchSpec) -> float:
-    """The conversion of every group's weights, spread over the SMs' converter warpgroups."""
-    return workspace_bytes(desc)[0] / (arch.num_sms * CONVERT_WEIGHTS_PER_CLK)
+def convert_cycles(desc: GemmDesc, arch: ArchSpec, ctas: float) -> float:
+    """The conversion of every group's weights, spread over the CTAs' converter warpgroups (one
+    CTA an SM, at most one a tile)."""
+    return workspace_bytes(desc)[0] / (min(arch.num_sms, ctas) * CONVERT_WEIGHTS_PER_CLK)
 
 
 def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec, streamed: float) -> float:
     lay = config.layout
-    if count_tiles(desc, lay.block_m, lay.block_n) == 0:
+    tiles = count_tiles(desc, lay.block_m, lay.block_n)
+    if tiles == 0:
         return float(PIPELINE_FILL_CYCLES)
     waves = expected_waves(desc, lay.block_m, lay.block_n, arch.num_sms)
     k_blocks = math.ceil(desc.k / BLOCK_K)
     kblock = KBLOCK_BASE_CYCLES + KBLOCK_CYCLES_PER_ROW_BLOCK * lay.block_n // ROW_BLOCK
     tile = k_blocks * kblock + TILE_CYCLES
     tile += STORE_CYCLES_PER_KI_OUTPUT * lay.block_m * lay.block_n / 1024
-    convert = convert_cycles(desc, arch)
+    convert = convert_cycles(desc, arch, max(1.0, tiles))
     mainloop = waves * tile + CONVERT_SHARE * convert
     return max(mainloop, convert, streamed) + PIPELINE_FILL_CYCLES

@@ -212,10 +212,10 @@ def make_plan(
 
 def with_workspace(launch: Any, device: int, nbytes: int, flag_words: int) -> Any:
     """A bound launch whose kernel takes a scratch buffer and zeroed int32 flags after the
-    operands' pointers: both allocated each call from torch's caching allocator on the current
-    stream (the launch's), so they are stream-ordered, captured into a CUDA graph's pool under
-    capture, and freed for reuse once the call returns (the kernel runs before any later use on
-    that stream)."""
+    operands' pointers: both allocated each call from torch's caching allocator on torch's
+    current stream, which every caller launches on (`raw_stream(device)`), so they are
+    stream-ordered, captured into a CUDA graph's pool under capture, and freed for reuse once
+    the call returns (the kernel runs before any later use on that stream)."""
     cuda = torch.device("cuda", device)
 
     def launch_with_workspace(*call: int) -> bool:
