@@ -216,3 +216,26 @@ def test_exact_path_weights_stay_on_the_table_kernels() -> None:
     spans = packed_spans([rows, rows])
     for (grp, r0, m), ref in zip(spans, grouped_refs(a, sfa, b, sfb, spans)):
         assert calc_diff(d[r0 : r0 + m].double(), ref.double()) < TOL, grp
+
+
+def test_malformed_m_indices_do_not_hang() -> None:
+    """An m_indices segment naming a group past the weights: nothing converts it and nothing
+    waits for it (its rows' output is unspecified); the other groups stay exact."""
+    import moegemm
+
+    n, k, groups = 1024, 1024, 2
+    g = gen(61)
+    _, a, sfa = activations(384, k, gen=g)
+    b, sfb = random_mxfp4(groups, n=n, k=k, gen=g)
+    m_indices = torch.full((384,), -1, dtype=torch.int32, device="cuda")
+    m_indices[0:100] = 0
+    m_indices[128:228] = groups  # past the weights
+    m_indices[256:356] = 1
+    d = nan_bf16(384, n)
+    moegemm.m_grouped_fp8_fp4_gemm_nt_contiguous(
+        (a, sfa), windowed(b, sfb), d, m_indices, config=ca_config(128)
+    )
+    torch.cuda.synchronize()
+    for grp, r0 in ((0, 0), (1, 256)):
+        ref = ref_fp32(a[r0 : r0 + 100], sfa[r0 : r0 + 100], b[grp], sfb[grp])
+        assert calc_diff(d[r0 : r0 + 100].float(), ref) < TOL, grp
