@@ -30,6 +30,7 @@ _PUBLIC = {
     "get_mk_alignment_for_contiguous_layout": "moegemm.api",
     "get_num_sms": "moegemm.api",
     "get_pdl": "moegemm.api",
+    "get_workspace_limit": "moegemm.api",
     "k_grouped_bf16_gemm_tn_contiguous": "moegemm.api",
     "m_grouped_bf16_gemm_nt_contiguous": "moegemm.api",
     "m_grouped_bf16_gemm_nt_masked": "moegemm.api",
@@ -39,6 +40,7 @@ _PUBLIC = {
     "prepare_mxfp4_weights": "moegemm.api",
     "set_num_sms": "moegemm.api",
     "set_pdl": "moegemm.api",
+    "set_workspace_limit": "moegemm.api",
 }
 # Submodules reachable as attributes after a bare `import moegemm` (loaded on first touch).
 _SUBMODULES = ("quant",)

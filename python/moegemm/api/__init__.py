@@ -4,7 +4,14 @@ warmup (which sits above the API)."""
 
 from __future__ import annotations
 
-from ..launch.device import get_num_sms, get_pdl, set_num_sms, set_pdl
+from ..launch.device import (
+    get_num_sms,
+    get_pdl,
+    get_workspace_limit,
+    set_num_sms,
+    set_pdl,
+    set_workspace_limit,
+)
 from . import ops as ops  # registers the moegemm:: custom ops
 from .bf16_gemm import bf16_gemm_nt
 from .fp8_fp4 import (
@@ -27,6 +34,7 @@ __all__ = [
     "get_mk_alignment_for_contiguous_layout",
     "get_num_sms",
     "get_pdl",
+    "get_workspace_limit",
     "k_grouped_bf16_gemm_tn_contiguous",
     "m_grouped_bf16_gemm_nt_contiguous",
     "m_grouped_bf16_gemm_nt_masked",
@@ -35,4 +43,5 @@ __all__ = [
     "prepare_mxfp4_weights",
     "set_num_sms",
     "set_pdl",
+    "set_workspace_limit",
 ]

@@ -7,8 +7,8 @@ a weight tile is shared by every token tile of its group.
 It needs windowed weights (GemmDesc.windowed: no 64-row block of the prepared layout takes the
 table kernels' exact path, whose values the one factor per 64 rows cannot carry) and a workspace
 of G x N x Kp bytes plus the ready flags a call (`workspace_bytes`), allocated by the plan's
-launch from the caching allocator (graph-safe); it is not offered where that exceeds
-MAX_WORKSPACE_BYTES.
+launch from the caching allocator (graph-safe); it is not offered where that exceeds the
+workspace limit (`moegemm.set_workspace_limit`, DEFAULT_WORKSPACE_LIMIT).
 
 The cycle model, fitted on the H100 (2026-12-06, bench_fp8_fp4's sweep on m_indices at 256,
 1024 and 4096 rows a group on DeepSeek-V3 L1/L2, gpt-oss L1/L2 and Qwen3-30B L1/L2): the
@@ -36,9 +36,10 @@ BLOCK_M = 128  # two math warpgroups
 BLOCK_N_CHOICES = (128, 192)
 # Register stores only: the TMA-store epilogue's staging tile would cost a stage, unmeasured.
 ROW_BLOCK = 64  # the prepared layout's row blocks: the ready flags and the factors go by them
-# The workspace a call may take (E4M3 weights, one byte a weight): gpt-oss-120b's first layer
-# on one GPU (128 x 5760 x 2880) fits.
-MAX_WORKSPACE_BYTES = 4 << 30
+# The workspace a call may take by default (E4M3 weights, one byte a weight): gpt-oss-120b's
+# first layer on one GPU (128 x 5760 x 2880) fits.
+DEFAULT_WORKSPACE_LIMIT = 4 << 30
+_workspace_limit = DEFAULT_WORKSPACE_LIMIT
 
 CONVERT_WEIGHTS_PER_CLK = 3.0  # per SM, the converter warpgroup beside the mainloop
 CONVERT_SHARE = 0.27  # of the conversion's time the mainloop loses to it
@@ -105,15 +106,26 @@ def workspace_bytes(desc: GemmDesc) -> tuple[int, int]:
     return copy, desc.num_groups * k_blocks * (desc.n // ROW_BLOCK) + 1
 
 
+def workspace_limit() -> int:
+    """The most workspace bytes a call may take (launch.device.set_workspace_limit sets it and
+    drops the picks made under another)."""
+    return _workspace_limit
+
+
+def set_workspace_limit(nbytes: int) -> None:
+    global _workspace_limit
+    _workspace_limit = nbytes
+
+
 def desc_fits(desc: GemmDesc) -> bool:
     """Whether a desc may take the kernel: windowed prepared weights of a supported layout,
-    N of whole 64-row blocks, the workspace within MAX_WORKSPACE_BYTES."""
+    N of whole 64-row blocks, the workspace within the limit."""
     return (
         desc.kind in KINDS
         and desc.weights == "prepared"
         and desc.windowed
         and desc.n % ROW_BLOCK == 0
-        and workspace_bytes(desc)[0] <= MAX_WORKSPACE_BYTES
+        and workspace_bytes(desc)[0] <= _workspace_limit
     )
 
 

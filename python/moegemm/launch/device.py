@@ -54,6 +54,30 @@ def set_num_sms(num_sms: int | None) -> None:
         cache.clear()
 
 
+def set_workspace_limit(nbytes: int) -> None:
+    """The most bytes of transient workspace one call may allocate (the FP8 x FP4 convert-ahead
+    kernel's E4M3 copy of the call's weights, from torch's caching allocator); calls needing more
+    take kernels without one. 0 turns the convert-ahead kernel off; the default is 4 GiB.
+    Clears the plans and the config picks made under the previous limit."""
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int):
+        raise TypeError(f"nbytes must be an int, got {type(nbytes).__name__} {nbytes!r}")
+    if nbytes < 0:
+        raise ValueError(f"nbytes must be >= 0, got {nbytes}")
+    from ..families import select_config
+    from ..heuristics import sm90_fp8_fp4_convert_ahead
+
+    sm90_fp8_fp4_convert_ahead.set_workspace_limit(nbytes)
+    select_config.cache_clear()
+    for cache in _plan_caches:
+        cache.clear()
+
+
+def get_workspace_limit() -> int:
+    from ..heuristics import sm90_fp8_fp4_convert_ahead
+
+    return sm90_fp8_fp4_convert_ahead.workspace_limit()
+
+
 def get_num_sms(index: int | None = None) -> int:
     if _num_sms_override is not None:
         return _num_sms_override
