@@ -139,7 +139,8 @@ struct PersistentGemm {
   static constexpr uint32_t kNumThreads = 128 * (kFirstMathWG + kNumMathWG);
   static constexpr uint32_t kNumMathWarps = 4 * kNumMathWG;
   // The producer's registers: 40, or 32 beside two transform warpgroups (five warpgroups
-  // launch with 96 registers a thread: the math ones need what both give back).
+  // launch with 96 registers a thread: the math ones need what both give back), or 24 beside a
+  // side warpgroup (the convert-ahead kernel's m128n192 math warpgroups need 224).
   static constexpr uint32_t kProducerRegs = kNumSideWG > 0 ? 24 : kNumTransformWG == 2 ? 32 : 40;
   static constexpr uint32_t kTransformRegs = kTransform ? Transform::kNumRegs : 0;
   static constexpr uint32_t kSideRegs = Side::kNumRegs;
