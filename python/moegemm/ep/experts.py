@@ -10,6 +10,7 @@ x is skipped: the same GEMM plans (moe/mxfp4.py) run on x_recv and sfa_recv dire
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -24,7 +25,10 @@ class Mxfp4MaskedExperts:
 
     def __init__(self, device: int, e: int, max_m: int, h: int, i: int, expected: int,
                  w13: PreparedW13, w2_prepared: bool) -> None:  # fmt: skip
-        (d1, p1), (d2, p2) = mxfp4_masked_gemms(e, max_m, h, i, expected, w13, w2_prepared)
+        # The table kernels only: an EP forward allocates nothing, and the convert-ahead
+        # kernel takes a workspace a call.
+        table_only = dataclasses.replace(w13, mxfp4_windowed=False)
+        (d1, p1), (d2, p2) = mxfp4_masked_gemms(e, max_m, h, i, expected, table_only, w2_prepared)
         self.gemm1 = plans.make_plan(device, d1, p1)
         self.quantize_h = quantize_launch(device, e * max_m, i, i, group_rows=max_m)
         self.gemm2 = plans.make_plan(device, d2, p2)

@@ -397,9 +397,9 @@ def _group_size_rank(group: Any) -> tuple[int, int]:
 
 
 def _w13_form(w13: PreparedW13) -> tuple:
-    """What of w13 beside the shapes decides GEMM1's kernel: its MXFP4 layout and whether it is
-    windowed (the convert-ahead kernel takes only windowed weights)."""
-    return (w13.mxfp4_prepared, w13.mxfp4_windowed, w13.mxfp4_arch)
+    """What of w13 beside the shapes decides GEMM1's kernel: its MXFP4 layout (the experts take
+    the table kernels only, windowed or not: experts.py)."""
+    return (w13.mxfp4_prepared, w13.mxfp4_arch)
 
 
 class _ForwardPlan:

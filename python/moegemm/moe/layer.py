@@ -249,7 +249,9 @@ def fused_moe(
     x [T, H] BF16 (rows 16-byte aligned); w13 from prepare_moe_weights (its activation, its
     bias); w2 [E, H, I] BF16; topk_ids int32 [T, k], topk_weights float32 [T, k]; w2_bias
     float32 [E, H]. out [T, H] BF16 (allocated if None); workspace a MoEWorkspace (allocated per
-    call if None; pass one to allocate nothing, e.g. under CUDA graphs). Never synchronizes.
+    call if None; pass one to allocate nothing, e.g. under CUDA graphs, but for the convert-ahead
+    kernel's transient workspace where windowed MXFP4 experts take it at prefill sizes:
+    moegemm.set_workspace_limit(0) turns it off). Never synchronizes.
     Under torch.compile the call is the custom op moegemm::fused_moe (moe/ops.py)."""
     prepared = _check_w13(w13, activation, w13_bias)
     sizes, packed_w2 = check_fused_moe(x, prepared, w2, topk_weights, topk_ids, w2_bias, out)
