@@ -614,7 +614,7 @@ class Sm90Fp8Fp4TableMoeGemmLauncher:
 class Sm90Fp8Fp4ConvertAheadGemmLauncher:
     """Launches sm90_fp8_fp4_grouped_gemm's convert-ahead composition on prepared weights: its
     converter warpgroup writes the E4M3 copy w8 [G, N, Kp] (uint8) of the codes and raises one flag
-    a (group, k-block, 64-row block) in ready int32 [G * Kb * N / 64 + 1] (then a claim counter),
+    a (group, 64-row block, k-block) in ready int32 [G * Kb * N / 64 + 1] (then a claim counter),
     which must be zero at the launch; arguments as Sm90Fp8Fp4TableGemmLauncher's plus those two
     pointers, last."""
 
