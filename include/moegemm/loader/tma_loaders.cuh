@@ -258,23 +258,14 @@ struct TableWeightLoader : Fp8TokenLoader<BLOCK_M, BLOCK_N> {
 // the tile reads (each k-block of its BLOCK_N / 64 blocks, the lanes' flags in flight at once):
 // once per tile, so the flags' latency hides behind the stages already in the ring.
 template <uint32_t BLOCK_M, uint32_t BLOCK_N>
-struct ConvertedWeightLoader : Fp8TokenLoader<BLOCK_M, BLOCK_N> {
-  using Base = Fp8TokenLoader<BLOCK_M, BLOCK_N>;
-  static_assert(BLOCK_N % 64 == 0, "whole 64-row blocks of the prepared layout");
-  using Base::kBytesA, Base::kBytesSfa;
-  static constexpr uint32_t kBytesB = BLOCK_N * Base::BLOCK_K;  // E4M3
-  static constexpr uint32_t kBytesOffsets = (BLOCK_N * 4 + 1023) / 1024 * 1024;
+struct ConvertedWeightLoader : TableWeightLoader<BLOCK_M, BLOCK_N> {
+  using Table = TableWeightLoader<BLOCK_M, BLOCK_N>;  // prefetch, copy_lanes, the offsets box
+  using Table::kBytesA, Table::kBytesSfa, Table::kBytesOffsets;
+  static constexpr uint32_t kBytesB = BLOCK_N * Table::BLOCK_K;  // E4M3
   static constexpr uint32_t kExpectedBytes = kBytesA + kBytesB + BLOCK_N * 4;  // the TMA part
   static constexpr bool kWaitsForTile = true;
   template <uint32_t kNumStages>
   using Stages = StageLayout<kNumStages, kBytesA, kBytesB, kBytesSfa, kBytesOffsets>;
-
-  template <typename Params>
-  __device__ __forceinline__ static void prefetch(const Params& params) {
-    prefetch_tma_desc(&params.tma_a);
-    prefetch_tma_desc(&params.tma_b);
-    prefetch_tma_desc(&params.tma_sfb);
-  }
 
   // The whole warp: waits until every unit of the tile is converted. One pass of relaxed
   // loads, a lane's flags all in flight at once; only where one is still down, a spin on it;
@@ -317,21 +308,13 @@ struct ConvertedWeightLoader : Fp8TokenLoader<BLOCK_M, BLOCK_N> {
                                               const StageRef& stage, const Tile& tile,
                                               uint32_t kb, uint32_t /*cta_rank*/) {
     tma_load_2d(&params.tma_a, bar, Stages::template slab<0>(stage),
-                static_cast<int32_t>(kb * Base::BLOCK_K), static_cast<int32_t>(tile.row0));
+                static_cast<int32_t>(kb * Table::BLOCK_K), static_cast<int32_t>(tile.row0));
     tma_load_3d(&params.tma_b, bar, Stages::template slab<1>(stage),
-                static_cast<int32_t>(kb * Base::BLOCK_K), static_cast<int32_t>(tile.n_block * BLOCK_N),
+                static_cast<int32_t>(kb * Table::BLOCK_K), static_cast<int32_t>(tile.n_block * BLOCK_N),
                 static_cast<int32_t>(tile.group));
     tma_load_3d(&params.tma_sfb, bar, Stages::template slab<3>(stage),
                 static_cast<int32_t>(tile.n_block * BLOCK_N), static_cast<int32_t>(kb),
                 static_cast<int32_t>(tile.group));
-  }
-
-  template <typename Stages, typename Params>
-  __device__ __forceinline__ static void copy_lanes(const Params& params, Barrier* bar,
-                                                    const StageRef& stage, const Tile& tile,
-                                                    uint32_t kb, uint32_t lane) {
-    Base::template copy_token_scales<Stages>(params, stage, tile, kb, lane);
-    cp_async_arrive(smem_u32(bar));
   }
 };
 
