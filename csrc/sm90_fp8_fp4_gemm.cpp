@@ -228,14 +228,15 @@ struct Sm90Fp8Fp4ConvertAheadOf {
     }
   }
 
-  static bool fill_all(const LaunchShape& shape, Params& params, TmaList& tma, uint64_t a_ptr,
-                       uint64_t b_ptr, uint64_t d_ptr, uint64_t sfa_ptr, uint64_t sfb_ptr,
-                       uint64_t bias_ptr, uint64_t row_scale_ptr, uint64_t group_info_ptr,
-                       uint64_t w8_ptr, uint64_t ready_ptr, int64_t rows, int64_t m, int64_t n,
-                       int64_t k, int64_t num_groups, int64_t lda, int64_t ldb, int64_t ldb_group,
-                       int64_t ldd, int64_t sfa_stride_group, int64_t sfa_stride_row,
-                       int64_t sfa_stride_kb, int64_t sfa_group_rows, int64_t sfb_stride_group,
-                       int64_t sfb_stride_row) {
+  // Every argument: the MoE launcher calls it as it is, the plain one without bias or row scale.
+  static bool fill(const LaunchShape& shape, Params& params, TmaList& tma, uint64_t a_ptr,
+                   uint64_t b_ptr, uint64_t d_ptr, uint64_t sfa_ptr, uint64_t sfb_ptr,
+                   uint64_t bias_ptr, uint64_t row_scale_ptr, uint64_t group_info_ptr,
+                   uint64_t w8_ptr, uint64_t ready_ptr, int64_t rows, int64_t m, int64_t n,
+                   int64_t k, int64_t num_groups, int64_t lda, int64_t ldb, int64_t ldb_group,
+                   int64_t ldd, int64_t sfa_stride_group, int64_t sfa_stride_row,
+                   int64_t sfa_stride_kb, int64_t sfa_group_rows, int64_t sfb_stride_group,
+                   int64_t sfb_stride_row) {
     if (!Base::fill_with(shape, params, tma, true, a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, w8_ptr,
                          ready_ptr, group_info_ptr, rows, m, n, k, num_groups, lda, ldb,
                          ldb_group, ldd, sfa_stride_group, sfa_stride_row, sfa_stride_kb,
@@ -271,10 +272,10 @@ struct Sm90Fp8Fp4ConvertAheadGemmOf : Sm90Fp8Fp4ConvertAheadOf<false> {
                    int64_t ldb_group, int64_t ldd, int64_t sfa_stride_group,
                    int64_t sfa_stride_row, int64_t sfa_stride_kb, int64_t sfa_group_rows,
                    int64_t sfb_stride_group, int64_t sfb_stride_row) {
-    return fill_all(shape, params, tma, a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, 0, 0,
-                    group_info_ptr, w8_ptr, ready_ptr, rows, m, n, k, num_groups, lda, ldb,
-                    ldb_group, ldd, sfa_stride_group, sfa_stride_row, sfa_stride_kb,
-                    sfa_group_rows, sfb_stride_group, sfb_stride_row);
+    return Sm90Fp8Fp4ConvertAheadOf<false>::fill(
+        shape, params, tma, a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, 0, 0, group_info_ptr, w8_ptr,
+        ready_ptr, rows, m, n, k, num_groups, lda, ldb, ldb_group, ldd, sfa_stride_group,
+        sfa_stride_row, sfa_stride_kb, sfa_group_rows, sfb_stride_group, sfb_stride_row);
   }
 };
 
@@ -294,20 +295,6 @@ struct Sm90Fp8Fp4ConvertAheadMoeGemmOf : Sm90Fp8Fp4ConvertAheadOf<true> {
   static constexpr const char* kBindDoc =
       "launch(a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, bias_ptr, row_scale_ptr, group_info_ptr, "
       "w8_ptr, ready_ptr, stream, /) -> bool.";
-
-  static bool fill(const LaunchShape& shape, Params& params, TmaList& tma, uint64_t a_ptr,
-                   uint64_t b_ptr, uint64_t d_ptr, uint64_t sfa_ptr, uint64_t sfb_ptr,
-                   uint64_t bias_ptr, uint64_t row_scale_ptr, uint64_t group_info_ptr,
-                   uint64_t w8_ptr, uint64_t ready_ptr, int64_t rows, int64_t m, int64_t n,
-                   int64_t k, int64_t num_groups, int64_t lda, int64_t ldb, int64_t ldb_group,
-                   int64_t ldd, int64_t sfa_stride_group, int64_t sfa_stride_row,
-                   int64_t sfa_stride_kb, int64_t sfa_group_rows, int64_t sfb_stride_group,
-                   int64_t sfb_stride_row) {
-    return fill_all(shape, params, tma, a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, bias_ptr,
-                    row_scale_ptr, group_info_ptr, w8_ptr, ready_ptr, rows, m, n, k, num_groups,
-                    lda, ldb, ldb_group, ldd, sfa_stride_group, sfa_stride_row, sfa_stride_kb,
-                    sfa_group_rows, sfb_stride_group, sfb_stride_row);
-  }
 };
 
 // The fused MoE layer's GEMMs with MXFP4 experts: the kernels above built with a
