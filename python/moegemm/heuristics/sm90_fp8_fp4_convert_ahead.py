@@ -34,7 +34,9 @@ BLOCK_M = 128  # two math warpgroups
 # m128n192 fits the math threads' 212 registers beside the lean converter without spills;
 # m128n128 is the fallback where N / 192 leaves a ragged last tile.
 BLOCK_N_CHOICES = (128, 192)
-# Register stores only: the TMA-store epilogue's staging tile would cost a stage, unmeasured.
+# Register stores, or (without a fused-layer epilogue) the TMA-store epilogue in 64-column boxes,
+# whose BF16 staging tile costs a stage (m128n192: four stages instead of five).
+STORE_COLS_CHOICES = (0, 64)
 ROW_BLOCK = 64  # the prepared layout's row blocks: the ready flags and the factors go by them
 # The workspace a call may take by default (E4M3 weights, one byte a weight): gpt-oss-120b's
 # first layer on one GPU (128 x 5760 x 2880) fits.
@@ -129,14 +131,19 @@ def desc_fits(desc: GemmDesc) -> bool:
     )
 
 
+def store_choices(desc: GemmDesc) -> tuple[int, ...]:
+    return STORE_COLS_CHOICES if desc.epilogue == "none" else (0,)
+
+
 def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> list[GemmConfig]:
     if not desc_fits(desc):
         return []
     configs = []
     for block_n in BLOCK_N_CHOICES:
-        stages = max_stages(block_n, 0, arch)
-        if stages >= MIN_STAGES:
-            configs.append(make_config(block_n, stages))
+        for store_cols in store_choices(desc):
+            stages = max_stages(block_n, store_cols, arch)
+            if stages >= MIN_STAGES:
+                configs.append(make_config(block_n, stages, store_cols))
     return configs
 
 
@@ -145,7 +152,7 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
     return (
         desc_fits(desc)
         and lay.block_n in BLOCK_N_CHOICES
-        and config.store_cols == 0
+        and config.store_cols in store_choices(desc)
         and MIN_STAGES <= pipe.num_stages <= MAX_STAGES
         and pipe.smem_bytes <= arch.smem_budget - SMEM_RESERVE
         and config == make_config(lay.block_n, pipe.num_stages, config.store_cols)
