@@ -34,8 +34,8 @@ BLOCK_M = 128  # two math warpgroups
 # m128n192 fits the math threads' 212 registers beside the lean converter without spills;
 # m128n128 is the fallback where N / 192 leaves a ragged last tile.
 BLOCK_N_CHOICES = (128, 192)
-# Register stores, or (without a fused-layer epilogue) the TMA-store epilogue in 64-column boxes,
-# whose BF16 staging tile costs a stage (m128n192: four stages instead of five).
+# Register stores, or (without a fused-layer epilogue, and then preferred) the TMA-store epilogue
+# in 64-column boxes, whose BF16 staging tile costs a stage (m128n192: four stages instead of five).
 STORE_COLS_CHOICES = (0, 64)
 ROW_BLOCK = 64  # the prepared layout's row blocks: the ready flags and the factors go by them
 # The workspace a call may take by default (E4M3 weights, one byte a weight): gpt-oss-120b's
@@ -49,6 +49,9 @@ KBLOCK_BASE_CYCLES = 420
 KBLOCK_CYCLES_PER_ROW_BLOCK = 327  # per 64 weight rows of the tile
 TILE_CYCLES = 2200
 STORE_CYCLES_PER_KI_OUTPUT = 77  # register stores, per 1024 outputs of a tile
+# TMA stores: the mainloop alone ran ~1000 cycles a tile faster with them (H100, 2026-12-06:
+# DeepSeek-V3 L1, gpt-oss L1 and Qwen3-30B L2 at 1024 rows a group, DeepSeek-V3 L1 at 4096).
+TMA_STORE_CYCLES_PER_KI_OUTPUT = 35
 
 
 def is_convert_ahead(config: GemmConfig) -> bool:
@@ -174,7 +177,10 @@ def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec, streamed
     k_blocks = math.ceil(desc.k / BLOCK_K)
     kblock = KBLOCK_BASE_CYCLES + KBLOCK_CYCLES_PER_ROW_BLOCK * lay.block_n // ROW_BLOCK
     tile = k_blocks * kblock + TILE_CYCLES
-    tile += STORE_CYCLES_PER_KI_OUTPUT * lay.block_m * lay.block_n / 1024
+    per_ki = (
+        STORE_CYCLES_PER_KI_OUTPUT if config.store_cols == 0 else TMA_STORE_CYCLES_PER_KI_OUTPUT
+    )
+    tile += per_ki * lay.block_m * lay.block_n / 1024
     convert = convert_cycles(desc, arch, max(1.0, tiles))
     mainloop = waves * tile + CONVERT_SHARE * convert
     return max(mainloop, convert, streamed) + PIPELINE_FILL_CYCLES
