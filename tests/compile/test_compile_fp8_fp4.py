@@ -191,6 +191,7 @@ CONVERT_AHEAD_VARIANTS = [
     ("bf16_gemm_nt", 128, "none"),
     ("m_grouped_offsets", 192, "swiglu_oai"),
     ("m_grouped_masked", 128, "row_scale"),
+    ("m_grouped_contiguous", 192, "tma_store"),
 ]
 
 
@@ -200,7 +201,9 @@ def test_convert_ahead_kernel_compiles(kind: str, block_n: int, epilogue: str) -
     register pool of four warpgroups (producer 24, converter 40, math 224) holds."""
     from moegemm.heuristics import sm90_fp8_fp4_convert_ahead as ca
 
-    config = ca.make_config(block_n, ca.max_stages(block_n, 0, SM90))
+    store_cols = 64 if epilogue == "tma_store" else 0
+    epilogue = "none" if store_cols else epilogue
+    config = ca.make_config(block_n, ca.max_stages(block_n, store_cols, SM90), store_cols)
     spec = sm90_fp8_fp4_spec(config, kind, "prepared", epilogue)
     sass = fp8_fp4_sass(spec)
     assert_convert_ahead_kernel(sass, block_n)

@@ -26,18 +26,19 @@ from moegemm.testing import calc_diff
 
 pytestmark = pytest.mark.gpu
 TOL = 1e-4
-BLOCK_N = [128, 192]
+# (block_n, store_cols): register stores, and the TMA-store epilogue
+CONFIGS = [(128, 0), (192, 0), (192, 64)]
 
 
 def gen(seed: int) -> torch.Generator:
     return torch.Generator(device="cuda").manual_seed(seed)
 
 
-def ca_config(block_n: int):
+def ca_config(block_n: int, store_cols: int = 0):
     from moegemm.heuristics import SM90
     from moegemm.heuristics import sm90_fp8_fp4_convert_ahead as ca
 
-    return ca.make_config(block_n, ca.max_stages(block_n, 0, SM90))
+    return ca.make_config(block_n, ca.max_stages(block_n, store_cols, SM90), store_cols)
 
 
 def windowed(b: torch.Tensor, sfb: torch.Tensor):
@@ -46,8 +47,8 @@ def windowed(b: torch.Tensor, sfb: torch.Tensor):
     return w
 
 
-@pytest.mark.parametrize("block_n", BLOCK_N)
-def test_offs_layout(block_n: int) -> None:
+@pytest.mark.parametrize("block_n,store_cols", CONFIGS)
+def test_offs_layout(block_n: int, store_cols: int) -> None:
     import moegemm
 
     # N 2880: a partial last tile of either width; K 2880: a partial last k-block.
@@ -60,7 +61,7 @@ def test_offs_layout(block_n: int) -> None:
     spans = packed_spans(sizes)
     d = nan_bf16(total + 16, n)
     moegemm.m_grouped_fp8_fp4_gemm_nt_contiguous(
-        (a, sfa), windowed(b, sfb), d, offs=offsets(sizes), config=ca_config(block_n)
+        (a, sfa), windowed(b, sfb), d, offs=offsets(sizes), config=ca_config(block_n, store_cols)
     )
     for (grp, r0, rows), ref in zip(spans, grouped_refs(a, sfa, b, sfb, spans)):
         got = d[r0 : r0 + rows]
@@ -69,8 +70,8 @@ def test_offs_layout(block_n: int) -> None:
     assert d[total:].isnan().all()
 
 
-@pytest.mark.parametrize("block_n", BLOCK_N)
-def test_masked_layout(block_n: int) -> None:
+@pytest.mark.parametrize("block_n,store_cols", CONFIGS)
+def test_masked_layout(block_n: int, store_cols: int) -> None:
     import moegemm
 
     groups, max_m, n, k = 6, 90, 2048, 800
@@ -81,7 +82,7 @@ def test_masked_layout(block_n: int) -> None:
     d = nan_bf16(groups, max_m, n)
     masked_m = torch.tensor(masked, device="cuda", dtype=torch.int32)
     moegemm.m_grouped_fp8_fp4_gemm_nt_masked(
-        (a, sfa), windowed(b, sfb), d, masked_m, 32, config=ca_config(block_n)
+        (a, sfa), windowed(b, sfb), d, masked_m, 32, config=ca_config(block_n, store_cols)
     )
     for grp, rows in enumerate(masked):
         if rows:
@@ -90,8 +91,8 @@ def test_masked_layout(block_n: int) -> None:
         assert d[grp, rows:].isnan().all(), grp
 
 
-@pytest.mark.parametrize("block_n", BLOCK_N)
-def test_dense_and_m_indices(block_n: int) -> None:
+@pytest.mark.parametrize("block_n,store_cols", CONFIGS)
+def test_dense_and_m_indices(block_n: int, store_cols: int) -> None:
     """Dense (M 333, one weight matrix) and m_indices (128-aligned segments, padding rows -1,
     an empty group)."""
     import moegemm
@@ -101,7 +102,9 @@ def test_dense_and_m_indices(block_n: int) -> None:
     _, a, sfa = activations(333, k, gen=g)
     b, sfb = random_mxfp4(3, n=n, k=k, gen=g)
     d = nan_bf16(333 + 3, n)
-    moegemm.fp8_fp4_gemm_nt((a, sfa), windowed(b[0], sfb[0]), d[:333], config=ca_config(block_n))
+    moegemm.fp8_fp4_gemm_nt(
+        (a, sfa), windowed(b[0], sfb[0]), d[:333], config=ca_config(block_n, store_cols)
+    )
     assert calc_diff(d[:333].float(), ref_fp32(a, sfa, b[0], sfb[0])) < TOL
     assert d[333:].isnan().all()
     sizes = [5, 0, 200]
@@ -111,7 +114,7 @@ def test_dense_and_m_indices(block_n: int) -> None:
     _, a2, sfa2 = activations(384, k, gen=g)
     d2 = nan_bf16(384, n)
     moegemm.m_grouped_fp8_fp4_gemm_nt_contiguous(
-        (a2, sfa2), windowed(b, sfb), d2, m_indices, config=ca_config(block_n)
+        (a2, sfa2), windowed(b, sfb), d2, m_indices, config=ca_config(block_n, store_cols)
     )
     for grp, r0 in ((0, 0), (2, 128)):
         rows = sizes[grp]

@@ -34,7 +34,9 @@ BLOCK_M = 128  # two math warpgroups
 # m128n192 fits the math threads' 212 registers beside the lean converter without spills;
 # m128n128 is the fallback where N / 192 leaves a ragged last tile.
 BLOCK_N_CHOICES = (128, 192)
-# Register stores only: the TMA-store epilogue's staging tile would cost a stage, unmeasured.
+# Register stores, or (without a fused-layer epilogue, and then preferred) the TMA-store epilogue
+# in 64-column boxes, whose BF16 staging tile costs a stage (m128n192: four stages instead of five).
+STORE_COLS_CHOICES = (0, 64)
 ROW_BLOCK = 64  # the prepared layout's row blocks: the ready flags and the factors go by them
 # The workspace a call may take by default (E4M3 weights, one byte a weight): gpt-oss-120b's
 # first layer on one GPU (128 x 5760 x 2880) fits.
@@ -47,6 +49,9 @@ KBLOCK_BASE_CYCLES = 420
 KBLOCK_CYCLES_PER_ROW_BLOCK = 327  # per 64 weight rows of the tile
 TILE_CYCLES = 2200
 STORE_CYCLES_PER_KI_OUTPUT = 77  # register stores, per 1024 outputs of a tile
+# TMA stores: the mainloop alone ran ~1000 cycles a tile faster with them (H100, 2026-12-06:
+# DeepSeek-V3 L1, gpt-oss L1 and Qwen3-30B L2 at 1024 rows a group, DeepSeek-V3 L1 at 4096).
+TMA_STORE_CYCLES_PER_KI_OUTPUT = 35
 
 
 def is_convert_ahead(config: GemmConfig) -> bool:
@@ -129,14 +134,19 @@ def desc_fits(desc: GemmDesc) -> bool:
     )
 
 
+def store_choices(desc: GemmDesc) -> tuple[int, ...]:
+    return STORE_COLS_CHOICES if desc.epilogue == "none" else (0,)
+
+
 def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> list[GemmConfig]:
     if not desc_fits(desc):
         return []
     configs = []
     for block_n in BLOCK_N_CHOICES:
-        stages = max_stages(block_n, 0, arch)
-        if stages >= MIN_STAGES:
-            configs.append(make_config(block_n, stages))
+        for store_cols in store_choices(desc):
+            stages = max_stages(block_n, store_cols, arch)
+            if stages >= MIN_STAGES:
+                configs.append(make_config(block_n, stages, store_cols))
     return configs
 
 
@@ -145,7 +155,7 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
     return (
         desc_fits(desc)
         and lay.block_n in BLOCK_N_CHOICES
-        and config.store_cols == 0
+        and config.store_cols in store_choices(desc)
         and MIN_STAGES <= pipe.num_stages <= MAX_STAGES
         and pipe.smem_bytes <= arch.smem_budget - SMEM_RESERVE
         and config == make_config(lay.block_n, pipe.num_stages, config.store_cols)
@@ -167,7 +177,10 @@ def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec, streamed
     k_blocks = math.ceil(desc.k / BLOCK_K)
     kblock = KBLOCK_BASE_CYCLES + KBLOCK_CYCLES_PER_ROW_BLOCK * lay.block_n // ROW_BLOCK
     tile = k_blocks * kblock + TILE_CYCLES
-    tile += STORE_CYCLES_PER_KI_OUTPUT * lay.block_m * lay.block_n / 1024
+    per_ki = (
+        STORE_CYCLES_PER_KI_OUTPUT if config.store_cols == 0 else TMA_STORE_CYCLES_PER_KI_OUTPUT
+    )
+    tile += per_ki * lay.block_m * lay.block_n / 1024
     convert = convert_cycles(desc, arch, max(1.0, tiles))
     mainloop = waves * tile + CONVERT_SHARE * convert
     return max(mainloop, convert, streamed) + PIPELINE_FILL_CYCLES
