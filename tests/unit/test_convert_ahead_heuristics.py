@@ -40,6 +40,26 @@ def test_picked_at_prefill_not_at_256_rows(shape) -> None:
         assert not ca.is_convert_ahead(families.select_config(desc(rows, g, n, k), SM90)), rows
 
 
+def test_tma_store_epilogue_where_measured() -> None:
+    """The TMA-store epilogue: offered at m128n192 without a fused-layer epilogue (and then the
+    pick), never at m128n128 nor with a MoE epilogue, whose stores go from registers."""
+    big = desc(1024)
+    pick = families.select_config(big, SM90)
+    assert ca.is_convert_ahead(pick) and pick.layout.block_n == 192 and pick.store_cols == 64
+    assert pick.pipeline.num_stages == ca.max_stages(192, 64, SM90) < ca.max_stages(192, 0, SM90)
+    register = ca.make_config(192, ca.max_stages(192, 0, SM90))
+    assert families.is_legal(register, big, SM90)
+    assert ca.estimate_cycles(pick, big, SM90, 0.0) < ca.estimate_cycles(register, big, SM90, 0.0)
+    narrow = ca.make_config(128, ca.max_stages(128, 64, SM90), 64)
+    assert not families.is_legal(narrow, big, SM90)
+    assert all(
+        c.store_cols == 0 or c.layout.block_n == 192 for c in ca.enumerate_configs(big, SM90)
+    )
+    swiglu = dataclasses.replace(big, epilogue="swiglu")
+    assert all(c.store_cols == 0 for c in ca.enumerate_configs(swiglu, SM90))
+    assert not families.is_legal(pick, swiglu, SM90)
+
+
 def test_only_windowed_prepared_sm90_weights() -> None:
     big = desc(4096)
     config = families.select_config(big, SM90)

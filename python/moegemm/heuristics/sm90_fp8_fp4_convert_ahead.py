@@ -34,9 +34,11 @@ BLOCK_M = 128  # two math warpgroups
 # m128n192 fits the math threads' 212 registers beside the lean converter without spills;
 # m128n128 is the fallback where N / 192 leaves a ragged last tile.
 BLOCK_N_CHOICES = (128, 192)
-# Register stores, or (without a fused-layer epilogue, and then preferred) the TMA-store epilogue
-# in 64-column boxes, whose BF16 staging tile costs a stage (m128n192: four stages instead of five).
+# Register stores, or at m128n192 without a fused-layer epilogue (and then preferred) the TMA-store
+# epilogue in 64-column boxes, whose BF16 staging tile costs a stage (four stages instead of
+# five); m128n128 with it was never measured.
 STORE_COLS_CHOICES = (0, 64)
+TMA_STORE_BLOCK_N = 192
 ROW_BLOCK = 64  # the prepared layout's row blocks: the ready flags and the factors go by them
 # The workspace a call may take by default (E4M3 weights, one byte a weight): gpt-oss-120b's
 # first layer on one GPU (128 x 5760 x 2880) fits.
@@ -134,8 +136,10 @@ def desc_fits(desc: GemmDesc) -> bool:
     )
 
 
-def store_choices(desc: GemmDesc) -> tuple[int, ...]:
-    return STORE_COLS_CHOICES if desc.epilogue == "none" else (0,)
+def store_choices(desc: GemmDesc, block_n: int) -> tuple[int, ...]:
+    if desc.epilogue == "none" and block_n == TMA_STORE_BLOCK_N:
+        return STORE_COLS_CHOICES
+    return (0,)
 
 
 def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> list[GemmConfig]:
@@ -143,7 +147,7 @@ def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> list[GemmConfig]:
         return []
     configs = []
     for block_n in BLOCK_N_CHOICES:
-        for store_cols in store_choices(desc):
+        for store_cols in store_choices(desc, block_n):
             stages = max_stages(block_n, store_cols, arch)
             if stages >= MIN_STAGES:
                 configs.append(make_config(block_n, stages, store_cols))
@@ -155,7 +159,7 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
     return (
         desc_fits(desc)
         and lay.block_n in BLOCK_N_CHOICES
-        and config.store_cols in store_choices(desc)
+        and config.store_cols in store_choices(desc, lay.block_n)
         and MIN_STAGES <= pipe.num_stages <= MAX_STAGES
         and pipe.smem_bytes <= arch.smem_budget - SMEM_RESERVE
         and config == make_config(lay.block_n, pipe.num_stages, config.store_cols)
