@@ -38,7 +38,7 @@ struct Fp4ConvertAhead {
   static constexpr uint32_t kNumWarpgroups = 1;
   static constexpr uint32_t kUnitsPerClaim = 2;  // 16 K weights a claim: few atomics on one word
   static constexpr uint32_t kReady = 1;          // a unit's flag once its E4M3 copy is written
-  // One quarter at a time in 40 registers: the math warpgroups keep 212 (m128n192 without
+  // One quarter at a time in 40 registers: the math warpgroups keep 224 (m128n192 without
   // spills).
   static constexpr uint32_t kNumRegs = 40;
   static constexpr uint32_t kBlockBytes = 4096;  // a 64-row block's k-block of codes

@@ -31,7 +31,7 @@ from .waves import count_tiles, expected_waves
 
 KINDS = ("bf16_gemm_nt", "m_grouped_contiguous", "m_grouped_offsets", "m_grouped_masked")
 BLOCK_M = 128  # two math warpgroups
-# m128n192 fits the math threads' 212 registers beside the lean converter without spills;
+# m128n192 fits the math threads' 224 registers beside the lean converter without spills;
 # m128n128 is the fallback where N / 192 leaves a ragged last tile.
 BLOCK_N_CHOICES = (128, 192)
 # Register stores, or at m128n192 without a fused-layer epilogue (and then preferred) the TMA-store
