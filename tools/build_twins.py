@@ -89,6 +89,7 @@ class Problem:
     with_c: bool = False
     ab_dtype: str = "bf16"
     weights: str = ""  # FP8 x FP4: "prepared"
+    windowed: bool = False  # FP8 x FP4: the prepared weights fit the table's window
 
     @property
     def label(self) -> str:
@@ -105,7 +106,9 @@ def problems_for(case) -> list[Problem]:
     fp8_fp4_cases.Fp4Case (fp4_masked, fp4_offs)."""
     g, n, k, total = case.num_groups, case.n, case.k, sum(case.rows)
     if is_fp4(case):
-        fp4 = {"ab_dtype": "fp8_fp4", "weights": "prepared"}
+        # The runners' weights (random normal) fit the window (fp4_runners_for checks): the
+        # picks are those of the calls, the convert-ahead kernel among them.
+        fp4 = {"ab_dtype": "fp8_fp4", "weights": "prepared", "windowed": True}
         if case.layout == "masked":
             expected = min(case.expected_m, case.max_m)
             return [Problem(case.name, "fp4_masked", "m_grouped_masked", case.max_m, n, k, g,
@@ -160,6 +163,8 @@ class Side:
 
     def desc(self, p: Problem):
         fp4 = {"ab_dtype": p.ab_dtype, "weights": p.weights} if p.ab_dtype != "bf16" else {}
+        if p.windowed:
+            fp4["windowed"] = True
         return self.sub("heuristics").GemmDesc(
             kind=p.kind,
             m=p.m,
@@ -415,6 +420,8 @@ def fp4_runners_for(case) -> dict[str, Runner]:
     def weights(pkg) -> list:
         if pkg.__name__ not in prepared:
             prepared[pkg.__name__] = [pkg.prepare_mxfp4_weights(*w) for w in raw]
+            if not all(getattr(w, "windowed", True) for w in prepared[pkg.__name__]):
+                raise RuntimeError(f"{case.name}: weights outside the window (picks would differ)")
         return prepared[pkg.__name__]
 
     def cast(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -566,13 +573,14 @@ def baseline_source(spec: str | None) -> dict:
     return {"rev": spec, "repo": REPO}
 
 
-def fp4_cases(quick: bool) -> list:
+def fp4_cases(quick: bool, offs_rows: Sequence[int] = (256, 1024)) -> list:
     """The FP8 x FP4 sweep's cases (benchmarks/fp8_fp4_cases.py): masked to 256 rows a group,
-    offsets at 256 and 1024 (4096 left out: a minute of inputs and checks a shape)."""
+    offsets at `offs_rows` rows a group (default 256 and 1024; 4096 costs a minute of inputs and
+    checks a shape)."""
     from fp8_fp4_cases import load_cases as load_fp4_cases
 
     return [c for c in load_fp4_cases(("sweep",), quick=quick)
-            if c.layout == "masked" or c.rows_nominal in (256, 1024)]  # fmt: skip
+            if c.layout == "masked" or c.rows_nominal in offs_rows]  # fmt: skip
 
 
 def select_cases(args) -> list:
@@ -582,7 +590,7 @@ def select_cases(args) -> list:
     if "dense" in args.layouts:
         cases = dense_cases()[:: 2 if args.quick else 1] + cases
     if set(args.layouts) & set(FP4_LAYOUTS):
-        cases += fp4_cases(args.quick)
+        cases += fp4_cases(args.quick, args.fp4_rows)
     return filter_cases(cases, args.cases)
 
 
@@ -619,6 +627,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--cases", help="regex: only cases whose name matches")
     parser.add_argument("--layouts", default=",".join(LAYOUTS),
                         help=f"comma-separated, of {','.join(ALL_LAYOUTS)} (default: the BF16 ones)")  # fmt: skip
+    parser.add_argument("--fp4-rows", default="256,1024",
+                        help="FP8 x FP4 offsets: rows a group of the sweep (of 256,1024,4096)")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=4, help="timed samples of each side")
     parser.add_argument("--budget-ms", type=float, default=60.0, help="GPU time per sample")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 8, help="parallel builds")
@@ -635,6 +645,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--allow-env", action="store_true", help="run with MOEGEMM_* switches set")
     args = parser.parse_args(argv)
     args.layouts = tuple(x for x in args.layouts.split(",") if x)
+    args.fp4_rows = tuple(int(x) for x in args.fp4_rows.split(",") if x)
     if unknown := set(args.layouts) - set(ALL_LAYOUTS):
         parser.error(f"unknown layouts {sorted(unknown)}; known: {ALL_LAYOUTS}")
     if args.rounds < 1:

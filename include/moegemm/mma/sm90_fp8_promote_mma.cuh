@@ -105,8 +105,9 @@ struct Fp8PromoteMma {
 // of each block in slab 3, 0 for a block the preparation flagged) read; then the wait, the
 // stage's release, a probe of the next stage's full barrier, the promotion, and only then, if
 // the probe failed, the wait for it: the next k-block's wgmma issue right after the last FFMA.
-// Descriptors, scale and barrier addresses come from uniform bases and the stage index, shuffled
-// to be uniform too (no per-k-block address rebuild between a promotion and the next issue).
+// The tile runs as a head up to the ring's first stage, whole rounds of the ring, and a tail:
+// inside a round every stage index is a compile-time constant, so descriptors, scale, offsets
+// and barrier addresses are immediates off uniform bases (one shuffle a tile, none a k-block).
 template <uint32_t BLOCK_N>
 struct Fp8BlockScaledMma : Fp8PromoteMma<BLOCK_N> {
   using Base = Fp8PromoteMma<BLOCK_N>;
@@ -117,6 +118,57 @@ struct Fp8BlockScaledMma : Fp8PromoteMma<BLOCK_N> {
 
   __device__ __forceinline__ static void skip_tile(uint32_t) {}
 
+  // Stage 0's shared addresses as this thread reads them (all but sfa uniform in the warp).
+  struct StageBases {
+    uint32_t full;     // the ring's full barriers; the empty ones follow (pipeline/ring.cuh)
+    uint32_t units_a;  // this warpgroup's 64 token rows, descriptor units (address / 16)
+    uint32_t units_b;  // the weights' E4M3 copy, descriptor units
+    uint32_t sfa;      // this thread's first row's activation scale
+    uint32_t words;    // the offsets words of the tile's weight rows
+  };
+
+  // One k-block on stage `s`; the next k-block reads stage `next_s` in phase `next_phase`.
+  template <typename Stages, uint32_t kNumStages>
+  __device__ __forceinline__ static void k_block(Accum& acc, Accum& tmp, const StageBases& at,
+                                                 uint32_t s, uint32_t next_s,
+                                                 uint32_t next_phase, bool last) {
+    // A stage further is a constant step of every address (descriptors count 16-byte units).
+    constexpr uint32_t kStepA = Stages::template slab_bytes<0>() / 16;
+    constexpr uint32_t kStepB = Stages::template slab_bytes<1>() / 16;
+    constexpr uint32_t kSfaStep = Stages::template slab_bytes<2>();
+    constexpr uint32_t kWordsStep = Stages::template slab_bytes<3>();
+    constexpr uint32_t kEmpty = 8 * kNumStages;
+    constexpr uint32_t kKStepUnits = Base::kKStepBytes / 16;
+    const uint32_t units_a = at.units_a + s * kStepA, units_b = at.units_b + s * kStepB;
+    Base::fence(tmp);
+    warpgroup_arrive();
+    Base::Atom::fma_overwrite(smem_desc_k128b_units(units_a), smem_desc_k128b_units(units_b),
+                              tmp.v[0]);
+#pragma unroll
+    for (uint32_t kk = 1; kk < Base::BLOCK_K / 32; ++kk)
+      Base::Atom::fma(smem_desc_k128b_units(units_a + kk * kKStepUnits),
+                      smem_desc_k128b_units(units_b + kk * kKStepUnits), tmp.v[0]);
+    warpgroup_commit_batch();
+    const uint32_t sfa = at.sfa + s * kSfaStep;
+    const float scale_lo = __uint_as_float(lds32(sfa)), scale_hi = __uint_as_float(lds32(sfa + 32));
+    uint32_t word[kBlocks];
+#pragma unroll
+    for (uint32_t b = 0; b < kBlocks; ++b) word[b] = lds32(at.words + s * kWordsStep + 256 * b);
+    warpgroup_wait<0>();
+    Base::fence(tmp);
+    __syncwarp();
+    if (cute::elect_one_sync()) mbarrier_arrive(at.full + kEmpty + 8 * s);
+    const uint32_t ready = last ? 1u : mbarrier_test_wait(at.full + 8 * next_s, next_phase);
+    float factors[kBlocks];
+#pragma unroll
+    for (uint32_t b = 0; b < kBlocks; ++b) {  // the flag is the factor's sign bit: 0 if set
+      const int32_t bits = static_cast<int32_t>(__float_as_uint(fp4::row_scale_of(word[b])));
+      factors[b] = __int_as_float(max(bits, 0));
+    }
+    Base::promote_blocks(acc, tmp, factors, scale_lo, scale_hi);
+    if (ready == 0) mbarrier_wait(at.full + 8 * next_s, next_phase);
+  }
+
   template <typename Stages, typename Ring, typename Params, typename Work>
   __device__ __forceinline__ static void run_tile(Accum& acc, Accum& tmp, const Params&,
                                                   const Work&, uint32_t num_k_blocks,
@@ -125,51 +177,47 @@ struct Fp8BlockScaledMma : Fp8PromoteMma<BLOCK_N> {
                                                   uint32_t lane_idx) {
     if (num_k_blocks == 0) return;
     constexpr uint32_t kFull = 0xFFFFFFFFu;
-    const uint32_t base = __shfl_sync(kFull, smem_u32(smem), 0);
+    constexpr uint32_t kNumStages = Ring::kNumStages;
     // No clusters beside a side warpgroup (the skeleton): a stage goes back to this CTA only.
-    // The ring's barriers: kNumStages full ones, then as many empty ones (pipeline/ring.cuh).
-    const uint32_t full = __shfl_sync(kFull, smem_u32(ring.full), 0);
-    constexpr uint32_t kEmpty = 8 * Ring::kNumStages;
-    const uint32_t rows_a =
-        __shfl_sync(kFull, base + Stages::template slab_offset<0>() + math_wg * 64 * 128, 0);
-    const uint64_t desc_a = make_smem_desc_k128b(rows_a);
-    const uint64_t desc_b = make_smem_desc_k128b(base + Stages::template slab_offset<1>());
-    // A descriptor holds the address in 16-byte units: a stage further is a constant step.
-    constexpr uint64_t kStepA = Stages::template slab_bytes<0>() / 16;
-    constexpr uint64_t kStepB = Stages::template slab_bytes<1>() / 16;
+    const uint32_t base = __shfl_sync(kFull, smem_u32(smem), 0);
     const uint32_t t = threadIdx.x % 128;
     const uint32_t row = math_wg * 64 + (t / 32) * 16 + (t % 32) / 4;
-    const uint32_t sfa = base + Stages::template slab_offset<2>() + 4 * row;
-    const uint32_t words = base + Stages::template slab_offset<3>();
-    constexpr uint32_t kSfaStep = Stages::template slab_bytes<2>();
-    constexpr uint32_t kWordsStep = Stages::template slab_bytes<3>();
-    mbarrier_wait(full + 8 * state.stage_idx, state.phase);
+    const StageBases at{
+        __shfl_sync(kFull, smem_u32(ring.full), 0),
+        __shfl_sync(kFull, (base + Stages::template slab_offset<0>() + math_wg * 64 * 128) >> 4, 0),
+        __shfl_sync(kFull, (base + Stages::template slab_offset<1>()) >> 4, 0),
+        base + Stages::template slab_offset<2>() + 4 * row,
+        base + Stages::template slab_offset<3>(),
+    };
+    uint32_t stage = __shfl_sync(kFull, state.stage_idx, 0), phase = state.phase;
+    mbarrier_wait(at.full + 8 * stage, phase);
+    uint32_t kb = 0;
+    // Head: the stages up to the ring's end, indexed at run time.
 #pragma unroll 1
-    for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
-      const uint32_t s = __shfl_sync(kFull, state.stage_idx, 0);
-      Base::fence(tmp);
-      warpgroup_arrive();
-      Base::issue(tmp, {desc_a + s * kStepA, desc_b + s * kStepB});
-      warpgroup_commit_batch();
-      const uint32_t sfa_s = sfa + s * kSfaStep;
-      const float scale_lo = __uint_as_float(lds32(sfa_s)), scale_hi = __uint_as_float(lds32(sfa_s + 32));
-      uint32_t word[kBlocks];
-#pragma unroll
-      for (uint32_t b = 0; b < kBlocks; ++b) word[b] = lds32(words + s * kWordsStep + 256 * b);
-      warpgroup_wait<0>();
-      Base::fence(tmp);
-      __syncwarp();
-      if (cute::elect_one_sync()) mbarrier_arrive(full + kEmpty + 8 * s);
-      state.advance();
-      const bool ready =
-          kb + 1 == num_k_blocks || mbarrier_test_wait(full + 8 * state.stage_idx, state.phase);
-      float factors[kBlocks];
-#pragma unroll
-      for (uint32_t b = 0; b < kBlocks; ++b)
-        factors[b] = (word[b] & fp4::kExactFlag) ? 0.0f : fp4::row_scale_of(word[b]);
-      Base::promote_blocks(acc, tmp, factors, scale_lo, scale_hi);
-      if (!ready) mbarrier_wait(full + 8 * state.stage_idx, state.phase);
+    for (; stage != 0 && kb < num_k_blocks; ++kb) {
+      const uint32_t next = stage + 1 == kNumStages ? 0 : stage + 1;
+      const uint32_t next_phase = phase ^ (next == 0);
+      k_block<Stages, kNumStages>(acc, tmp, at, stage, next, next_phase, kb + 1 == num_k_blocks);
+      stage = next;
+      phase = next_phase;
     }
+    // Whole rounds from stage 0: every stage index a constant.
+#pragma unroll 1
+    for (; kb + kNumStages <= num_k_blocks; kb += kNumStages) {
+#pragma unroll
+      for (uint32_t s = 0; s < kNumStages; ++s) {
+        const bool wraps = s + 1 == kNumStages;  // only a round's last k-block can be the tile's
+        k_block<Stages, kNumStages>(acc, tmp, at, s, wraps ? 0 : s + 1, phase ^ wraps,
+                                    wraps && kb + kNumStages == num_k_blocks);
+      }
+      phase ^= 1;
+    }
+    // Tail: fewer k-blocks than stages left, from stage 0 (or none), so none wraps.
+#pragma unroll 1
+    for (; kb < num_k_blocks; ++kb, ++stage)
+      k_block<Stages, kNumStages>(acc, tmp, at, stage, stage + 1, phase, kb + 1 == num_k_blocks);
+    state.stage_idx = stage;
+    state.phase = phase;
   }
 };
 

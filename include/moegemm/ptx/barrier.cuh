@@ -50,8 +50,9 @@ struct NamedBarrier {
 
 // A stage barrier by its 32-bit shared address (a uniform base plus 8 x stage: no generic to
 // shared conversion per call): whether the phase of parity `phase` has completed (test_wait:
-// never suspends the thread), and the spin until it has.
-__device__ __forceinline__ bool mbarrier_test_wait(uint32_t addr, uint32_t phase) {
+// never suspends the thread; 1 or 0, a word rather than a bool, which ptxas would narrow to a
+// byte and test again), and the spin until it has.
+__device__ __forceinline__ uint32_t mbarrier_test_wait(uint32_t addr, uint32_t phase) {
   uint32_t done;
   asm volatile(
       "{\n\t.reg .pred p;\n\t"
@@ -60,7 +61,7 @@ __device__ __forceinline__ bool mbarrier_test_wait(uint32_t addr, uint32_t phase
       : "=r"(done)
       : "r"(addr), "r"(phase)
       : "memory");
-  return done != 0;
+  return done;
 }
 
 __device__ __forceinline__ void mbarrier_wait(uint32_t addr, uint32_t phase) {

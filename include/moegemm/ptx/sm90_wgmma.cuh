@@ -30,6 +30,14 @@ __device__ __forceinline__ uint64_t make_smem_desc_k128b(const void* smem_ptr) {
   return make_smem_desc_k128b(static_cast<uint32_t>(__cvta_generic_to_shared(smem_ptr)));
 }
 
+// The same descriptor from its start address in 16-byte units (a shared address >> 4; every
+// Hopper shared address fits the 14 bits): the high word is a constant, so a stage or a K step
+// further is one 32-bit add on the low word instead of a 64-bit one.
+__device__ __forceinline__ uint64_t smem_desc_k128b_units(uint32_t units) {
+  constexpr uint32_t kHigh = (1024 >> 4) | (1u << 30);  // stride byte offset; SWIZZLE_128B
+  return (static_cast<uint64_t>(kHigh) << 32) | units;
+}
+
 // Advancing a K-major 128B-swizzled descriptor by `bytes` along K inside the 128-byte row: the
 // hardware applies the swizzle to the final address, so moving the start address is enough.
 __device__ __forceinline__ uint64_t advance_desc(uint64_t desc, uint32_t bytes) {
