@@ -107,7 +107,7 @@ struct Fp8PromoteMma {
 // the probe failed, the wait for it: the next k-block's wgmma issue right after the last FFMA.
 // The tile runs as a head up to the ring's first stage, whole rounds of the ring, and a tail:
 // inside a round every stage index is a compile-time constant, so descriptors, scale, offsets
-// and barrier addresses are immediates off uniform bases (one shuffle a tile, none a k-block).
+// and barrier addresses are immediates off uniform bases (shuffled once a tile, never a k-block).
 template <uint32_t BLOCK_N>
 struct Fp8BlockScaledMma : Fp8PromoteMma<BLOCK_N> {
   using Base = Fp8PromoteMma<BLOCK_N>;
