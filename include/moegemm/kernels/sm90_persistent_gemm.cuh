@@ -274,13 +274,42 @@ struct PersistentGemm {
     const bool leader = cute::elect_one_sync();
     typename Ring::State state;
     typename Kernel::Work work;
+    if constexpr (Loader::kLaneCopies && waits_for_tile<Loader>::value) {
+      // A loader that waits before each tile: the next tile is found while this one's last
+      // kNumStages k-blocks are still to load (the producer would wait for a free stage there
+      // anyway), so only the wait itself sits between the two tiles' loads.
+      const uint32_t lane = threadIdx.x % 32;
+      bool more = scheduler.next(work);
+      while (more) {
+        const uint32_t num_k_blocks = Kernel::num_k_blocks(k_blocks, work);
+        constexpr uint32_t kStages = Ring::kNumStages;
+        const uint32_t ask_at = num_k_blocks > kStages ? num_k_blocks - kStages : 0;
+        typename Kernel::Work next_work;
+        bool next_more = false;
+        Loader::wait_tile(params, work, num_k_blocks, lane);
+        for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
+          if (kb == ask_at) next_more = scheduler.next(next_work);
+          ring.producer_acquire(state);
+          if (leader) {
+            ring.producer_commit_bytes(state, Loader::kExpectedBytes);
+            Loader::template load<Stages>(params, ring.full_barrier(state),
+                                          StageRef{smem, state.stage_idx}, work, kb, cta_rank);
+          }
+          Loader::template copy_lanes<Stages>(params, ring.full_barrier(state),
+                                              StageRef{smem, state.stage_idx}, work, kb, lane);
+          state.advance();
+        }
+        if (num_k_blocks == 0) next_more = scheduler.next(next_work);
+        work = next_work;
+        more = next_more;
+      }
+      return;
+    }
     while (scheduler.next(work)) {
       const uint32_t num_k_blocks = Kernel::num_k_blocks(k_blocks, work);
       if constexpr (Loader::kLaneCopies) {
         // Every lane copies its share of the stage (scales) besides the leader's TMA boxes,
         // and arrives on the full barrier once its copies land (Loader::kFillArrivals).
-        if constexpr (waits_for_tile<Loader>::value)
-          Loader::wait_tile(params, work, num_k_blocks, threadIdx.x % 32);
         for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
           ring.producer_acquire(state);
           if (leader) {
