@@ -274,6 +274,23 @@ struct PersistentGemm {
     const bool leader = cute::elect_one_sync();
     typename Ring::State state;
     typename Kernel::Work work;
+    // A loader with lane copies: every lane copies its share of the stage (scales) besides the
+    // leader's TMA boxes, and arrives on the full barrier once its copies land
+    // (Loader::kFillArrivals). Other loaders never call it (and have no copy_lanes).
+    auto fill_stage = [&](const typename Kernel::Work& tile, uint32_t kb) {
+      if constexpr (Loader::kLaneCopies) {
+        ring.producer_acquire(state);
+        if (leader) {
+          ring.producer_commit_bytes(state, Loader::kExpectedBytes);
+          Loader::template load<Stages>(params, ring.full_barrier(state),
+                                        StageRef{smem, state.stage_idx}, tile, kb, cta_rank);
+        }
+        Loader::template copy_lanes<Stages>(params, ring.full_barrier(state),
+                                            StageRef{smem, state.stage_idx}, tile, kb,
+                                            threadIdx.x % 32);
+        state.advance();
+      }
+    };
     if constexpr (Loader::kLaneCopies && waits_for_tile<Loader>::value) {
       // A loader that waits before each tile: the next tile is found while this one's last
       // kNumStages k-blocks are still to load (the producer would wait for a free stage there
@@ -289,15 +306,7 @@ struct PersistentGemm {
         Loader::wait_tile(params, work, num_k_blocks, lane);
         for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
           if (kb == ask_at) next_more = scheduler.next(next_work);
-          ring.producer_acquire(state);
-          if (leader) {
-            ring.producer_commit_bytes(state, Loader::kExpectedBytes);
-            Loader::template load<Stages>(params, ring.full_barrier(state),
-                                          StageRef{smem, state.stage_idx}, work, kb, cta_rank);
-          }
-          Loader::template copy_lanes<Stages>(params, ring.full_barrier(state),
-                                              StageRef{smem, state.stage_idx}, work, kb, lane);
-          state.advance();
+          fill_stage(work, kb);
         }
         if (num_k_blocks == 0) next_more = scheduler.next(next_work);
         work = next_work;
@@ -308,20 +317,7 @@ struct PersistentGemm {
     while (scheduler.next(work)) {
       const uint32_t num_k_blocks = Kernel::num_k_blocks(k_blocks, work);
       if constexpr (Loader::kLaneCopies) {
-        // Every lane copies its share of the stage (scales) besides the leader's TMA boxes,
-        // and arrives on the full barrier once its copies land (Loader::kFillArrivals).
-        for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
-          ring.producer_acquire(state);
-          if (leader) {
-            ring.producer_commit_bytes(state, Loader::kExpectedBytes);
-            Loader::template load<Stages>(params, ring.full_barrier(state),
-                                          StageRef{smem, state.stage_idx}, work, kb, cta_rank);
-          }
-          Loader::template copy_lanes<Stages>(params, ring.full_barrier(state),
-                                              StageRef{smem, state.stage_idx}, work, kb,
-                                              threadIdx.x % 32);
-          state.advance();
-        }
+        for (uint32_t kb = 0; kb < num_k_blocks; ++kb) fill_stage(work, kb);
         continue;
       }
       if (leader) {
