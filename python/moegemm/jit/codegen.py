@@ -35,6 +35,9 @@ _SCHEDULERS = {
     "m_grouped_offsets": ("GroupWalkScheduler<{m}, {n}, true, {cm}, {cn}, {sp}>", "offs"),
     "m_grouped_masked": ("GroupWalkScheduler<{m}, {n}, false, {cm}, {cn}, {sp}>", "masked"),
 }
+# The m_indices walk in stripes other than the dense walk's 8 m-blocks (only the FP8 x FP4
+# convert-ahead kernel asks for one).
+_CONTIGUOUS_STRIPED = "ContiguousIndexScheduler<{m}, {n}, {cn}, {sp}>"
 
 
 @dataclass(frozen=True)
@@ -143,13 +146,11 @@ def _wgmma_n_define(*wgmma_ns: int) -> str:
 
 
 def _one_cta_scheduler(kind: str, config: GemmConfig) -> tuple[str, str]:
-    """The C++ scheduler of `kind` for one-CTA tiles, and the layout's tag in kernel names. A
-    stripe on the m_indices layout replaces the dense walk's 8 m-blocks (only the FP8 x FP4
-    convert-ahead kernel sets one there)."""
+    """The C++ scheduler of `kind` for one-CTA tiles, and the layout's tag in kernel names."""
     template, tag = _SCHEDULERS[kind]
     lay = config.layout
     if kind == "m_grouped_contiguous" and lay.stripe_m:
-        template = template.replace("{cn}>", "{cn}, {sp}>")
+        template = _CONTIGUOUS_STRIPED
     scheduler = template.format(m=lay.block_m, n=lay.block_n, cm=1, cn=1, sp=lay.stripe_m)
     return "moegemm::" + scheduler, tag
 
