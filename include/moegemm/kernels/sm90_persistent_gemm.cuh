@@ -25,8 +25,9 @@
 //                        loader's bytes and issues the loader's boxes; setmaxnreg.dec 40.
 //   side warpgroup       (Kernel::Side, without a transform or clusters) work beside the rings
 //                        (the FP8 x FP4 convert-ahead kernel's converter): Side::run(params,
-//                        thread), setmaxnreg.dec Side::kNumRegs; the producer may wait on what
-//                        it publishes (Loader::kWaitsForTile).
+//                        thread, scratch: Side::kScratchBytes of shared memory), setmaxnreg.dec
+//                        Side::kNumRegs; the producer may wait on what it publishes
+//                        (Loader::kWaitsForTile).
 //   warpgroup 1 (and 2)  (with a transform only) the transform: TMA ring -> transform ring;
 //                        with Transform::kMathReadsInput the math warpgroups read the TMA
 //                        ring's other slabs too, and a k-block may take several out stages
@@ -43,8 +44,9 @@
 //   warpgroup idles), or with a transform one per transform warp. The transform ring: tfull[t]
 //   128 arrives (every transform thread), tempty[t] one per math warp. One wgmma batch stays in
 //   flight: stage s is released once the batch of stage s + 1 has been issued.
-// Shared memory: [TMA ring slabs | transform ring slabs | transform scratch | D staging |
-//   TMA ring barriers | transform ring barriers]; every slab on a 1024-byte boundary.
+// Shared memory: [TMA ring slabs | transform ring slabs | transform scratch | side scratch |
+//   D staging | TMA ring barriers | transform ring barriers]; every slab on a 1024-byte
+//   boundary.
 // Clusters: barrier set-up is followed by a cluster barrier (the peer arrives on our empty
 //   barriers and multicasts into our stages) and so is the exit; the launch's cluster shape is
 //   checked against kClusterSize.
@@ -73,8 +75,9 @@ namespace moegemm::sm90 {
 struct NoSide {
   static constexpr uint32_t kNumWarpgroups = 0;
   static constexpr uint32_t kNumRegs = 0;
+  static constexpr uint32_t kScratchBytes = 0;
   template <typename Params>
-  __device__ __forceinline__ static void run(const Params&, uint32_t) {}
+  __device__ __forceinline__ static void run(const Params&, uint32_t, uint8_t*) {}
 };
 
 // The composition's side warpgroup: Kernel::Side where it names one, else NoSide.
@@ -166,17 +169,20 @@ struct PersistentGemm {
   static constexpr uint32_t kRingBytes = Stages::kRingBytes;
   static constexpr uint32_t kTransformBytes =
       kTransform ? MmaStages::kRingBytes + Transform::kScratchBytes : 0;
+  static constexpr uint32_t kSideBytes = Side::kScratchBytes;
+  static_assert(kSideBytes % 1024 == 0, "the side scratch keeps the D staging aligned");
   static constexpr uint32_t kBarrierBytes =
       Ring::kBarrierBytes + (kTransform ? MmaRing::kBarrierBytes : 0);
   static constexpr uint32_t kSmemBytes =
-      kRingBytes + kTransformBytes + Kernel::kEpilogueSmemBytes + kBarrierBytes;
+      kRingBytes + kTransformBytes + kSideBytes + Kernel::kEpilogueSmemBytes + kBarrierBytes;
 
   using Params = typename Kernel::Params;
 
   __device__ __forceinline__ static void run(const Params& params) {
     extern __shared__ __align__(1024) uint8_t smem[];
     uint8_t* smem_transform = smem + kRingBytes;
-    uint8_t* smem_d = smem_transform + kTransformBytes;
+    uint8_t* smem_side = smem_transform + kTransformBytes;
+    uint8_t* smem_d = smem_side + kSideBytes;
     auto* barriers = reinterpret_cast<Barrier*>(smem_d + Kernel::kEpilogueSmemBytes);
     const Ring ring(barriers);
     const MmaRing transform_ring(barriers + 2 * kNumStages);
@@ -240,7 +246,7 @@ struct PersistentGemm {
     } else if (kNumSideWG > 0 && threadIdx.x < 128 * kFirstMathWG) {
       if constexpr (kNumSideWG > 0) {
         cutlass::arch::warpgroup_reg_dealloc<kSideRegs>();
-        Side::run(params, threadIdx.x - 128 * kFirstSideWG);
+        Side::run(params, threadIdx.x - 128 * kFirstSideWG, smem_side);
       }
       return;  // no cluster with a side warpgroup
     } else {

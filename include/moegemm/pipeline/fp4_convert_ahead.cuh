@@ -17,9 +17,12 @@
 // (another kernel beside this one).
 // Per unit, the warp takes its four 16-row quarters q in turn; lane l holds rows
 // r = 16 q + l / 4 and r + 8 of the block, as thread 32 q + l of the transform does: two
-// 16-byte loads of codes, one 8-byte load of its rows' offsets words, the 16 words of 4 E4M3
-// bytes stored as whole 16-byte chunks after a quad transpose (a quad writes 64 contiguous
-// bytes of a row).
+// 16-byte loads of codes, one 8-byte load of its rows' offsets words, then its 16 words of 4
+// E4M3 bytes (each row's 4-byte pieces 16 bytes apart, the wgmma fragment's order) go through
+// the warp's slot of shared memory, 4-byte stores in, 16-byte loads out, so that each lane
+// stores whole 16-byte chunks (a quad writes 64 contiguous bytes of a row). The slot holds the
+// warp's 8 rows x 2 of 128 bytes at a row stride of 144: the stores are free of bank
+// conflicts, the loads 2-way, and every address is a per-lane base plus an immediate.
 // Publication, once a claim: every lane fences its stores for the async proxy, the warp meets,
 // then lane j raises the flag of the claim's unit j with a release add at GPU scope.
 // A unit the preparation flagged (scales spanning more than the table's window) converts with
@@ -30,6 +33,7 @@
 #include <stdint.h>
 
 #include <moegemm/ptx/global.cuh>
+#include <moegemm/ptx/smem.cuh>
 #include <moegemm/transform/fp4_table.cuh>
 
 namespace moegemm {
@@ -42,6 +46,11 @@ struct Fp4ConvertAhead {
   // spills).
   static constexpr uint32_t kNumRegs = 40;
   static constexpr uint32_t kBlockBytes = 4096;  // a 64-row block's k-block of codes
+  // A warp's transpose slot: rows r and r + 8 (halves h) of its 8 quads, 128 bytes a row at a
+  // stride of 144 (9 chunks of 16 bytes).
+  static constexpr uint32_t kRowStride = 144;
+  static constexpr uint32_t kHalfBytes = 8 * kRowStride;
+  static constexpr uint32_t kScratchBytes = 4 * 2 * kHalfBytes;  // four warps
 
   // One unit's address pieces.
   struct Unit {
@@ -69,26 +78,6 @@ struct Fp4ConvertAhead {
             uint64_t{unit.kb} * params.sfb_stride_row + 256 * unit.block;
   }
 
-  // 4 x 4 words across the 4 lanes of a quad: lane q holds m[c] (its bytes 4q.. of chunk c);
-  // after it, t[q'] = lane q''s m[q] (all 16 bytes of chunk q). Two exchanges (lanes q ^ 2, then
-  // q ^ 1), two words each.
-  __device__ __forceinline__ static void quad_transpose(const uint32_t (&m)[4], uint32_t q,
-                                                        uint32_t (&t)[4]) {
-    const bool q1 = q & 2, q0 = q & 1;
-    const uint32_t x0 = __shfl_xor_sync(0xFFFFFFFFu, q1 ? m[0] : m[2], 2);
-    const uint32_t x1 = __shfl_xor_sync(0xFFFFFFFFu, q1 ? m[1] : m[3], 2);
-    // This lane's rows {q, q ^ 2} at columns 2 q1, 2 q1 + 1: b0 the row with bit 1 clear.
-    const uint32_t b00 = q1 ? x0 : m[0], b01 = q1 ? x1 : m[1];
-    const uint32_t b10 = q1 ? m[2] : x0, b11 = q1 ? m[3] : x1;
-    const uint32_t keep0 = q0 ? b01 : b00, keep1 = q0 ? b11 : b10;
-    const uint32_t y0 = __shfl_xor_sync(0xFFFFFFFFu, q0 ? b00 : b01, 1);
-    const uint32_t y1 = __shfl_xor_sync(0xFFFFFFFFu, q0 ? b10 : b11, 1);
-    t[0] = q0 ? y0 : keep0;
-    t[1] = q0 ? keep0 : y0;
-    t[2] = q0 ? y1 : keep1;
-    t[3] = q0 ? keep1 : y1;
-  }
-
   // The first unit of the warp's next claim (lane 0 claims, every lane learns it).
   __device__ __forceinline__ static uint32_t claim(uint32_t* counter, uint32_t lane) {
     uint32_t first = 0;
@@ -113,12 +102,16 @@ struct Fp4ConvertAhead {
   }
 
   template <typename Params>
-  __device__ __forceinline__ static void run(const Params& params, uint32_t t) {
+  __device__ __forceinline__ static void run(const Params& params, uint32_t t, uint8_t* scratch) {
     const uint32_t k_blocks = (params.k + 127) / 128;
     const uint32_t blocks = params.n / 64;  // N % 64 == 0 (prepared layout)
     const uint32_t units = num_units(params);
     const uint64_t kp = uint64_t{k_blocks} * 128;
     const uint32_t lane = t % 32;
+    // This lane's row of the slot: its pieces go to chunk c at byte 4 (lane % 4), its chunks
+    // come from chunk lane % 4 (and 4 on).
+    const uint32_t slot = smem_u32(scratch) + (t / 32) * 2 * kHalfBytes + (lane / 4) * kRowStride;
+    const uint32_t put = slot + 4 * (lane % 4), get = slot + 16 * (lane % 4);
     uint32_t* counter = params.ready + units;
     uint32_t first = claim(counter, lane);
 #pragma unroll 1
@@ -130,34 +123,36 @@ struct Fp4ConvertAhead {
         const Unit unit = unit_of(first + j, k_blocks, blocks);
         const uint8_t *unit_codes, *unit_words;
         sources(params, unit, k_blocks, unit_codes, unit_words);
+        // Quarter q: the codes of transform thread 32 q + lane, the offsets words of its rows,
+        // and the copy's row 16 q + lane / 4 (and 8 on); pointers stepped a quarter at a time.
+        const uint8_t* codes = unit_codes + 16 * lane;
+        const uint8_t* words = unit_words + 8 * (lane / 4);
+        uint8_t* dst = params.w8 +
+                       (uint64_t{unit.group} * params.n + 64 * unit.block + lane / 4) * kp +
+                       unit.kb * 128 + 16 * (lane % 4);
 #pragma unroll 1
         for (uint32_t q = 0; q < 4; ++q) {
-          const uint32_t th = 32 * q + lane;  // the transform thread whose rows these are
-          const uint32_t row = 16 * q + lane / 4;
-          const uint8_t* codes = unit_codes + 16 * th;
           const uint4 c0 = __ldg(reinterpret_cast<const uint4*>(codes));
           const uint4 c1 = __ldg(reinterpret_cast<const uint4*>(codes + kBlockBytes / 2));
-          const uint2 ow =
-              __ldg(reinterpret_cast<const uint2*>(unit_words + 8 * (8 * q + lane / 4)));
+          const uint2 ow = __ldg(reinterpret_cast<const uint2*>(words));
           const uint32_t w[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
           uint32_t a[16];
           fp4::convert_k_block(w, ow.x, ow.y, a);
-          // Whole 16-byte chunks: a quad's 4 words of chunks 4 p .. 4 p + 3 transposed, lane
-          // q' then stores chunk 4 p + q' of its row (a quad writes 64 contiguous bytes).
-          uint8_t* dst = params.w8 + (uint64_t{unit.group} * params.n + 64 * unit.block + row) * kp +
-                         unit.kb * 128 + 16 * (lane % 4);
+          // a[2 c + h] is row r + 8 h at bytes 16 c + 4 (lane % 4) of the k-block (chunk c).
+#pragma unroll
+          for (uint32_t i = 0; i < 16; ++i) sts32(put + (i % 2) * kHalfBytes + 16 * (i / 2), a[i]);
+          __syncwarp();
 #pragma unroll
           for (uint32_t h = 0; h < 2; ++h) {
 #pragma unroll
-            for (uint32_t p = 0; p < 2; ++p) {
-              const uint32_t m[4] = {a[8 * p + h], a[8 * p + 2 + h], a[8 * p + 4 + h],
-                                     a[8 * p + 6 + h]};
-              uint32_t v[4];
-              quad_transpose(m, lane % 4, v);
+            for (uint32_t p = 0; p < 2; ++p)
               *reinterpret_cast<uint4*>(dst + h * 8 * kp + 64 * p) =
-                  make_uint4(v[0], v[1], v[2], v[3]);
-            }
+                  lds128(get + h * kHalfBytes + 64 * p);
           }
+          codes += 512;
+          words += 64;
+          dst += 16 * kp;
+          __syncwarp();  // the slot is read before the next quarter's stores
         }
       }
       // The claim's units are whole: publish them.

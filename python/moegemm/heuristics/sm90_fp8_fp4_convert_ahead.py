@@ -40,6 +40,8 @@ BLOCK_N_CHOICES = (128, 192)
 STORE_COLS_CHOICES = (0, 64)
 TMA_STORE_BLOCK_N = 192
 ROW_BLOCK = 64  # the prepared layout's row blocks: the ready flags and the factors go by them
+# The converter's shared memory (Fp4ConvertAhead::kScratchBytes): a transpose slot a warp.
+CONVERTER_SCRATCH_BYTES = 4 * 2 * 8 * 144
 # The workspace a call may take by default (E4M3 weights, one byte a weight): gpt-oss-120b's
 # first layer on one GPU (128 x 5760 x 2880) fits.
 DEFAULT_WORKSPACE_LIMIT = 4 << 30
@@ -67,11 +69,11 @@ def is_convert_ahead(config: GemmConfig) -> bool:
 
 def smem_bytes_for(block_n: int, num_stages: int, store_cols: int) -> int:
     """Per stage: the tokens' E4M3 rows, the weights' E4M3 rows, the tokens' scales and one
-    offsets word per weight row (the last two rounded up to 1 KiB); the BF16 staging tile of the
-    TMA-store epilogue; the barriers."""
+    offsets word per weight row (the last two rounded up to 1 KiB); the converter's transpose
+    slots; the BF16 staging tile of the TMA-store epilogue; the barriers."""
     stage = BLOCK_M * BLOCK_K + block_n * BLOCK_K + kib(BLOCK_M * 4) + kib(block_n * 4)
     dstage = BLOCK_M * block_n * 2 if store_cols else 0
-    return num_stages * (stage + BARRIER_BYTES) + dstage
+    return num_stages * (stage + BARRIER_BYTES) + CONVERTER_SCRATCH_BYTES + dstage
 
 
 def max_stages(block_n: int, store_cols: int, arch: ArchSpec) -> int:
