@@ -59,7 +59,7 @@ PROBLEMS = {
     "dsv3-l2-t1-offs": (64, 7168, 2048, 1, "offs", False, 8),
     "dsv3-l1-r320-masked": (32, 4096, 7168, 320, "masked"),
     "dsv3-l1-r4096-offs": (32, 4096, 7168, 4096, "offs"),
-    # the convert-ahead kernel's walk stripes (Layout.stripe_m) on DeepGEMM's layout
+    # the convert-ahead kernel on DeepGEMM's layout
     "dsv3-l1-r1024-midx": (32, 4096, 7168, 1024, "m_indices"),
     "dsv3-l1-r4096-midx": (32, 4096, 7168, 4096, "m_indices"),
     "gptoss-l1-r4096-midx": (32, 5760, 2880, 4096, "m_indices"),

@@ -21,13 +21,11 @@ arguments runs it.) --config forces a kernel config by short name; --list prints
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import random
 
 from moegemm.families import enumerate_configs, is_legal
 from moegemm.heuristics import SM90, GemmConfig, GemmDesc, sm90_fp8_fp4_decode
-from moegemm.heuristics import sm90_fp8_fp4_convert_ahead as convert_ahead
 
 # Nsight Compute's -k filter: the FP8 x FP4 kernels' __global__ functions (jit/codegen.py).
 NCU_KERNEL_REGEX = "sm90_fp8_fp4_"
@@ -67,15 +65,8 @@ def desc_of(args: argparse.Namespace) -> GemmDesc:
 
 
 def legal_configs(desc: GemmDesc) -> dict[str, GemmConfig]:
-    """The family's configs, the decode kernel's and the convert-ahead kernel's walk stripes
-    (legal configs the heuristics may not enumerate)."""
+    """The family's configs and the decode kernel's (which the heuristics may not enumerate)."""
     configs = [*enumerate_configs(desc, SM90), *sm90_fp8_fp4_decode.enumerate_configs(desc, SM90)]
-    configs += [
-        dataclasses.replace(c, layout=dataclasses.replace(c.layout, stripe_m=stripe))
-        for c in configs
-        if convert_ahead.is_convert_ahead(c)
-        for stripe in convert_ahead.STRIPE_CHOICES
-    ]
     return {c.short_name(): c for c in configs if is_legal(c, desc, SM90)}
 
 

@@ -218,30 +218,26 @@ def assert_convert_ahead_kernel(sass: str, block_n: int) -> None:
 
 
 CONVERT_AHEAD_VARIANTS = [
-    ("m_grouped_offsets", 192, "none", 16),
-    ("m_grouped_masked", 128, "none", 0),
-    ("m_grouped_contiguous", 192, "none", 0),
-    ("bf16_gemm_nt", 128, "none", 0),
-    ("m_grouped_offsets", 192, "swiglu_oai", 0),
-    ("m_grouped_masked", 128, "row_scale", 8),
-    ("m_grouped_contiguous", 192, "tma_store", 16),
+    ("m_grouped_offsets", 192, "none"),
+    ("m_grouped_masked", 128, "none"),
+    ("m_grouped_contiguous", 192, "none"),
+    ("bf16_gemm_nt", 128, "none"),
+    ("m_grouped_offsets", 192, "swiglu_oai"),
+    ("m_grouped_masked", 128, "row_scale"),
+    ("m_grouped_contiguous", 192, "tma_store"),
 ]
 
 
-@pytest.mark.parametrize("kind,block_n,epilogue,stripe_m", CONVERT_AHEAD_VARIANTS)
-def test_convert_ahead_kernel_compiles(kind: str, block_n: int, epilogue: str, stripe_m: int):
-    """The convert-ahead kernel: both tiles, every scheduler and walk stripe, the fused layer's
-    epilogues; the register pool of four warpgroups (producer 24, converter 40, math 224)
-    holds."""
+@pytest.mark.parametrize("kind,block_n,epilogue", CONVERT_AHEAD_VARIANTS)
+def test_convert_ahead_kernel_compiles(kind: str, block_n: int, epilogue: str) -> None:
+    """The convert-ahead kernel: both tiles, every scheduler, the fused layer's epilogues; the
+    register pool of four warpgroups (producer 24, converter 40, math 224) holds."""
     from moegemm.heuristics import sm90_fp8_fp4_convert_ahead as ca
 
     store_cols = 64 if epilogue == "tma_store" else 0
     epilogue = "none" if store_cols else epilogue
-    stages = ca.max_stages(block_n, store_cols, SM90)
-    config = ca.make_config(block_n, stages, store_cols, stripe_m)
+    config = ca.make_config(block_n, ca.max_stages(block_n, store_cols, SM90), store_cols)
     spec = sm90_fp8_fp4_spec(config, kind, "prepared", epilogue)
-    if stripe_m and kind == "m_grouped_contiguous":
-        assert f"ContiguousIndexScheduler<128, {block_n}, 1, {stripe_m}>" in spec.source
     sass = fp8_fp4_sass(spec)
     assert_convert_ahead_kernel(sass, block_n)
     assert_register_pool(cache.build_or_load(spec), config.launch.num_threads, 2)

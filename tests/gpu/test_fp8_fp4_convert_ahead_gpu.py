@@ -34,12 +34,11 @@ def gen(seed: int) -> torch.Generator:
     return torch.Generator(device="cuda").manual_seed(seed)
 
 
-def ca_config(block_n: int, store_cols: int = 0, stripe_m: int = 0):
+def ca_config(block_n: int, store_cols: int = 0):
     from moegemm.heuristics import SM90
     from moegemm.heuristics import sm90_fp8_fp4_convert_ahead as ca
 
-    stages = ca.max_stages(block_n, store_cols, SM90)
-    return ca.make_config(block_n, stages, store_cols, stripe_m)
+    return ca.make_config(block_n, ca.max_stages(block_n, store_cols, SM90), store_cols)
 
 
 def windowed(b: torch.Tensor, sfb: torch.Tensor):
@@ -121,41 +120,6 @@ def test_dense_and_m_indices(block_n: int, store_cols: int) -> None:
         rows = sizes[grp]
         ref = ref_fp32(a2[r0 : r0 + rows], sfa2[r0 : r0 + rows], b[grp], sfb[grp])
         assert calc_diff(d2[r0 : r0 + rows].float(), ref) < TOL, grp
-
-
-@pytest.mark.parametrize("stripe_m", [8, 16])
-def test_walk_stripes(stripe_m: int) -> None:
-    """Walk stripes (Layout.stripe_m): offsets groups of more m-blocks than a stripe (balanced
-    stripes, a ragged last block, an empty group), and m_indices stripes that span groups."""
-    import moegemm
-
-    n, k = 1536, 320
-    sizes = [2100, 0, 1030, 5, 2200]
-    total, groups = sum(sizes), len(sizes)
-    g = gen(31 + stripe_m)
-    _, a, sfa = activations(total, k, gen=g)
-    b, sfb = random_mxfp4(groups, n=n, k=k, gen=g)
-    w = windowed(b, sfb)
-    config = ca_config(192, 64, stripe_m)
-    spans = packed_spans(sizes)
-    d = nan_bf16(total, n)
-    moegemm.m_grouped_fp8_fp4_gemm_nt_contiguous((a, sfa), w, d, offs=offsets(sizes), config=config)
-    for (grp, r0, rows), ref in zip(spans, grouped_refs(a, sfa, b, sfb, spans)):
-        assert calc_diff(d[r0 : r0 + rows].float(), ref) < TOL, (grp, "offs")
-    # m_indices: each group's segment 128-aligned, padding rows -1.
-    starts, m_indices = [], []
-    for grp, rows in enumerate(sizes):
-        starts.append(len(m_indices))
-        padded = -(-rows // 128) * 128
-        m_indices += [grp] * rows + [-1] * (padded - rows)
-    idx = torch.tensor(m_indices, dtype=torch.int32, device="cuda")
-    _, a2, sfa2 = activations(len(m_indices), k, gen=g)
-    d2 = nan_bf16(len(m_indices), n)
-    moegemm.m_grouped_fp8_fp4_gemm_nt_contiguous((a2, sfa2), w, d2, idx, config=config)
-    for grp, (r0, rows) in enumerate(zip(starts, sizes)):
-        if rows:
-            ref = ref_fp32(a2[r0 : r0 + rows], sfa2[r0 : r0 + rows], b[grp], sfb[grp])
-            assert calc_diff(d2[r0 : r0 + rows].float(), ref) < TOL, (grp, "m_indices")
 
 
 def test_back_to_back_and_graph_replay() -> None:

@@ -49,15 +49,14 @@ struct DenseScheduler {
 // group's segment starts on a multiple of the alignment, which BLOCK_M divides, so a block
 // belongs to the group of its first row. Blocks that start on padding are skipped. Rows are
 // walked m-block-major per n-block stripe, like DenseScheduler.
-// Stripes of kStripeM m-blocks (they may span groups).
 // Clusters along N only (A shared): two consecutive m-blocks may belong to different groups
 // (different B), but the n-blocks of one m-block share its group, so both CTAs of a cluster
 // skip the same padding blocks.
-template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kClusterN_ = 1, uint32_t kStripeM = 8>
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kClusterN_ = 1>
 struct ContiguousIndexScheduler {
   static constexpr uint32_t kClusterM = 1;
   static constexpr uint32_t kClusterN = kClusterN_;
-  DenseScheduler<BLOCK_M, BLOCK_N, kStripeM, 1, kClusterN> dense;
+  DenseScheduler<BLOCK_M, BLOCK_N, 8, 1, kClusterN> dense;
   const int32_t* m_indices;
 
   __device__ __forceinline__ explicit ContiguousIndexScheduler(const GroupingArgs& args)

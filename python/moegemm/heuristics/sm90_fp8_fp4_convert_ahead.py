@@ -56,10 +56,6 @@ STORE_CYCLES_PER_KI_OUTPUT = 77  # register stores, per 1024 outputs of a tile
 # TMA stores: the mainloop alone ran ~1000 cycles a tile faster with them (H100, 2026-12-06:
 # DeepSeek-V3 L1, gpt-oss L1 and Qwen3-30B L2 at 1024 rows a group, DeepSeek-V3 L1 at 4096).
 TMA_STORE_CYCLES_PER_KI_OUTPUT = 35
-# Walk stripes (Layout.stripe_m; 0: the layout's default, a whole group per n-block on the
-# grouped walk, 8 m-blocks on m_indices): legal, for timing them (tools/fp8_fp4_config_sweep.py
-# --configs), not enumerated.
-STRIPE_CHOICES = (8, 16)
 
 
 def is_convert_ahead(config: GemmConfig) -> bool:
@@ -96,12 +92,10 @@ def storage_of(block_n: int, store_cols: int) -> StorageConfig:
     )
 
 
-def make_config(
-    block_n: int, num_stages: int, store_cols: int = 0, stripe_m: int = 0
-) -> GemmConfig:
+def make_config(block_n: int, num_stages: int, store_cols: int = 0) -> GemmConfig:
     num_wg = BLOCK_M // 64
     return GemmConfig(
-        layout=Layout(block_m=BLOCK_M, block_n=block_n, block_k=BLOCK_K, stripe_m=stripe_m),
+        layout=Layout(block_m=BLOCK_M, block_n=block_n, block_k=BLOCK_K),
         storage=storage_of(block_n, store_cols),
         pipeline=PipelineConfig(
             num_stages=num_stages,
@@ -150,11 +144,6 @@ def store_choices(desc: GemmDesc, block_n: int) -> tuple[int, ...]:
     return (0,)
 
 
-def stripe_choices(desc: GemmDesc) -> tuple[int, ...]:
-    """The stripes legal on a desc's walk (Layout.stripe_m): none on the dense walk."""
-    return (0, *STRIPE_CHOICES) if desc.kind != "bf16_gemm_nt" else (0,)
-
-
 def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> list[GemmConfig]:
     if not desc_fits(desc):
         return []
@@ -173,10 +162,9 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
         desc_fits(desc)
         and lay.block_n in BLOCK_N_CHOICES
         and config.store_cols in store_choices(desc, lay.block_n)
-        and lay.stripe_m in stripe_choices(desc)
         and MIN_STAGES <= pipe.num_stages <= MAX_STAGES
         and pipe.smem_bytes <= arch.smem_budget - SMEM_RESERVE
-        and config == make_config(lay.block_n, pipe.num_stages, config.store_cols, lay.stripe_m)
+        and config == make_config(lay.block_n, pipe.num_stages, config.store_cols)
     )
 
 

@@ -35,9 +35,6 @@ _SCHEDULERS = {
     "m_grouped_offsets": ("GroupWalkScheduler<{m}, {n}, true, {cm}, {cn}, {sp}>", "offs"),
     "m_grouped_masked": ("GroupWalkScheduler<{m}, {n}, false, {cm}, {cn}, {sp}>", "masked"),
 }
-# The m_indices walk in stripes other than the dense walk's 8 m-blocks (only the FP8 x FP4
-# convert-ahead kernel asks for one).
-_CONTIGUOUS_STRIPED = "ContiguousIndexScheduler<{m}, {n}, {cn}, {sp}>"
 
 
 @dataclass(frozen=True)
@@ -146,13 +143,11 @@ def _wgmma_n_define(*wgmma_ns: int) -> str:
 
 
 def _one_cta_scheduler(kind: str, config: GemmConfig) -> tuple[str, str]:
-    """The C++ scheduler of `kind` for one-CTA tiles, and the layout's tag in kernel names."""
+    """The C++ scheduler of `kind` for one-CTA tiles without walk stripes, and the layout's tag
+    in kernel names."""
     template, tag = _SCHEDULERS[kind]
     lay = config.layout
-    if kind == "m_grouped_contiguous" and lay.stripe_m:
-        template = _CONTIGUOUS_STRIPED
-    scheduler = template.format(m=lay.block_m, n=lay.block_n, cm=1, cn=1, sp=lay.stripe_m)
-    return "moegemm::" + scheduler, tag
+    return "moegemm::" + template.format(m=lay.block_m, n=lay.block_n, cm=1, cn=1, sp=0), tag
 
 
 def _epilogue_suffix(epilogue: str) -> str:
@@ -302,12 +297,8 @@ def sm90_fp8_fp4_spec(
     if weights not in ("raw", "prepared"):
         raise ValueError(f"weights must be 'raw' or 'prepared', got {weights!r}")
     lay = config.layout
-    if lay.cluster_size != 1 or lay.block_k != 128:
-        raise ValueError("fp8_fp4: block_k 128, no clusters")
-    if lay.stripe_m and (weights != "prepared" or config.pipeline.transform_stages or lay.swap_ab):
-        raise ValueError("fp8_fp4: walk stripes are the convert-ahead kernel's only")
-    if lay.stripe_m and kind == "bf16_gemm_nt":
-        raise ValueError("fp8_fp4: the dense walk takes no stripe")
+    if lay.cluster_size != 1 or lay.stripe_m or lay.block_k != 128:
+        raise ValueError("fp8_fp4: block_k 128, no clusters or stripes")
     moe = _moe_member(config, "bf16", False, kind, epilogue, None)
     if lay.swap_ab:
         return _fp8_fp4_swap_ab_spec(config, kind, weights, moe, epilogue)
