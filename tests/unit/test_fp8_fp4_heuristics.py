@@ -65,9 +65,10 @@ PREPARED = [dataclasses.replace(d, weights="prepared") for d in DESCS]
 def table_smem(block_t: int, block_w: int, stages: int) -> int:
     """The table kernel's shared memory, written out again: per stage the tokens' rows, the
     codes, the tokens' scales and one offsets word a weight row (the last two in whole KiB),
-    then a barrier pair."""
+    then a barrier pair; and 80 bytes of tables a quad of math threads."""
     kib = lambda nbytes: -(-nbytes // 1024) * 1024
-    return stages * (block_t * 128 + block_w * 64 + kib(block_t * 4) + kib(block_w * 4) + 16)
+    stage = block_t * 128 + block_w * 64 + kib(block_t * 4) + kib(block_w * 4) + 16
+    return stages * stage + 80 * block_w // 2
 
 
 def prefill_smem(block_m: int, block_n: int, stages: int, store_cols: int) -> int:

@@ -31,7 +31,8 @@
 // Pipeline: one TMA ring, kNumStages: full[s] 1 + 32 arrivals + the boxes' bytes; empty[s] one
 //   arrive per math warp after its warpgroup's last wgmma on the stage has retired.
 // Shared memory: [tokens | codes | token scales | offsets words (prepared) or scale words] x
-//   kNumStages, the checkpoint path's conversion tables (128 bytes a math warpgroup), barriers.
+//   kNumStages, the conversion tables (the table MMA's scratch, 2.5 KiB a math warpgroup; the
+//   checkpoint path's 128 bytes a math warpgroup), barriers.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -59,8 +60,10 @@ struct Fp8Fp4SwapAbGemmKernel : SwapAbTiles<Config, Sm90Fp8Fp4GemmParams> {
   static constexpr bool kPrepared = Config::kPreparedWeights;
   static_assert(BLOCK_M % 8 == 0 && BLOCK_M >= 8 && BLOCK_M <= (kPrepared ? 160 : 64),
                 "tokens on N: 8..160 (prepared weights), 8..64 (checkpoint layout)");
-  // The checkpoint path's conversion tables, 128 bytes a math warpgroup.
-  static constexpr uint32_t kEpilogueSmemBytes = kPrepared ? 0 : 1024;
+  // The epilogue stores from registers, so its region holds the conversion tables: the table
+  // MMA's scratch (prepared weights), the checkpoint path's 128 bytes a math warpgroup.
+  static constexpr uint32_t kEpilogueSmemBytes =
+      kPrepared ? Fp4TableMma<BLOCK_M, BLOCK_N>::kScratchBytes : 1024;
 
   using Loader = std::conditional_t<kPrepared, TableWeightLoader<BLOCK_M, BLOCK_N, true>,
                                     PackedWeightLoader<BLOCK_M, BLOCK_N>>;

@@ -481,7 +481,8 @@ struct PersistentGemm {
 
   // Math warpgroups whose MMA policy runs whole tiles (Mma::kRunsTile: the FP8 x FP4 kernel on
   // prepared weights, which converts k-block kb + 1 while kb's wgmma run): the skeleton walks
-  // the schedule, keeps idle warpgroups in step with the ring and stores.
+  // the schedule, keeps idle warpgroups in step with the ring and stores. The MMA also gets
+  // smem_d: where its kernel's epilogue stores from registers, that region is its scratch.
   template <typename Sched>
   __device__ __forceinline__ static void consume_tiles(const Params& params, const Ring& ring,
                                                        uint8_t* smem, uint8_t* smem_d,
@@ -500,7 +501,7 @@ struct PersistentGemm {
       }
       Mma::zero(acc);
       Mma::template run_tile<Stages>(acc, tmp, params, work, num_k_blocks, ring, in, smem,
-                                     math_wg, lane_idx);
+                                     smem_d, math_wg, lane_idx);
       if constexpr (has_prefetch<Sched>::value) scheduler.prefetch();  // under the stores
       Kernel::epilogue(params, acc, work, math_wg, smem_d);
     }

@@ -7,7 +7,11 @@
 // Per math warpgroup (64 weight rows) and k-block, thread t holds rows r = 16 (t / 32) +
 // (t % 32) / 4 and r + 8: 8 code words (two conflict-free LDS.128: the prepared layout stores
 // the block's first 16 bytes of every thread, then the second 16), one offsets word per row
-// (one LDS.64, the two rows adjacent), the 8 tables (two IMADs each) and 16 A registers.
+// (one LDS.64, the two rows adjacent), the 8 tables and 16 A registers. The four threads of a
+// quad (t % 4) hold the same rows, so each builds only the two tables of its 32-block t % 4
+// (two IMADs each) into the warp's scratch (kScratchBytes, the kernel's epilogue region) and
+// loads the quad's eight back (four LDS.128), between two __syncwarp: 15 instructions a k-block
+// instead of 30.
 //
 // Pipeline inside the warpgroup (two compile-time A register sets, so no indexing by a runtime
 // value; only wgmma.wait_group 0, as ptxas 13.0 serializes wait_group 1 on two sets):
@@ -71,13 +75,31 @@ struct Fp4TableMma {
               overwrite ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One);
   }
 
+  // The tables' scratch, per math warp: each quad's eight tables (64 bytes, a lane's two at
+  // 16 (t % 4)) at 80 bytes a quad, so that the eight quads' j-th 16 bytes fall on eight
+  // different groups of four banks (5 k mod 8 for quad k) and each of the four LDS.128 is one
+  // wavefront (at 64 bytes a quad, quads k and k + 2 collide: four).
+  static constexpr uint32_t kQuadStride = 80;
+  static constexpr uint32_t kTableBytesPerWarp = 8 * kQuadStride;
+  static constexpr uint32_t kScratchBytes = kNumMathWG * 4 * kTableBytesPerWarp;
+
   // This thread's place in the warpgroup's 64-row block: the code bytes and the offsets pair.
   struct Lane {
     uint32_t code_offset;  // bytes into the codes slab (first LDS.128; +2048 the second)
     uint32_t pair_offset;  // bytes into the offsets slab: rows r and r + 8, adjacent
     uint32_t block_offset; // bytes into the offsets slab: the block's first word (the flag)
     uint32_t quad;         // t % 4: the thread's token columns 8 c + 2 quad + {0, 1}
+    uint32_t table_slot;   // shared address of this lane's two tables in the scratch
+    uint32_t quad_tables;  // shared address of its quad's eight (four lanes' slots)
+    uint32_t offset_mul;   // 2^(16 - 4 quad): mul.hi by it shifts 32-block quad's offset down
   };
+
+  // x as a value ptxas cannot recompute: kept in a register for the tile instead of rebuilt
+  // from threadIdx every k-block where registers are short (four math warpgroups).
+  __device__ __forceinline__ static uint32_t opaque(uint32_t x) {
+    asm volatile("mov.b32 %0, %0;" : "+r"(x));
+    return x;
+  }
 
   // One stage's slabs as shared-window addresses: tokens, codes, token scales, offsets words.
   struct Slabs {
@@ -92,11 +114,32 @@ struct Fp4TableMma {
                  smem + Stages::template slab_offset<3>() + stage_idx * Stages::template slab_bytes<3>()};
   }
 
-  __device__ __forceinline__ static Lane make_lane(uint32_t math_wg) {
+  __device__ __forceinline__ static Lane make_lane(uint32_t math_wg, uint32_t scratch) {
     const uint32_t t = threadIdx.x % 128;
     const uint32_t pair = 8 * (t / 32) + (t % 32) / 4;  // row r = 16 (t / 32) + (t % 32) / 4
-    return Lane{math_wg * kBlockBytes + 16 * t, (math_wg * 64 + 2 * pair) * 4, math_wg * 256,
-                t % 4};
+    const uint32_t quad_tables = scratch + (math_wg * 32 + t / 4) * kQuadStride;
+    return Lane{opaque(math_wg * kBlockBytes + 16 * t), opaque((math_wg * 64 + 2 * pair) * 4),
+                opaque(math_wg * 256), t % 4, opaque(quad_tables + 16 * (t % 4)),
+                opaque(quad_tables), opaque(1u << (16 - 4 * (t % 4)))};
+  }
+
+  // The 8 tables of this thread's rows, built once per quad (above).
+  __device__ __forceinline__ static fp4::RowTables share_tables(const Lane& lane, uint2 ow) {
+    const fp4::Table tr = fp4::table_of_offset(__umulhi(ow.x, lane.offset_mul) & 0xF);
+    const fp4::Table tr8 = fp4::table_of_offset(__umulhi(ow.y, lane.offset_mul) & 0xF);
+    __syncwarp();  // the quad has read the previous k-block's tables
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(lane.table_slot), "r"(tr.lo),
+                 "r"(tr.hi), "r"(tr8.lo), "r"(tr8.hi)
+                 : "memory");
+    __syncwarp();
+    fp4::RowTables tab;
+#pragma unroll
+    for (uint32_t j = 0; j < 4; ++j) {
+      const uint4 v = lds128(lane.quad_tables + 16 * j);
+      tab.t[0][j] = fp4::Table{v.x, v.y};
+      tab.t[1][j] = fp4::Table{v.z, v.w};
+    }
+    return tab;
   }
 
   // The 16 A registers of one k-block from its landed stage; returns the offsets words of rows
@@ -109,7 +152,7 @@ struct Fp4TableMma {
     const uint2 ow = lds64(stage.offsets + lane.pair_offset);
     const uint32_t flag_word = lds32(stage.offsets + lane.block_offset);
     const uint32_t w[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
-    fp4::convert_k_block(w, ow.x, ow.y, a);
+    fp4::convert_k_block(w, share_tables(lane, ow), a);
     return make_uint3(ow.x, ow.y, flag_word);
   }
 
@@ -383,8 +426,7 @@ struct Fp4TableMma {
                                                   const Work& work, uint32_t num_k_blocks,
                                                   const Ring& ring, typename Ring::State& state,
                                                   uint8_t* smem, uint32_t math_wg,
-                                                  uint32_t lane_idx) {
-    const Lane lane = make_lane(math_wg);
+                                                  uint32_t lane_idx, const Lane& lane) {
     uint32_t a0[16], a1[16], a2[16], a3[16];
     uint3 w0, w1, w2, w3;
     Accum t1;
@@ -409,18 +451,20 @@ struct Fp4TableMma {
     }
   }
 
+  // scratch: kScratchBytes of shared memory for the tables (the kernel's epilogue region).
   template <typename Stages, typename Ring, typename Params, typename Work>
   __device__ __forceinline__ static void run_tile(Accum& acc, Accum& tmp, const Params& params,
                                                   const Work& work, uint32_t num_k_blocks,
                                                   const Ring& ring, typename Ring::State& state,
-                                                  uint8_t* smem, uint32_t math_wg,
-                                                  uint32_t lane_idx) {
+                                                  uint8_t* smem, uint8_t* scratch,
+                                                  uint32_t math_wg, uint32_t lane_idx) {
+    const Lane lane = make_lane(math_wg, smem_u32(scratch));
     if constexpr (kPairedKBlocks) {
       run_tile_pairs<Stages>(acc, tmp, params, work, num_k_blocks, ring, state, smem, math_wg,
-                             lane_idx);
+                             lane_idx, lane);
     } else {
       run_tile_steps<Stages>(acc, tmp, params, work, num_k_blocks, ring, state, smem, math_wg,
-                             lane_idx);
+                             lane_idx, lane);
     }
   }
 
@@ -431,8 +475,7 @@ struct Fp4TableMma {
                                                         uint32_t num_k_blocks, const Ring& ring,
                                                         typename Ring::State& state,
                                                         uint8_t* smem, uint32_t math_wg,
-                                                        uint32_t lane_idx) {
-    const Lane lane = make_lane(math_wg);
+                                                        uint32_t lane_idx, const Lane& lane) {
     uint32_t a0[16], a1[16];
     uint3 ow0, ow1;
     Accum tmp1;

@@ -108,24 +108,35 @@ __host__ __device__ __forceinline__ void convert_word(uint32_t w, const Table& r
   out_r8 = or_signs(prmt(row_r8.lo, row_r8.hi, shift_right<16>(m)), w);
 }
 
-// The 16 A registers of one thread's k-block (4 k32 steps x {row r, row r + 8} x two k quads:
-// register 4 j + 2 q + h, the wgmma m64 x N x 32 RS fragment of step j) from its 8 words
-// (word 2 j + q) and the offsets words of its rows r and r + 8.
-template <uint32_t J>
-__host__ __device__ __forceinline__ void convert_step(const uint32_t (&w)[8], uint32_t ow_r,
-                                                      uint32_t ow_r8, uint32_t (&a)[16]) {
-  const Table tr = table_of_offset(offset_of<J>(ow_r));
-  const Table tr8 = table_of_offset(offset_of<J>(ow_r8));
-  convert_word(w[2 * J], tr, tr8, a[4 * J], a[4 * J + 1]);
-  convert_word(w[2 * J + 1], tr, tr8, a[4 * J + 2], a[4 * J + 3]);
+// The tables of one thread's rows in one k-block: tables[h][j] of row r + 8 h, 32-block j.
+struct RowTables {
+  Table t[2][4];
+};
+
+__host__ __device__ __forceinline__ RowTables tables_of(uint32_t ow_r, uint32_t ow_r8) {
+  return RowTables{{{table_of_offset(offset_of<0>(ow_r)), table_of_offset(offset_of<1>(ow_r)),
+                     table_of_offset(offset_of<2>(ow_r)), table_of_offset(offset_of<3>(ow_r))},
+                    {table_of_offset(offset_of<0>(ow_r8)), table_of_offset(offset_of<1>(ow_r8)),
+                     table_of_offset(offset_of<2>(ow_r8)), table_of_offset(offset_of<3>(ow_r8))}}};
 }
 
+// The 16 A registers of one thread's k-block (4 k32 steps x {row r, row r + 8} x two k quads:
+// register 4 j + 2 q + h, the wgmma m64 x N x 32 RS fragment of step j) from its 8 words
+// (word 2 j + q) and its rows' tables.
+__host__ __device__ __forceinline__ void convert_k_block(const uint32_t (&w)[8],
+                                                         const RowTables& tab,
+                                                         uint32_t (&a)[16]) {
+#pragma unroll
+  for (uint32_t j = 0; j < 4; ++j) {
+    convert_word(w[2 * j], tab.t[0][j], tab.t[1][j], a[4 * j], a[4 * j + 1]);
+    convert_word(w[2 * j + 1], tab.t[0][j], tab.t[1][j], a[4 * j + 2], a[4 * j + 3]);
+  }
+}
+
+// As above from the offsets words of rows r and r + 8 (each thread builds its own 8 tables).
 __host__ __device__ __forceinline__ void convert_k_block(const uint32_t (&w)[8], uint32_t ow_r,
                                                          uint32_t ow_r8, uint32_t (&a)[16]) {
-  convert_step<0>(w, ow_r, ow_r8, a);
-  convert_step<1>(w, ow_r, ow_r8, a);
-  convert_step<2>(w, ow_r, ow_r8, a);
-  convert_step<3>(w, ow_r, ow_r8, a);
+  convert_k_block(w, tables_of(ow_r, ow_r8), a);
 }
 
 }  // namespace moegemm::fp4

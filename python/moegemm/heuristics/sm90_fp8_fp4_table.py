@@ -49,11 +49,15 @@ CONTIGUOUS_TOKEN_CHOICES = (8, 16, 32, 64, 128)
 MAX_TOKENS = {1: 160, 2: 160, 3: 64, 4: 16}
 
 
+TABLE_SCRATCH_BYTES = 2560  # per math warpgroup: the conversion tables, 80 bytes a quad
+
+
 def smem_bytes_for(block_t: int, block_w: int, num_stages: int) -> int:
     """Per stage: the tokens' E4M3 rows, the codes, the tokens' scales and one offsets word per
-    weight row (the last two slabs rounded up to 1 KiB); then the barriers."""
+    weight row (the last two slabs rounded up to 1 KiB); then the barriers; then the tables'
+    scratch of each math warpgroup."""
     stage = block_t * BLOCK_K + block_w * BLOCK_K // 2 + kib(block_t * 4) + kib(block_w * 4)
-    return num_stages * (stage + BARRIER_BYTES)
+    return num_stages * (stage + BARRIER_BYTES) + block_w // 64 * TABLE_SCRATCH_BYTES
 
 
 def token_choices(kind: str) -> tuple[int, ...]:
