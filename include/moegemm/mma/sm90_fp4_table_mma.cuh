@@ -7,11 +7,9 @@
 // Per math warpgroup (64 weight rows) and k-block, thread t holds rows r = 16 (t / 32) +
 // (t % 32) / 4 and r + 8: 8 code words (two conflict-free LDS.128: the prepared layout stores
 // the block's first 16 bytes of every thread, then the second 16), one offsets word per row
-// (one LDS.64, the two rows adjacent), the 8 tables and 16 A registers. The four threads of a
-// quad (t % 4) hold the same rows, so each builds only the two tables of its 32-block t % 4
-// (two IMADs each) into the warp's scratch (kScratchBytes, the kernel's epilogue region) and
-// loads the quad's eight back (four LDS.128), between two __syncwarp: 15 instructions a k-block
-// instead of 30.
+// (one LDS.64, the two rows adjacent), the 8 tables (built once per quad through the warp's
+// scratch, fp4::share_quad_tables: kScratchBytes in the kernel's epilogue region) and 16 A
+// registers.
 //
 // Pipeline inside the warpgroup (two compile-time A register sets, so no indexing by a runtime
 // value; only wgmma.wait_group 0, as ptxas 13.0 serializes wait_group 1 on two sets):
@@ -75,13 +73,8 @@ struct Fp4TableMma {
               overwrite ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One);
   }
 
-  // The tables' scratch, per math warp: each quad's eight tables (64 bytes, a lane's two at
-  // 16 (t % 4)) at 80 bytes a quad, so that the eight quads' j-th 16 bytes fall on eight
-  // different groups of four banks (5 k mod 8 for quad k) and each of the four LDS.128 is one
-  // wavefront (at 64 bytes a quad, quads k and k + 2 collide: four).
-  static constexpr uint32_t kQuadStride = 80;
-  static constexpr uint32_t kTableBytesPerWarp = 8 * kQuadStride;
-  static constexpr uint32_t kScratchBytes = kNumMathWG * 4 * kTableBytesPerWarp;
+  // The tables' scratch (fp4::share_quad_tables), per math warp.
+  static constexpr uint32_t kScratchBytes = kNumMathWG * 4 * fp4::kWarpTableBytes;
 
   // This thread's place in the warpgroup's 64-row block: the code bytes and the offsets pair.
   struct Lane {
@@ -89,9 +82,7 @@ struct Fp4TableMma {
     uint32_t pair_offset;  // bytes into the offsets slab: rows r and r + 8, adjacent
     uint32_t block_offset; // bytes into the offsets slab: the block's first word (the flag)
     uint32_t quad;         // t % 4: the thread's token columns 8 c + 2 quad + {0, 1}
-    uint32_t table_slot;   // shared address of this lane's two tables in the scratch
-    uint32_t quad_tables;  // shared address of its quad's eight (four lanes' slots)
-    uint32_t offset_mul;   // 2^(16 - 4 quad): mul.hi by it shifts 32-block quad's offset down
+    fp4::QuadTableLane tables;  // its quad's tables in the scratch
   };
 
   // x as a value ptxas cannot recompute: kept in a register for the tile instead of rebuilt
@@ -117,29 +108,11 @@ struct Fp4TableMma {
   __device__ __forceinline__ static Lane make_lane(uint32_t math_wg, uint32_t scratch) {
     const uint32_t t = threadIdx.x % 128;
     const uint32_t pair = 8 * (t / 32) + (t % 32) / 4;  // row r = 16 (t / 32) + (t % 32) / 4
-    const uint32_t quad_tables = scratch + (math_wg * 32 + t / 4) * kQuadStride;
+    const fp4::QuadTableLane tables =
+        fp4::quad_table_lane(scratch + (4 * math_wg + t / 32) * fp4::kWarpTableBytes, t % 32);
     return Lane{opaque(math_wg * kBlockBytes + 16 * t), opaque((math_wg * 64 + 2 * pair) * 4),
-                opaque(math_wg * 256), t % 4, opaque(quad_tables + 16 * (t % 4)),
-                opaque(quad_tables), opaque(1u << (16 - 4 * (t % 4)))};
-  }
-
-  // The 8 tables of this thread's rows, built once per quad (above).
-  __device__ __forceinline__ static fp4::RowTables share_tables(const Lane& lane, uint2 ow) {
-    const fp4::Table tr = fp4::table_of_offset(__umulhi(ow.x, lane.offset_mul) & 0xF);
-    const fp4::Table tr8 = fp4::table_of_offset(__umulhi(ow.y, lane.offset_mul) & 0xF);
-    __syncwarp();  // the quad has read the previous k-block's tables
-    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(lane.table_slot), "r"(tr.lo),
-                 "r"(tr.hi), "r"(tr8.lo), "r"(tr8.hi)
-                 : "memory");
-    __syncwarp();
-    fp4::RowTables tab;
-#pragma unroll
-    for (uint32_t j = 0; j < 4; ++j) {
-      const uint4 v = lds128(lane.quad_tables + 16 * j);
-      tab.t[0][j] = fp4::Table{v.x, v.y};
-      tab.t[1][j] = fp4::Table{v.z, v.w};
-    }
-    return tab;
+                opaque(math_wg * 256), t % 4,
+                {opaque(tables.slot), opaque(tables.quad), opaque(tables.offset_mul)}};
   }
 
   // The 16 A registers of one k-block from its landed stage; returns the offsets words of rows
@@ -152,7 +125,7 @@ struct Fp4TableMma {
     const uint2 ow = lds64(stage.offsets + lane.pair_offset);
     const uint32_t flag_word = lds32(stage.offsets + lane.block_offset);
     const uint32_t w[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
-    fp4::convert_k_block(w, share_tables(lane, ow), a);
+    fp4::convert_k_block(w, fp4::share_quad_tables(ow.x, ow.y, lane.tables), a);
     return make_uint3(ow.x, ow.y, flag_word);
   }
 

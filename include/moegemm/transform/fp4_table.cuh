@@ -139,4 +139,51 @@ __host__ __device__ __forceinline__ void convert_k_block(const uint32_t (&w)[8],
   convert_k_block(w, tables_of(ow_r, ow_r8), a);
 }
 
+// The tables shared by a quad. The four lanes of a quad (lane % 4) hold the same rows r, r + 8
+// in every layout above, so each builds only the two of its 32-block lane % 4 into the warp's
+// scratch and the quad loads its eight back: 15 instructions a k-block instead of 30. A quad's
+// 64 bytes sit 80 bytes apart (kQuadTableStride), so the warp's eight quads' j-th 16 bytes fall
+// on eight different groups of four banks and each LDS.128 is one wavefront.
+constexpr uint32_t kQuadTableStride = 80;
+constexpr uint32_t kWarpTableBytes = 8 * kQuadTableStride;
+
+// Where lane `lane` of a warp whose scratch starts at `warp_tables` (16-byte aligned) keeps its
+// tables: slot (its 16 bytes), quad (its quad's 64), offset_mul (mul.hi by it brings 32-block
+// lane % 4's offset down to bits 0-3).
+struct QuadTableLane {
+  uint32_t slot, quad, offset_mul;
+};
+
+__host__ __device__ __forceinline__ QuadTableLane quad_table_lane(uint32_t warp_tables,
+                                                                  uint32_t lane) {
+  const uint32_t quad = warp_tables + (lane / 4) * kQuadTableStride;
+  return QuadTableLane{quad + 16 * (lane % 4), quad, 1u << (16 - 4 * (lane % 4))};
+}
+
+#if defined(__CUDA_ARCH__)
+// Every lane of the warp: the 8 tables of its rows from their offsets words. The first
+// __syncwarp keeps a lane from overwriting its slot before its quad has read the last tables.
+__device__ __forceinline__ RowTables share_quad_tables(uint32_t ow_r, uint32_t ow_r8,
+                                                       const QuadTableLane& at) {
+  const Table tr = table_of_offset(__umulhi(ow_r, at.offset_mul) & 0xF);
+  const Table tr8 = table_of_offset(__umulhi(ow_r8, at.offset_mul) & 0xF);
+  __syncwarp();
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(at.slot), "r"(tr.lo), "r"(tr.hi),
+               "r"(tr8.lo), "r"(tr8.hi)
+               : "memory");
+  __syncwarp();
+  RowTables tab;
+#pragma unroll
+  for (uint32_t j = 0; j < 4; ++j) {
+    uint32_t v[4];
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
+                 : "r"(at.quad + 16 * j));
+    tab.t[0][j] = Table{v[0], v[1]};
+    tab.t[1][j] = Table{v[2], v[3]};
+  }
+  return tab;
+}
+#endif
+
 }  // namespace moegemm::fp4
