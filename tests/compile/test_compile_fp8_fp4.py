@@ -359,12 +359,15 @@ def opcode(text: str) -> str:
 
 
 def exact_path_spans(program: list[tuple[int, str]]) -> list[tuple[int, int]]:
-    """Address spans the fast path jumps over (an unconditional forward BRA) holding the exact
-    path's scale-byte load (LDG), innermost only: a jump over a whole tile (an idle warpgroup's)
-    holds those spans and the mainloop with them."""
+    """Address spans the fast path jumps over (a forward BRA, unconditional where ptxas puts the
+    exact path out of line, predicated where it falls through into it) holding the exact path's
+    scale-byte load (LDG), innermost only: a jump over a whole tile (an idle warpgroup's) holds
+    those spans and the mainloop with them."""
     spans = []
     for addr, text in program:
         words = text.split()
+        if words[0].startswith("@"):
+            words = words[1:]
         if words[0] == "BRA" and len(words) == 2:
             target = int(words[1], 16)
             inside = [t for a, t in program if addr < a < target]

@@ -53,12 +53,33 @@ MAX_TOKENS = {1: 160, 2: 160, 3: 64, 4: 16}
 WARP_TABLE_BYTES = 8 * 80
 
 
+# The relay's ready barrier beside each stage's full and empty ones (RelayRing).
+RELAY_BARRIER_BYTES = BARRIER_BYTES // 2
+
+
+def quad_factors(block_t: int) -> int:
+    """Floats a quad's promotion factors take in the relay's row (Fp4TableMma::kQuadFactors):
+    its block_t / 4 rounded up to 4, plus 4 where the four quads' loads would share banks."""
+    least = (block_t // 4 + 3) // 4 * 4
+    return least + 4 if least % 16 == 0 else least
+
+
 def smem_bytes_for(block_t: int, block_w: int, num_stages: int) -> int:
-    """Per stage: the tokens' E4M3 rows, the codes, the tokens' scales and one offsets word per
-    weight row (the last two slabs rounded up to 1 KiB); then the barriers; then the tables'
-    scratch of each math warpgroup."""
-    stage = block_t * BLOCK_K + block_w * BLOCK_K // 2 + kib(block_t * 4) + kib(block_w * 4)
-    return num_stages * (stage + BARRIER_BYTES) + block_w // 64 * 4 * WARP_TABLE_BYTES
+    """Per stage: the tokens' E4M3 rows, the codes, the relay's promotion factors (a row of four
+    quads' factors per math warpgroup) and one offsets word per weight row (the last two slabs
+    rounded up to 1 KiB); then the three barriers; then the tables' scratch of each math
+    warpgroup."""
+    warpgroups = block_w // 64
+    stage = (
+        block_t * BLOCK_K
+        + block_w * BLOCK_K // 2
+        + kib(warpgroups * 4 * quad_factors(block_t) * 4)
+        + kib(block_w * 4)
+    )
+    return (
+        num_stages * (stage + BARRIER_BYTES + RELAY_BARRIER_BYTES)
+        + warpgroups * 4 * WARP_TABLE_BYTES
+    )
 
 
 def token_choices(kind: str) -> tuple[int, ...]:
