@@ -338,13 +338,14 @@ ALU_OPCODES = {"LOP3", "PRMT", "SHF", "IADD3", "ISETP", "SEL", "FSEL", "LEA", "M
                "IMNMX", "VIMNMX", "BMSK", "PLOP3", "P2R", "R2P", "FLO", "POPC"}  # fmt: skip
 WEIGHTS_PER_THREAD_KBLOCK = 64  # 64 rows x 128 K a warpgroup, over 128 threads
 # The gate, a regression bound at what ptxas 13.0 emits today for the decode configs (tokens <=
-# 16: 2.03-2.17 instructions, 0.77-0.78 integer-pipe operations a weight, the tables shared by
-# each quad); the aim is 2.0 and 1.0, and BENCHMARKS.md ("FP8 x FP4") says where the rest of a
-# k-block goes. Wider token blocks add their promotion (one FMUL and one FFMA an accumulator):
-# only the integer pipe is bounded there (0.80-0.91 today).
+# 16: 1.98-2.06 instructions, 0.77-0.89 integer-pipe operations a weight, the tables shared by
+# each quad, the promotion factors formed by the relay warp); the aim is 2.0 and 1.0, and
+# BENCHMARKS.md ("FP8 x FP4") says where the rest of a k-block goes. Wider token blocks add their
+# promotion (one FFMA an accumulator, factors by LDS.128): only the integer pipe is bounded there
+# (0.78-0.83 today).
 DECODE_TOKENS = 16
 MAX_INSTRUCTIONS_PER_WEIGHT = 2.25
-MAX_ALU_PER_WEIGHT = 0.85
+MAX_ALU_PER_WEIGHT = 0.92
 MAX_ALU_PER_WEIGHT_WIDE = 1.0
 
 
@@ -442,7 +443,7 @@ def test_table_kernel_mainloop_gate(kind: str, config, tmp_path) -> None:
     serialize (no C7514 / C7518 / C7519), no local memory, and per steady-state k-block one
     WARPGROUP.DEPBAR, no BAR.RED / BAR.SYNC / REDUX, no SHFL between the wait and the first
     wgmma, the codes by two LDS.128, the quad's shared tables by one STS.128 and four LDS.128,
-    and at most
+    the promotion's factors by LDS.128 with no FMUL (the relay formed them), and at most
     MAX_INSTRUCTIONS_PER_WEIGHT instructions and MAX_ALU_PER_WEIGHT integer-pipe operations a
     weight at decode (MAX_ALU_PER_WEIGHT_WIDE for wider token blocks)."""
     spec = sm90_fp8_fp4_spec(config, kind, "prepared")
@@ -465,8 +466,10 @@ def test_table_kernel_mainloop_gate(kind: str, config, tmp_path) -> None:
     # wait and the next batch.
     first_qgmma = next(i for i, op in enumerate(ops) if op == "QGMMA")
     assert "SHFL" not in ops[:first_qgmma]
-    # The codes by two LDS.128; the quad's tables stored once and loaded by four.
-    assert sum(t.startswith("LDS.128") for t in body) == 6 * kblocks
+    # The codes by two LDS.128; the quad's tables stored once and loaded by four; the thread's
+    # block_t / 4 factors by LDS.128 (a last pair by LDS.64), none multiplied here.
+    assert sum(t.startswith("LDS.128") for t in body) == (6 + block_t // 16) * kblocks
+    assert "FMUL" not in ops
     assert sum(t.startswith("STS.128") for t in body) == kblocks
     per_weight = len(body) / (kblocks * WEIGHTS_PER_THREAD_KBLOCK)
     alu = sum(op in ALU_OPCODES for op in ops) / (kblocks * WEIGHTS_PER_THREAD_KBLOCK)

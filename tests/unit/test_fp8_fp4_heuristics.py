@@ -64,10 +64,15 @@ PREPARED = [dataclasses.replace(d, weights="prepared") for d in DESCS]
 
 def table_smem(block_t: int, block_w: int, stages: int) -> int:
     """The table kernel's shared memory, written out again: per stage the tokens' rows, the
-    codes, the tokens' scales and one offsets word a weight row (the last two in whole KiB),
-    then a barrier pair; and 80 bytes of tables a quad of math threads."""
+    codes, the relay's factors (per math warpgroup four quads' rows of block_t / 4 floats, each
+    padded to a multiple of 4 and by 4 more where a multiple of 16) and one offsets word a
+    weight row (the last two in whole KiB), then three barriers; and 80 bytes of tables a quad
+    of math threads."""
     kib = lambda nbytes: -(-nbytes // 1024) * 1024
-    stage = block_t * 128 + block_w * 64 + kib(block_t * 4) + kib(block_w * 4) + 16
+    quad = -(-block_t // 16) * 4
+    quad += 4 if quad % 16 == 0 else 0
+    factors = block_w // 64 * 4 * quad * 4
+    stage = block_t * 128 + block_w * 64 + kib(factors) + kib(block_w * 4) + 24
     return stages * stage + 80 * block_w // 2
 
 

@@ -112,7 +112,7 @@ struct Fp4TableMma {
     const fp4::QuadTableLane tables =
         fp4::quad_table_lane(scratch + (4 * math_wg + t / 32) * fp4::kWarpTableBytes, t % 32);
     return Lane{opaque(math_wg * kBlockBytes + 16 * t), opaque((math_wg * 64 + 2 * pair) * 4),
-                opaque(math_wg * 256), opaque(4 * (math_wg * kFactorRow + (t % 4) * kQuadFactors)),
+                opaque(math_wg * 256), 4 * (math_wg * kFactorRow + (t % 4) * kQuadFactors),
                 {opaque(tables.slot), opaque(tables.quad), opaque(tables.offset_mul)}};
   }
 
