@@ -160,7 +160,6 @@ __host__ __device__ __forceinline__ QuadTableLane quad_table_lane(uint32_t warp_
   return QuadTableLane{quad + 16 * (lane % 4), quad, 1u << (16 - 4 * (lane % 4))};
 }
 
-#if defined(__CUDA_ARCH__)
 // Every lane of the warp: the 8 tables of its rows from their offsets words. The first
 // __syncwarp keeps a lane from overwriting its slot before its quad has read the last tables.
 __device__ __forceinline__ RowTables share_quad_tables(uint32_t ow_r, uint32_t ow_r8,
@@ -184,6 +183,5 @@ __device__ __forceinline__ RowTables share_quad_tables(uint32_t ow_r, uint32_t o
   }
   return tab;
 }
-#endif
 
 }  // namespace moegemm::fp4
