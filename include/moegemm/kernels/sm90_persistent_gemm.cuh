@@ -23,6 +23,9 @@
 //   warpgroup 0          producer. Warp 0 walks the schedule (warp-cooperative schedulers);
 //                        one elected lane acquires each stage, arms its full barrier with the
 //                        loader's bytes and issues the loader's boxes; setmaxnreg.dec 40.
+//                        With Mma::kRelay, warp 1 is the relay: it walks the same stages,
+//                        rewrites each landed one (Mma::relay_stage) and arrives on its ready
+//                        barrier, which the math warpgroups wait on (RelayRing).
 //   side warpgroup       (Kernel::Side, without a transform or clusters) work beside the rings
 //                        (the FP8 x FP4 convert-ahead kernel's converter): Side::run(params,
 //                        thread, scratch: Side::kScratchBytes of shared memory), setmaxnreg.dec
