@@ -340,9 +340,9 @@ WEIGHTS_PER_THREAD_KBLOCK = 64  # 64 rows x 128 K a warpgroup, over 128 threads
 # The gate, a regression bound at what ptxas 13.0 emits today for the decode configs (tokens <=
 # 16: 1.98-2.06 instructions, 0.77-0.89 integer-pipe operations a weight, the tables shared by
 # each quad, the promotion factors formed by the relay warp); the aim is 2.0 and 1.0, and
-# BENCHMARKS.md ("FP8 x FP4") says where the rest of a k-block goes. Wider token blocks add their
-# promotion (one FFMA an accumulator, factors by LDS.128): only the integer pipe is bounded there
-# (0.78-0.83 today).
+# docs/design.md ("FP8 x FP4: where the time goes") has where the rest of a k-block goes. Wider
+# token blocks add their promotion (one FFMA an accumulator, factors by LDS.128): only the
+# integer pipe is bounded there (0.78-0.83 today).
 DECODE_TOKENS = 16
 MAX_INSTRUCTIONS_PER_WEIGHT = 2.25
 MAX_ALU_PER_WEIGHT = 0.92
