@@ -336,9 +336,9 @@ ALU_OPCODES = {"LOP3", "PRMT", "SHF", "IADD3", "ISETP", "SEL", "FSEL", "LEA", "M
 WEIGHTS_PER_THREAD_KBLOCK = 64  # 64 rows x 128 K a warpgroup, over 128 threads
 # The gate, a regression bound at what ptxas 13.0 emits today for the decode configs (tokens <=
 # 16: 2.34-2.41 instructions, 0.95-0.97 integer-pipe operations a weight); the aim is 2.0 and
-# 1.0, and BENCHMARKS.md ("FP8 x FP4") says where the rest of a k-block goes. Wider token
-# blocks add their promotion (one FMUL and one FFMA an accumulator): only the integer pipe is
-# bounded there (0.95-1.14 today).
+# 1.0, and docs/design.md ("FP8 x FP4: where the time goes") has where the rest of a k-block
+# goes. Wider token blocks add their promotion (one FMUL and one FFMA an accumulator): only the
+# integer pipe is bounded there (0.95-1.14 today).
 DECODE_TOKENS = 16
 MAX_INSTRUCTIONS_PER_WEIGHT = 2.5
 MAX_ALU_PER_WEIGHT = 1.0
