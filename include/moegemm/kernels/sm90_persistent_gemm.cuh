@@ -377,6 +377,9 @@ struct PersistentGemm {
       for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
         ring.relay_wait(state);
         Mma::template relay_stage<Stages>(smem_base, state.stage_idx, lane_idx);
+        // The producer's next TMA load into this stage (async proxy) comes after these
+        // generic writes.
+        fence_proxy_async_shared();
         ring.relay_arrive(state);
         state.advance();
       }
