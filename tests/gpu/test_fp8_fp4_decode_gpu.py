@@ -43,7 +43,7 @@ def decode_config(block_t: int, num_wg: int, form: str = "raw"):
 
 CONFIGS = [(8, 1), (16, 4), (24, 3), (32, 2), (64, 2)]
 TABLE_CONFIGS = [
-    (8, 1), (8, 2), (16, 4), (24, 3), (32, 1), (32, 4), (48, 2), (48, 3), (64, 2), (64, 3), (96, 1),
+    (8, 1), (8, 2), (16, 4), (24, 3), (32, 1), (32, 3), (48, 2), (48, 3), (64, 2), (64, 3), (96, 1),
     (128, 2), (160, 1), (160, 2)
 ]  # fmt: skip
 FORM_CONFIGS = [("raw", *c) for c in CONFIGS] + [("prepared", *c) for c in TABLE_CONFIGS]

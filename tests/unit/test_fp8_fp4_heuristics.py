@@ -64,20 +64,29 @@ PREPARED = [dataclasses.replace(d, weights="prepared") for d in DESCS]
 
 def table_smem(block_t: int, block_w: int, stages: int) -> int:
     """The table kernel's shared memory, written out again: per stage the tokens' rows, the
-    codes, the tokens' scales and one offsets word a weight row (the last two in whole KiB),
-    then a barrier pair."""
+    codes, the relay's factors (per math warpgroup four quads' rows of block_t / 4 floats, each
+    padded to a multiple of 4 and by 4 more where a multiple of 16) and one offsets word a
+    weight row (the last two in whole KiB), then three barriers; and 80 bytes of tables a quad
+    of math threads."""
     kib = lambda nbytes: -(-nbytes // 1024) * 1024
-    return stages * (block_t * 128 + block_w * 64 + kib(block_t * 4) + kib(block_w * 4) + 16)
+    quad = -(-block_t // 16) * 4
+    quad += 4 if quad % 16 == 0 else 0
+    factors = block_w // 64 * 4 * quad * 4
+    stage = block_t * 128 + block_w * 64 + kib(factors) + kib(block_w * 4) + 24
+    return stages * stage + 80 * block_w // 2
 
 
 def prefill_smem(block_m: int, block_n: int, stages: int, store_cols: int) -> int:
     """The prefill kernel's shared memory on prepared weights, written out again: the TMA ring
     (tokens, codes, token scales, offsets words, a barrier pair), three transform stages (the
-    E4M3 tile, 1 KiB of pass metadata, a barrier pair) and the TMA store's staging tile."""
+    E4M3 tile, 1 KiB of pass metadata, a barrier pair), the transform warps' tables (640 bytes
+    a warp, one warpgroup per 64-row block pair, in whole KiB) and the TMA store's staging
+    tile."""
     kib = lambda nbytes: -(-nbytes // 1024) * 1024
     stage = block_m * 128 + block_n * 64 + kib(block_m * 4) + kib(block_n * 4) + 16
     tstage = block_n * 128 + 1024 + 16
-    return stages * stage + 3 * tstage + (block_m * block_n * 2 if store_cols else 0)
+    tables = kib((2 if block_n % 128 == 0 else 1) * 4 * 640)
+    return stages * stage + 3 * tstage + tables + (block_m * block_n * 2 if store_cols else 0)
 
 
 @pytest.mark.parametrize("desc", PREPARED, ids=lambda d: f"{d.kind}-{d.m}-{d.n}-{d.k}")

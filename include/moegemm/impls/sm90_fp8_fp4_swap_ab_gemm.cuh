@@ -20,7 +20,9 @@
 //              layer's SwiGLU / RowScale stores, BF16 from registers.
 //
 // Warp roles (1 + kNumMathWG warpgroups of 128 threads):
-//   warpgroup 0      producer: TMA boxes by one lane, scales by all 32 (cp.async).
+//   warpgroup 0      producer: TMA boxes by one lane, scales by all 32 (cp.async). Prepared
+//                    weights: its second warp is the relay, which turns each landed stage's
+//                    token scales into every math warpgroup's promotion factors.
 //   warpgroups 1..W  math, 64 weight rows each; the conversion is their work, so several of
 //                    them share the SM's integer pipes and one converts while another's wgmma
 //                    runs. setmaxnreg.inc by what the producer gives back. Prepared weights:
@@ -29,9 +31,13 @@
 //                    so their batches queue one after another and each promotes under
 //                    another's wgmma instead of all promoting at once.
 // Pipeline: one TMA ring, kNumStages: full[s] 1 + 32 arrivals + the boxes' bytes; empty[s] one
-//   arrive per math warp after its warpgroup's last wgmma on the stage has retired.
-// Shared memory: [tokens | codes | token scales | offsets words (prepared) or scale words] x
-//   kNumStages, the checkpoint path's conversion tables (128 bytes a math warpgroup), barriers.
+//   arrive per math warp after its warpgroup's last wgmma on the stage has retired; prepared
+//   weights add ready[s] (RelayRing): 32 arrivals, the relay's lanes after their writes; the
+//   math warps wait on it instead of full[s].
+// Shared memory: [tokens | codes | token scales (prepared: the relay's factors, a row per math
+//   warpgroup) | offsets words (prepared) or scale words] x
+//   kNumStages, the conversion tables (the table MMA's scratch, 2.5 KiB a math warpgroup; the
+//   checkpoint path's 128 bytes a math warpgroup), barriers.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -59,10 +65,14 @@ struct Fp8Fp4SwapAbGemmKernel : SwapAbTiles<Config, Sm90Fp8Fp4GemmParams> {
   static constexpr bool kPrepared = Config::kPreparedWeights;
   static_assert(BLOCK_M % 8 == 0 && BLOCK_M >= 8 && BLOCK_M <= (kPrepared ? 160 : 64),
                 "tokens on N: 8..160 (prepared weights), 8..64 (checkpoint layout)");
-  // The checkpoint path's conversion tables, 128 bytes a math warpgroup.
-  static constexpr uint32_t kEpilogueSmemBytes = kPrepared ? 0 : 1024;
+  // The epilogue stores from registers, so its region holds the conversion tables: the table
+  // MMA's scratch (prepared weights), the checkpoint path's 128 bytes a math warpgroup.
+  static constexpr uint32_t kEpilogueSmemBytes =
+      kPrepared ? Fp4TableMma<BLOCK_M, BLOCK_N>::kScratchBytes : 1024;
 
-  using Loader = std::conditional_t<kPrepared, TableWeightLoader<BLOCK_M, BLOCK_N, true>,
+  using Loader = std::conditional_t<kPrepared,
+                                    TableWeightLoader<BLOCK_M, BLOCK_N, true,
+                                                      Fp4TableMma<BLOCK_M, BLOCK_N>::kScaleFloats>,
                                     PackedWeightLoader<BLOCK_M, BLOCK_N>>;
   using Transform = NoTransform;
   using Mma = std::conditional_t<kPrepared, Fp4TableMma<BLOCK_M, BLOCK_N>,

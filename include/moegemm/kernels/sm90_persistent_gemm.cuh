@@ -23,6 +23,9 @@
 //   warpgroup 0          producer. Warp 0 walks the schedule (warp-cooperative schedulers);
 //                        one elected lane acquires each stage, arms its full barrier with the
 //                        loader's bytes and issues the loader's boxes; setmaxnreg.dec 40.
+//                        With Mma::kRelay, warp 1 is the relay: it walks the same stages,
+//                        rewrites each landed one (Mma::relay_stage) and arrives on its ready
+//                        barrier, which the math warpgroups wait on (RelayRing).
 //   side warpgroup       (Kernel::Side, without a transform or clusters) work beside the rings
 //                        (the FP8 x FP4 convert-ahead kernel's converter): Side::run(params,
 //                        thread, scratch: Side::kScratchBytes of shared memory), setmaxnreg.dec
@@ -109,6 +112,13 @@ struct runs_tile : std::false_type {};
 template <typename Mma>
 struct runs_tile<Mma, std::enable_if_t<Mma::kRunsTile>> : std::true_type {};
 
+// Whether an MMA policy has a relay warp rewrite each landed stage before the math warpgroups
+// read it (Mma::kRelay = true: Mma::relay_stage<Stages>(smem, stage_idx, lane), RelayRing).
+template <typename Mma, typename = void>
+struct has_relay : std::false_type {};
+template <typename Mma>
+struct has_relay<Mma, std::enable_if_t<Mma::kRelay>> : std::true_type {};
+
 template <typename Kernel>
 struct PersistentGemm {
   using Loader = typename Kernel::Loader;
@@ -126,7 +136,11 @@ struct PersistentGemm {
   // transform() hands the policy its thread index over all its warpgroups (0 .. 128 W - 1).
   static_assert(Transform::kNumWarpgroups <= 2, "a transform runs in one or two warpgroups");
 
-  using Ring = PipelineRing<kNumStages, kClusterSize>;
+  static constexpr bool kRelay = has_relay<Mma>::value;
+  static_assert(!kRelay || (!kTransform && kClusterSize == 1 && runs_tile<Mma>::value),
+                "a relay serves math warpgroups that run whole tiles, alone on the ring");
+  using Ring = std::conditional_t<kRelay, RelayRing<kNumStages>,
+                                  PipelineRing<kNumStages, kClusterSize>>;
   using Stages = typename Loader::template Stages<kNumStages>;
   // What the math warpgroups read: the TMA ring, or the transform's ring.
   using MmaStages = typename Transform::template OutStages<Stages>;
@@ -185,7 +199,7 @@ struct PersistentGemm {
     uint8_t* smem_d = smem_side + kSideBytes;
     auto* barriers = reinterpret_cast<Barrier*>(smem_d + Kernel::kEpilogueSmemBytes);
     const Ring ring(barriers);
-    const MmaRing transform_ring(barriers + 2 * kNumStages);
+    const MmaRing transform_ring(barriers + Ring::kBarrierBytes / sizeof(Barrier));
 
     const uint32_t warp_idx = warp_idx_sync();
     const uint32_t lane_idx = threadIdx.x % 32;
@@ -235,6 +249,9 @@ struct PersistentGemm {
     if (threadIdx.x < 128) {
       cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
       if (warp_idx == 0) produce(params, ring, smem, cta_rank, scheduler, k_blocks);
+      if constexpr (kRelay) {
+        if (warp_idx == 1) relay(params, ring, smem, lane_idx, scheduler, k_blocks);
+      }
       if constexpr (kClusterSize == 1) return;
     } else if (kTransform && threadIdx.x < 128 * kFirstMathWG) {
       if constexpr (kTransform) {
@@ -342,6 +359,30 @@ struct PersistentGemm {
         }
       }
       __syncwarp();
+    }
+  }
+
+  // Relay warp (Mma::kRelay): every stage the producer fills, in the same order, once it has
+  // landed: Mma::relay_stage, then the lanes' arrivals on its ready barrier.
+  template <typename Sched>
+  __device__ __forceinline__ static void relay(const Params& params, const Ring& ring,
+                                               uint8_t* smem, uint32_t lane_idx,
+                                               Sched scheduler, uint32_t k_blocks) {
+    const uint32_t smem_base = smem_u32(smem);
+    typename Ring::State state;
+    typename Kernel::Work work;
+    while (scheduler.next(work)) {
+      const uint32_t num_k_blocks = Kernel::num_k_blocks(k_blocks, work);
+#pragma unroll 1
+      for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
+        ring.relay_wait(state);
+        Mma::template relay_stage<Stages>(smem_base, state.stage_idx, lane_idx);
+        // The producer's next TMA load into this stage (async proxy) comes after these
+        // generic writes.
+        fence_proxy_async_shared();
+        ring.relay_arrive(state);
+        state.advance();
+      }
     }
   }
 
@@ -481,7 +522,8 @@ struct PersistentGemm {
 
   // Math warpgroups whose MMA policy runs whole tiles (Mma::kRunsTile: the FP8 x FP4 kernel on
   // prepared weights, which converts k-block kb + 1 while kb's wgmma run): the skeleton walks
-  // the schedule, keeps idle warpgroups in step with the ring and stores.
+  // the schedule, keeps idle warpgroups in step with the ring and stores. The MMA also gets
+  // smem_d: where its kernel's epilogue stores from registers, that region is its scratch.
   template <typename Sched>
   __device__ __forceinline__ static void consume_tiles(const Params& params, const Ring& ring,
                                                        uint8_t* smem, uint8_t* smem_d,
@@ -500,7 +542,7 @@ struct PersistentGemm {
       }
       Mma::zero(acc);
       Mma::template run_tile<Stages>(acc, tmp, params, work, num_k_blocks, ring, in, smem,
-                                     math_wg, lane_idx);
+                                     smem_d, math_wg, lane_idx);
       if constexpr (has_prefetch<Sched>::value) scheduler.prefetch();  // under the stores
       Kernel::epilogue(params, acc, work, math_wg, smem_d);
     }

@@ -208,12 +208,16 @@ __device__ __forceinline__ uint32_t scale_word(const Params& params, uint32_t gr
 // offsets words [G, 2 Kb, Np] (first plane) into slab 3; the lanes copy only the tokens' scales
 // (Fp8TokenLoader). kStreamed: the codes are read once (the decode kernel's tile holds all of a
 // group's tokens), so they load evict-first and leave L2 to the tokens every weight block of the
-// group reads.
-template <uint32_t BLOCK_M, uint32_t BLOCK_N, bool kStreamed = false>
+// group reads. kScaleFloats: the token-scale slab's floats, BLOCK_M or more (the swap-AB MMA's
+// relay writes a row of promotion factors per math warpgroup over the lanes' copy).
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, bool kStreamed = false,
+          uint32_t kScaleFloats = BLOCK_M>
 struct TableWeightLoader : Fp8TokenLoader<BLOCK_M, BLOCK_N> {
   using Base = Fp8TokenLoader<BLOCK_M, BLOCK_N>;
   static_assert(BLOCK_N % 64 == 0, "whole 64-row blocks of codes");
-  using Base::kBytesA, Base::kBytesB, Base::kBytesSfa;
+  using Base::kBytesA, Base::kBytesB;
+  static_assert(kScaleFloats >= BLOCK_M, "the lanes copy BLOCK_M scales");
+  static constexpr uint32_t kBytesSfa = (kScaleFloats * 4 + 1023) / 1024 * 1024;
   static constexpr uint32_t kBytesOffsets = (BLOCK_N * 4 + 1023) / 1024 * 1024;
   static constexpr uint32_t kExpectedBytes = kBytesA + kBytesB + BLOCK_N * 4;  // the TMA part
   template <uint32_t kNumStages>

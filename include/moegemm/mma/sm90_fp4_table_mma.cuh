@@ -7,14 +7,17 @@
 // Per math warpgroup (64 weight rows) and k-block, thread t holds rows r = 16 (t / 32) +
 // (t % 32) / 4 and r + 8: 8 code words (two conflict-free LDS.128: the prepared layout stores
 // the block's first 16 bytes of every thread, then the second 16), one offsets word per row
-// (one LDS.64, the two rows adjacent), the 8 tables (two IMADs each) and 16 A registers.
+// (one LDS.64, the two rows adjacent), the 8 tables (built once per quad through the warp's
+// scratch, fp4::share_quad_tables: kScratchBytes in the kernel's epilogue region) and 16 A
+// registers.
 //
 // Pipeline inside the warpgroup (two compile-time A register sets, so no indexing by a runtime
 // value; only wgmma.wait_group 0, as ptxas 13.0 serializes wait_group 1 on two sets):
 //   kb's 4 wgmma (RS, m64 x BLOCK_T x 32) from set kb % 2 are in flight
 //   wait for stage kb + 1 and convert it into the other set     (hides under the wgmma)
 //   wait for the wgmma; with two temporary sets (kTwoTemporaries) issue kb + 1 first, then
-//   promote kb: acc += tmp * 2^(top - 133) of the warpgroup's 64-row block * the token's scale
+//   promote kb: acc += tmp * factor, the token's scale times 2^(top - 133) of the warpgroup's
+//   64-row block, formed once per stage by the relay warp (relay_stage)
 //   release stage kb
 // The promotion every 128 of K is also the one that bounds the FP8 accumulation.
 //
@@ -71,13 +74,24 @@ struct Fp4TableMma {
               overwrite ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One);
   }
 
+  // The tables' scratch (fp4::share_quad_tables), per math warp.
+  static constexpr uint32_t kScratchBytes = kNumMathWG * 4 * fp4::kWarpTableBytes;
+
   // This thread's place in the warpgroup's 64-row block: the code bytes and the offsets pair.
   struct Lane {
     uint32_t code_offset;  // bytes into the codes slab (first LDS.128; +2048 the second)
     uint32_t pair_offset;  // bytes into the offsets slab: rows r and r + 8, adjacent
     uint32_t block_offset; // bytes into the offsets slab: the block's first word (the flag)
-    uint32_t quad;         // t % 4: the thread's token columns 8 c + 2 quad + {0, 1}
+    uint32_t factor_offset;  // bytes into the scales slab: its quad's factors (relay_stage)
+    fp4::QuadTableLane tables;  // its quad's tables in the scratch
   };
+
+  // x as a value ptxas cannot recompute: kept in a register for the tile instead of rebuilt
+  // from threadIdx every k-block where registers are short (four math warpgroups).
+  __device__ __forceinline__ static uint32_t opaque(uint32_t x) {
+    asm volatile("mov.b32 %0, %0;" : "+r"(x));
+    return x;
+  }
 
   // One stage's slabs as shared-window addresses: tokens, codes, token scales, offsets words.
   struct Slabs {
@@ -92,11 +106,14 @@ struct Fp4TableMma {
                  smem + Stages::template slab_offset<3>() + stage_idx * Stages::template slab_bytes<3>()};
   }
 
-  __device__ __forceinline__ static Lane make_lane(uint32_t math_wg) {
+  __device__ __forceinline__ static Lane make_lane(uint32_t math_wg, uint32_t scratch) {
     const uint32_t t = threadIdx.x % 128;
     const uint32_t pair = 8 * (t / 32) + (t % 32) / 4;  // row r = 16 (t / 32) + (t % 32) / 4
-    return Lane{math_wg * kBlockBytes + 16 * t, (math_wg * 64 + 2 * pair) * 4, math_wg * 256,
-                t % 4};
+    const fp4::QuadTableLane tables =
+        fp4::quad_table_lane(scratch + (4 * math_wg + t / 32) * fp4::kWarpTableBytes, t % 32);
+    return Lane{opaque(math_wg * kBlockBytes + 16 * t), opaque((math_wg * 64 + 2 * pair) * 4),
+                opaque(math_wg * 256), 4 * (math_wg * kFactorRow + (t % 4) * kQuadFactors),
+                {opaque(tables.slot), opaque(tables.quad), opaque(tables.offset_mul)}};
   }
 
   // The 16 A registers of one k-block from its landed stage; returns the offsets words of rows
@@ -109,7 +126,7 @@ struct Fp4TableMma {
     const uint2 ow = lds64(stage.offsets + lane.pair_offset);
     const uint32_t flag_word = lds32(stage.offsets + lane.block_offset);
     const uint32_t w[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
-    fp4::convert_k_block(w, ow.x, ow.y, a);
+    fp4::convert_k_block(w, fp4::share_quad_tables(ow.x, ow.y, lane.tables), a);
     return make_uint3(ow.x, ow.y, flag_word);
   }
 
@@ -132,23 +149,80 @@ struct Fp4TableMma {
     }
   }
 
-  // The fast path's promotion factors of one k-block: 2^(top - 133), one per 64-row block (the
-  // preparation writes it into every row's word), times the scale of each of the thread's
-  // tokens (8 c + 2 quad + {0, 1}).
+  // The relay (the producer warpgroup's second warp, RelayRing): once a stage has landed, it
+  // turns the lanes' copy of the tokens' scales into one row of promotion factors per math
+  // warpgroup over that copy: the token's scale times 2^(top - 133) of the warpgroup's 64-row
+  // block (the preparation writes it into every row's word; the block's first word is read),
+  // or times 1 on a block flagged for the exact passes, which multiply by each row's own scale.
+  // The math threads then promote with one FFMA an accumulator and no multiply: the 32 lanes
+  // form the BLOCK_T x W products once, where every math thread formed its BLOCK_T / 4 (32 FMUL
+  // a k-block at 128 tokens). A row holds the factors in the order a quad (t % 4 = q) reads
+  // them, tokens 8 c + 2 q + {0, 1} at kQuadFactors q + 2 c + {0, 1}, so a thread loads its
+  // BLOCK_T / 4 by LDS.128; kQuadFactors, a multiple of 4, keeps the four quads' 16 bytes in
+  // distinct banks.
+  static constexpr bool kRelay = true;
+  static constexpr uint32_t kQuadFactorsMin = (BLOCK_T / 4 + 3) / 4 * 4;
+  static constexpr uint32_t kQuadFactors =
+      kQuadFactorsMin % 16 == 0 ? kQuadFactorsMin + 4 : kQuadFactorsMin;
+  static constexpr uint32_t kFactorRow = 4 * kQuadFactors;  // floats a math warpgroup
+  static constexpr uint32_t kScaleFloats = kNumMathWG * kFactorRow;
+  static_assert(kScaleFloats >= BLOCK_T, "the lanes' copy fits under the factors");
+
+  // Where token `token`'s factor sits in a row.
+  __device__ __forceinline__ static constexpr uint32_t factor_slot(uint32_t token) {
+    return (token / 2 % 4) * kQuadFactors + token / 8 * 2 + token % 2;
+  }
+
+  template <typename Stages>
+  __device__ __forceinline__ static void relay_stage(uint32_t smem, uint32_t stage_idx,
+                                                     uint32_t lane) {
+    constexpr uint32_t kPerLane = (BLOCK_T + 31) / 32;
+    const Slabs stage = slabs_of<Stages>(smem, stage_idx);
+    float sfa[kPerLane];
+#pragma unroll
+    for (uint32_t i = 0; i < kPerLane; ++i)
+      if (lane + 32 * i < BLOCK_T) sfa[i] = __uint_as_float(lds32(stage.sfa + 4 * (lane + 32 * i)));
+    __syncwarp();  // every lane has read the copy the rows overwrite
+#pragma unroll
+    for (uint32_t w = 0; w < kNumMathWG; ++w) {
+      const uint32_t word = lds32(stage.offsets + w * 256);
+      const float block_scale = (word & fp4::kExactFlag) != 0 ? 1.0f : fp4::row_scale_of(word);
+#pragma unroll
+      for (uint32_t i = 0; i < kPerLane; ++i)
+        if (lane + 32 * i < BLOCK_T)
+          sts32(stage.sfa + 4 * (w * kFactorRow + factor_slot(lane + 32 * i)),
+                __float_as_uint(block_scale * sfa[i]));
+    }
+  }
+
+  // The thread's BLOCK_T / 4 factors, in its accumulators' token order (8 c + 2 (t % 4) + j at
+  // 2 c + j): LDS.128s, one LDS.64 for a last pair.
+  __device__ __forceinline__ static void load_factors(uint32_t addr, float (&f)[BLOCK_T / 4]) {
+#pragma unroll
+    for (uint32_t i = 0; i + 4 <= BLOCK_T / 4; i += 4) {
+      const uint4 v = lds128(addr + 4 * i);
+      f[i] = __uint_as_float(v.x);
+      f[i + 1] = __uint_as_float(v.y);
+      f[i + 2] = __uint_as_float(v.z);
+      f[i + 3] = __uint_as_float(v.w);
+    }
+    if constexpr (BLOCK_T / 4 % 4 != 0) {
+      constexpr uint32_t i = BLOCK_T / 4 / 4 * 4;
+      const uint2 v = lds64(addr + 4 * i);
+      f[i] = __uint_as_float(v.x);
+      f[i + 1] = __uint_as_float(v.y);
+    }
+  }
+
+  // The fast path's promotion factors of one k-block: the relay's row of the thread's
+  // warpgroup, at its tokens 8 c + 2 (t % 4) + {0, 1}.
   struct Factors {
     float v[BLOCK_T / 4];
   };
 
-  __device__ __forceinline__ static Factors factors_of(const Slabs& stage, const Lane& lane,
-                                                       uint32_t offsets_word) {
-    const float block_scale = fp4::row_scale_of(offsets_word);
+  __device__ __forceinline__ static Factors factors_of(const Slabs& stage, const Lane& lane) {
     Factors f;
-#pragma unroll
-    for (uint32_t c = 0; c < BLOCK_T / 8; ++c) {
-      const uint2 bits = lds64(stage.sfa + 4 * (8 * c + 2 * lane.quad));
-      f.v[2 * c] = block_scale * __uint_as_float(bits.x);
-      f.v[2 * c + 1] = block_scale * __uint_as_float(bits.y);
-    }
+    load_factors(stage.sfa + lane.factor_offset, f.v);
     return f;
   }
 
@@ -169,14 +243,16 @@ struct Fp4TableMma {
     }
   }
 
-  // acc += tmp * row_scale[row] * sfa[token] (the tokens' scales from the stage).
+  // acc += tmp * row_scale[row] * sfa[token] (the tokens' scales: the relay's row, times 1 on
+  // a flagged block).
   __device__ __forceinline__ static void promote(Accum& acc, const Accum& tmp,
                                                  const Slabs& stage, const Lane& lane,
                                                  float scale_r, float scale_r8) {
+    float f[BLOCK_T / 4];
+    load_factors(stage.sfa + lane.factor_offset, f);
 #pragma unroll
     for (uint32_t c = 0; c < BLOCK_T / 8; ++c) {
-      const uint2 bits = lds64(stage.sfa + 4 * (8 * c + 2 * lane.quad));
-      const float2 cs = make_float2(__uint_as_float(bits.x), __uint_as_float(bits.y));
+      const float2 cs = make_float2(f[2 * c], f[2 * c + 1]);
       acc.v[0][4 * c + 0] = fmaf(tmp.v[0][4 * c + 0], scale_r * cs.x, acc.v[0][4 * c + 0]);
       acc.v[0][4 * c + 1] = fmaf(tmp.v[0][4 * c + 1], scale_r * cs.y, acc.v[0][4 * c + 1]);
       acc.v[0][4 * c + 2] = fmaf(tmp.v[0][4 * c + 2], scale_r8 * cs.x, acc.v[0][4 * c + 2]);
@@ -271,10 +347,10 @@ struct Fp4TableMma {
     }
     const uint32_t next_tokens = uniform_tokens(next_stage);
     Factors factors;
-    if constexpr (kFactorsAhead) factors = factors_of(stage, lane, ow_cur.x);
+    if constexpr (kFactorsAhead) factors = factors_of(stage, lane);
     warpgroup_wait<0>();
     warpgroup_fence_regs<kNumAccum>(t_cur.v[0]);
-    if constexpr (!kFactorsAhead) factors = factors_of(stage, lane, ow_cur.x);
+    if constexpr (!kFactorsAhead) factors = factors_of(stage, lane);
     if constexpr (kTwoTemporaries) {
       if (!last) issue(nxt, t_nxt, next_tokens);
       finish(acc, t_cur, cur, ow_cur, factors, stage, state.stage_idx, params, work, kb, ring,
@@ -362,7 +438,7 @@ struct Fp4TableMma {
     // Without has_p1, f1 reads a stage not waited for (perhaps being filled): unused then, and
     // cheaper than a selected stage (ptxas: +10 instructions a pair, a local-memory frame).
     const uint32_t tokens_q0 = uniform_tokens(s2), tokens_q1 = uniform_tokens(has_q1 ? s3 : s2);
-    Factors f0 = factors_of(s0, lane, wp0.x), f1 = factors_of(s1, lane, wp1.x);
+    Factors f0 = factors_of(s0, lane), f1 = factors_of(s1, lane);
     warpgroup_wait<0>();
     warpgroup_fence_regs<kNumAccum>(t0.v[0]);
     warpgroup_fence_regs<kNumAccum>(t1.v[0]);
@@ -383,8 +459,7 @@ struct Fp4TableMma {
                                                   const Work& work, uint32_t num_k_blocks,
                                                   const Ring& ring, typename Ring::State& state,
                                                   uint8_t* smem, uint32_t math_wg,
-                                                  uint32_t lane_idx) {
-    const Lane lane = make_lane(math_wg);
+                                                  uint32_t lane_idx, const Lane& lane) {
     uint32_t a0[16], a1[16], a2[16], a3[16];
     uint3 w0, w1, w2, w3;
     Accum t1;
@@ -409,18 +484,20 @@ struct Fp4TableMma {
     }
   }
 
+  // scratch: kScratchBytes of shared memory for the tables (the kernel's epilogue region).
   template <typename Stages, typename Ring, typename Params, typename Work>
   __device__ __forceinline__ static void run_tile(Accum& acc, Accum& tmp, const Params& params,
                                                   const Work& work, uint32_t num_k_blocks,
                                                   const Ring& ring, typename Ring::State& state,
-                                                  uint8_t* smem, uint32_t math_wg,
-                                                  uint32_t lane_idx) {
+                                                  uint8_t* smem, uint8_t* scratch,
+                                                  uint32_t math_wg, uint32_t lane_idx) {
+    const Lane lane = make_lane(math_wg, smem_u32(scratch));
     if constexpr (kPairedKBlocks) {
       run_tile_pairs<Stages>(acc, tmp, params, work, num_k_blocks, ring, state, smem, math_wg,
-                             lane_idx);
+                             lane_idx, lane);
     } else {
       run_tile_steps<Stages>(acc, tmp, params, work, num_k_blocks, ring, state, smem, math_wg,
-                             lane_idx);
+                             lane_idx, lane);
     }
   }
 
@@ -431,8 +508,7 @@ struct Fp4TableMma {
                                                         uint32_t num_k_blocks, const Ring& ring,
                                                         typename Ring::State& state,
                                                         uint8_t* smem, uint32_t math_wg,
-                                                        uint32_t lane_idx) {
-    const Lane lane = make_lane(math_wg);
+                                                        uint32_t lane_idx, const Lane& lane) {
     uint32_t a0[16], a1[16];
     uint3 ow0, ow1;
     Accum tmp1;

@@ -173,8 +173,8 @@ struct Fp8BlockScaledMma : Fp8PromoteMma<BLOCK_N> {
   __device__ __forceinline__ static void run_tile(Accum& acc, Accum& tmp, const Params&,
                                                   const Work&, uint32_t num_k_blocks,
                                                   const Ring& ring, typename Ring::State& state,
-                                                  uint8_t* smem, uint32_t math_wg,
-                                                  uint32_t lane_idx) {
+                                                  uint8_t* smem, uint8_t* /*scratch*/,
+                                                  uint32_t math_wg, uint32_t lane_idx) {
     if (num_k_blocks == 0) return;
     constexpr uint32_t kFull = 0xFFFFFFFFu;
     constexpr uint32_t kNumStages = Ring::kNumStages;

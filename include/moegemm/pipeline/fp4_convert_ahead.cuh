@@ -17,7 +17,8 @@
 // (another kernel beside this one).
 // Per unit, the warp takes its four 16-row quarters q in turn; lane l holds rows
 // r = 16 q + l / 4 and r + 8 of the block, as thread 32 q + l of the transform does: two
-// 16-byte loads of codes, one 8-byte load of its rows' offsets words, then its 16 words of 4
+// 16-byte loads of codes, one 8-byte load of its rows' offsets words, the quad's tables shared
+// through the warp's slot (fp4::share_quad_tables), then its 16 words of 4
 // E4M3 bytes (each row's 4-byte pieces 16 bytes apart, the wgmma fragment's order) go through
 // the warp's slot of shared memory, 4-byte stores in, 16-byte loads out, so that each lane
 // stores whole 16-byte chunks (a quad writes 64 contiguous bytes of a row). The slot holds the
@@ -50,7 +51,11 @@ struct Fp4ConvertAhead {
   // stride of 144 (9 chunks of 16 bytes).
   static constexpr uint32_t kRowStride = 144;
   static constexpr uint32_t kHalfBytes = 8 * kRowStride;
-  static constexpr uint32_t kScratchBytes = 4 * 2 * kHalfBytes;  // four warps
+  // Per warp the transpose slot; its first bytes also hold the quads' shared tables
+  // (fp4::share_quad_tables), read before the step's transposed stores.
+  static constexpr uint32_t kWarpBytes = 2 * kHalfBytes;
+  static_assert(fp4::kWarpTableBytes <= kWarpBytes, "the tables fit in the slot");
+  static constexpr uint32_t kScratchBytes = 4 * kWarpBytes;  // four warps
 
   // One unit's address pieces.
   struct Unit {
@@ -110,8 +115,10 @@ struct Fp4ConvertAhead {
     const uint32_t lane = t % 32;
     // This lane's row of the slot: its pieces go to chunk c at byte 4 (lane % 4), its chunks
     // come from chunk lane % 4 (and 4 on).
-    const uint32_t slot = smem_u32(scratch) + (t / 32) * 2 * kHalfBytes + (lane / 4) * kRowStride;
+    const uint32_t warp_scratch = smem_u32(scratch) + (t / 32) * kWarpBytes;
+    const uint32_t slot = warp_scratch + (lane / 4) * kRowStride;
     const uint32_t put = slot + 4 * (lane % 4), get = slot + 16 * (lane % 4);
+    const fp4::QuadTableLane tables = fp4::quad_table_lane(warp_scratch, lane);
     uint32_t* counter = params.ready + units;
     uint32_t first = claim(counter, lane);
 #pragma unroll 1
@@ -137,7 +144,8 @@ struct Fp4ConvertAhead {
           const uint2 ow = __ldg(reinterpret_cast<const uint2*>(words));
           const uint32_t w[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
           uint32_t a[16];
-          fp4::convert_k_block(w, ow.x, ow.y, a);
+          fp4::convert_k_block(w, fp4::share_quad_tables(ow.x, ow.y, tables), a);
+          __syncwarp();  // the quad has read its tables before the slot takes the pieces
           // a[2 c + h] is row r + 8 h at bytes 16 c + 4 (lane % 4) of the k-block (chunk c).
 #pragma unroll
           for (uint32_t i = 0; i < 16; ++i) sts32(put + (i % 2) * kHalfBytes + 16 * (i / 2), a[i]);

@@ -8,7 +8,8 @@
 // blocks w, w + 2, ..: the conversion is latency-bound, and a second warp per scheduler nearly
 // doubles its rate). Per 64-row block b, thread t converts rows r = 16 (t / 32) + (t % 32) / 4 and
 // r + 8 (the decode kernel's fragment rows): two conflict-free LDS.128 of codes, one LDS.64 of
-// the two rows' offsets words, 8 tables (two IMADs each), 16 words of 4 E4M3 bytes, each
+// the two rows' offsets words, 8 tables (built once per quad through the warp's scratch,
+// fp4::share_quad_tables), 16 words of 4 E4M3 bytes, each
 // stored with one STS.32 at its row's swizzled 16-byte chunk (the 8 rows of a warp's store hit
 // 8 distinct chunks: no bank conflict). No vote, barrier or reduction: every thread reads the
 // flags of the tile's blocks itself (one broadcast load per block).
@@ -70,7 +71,10 @@ struct Fp4TableTransform {
   // A block's 8 code words and 16 results, the 8 store offsets and the addresses: what ptxas
   // needs without spills; with two warpgroups the math ones keep 160.
   static constexpr uint32_t kNumRegs = kNumWarpgroups == 2 ? 64 : 96;
-  static constexpr uint32_t kScratchBytes = 0;
+  // The quads' shared tables (fp4::share_quad_tables) of every transform warp, in whole KiB
+  // (the D staging that may follow keeps its alignment).
+  static constexpr uint32_t kScratchBytes =
+      (kNumWarpgroups * 4 * fp4::kWarpTableBytes + 1023) / 1024 * 1024;
   static_assert(BLOCK_N % 64 == 0 && kNumBlocks <= 4, "64-row blocks, at most 4");
   template <typename InStages>
   using OutStages = StageLayout<kNumStages, kTileBytes, kInfoBytes>;
@@ -123,12 +127,14 @@ struct Fp4TableTransform {
   template <typename InStages, typename Params, typename Work, typename Emit>
   __device__ __forceinline__ static void run_k_block(const Params& params, const Work& work,
                                                      uint32_t kb, const StageRef& in,
-                                                     uint8_t* /*scratch*/, uint32_t& /*parity*/,
+                                                     uint8_t* scratch, uint32_t& /*parity*/,
                                                      uint32_t thread, const Scales&,
                                                      Emit&& emit) {
     using Out = OutStages<InStages>;
     const uint32_t wg = thread / 128;
     const Lane lane = make_lane(thread % 128);
+    const fp4::QuadTableLane tables =
+        fp4::quad_table_lane(smem_u32(scratch) + (thread / 32) * fp4::kWarpTableBytes, thread % 32);
     const uint32_t codes = smem_u32(InStages::template slab<1>(in)) + lane.code_offset;
     const uint32_t offsets = smem_u32(InStages::template slab<3>(in));
     // Every load of the k-block first, before the out stage is awaited: their latency hides
@@ -162,7 +168,7 @@ struct Fp4TableTransform {
 #pragma unroll
       for (uint32_t i = 0; i < kBlocksPerWG; ++i) {
         uint32_t a[16];
-        fp4::convert_k_block(w[i], ow[i].x, ow[i].y, a);
+        fp4::convert_k_block(w[i], fp4::share_quad_tables(ow[i].x, ow[i].y, tables), a);
         store_block(tile + (wg + i * kNumWarpgroups) * 64 * 128, lane, a);
       }
       if (thread < kNumBlocks) reinterpret_cast<float*>(meta + 4)[thread] = factor;

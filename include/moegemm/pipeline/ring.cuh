@@ -92,4 +92,37 @@ struct PipelineRing {
   }
 };
 
+// A ring with a relay between the producer and the consumers (no cluster): ready[s] completes
+// once the relay warp has finished with a landed stage (its 32 lanes' arrivals, each a CTA-scope
+// release of the lane's shared-memory writes). Consumers wait on it instead of full[s]; their
+// releases still go to empty[s], so the producer refills a stage only after the relay and every
+// consumer are done with it.
+template <uint32_t kNumStages_>
+struct RelayRing : PipelineRing<kNumStages_, 1> {
+  using Base = PipelineRing<kNumStages_, 1>;
+  using Base::full;
+  static constexpr uint32_t kBarrierBytes = kNumStages_ * 3 * sizeof(Barrier);
+  static constexpr uint32_t kRelayArrivals = 32;
+
+  // `barriers` holds 3 * kNumStages barriers: full, empty, then ready ones.
+  __device__ __forceinline__ explicit RelayRing(Barrier* barriers) : Base(barriers) {}
+  __device__ __forceinline__ Barrier* ready() const { return full + 2 * kNumStages_; }
+
+  __device__ __forceinline__ void init(uint32_t num_releases, uint32_t num_fills = 1) const {
+    Base::init(num_releases, num_fills);
+#pragma unroll
+    for (uint32_t s = 0; s < kNumStages_; ++s) ready()[s].init(kRelayArrivals);
+  }
+
+  __device__ __forceinline__ void relay_wait(const typename Base::State& s) const {
+    full[s.stage_idx].wait(s.phase);
+  }
+  __device__ __forceinline__ void relay_arrive(const typename Base::State& s) const {
+    ready()[s.stage_idx].arrive();
+  }
+  __device__ __forceinline__ void consumer_wait(const typename Base::State& s) const {
+    ready()[s.stage_idx].wait(s.phase);
+  }
+};
+
 }  // namespace moegemm

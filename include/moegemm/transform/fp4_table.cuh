@@ -108,24 +108,80 @@ __host__ __device__ __forceinline__ void convert_word(uint32_t w, const Table& r
   out_r8 = or_signs(prmt(row_r8.lo, row_r8.hi, shift_right<16>(m)), w);
 }
 
-// The 16 A registers of one thread's k-block (4 k32 steps x {row r, row r + 8} x two k quads:
-// register 4 j + 2 q + h, the wgmma m64 x N x 32 RS fragment of step j) from its 8 words
-// (word 2 j + q) and the offsets words of its rows r and r + 8.
-template <uint32_t J>
-__host__ __device__ __forceinline__ void convert_step(const uint32_t (&w)[8], uint32_t ow_r,
-                                                      uint32_t ow_r8, uint32_t (&a)[16]) {
-  const Table tr = table_of_offset(offset_of<J>(ow_r));
-  const Table tr8 = table_of_offset(offset_of<J>(ow_r8));
-  convert_word(w[2 * J], tr, tr8, a[4 * J], a[4 * J + 1]);
-  convert_word(w[2 * J + 1], tr, tr8, a[4 * J + 2], a[4 * J + 3]);
+// The tables of one thread's rows in one k-block: tables[h][j] of row r + 8 h, 32-block j.
+struct RowTables {
+  Table t[2][4];
+};
+
+__host__ __device__ __forceinline__ RowTables tables_of(uint32_t ow_r, uint32_t ow_r8) {
+  return RowTables{{{table_of_offset(offset_of<0>(ow_r)), table_of_offset(offset_of<1>(ow_r)),
+                     table_of_offset(offset_of<2>(ow_r)), table_of_offset(offset_of<3>(ow_r))},
+                    {table_of_offset(offset_of<0>(ow_r8)), table_of_offset(offset_of<1>(ow_r8)),
+                     table_of_offset(offset_of<2>(ow_r8)), table_of_offset(offset_of<3>(ow_r8))}}};
 }
 
+// The 16 A registers of one thread's k-block (4 k32 steps x {row r, row r + 8} x two k quads:
+// register 4 j + 2 q + h, the wgmma m64 x N x 32 RS fragment of step j) from its 8 words
+// (word 2 j + q) and its rows' tables.
+__host__ __device__ __forceinline__ void convert_k_block(const uint32_t (&w)[8],
+                                                         const RowTables& tab,
+                                                         uint32_t (&a)[16]) {
+#pragma unroll
+  for (uint32_t j = 0; j < 4; ++j) {
+    convert_word(w[2 * j], tab.t[0][j], tab.t[1][j], a[4 * j], a[4 * j + 1]);
+    convert_word(w[2 * j + 1], tab.t[0][j], tab.t[1][j], a[4 * j + 2], a[4 * j + 3]);
+  }
+}
+
+// As above from the offsets words of rows r and r + 8 (each thread builds its own 8 tables).
 __host__ __device__ __forceinline__ void convert_k_block(const uint32_t (&w)[8], uint32_t ow_r,
                                                          uint32_t ow_r8, uint32_t (&a)[16]) {
-  convert_step<0>(w, ow_r, ow_r8, a);
-  convert_step<1>(w, ow_r, ow_r8, a);
-  convert_step<2>(w, ow_r, ow_r8, a);
-  convert_step<3>(w, ow_r, ow_r8, a);
+  convert_k_block(w, tables_of(ow_r, ow_r8), a);
+}
+
+// The tables shared by a quad. The four lanes of a quad (lane % 4) hold the same rows r, r + 8
+// in every layout above, so each builds only the two of its 32-block lane % 4 into the warp's
+// scratch and the quad loads its eight back: 15 instructions a k-block instead of 30. A quad's
+// 64 bytes sit 80 bytes apart (kQuadTableStride), so the warp's eight quads' j-th 16 bytes fall
+// on eight different groups of four banks and each LDS.128 is one wavefront.
+constexpr uint32_t kQuadTableStride = 80;
+constexpr uint32_t kWarpTableBytes = 8 * kQuadTableStride;
+
+// Where lane `lane` of a warp whose scratch starts at `warp_tables` (16-byte aligned) keeps its
+// tables: slot (its 16 bytes), quad (its quad's 64), offset_mul (mul.hi by it brings 32-block
+// lane % 4's offset down to bits 0-3).
+struct QuadTableLane {
+  uint32_t slot, quad, offset_mul;
+};
+
+__host__ __device__ __forceinline__ QuadTableLane quad_table_lane(uint32_t warp_tables,
+                                                                  uint32_t lane) {
+  const uint32_t quad = warp_tables + (lane / 4) * kQuadTableStride;
+  return QuadTableLane{quad + 16 * (lane % 4), quad, 1u << (16 - 4 * (lane % 4))};
+}
+
+// Every lane of the warp: the 8 tables of its rows from their offsets words. The first
+// __syncwarp keeps a lane from overwriting its slot before its quad has read the last tables.
+__device__ __forceinline__ RowTables share_quad_tables(uint32_t ow_r, uint32_t ow_r8,
+                                                       const QuadTableLane& at) {
+  const Table tr = table_of_offset(__umulhi(ow_r, at.offset_mul) & 0xF);
+  const Table tr8 = table_of_offset(__umulhi(ow_r8, at.offset_mul) & 0xF);
+  __syncwarp();
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(at.slot), "r"(tr.lo), "r"(tr.hi),
+               "r"(tr8.lo), "r"(tr8.hi)
+               : "memory");
+  __syncwarp();
+  RowTables tab;
+#pragma unroll
+  for (uint32_t j = 0; j < 4; ++j) {
+    uint32_t v[4];
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
+                 : "r"(at.quad + 16 * j));
+    tab.t[0][j] = Table{v[0], v[1]};
+    tab.t[1][j] = Table{v[2], v[3]};
+  }
+  return tab;
 }
 
 }  // namespace moegemm::fp4

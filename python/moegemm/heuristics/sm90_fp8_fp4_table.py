@@ -49,11 +49,37 @@ CONTIGUOUS_TOKEN_CHOICES = (8, 16, 32, 64, 128)
 MAX_TOKENS = {1: 160, 2: 160, 3: 64, 4: 16}
 
 
+# The conversion tables a quad shares (fp4::share_quad_tables): 80 bytes a quad, per warp.
+WARP_TABLE_BYTES = 8 * 80
+
+
+# The relay's ready barrier beside each stage's full and empty ones (RelayRing).
+RELAY_BARRIER_BYTES = BARRIER_BYTES // 2
+
+
+def quad_factors(block_t: int) -> int:
+    """Floats a quad's promotion factors take in the relay's row (Fp4TableMma::kQuadFactors):
+    its block_t / 4 rounded up to 4, plus 4 where the four quads' loads would share banks."""
+    least = (block_t // 4 + 3) // 4 * 4
+    return least + 4 if least % 16 == 0 else least
+
+
 def smem_bytes_for(block_t: int, block_w: int, num_stages: int) -> int:
-    """Per stage: the tokens' E4M3 rows, the codes, the tokens' scales and one offsets word per
-    weight row (the last two slabs rounded up to 1 KiB); then the barriers."""
-    stage = block_t * BLOCK_K + block_w * BLOCK_K // 2 + kib(block_t * 4) + kib(block_w * 4)
-    return num_stages * (stage + BARRIER_BYTES)
+    """Per stage: the tokens' E4M3 rows, the codes, the relay's promotion factors (a row of four
+    quads' factors per math warpgroup) and one offsets word per weight row (the last two slabs
+    rounded up to 1 KiB); then the three barriers; then the tables' scratch of each math
+    warpgroup."""
+    warpgroups = block_w // 64
+    stage = (
+        block_t * BLOCK_K
+        + block_w * BLOCK_K // 2
+        + kib(warpgroups * 4 * quad_factors(block_t) * 4)
+        + kib(block_w * 4)
+    )
+    return (
+        num_stages * (stage + BARRIER_BYTES + RELAY_BARRIER_BYTES)
+        + warpgroups * 4 * WARP_TABLE_BYTES
+    )
 
 
 def token_choices(kind: str) -> tuple[int, ...]:
@@ -165,13 +191,14 @@ TRANSFORM_META_BYTES = 1024  # per transform stage: the pass's flags and factors
 
 def prefill_smem_bytes(block_m: int, block_n: int, num_stages: int, store_cols: int) -> int:
     """The TMA ring (tokens, codes, token scales, offsets words per stage), the transform ring
-    (E4M3 tiles and their metadata), the BF16 staging tile of the TMA-store epilogue and the
-    barriers of both rings."""
+    (E4M3 tiles and their metadata), the transform warps' tables (whole KiB), the BF16 staging
+    tile of the TMA-store epilogue and the barriers of both rings."""
     stage = block_m * BLOCK_K + block_n * BLOCK_K // 2 + kib(block_m * 4) + kib(block_n * 4)
     tstage = block_n * BLOCK_K + TRANSFORM_META_BYTES
+    tables = kib(transform_warpgroups(block_n) * 4 * WARP_TABLE_BYTES)
     dstage = block_m * block_n * 2 if store_cols else 0
     barriers = BARRIER_BYTES * (num_stages + PREFILL_TRANSFORM_STAGES)
-    return num_stages * stage + PREFILL_TRANSFORM_STAGES * tstage + dstage + barriers
+    return num_stages * stage + PREFILL_TRANSFORM_STAGES * tstage + tables + dstage + barriers
 
 
 def prefill_max_stages(block_m: int, block_n: int, store_cols: int, arch: ArchSpec) -> int:
