@@ -23,6 +23,7 @@
 
 #include <stdint.h>
 
+#include <moegemm/ptx/smem.cuh>
 #include <moegemm/transform/fp4_to_fp8.cuh>
 
 namespace moegemm::fp4 {
@@ -167,19 +168,14 @@ __device__ __forceinline__ RowTables share_quad_tables(uint32_t ow_r, uint32_t o
   const Table tr = table_of_offset(__umulhi(ow_r, at.offset_mul) & 0xF);
   const Table tr8 = table_of_offset(__umulhi(ow_r8, at.offset_mul) & 0xF);
   __syncwarp();
-  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(at.slot), "r"(tr.lo), "r"(tr.hi),
-               "r"(tr8.lo), "r"(tr8.hi)
-               : "memory");
+  sts128(at.slot, make_uint4(tr.lo, tr.hi, tr8.lo, tr8.hi));
   __syncwarp();
   RowTables tab;
 #pragma unroll
   for (uint32_t j = 0; j < 4; ++j) {
-    uint32_t v[4];
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
-                 : "r"(at.quad + 16 * j));
-    tab.t[0][j] = Table{v[0], v[1]};
-    tab.t[1][j] = Table{v[2], v[3]};
+    const uint4 v = lds128(at.quad + 16 * j);
+    tab.t[0][j] = Table{v.x, v.y};
+    tab.t[1][j] = Table{v.z, v.w};
   }
   return tab;
 }
