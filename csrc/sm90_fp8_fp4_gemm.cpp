@@ -202,21 +202,28 @@ struct Sm90Fp8Fp4GemmOf {
   }
 };
 
-// The convert-ahead kernel (the prefill kernel's composition on prepared weights without a
-// transform ring), plain or with a fused-MoE epilogue (kMoe: bias and row-scale pointers as
-// Sm90Fp8Fp4MoeGemmOf): the table launcher's arguments plus, last of the pointers, the E4M3
-// workspace w8 [G, N, Kp] and the ready flags int32 [G * Kb * N / 64 + 1] (a flag a unit, then
-// the converters' claim counter), zeroed before each call (fresh allocations of the caller, not
-// checked for alignment).
-template <bool kMoe>
-struct Sm90Fp8Fp4ConvertAheadOf {
+// The kernels on prepared weights that take a workspace, plain or with a fused-MoE epilogue
+// (kMoe: bias and row-scale pointers as Sm90Fp8Fp4MoeGemmOf): the table launcher's arguments
+// plus, last of the pointers, a scratch buffer and int32 flags zeroed before each call (fresh
+// allocations of the caller, not checked for alignment). kConvertAhead: the convert-ahead kernel
+// (the prefill kernel's composition without a transform ring), the scratch its E4M3 copy w8
+// [G, N, Kp] and the flags a ready flag a unit, then the converters' claim counter (G * Kb *
+// N / 64 + 1 words); else the decode kernel with its last wave split along K
+// (scheduler/tail_split_scheduler.cuh), the scratch FP32 partial sums and the flags one a slot.
+template <bool kMoe, bool kConvertAhead>
+struct Sm90Fp8Fp4WorkspaceOf {
   using Params = Sm90Fp8Fp4GemmParams;
   using Base = Sm90Fp8Fp4GemmOf<true>;
   static constexpr const char* kName =
-      kMoe ? "Sm90Fp8Fp4ConvertAheadMoeGemmLauncher" : "Sm90Fp8Fp4ConvertAheadGemmLauncher";
+      kConvertAhead
+          ? (kMoe ? "Sm90Fp8Fp4ConvertAheadMoeGemmLauncher" : "Sm90Fp8Fp4ConvertAheadGemmLauncher")
+          : (kMoe ? "Sm90Fp8Fp4TableSplitMoeGemmLauncher" : "Sm90Fp8Fp4TableSplitGemmLauncher");
   static constexpr size_t kNumAlignedPointers = 5;  // a, b, d, sfa, sfb
   static constexpr const char* kNumBlocksDoc =
-      "CTAs per launch (at most one per SM: the producers wait on every CTA's converter).";
+      kConvertAhead ? "CTAs per launch (at most one per SM: the producers wait on every CTA's "
+                      "converter)."
+                    : "CTAs per launch (at most one per SM: a split tile's last part waits on "
+                      "the CTAs of its other parts; the scratch holds a slot per CTA).";
 
   static void check_shape(const LaunchShape& shape) {
     Base::check_shape(shape);
@@ -237,7 +244,7 @@ struct Sm90Fp8Fp4ConvertAheadOf {
                    int64_t ldd, int64_t sfa_stride_group, int64_t sfa_stride_row,
                    int64_t sfa_stride_kb, int64_t sfa_group_rows, int64_t sfb_stride_group,
                    int64_t sfb_stride_row) {
-    if (!Base::fill_with(shape, params, tma, true, a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, w8_ptr,
+    if (!Base::fill_with(shape, params, tma, kConvertAhead, a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, w8_ptr,
                          ready_ptr, group_info_ptr, rows, m, n, k, num_groups, lda, ldb,
                          ldb_group, ldd, sfa_stride_group, sfa_stride_row, sfa_stride_kb,
                          sfa_group_rows, sfb_stride_group, sfb_stride_row)) {
@@ -249,7 +256,7 @@ struct Sm90Fp8Fp4ConvertAheadOf {
   }
 };
 
-struct Sm90Fp8Fp4ConvertAheadGemmOf : Sm90Fp8Fp4ConvertAheadOf<false> {
+struct Sm90Fp8Fp4ConvertAheadGemmOf : Sm90Fp8Fp4WorkspaceOf<false, true> {
   static constexpr const char* kDoc =
       "Launches sm90_fp8_fp4_grouped_gemm's convert-ahead composition on prepared weights: its "
       "converter warpgroup writes the E4M3 copy w8 [G, N, Kp] (uint8) of the codes and raises one "
@@ -272,14 +279,14 @@ struct Sm90Fp8Fp4ConvertAheadGemmOf : Sm90Fp8Fp4ConvertAheadOf<false> {
                    int64_t ldb_group, int64_t ldd, int64_t sfa_stride_group,
                    int64_t sfa_stride_row, int64_t sfa_stride_kb, int64_t sfa_group_rows,
                    int64_t sfb_stride_group, int64_t sfb_stride_row) {
-    return Sm90Fp8Fp4ConvertAheadOf<false>::fill(
+    return Sm90Fp8Fp4WorkspaceOf<false, true>::fill(
         shape, params, tma, a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, 0, 0, group_info_ptr, w8_ptr,
         ready_ptr, rows, m, n, k, num_groups, lda, ldb, ldb_group, ldd, sfa_stride_group,
         sfa_stride_row, sfa_stride_kb, sfa_group_rows, sfb_stride_group, sfb_stride_row);
   }
 };
 
-struct Sm90Fp8Fp4ConvertAheadMoeGemmOf : Sm90Fp8Fp4ConvertAheadOf<true> {
+struct Sm90Fp8Fp4ConvertAheadMoeGemmOf : Sm90Fp8Fp4WorkspaceOf<true, true> {
   static constexpr const char* kDoc =
       "Sm90Fp8Fp4ConvertAheadGemmLauncher's twin built with a fused-MoE epilogue (SwiGLU or "
       "RowScale, register stores): bias and row-scale pointers before group_info_ptr, as "
@@ -295,6 +302,55 @@ struct Sm90Fp8Fp4ConvertAheadMoeGemmOf : Sm90Fp8Fp4ConvertAheadOf<true> {
   static constexpr const char* kBindDoc =
       "launch(a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, bias_ptr, row_scale_ptr, group_info_ptr, "
       "w8_ptr, ready_ptr, stream, /) -> bool.";
+};
+
+struct Sm90Fp8Fp4TableSplitGemmOf : Sm90Fp8Fp4WorkspaceOf<false, false> {
+  static constexpr const char* kDoc =
+      "Launches sm90_fp8_fp4_swap_ab_gemm on prepared weights built with its last wave split "
+      "along K: arguments as Sm90Fp8Fp4TableGemmLauncher's plus, last of the pointers, the FP32 "
+      "partial sums (4 x block_m x block_n bytes a CTA) and int32 flags (block_n / 64 a CTA), "
+      "which must be zero at the launch.";
+  static constexpr const char* kArgNames[] = {
+      "a_ptr", "b_ptr", "d_ptr", "sfa_ptr", "sfb_ptr", "group_info_ptr", "scratch_ptr",
+      "flags_ptr", "rows", "m", "n", "k", "num_groups", "lda", "ldb", "ldb_group", "ldd",
+      "sfa_stride_group", "sfa_stride_row", "sfa_stride_kb", "sfa_group_rows",
+      "sfb_stride_group", "sfb_stride_row"};
+  static constexpr const char* kCallDoc =
+      "As Sm90Fp8Fp4TableGemmLauncher, then the scratch and the zeroed flags. Asynchronous.";
+  static constexpr const char* kBindDoc =
+      "launch(a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, group_info_ptr, scratch_ptr, flags_ptr, "
+      "stream, /) -> bool.";
+
+  static bool fill(const LaunchShape& shape, Params& params, TmaList& tma, uint64_t a_ptr,
+                   uint64_t b_ptr, uint64_t d_ptr, uint64_t sfa_ptr, uint64_t sfb_ptr,
+                   uint64_t group_info_ptr, uint64_t scratch_ptr, uint64_t flags_ptr,
+                   int64_t rows, int64_t m, int64_t n, int64_t k, int64_t num_groups, int64_t lda,
+                   int64_t ldb, int64_t ldb_group, int64_t ldd, int64_t sfa_stride_group,
+                   int64_t sfa_stride_row, int64_t sfa_stride_kb, int64_t sfa_group_rows,
+                   int64_t sfb_stride_group, int64_t sfb_stride_row) {
+    return Sm90Fp8Fp4WorkspaceOf<false, false>::fill(
+        shape, params, tma, a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, 0, 0, group_info_ptr,
+        scratch_ptr, flags_ptr, rows, m, n, k, num_groups, lda, ldb, ldb_group, ldd,
+        sfa_stride_group, sfa_stride_row, sfa_stride_kb, sfa_group_rows, sfb_stride_group,
+        sfb_stride_row);
+  }
+};
+
+struct Sm90Fp8Fp4TableSplitMoeGemmOf : Sm90Fp8Fp4WorkspaceOf<true, false> {
+  static constexpr const char* kDoc =
+      "Sm90Fp8Fp4TableSplitGemmLauncher's twin built with a fused-MoE epilogue (SwiGLU or "
+      "RowScale, register stores): bias and row-scale pointers before group_info_ptr, as "
+      "Sm90Fp8Fp4TableMoeGemmLauncher's, then the scratch and the flags.";
+  static constexpr const char* kArgNames[] = {
+      "a_ptr", "b_ptr", "d_ptr", "sfa_ptr", "sfb_ptr", "bias_ptr", "row_scale_ptr",
+      "group_info_ptr", "scratch_ptr", "flags_ptr", "rows", "m", "n", "k", "num_groups", "lda",
+      "ldb", "ldb_group", "ldd", "sfa_stride_group", "sfa_stride_row", "sfa_stride_kb",
+      "sfa_group_rows", "sfb_stride_group", "sfb_stride_row"};
+  static constexpr const char* kCallDoc =
+      "As Sm90Fp8Fp4TableMoeGemmLauncher, then the scratch and the zeroed flags. Asynchronous.";
+  static constexpr const char* kBindDoc =
+      "launch(a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, bias_ptr, row_scale_ptr, group_info_ptr, "
+      "scratch_ptr, flags_ptr, stream, /) -> bool.";
 };
 
 // The fused MoE layer's GEMMs with MXFP4 experts: the kernels above built with a
@@ -361,6 +417,8 @@ void register_sm90_fp8_fp4_gemm(pybind11::module_& m) {
   register_launcher<Sm90Fp8Fp4MoeGemmOf<true>>(m);
   register_launcher<Sm90Fp8Fp4ConvertAheadGemmOf>(m);
   register_launcher<Sm90Fp8Fp4ConvertAheadMoeGemmOf>(m);
+  register_launcher<Sm90Fp8Fp4TableSplitGemmOf>(m);
+  register_launcher<Sm90Fp8Fp4TableSplitMoeGemmOf>(m);
 }
 
 }  // namespace moegemm

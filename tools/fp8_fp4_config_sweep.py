@@ -42,6 +42,10 @@ PROBLEMS = {
     "dsv3-l1-r1024-offs": (32, 4096, 7168, 1024, "offs"),
     "gptoss-l1-r8-masked-ragged": (32, 5760, 2880, 8, "masked", True),
     "qwen3-l2-r32-masked-ragged": (128, 2048, 768, 32, "masked", True),
+    "dsv3-l2-r32-masked-ragged": (32, 7168, 2048, 32, "masked", True),
+    "gptoss-l1-r32-masked-ragged": (32, 5760, 2880, 32, "masked", True),
+    "gptoss-l2-r32-masked-ragged": (32, 2880, 2880, 32, "masked", True),
+    "dsv3-l1-r1-masked-ragged": (32, 4096, 7168, 1, "masked", True),
     "dsv3-l1-r1-masked": (32, 4096, 7168, 1, "masked"),
     "dsv3-l1-r8-masked": (32, 4096, 7168, 8, "masked"),
     "dsv3-l1-r8-offs": (32, 4096, 7168, 8, "offs"),
@@ -92,6 +96,7 @@ def candidates(args: argparse.Namespace, named: list[str]) -> list:
         c
         for c in legal.values()
         if c.layout.swap_ab
+        and not c.layout.split_tail  # split ones where named
         and lo <= c.layout.block_m <= hi
         and c.launch.num_math_warpgroups >= min_wg
     ]

@@ -25,7 +25,13 @@ import math
 import random
 
 from moegemm.families import enumerate_configs, is_legal
-from moegemm.heuristics import SM90, GemmConfig, GemmDesc, sm90_fp8_fp4_decode
+from moegemm.heuristics import (
+    SM90,
+    GemmConfig,
+    GemmDesc,
+    sm90_fp8_fp4_decode,
+    sm90_fp8_fp4_table,
+)
 
 # Nsight Compute's -k filter: the FP8 x FP4 kernels' __global__ functions (jit/codegen.py).
 NCU_KERNEL_REGEX = "sm90_fp8_fp4_"
@@ -65,8 +71,15 @@ def desc_of(args: argparse.Namespace) -> GemmDesc:
 
 
 def legal_configs(desc: GemmDesc) -> dict[str, GemmConfig]:
-    """The family's configs and the decode kernel's (which the heuristics may not enumerate)."""
+    """The family's configs, the decode kernel's (which the heuristics may not enumerate) and
+    the table decode kernel's with its last wave split along K."""
     configs = [*enumerate_configs(desc, SM90), *sm90_fp8_fp4_decode.enumerate_configs(desc, SM90)]
+    configs += [
+        sm90_fp8_fp4_table.with_split_tail(c, parts)
+        for c in configs
+        if c.layout.swap_ab and not c.layout.split_tail
+        for parts in sm90_fp8_fp4_table.SPLIT_TAIL_PARTS
+    ]
     return {c.short_name(): c for c in configs if is_legal(c, desc, SM90)}
 
 

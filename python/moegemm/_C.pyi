@@ -783,6 +783,178 @@ class Sm90Fp8Fp4ConvertAheadMoeGemmLauncher:
     def num_blocks(self) -> int:
         """CTAs per launch (at most one per SM: the producers wait on every CTA's converter)."""
 
+class Sm90Fp8Fp4TableSplitGemmLauncher:
+    """Launches sm90_fp8_fp4_swap_ab_gemm on prepared weights built with its last wave split along
+    K: arguments as Sm90Fp8Fp4TableGemmLauncher's plus, last of the pointers, the FP32 partial sums
+    (4 x block_m x block_n bytes a CTA) and int32 flags (block_n / 64 a CTA), which must be zero at
+    the launch."""
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        block_m: int,
+        block_n: int,
+        block_k: int,
+        num_blocks: int,
+        num_threads: int,
+        smem_bytes: int,
+        cluster_m: int,
+        cluster_n: int,
+        *,
+        load_box_a: tuple[int, int] = (0, 0),
+        load_box_b: tuple[int, int] = (0, 0),
+        swizzle_a: int = 0,
+        swizzle_b: int = 0,
+        load_box_sfb: tuple[int, int] = (0, 0),
+        store_box_d: tuple[int, int] = (0, 0),
+        swizzle_d: int = 0,
+    ) -> None: ...
+    def __call__(
+        self,
+        a_ptr: int,
+        b_ptr: int,
+        d_ptr: int,
+        sfa_ptr: int,
+        sfb_ptr: int,
+        group_info_ptr: int,
+        scratch_ptr: int,
+        flags_ptr: int,
+        rows: int,
+        m: int,
+        n: int,
+        k: int,
+        num_groups: int,
+        lda: int,
+        ldb: int,
+        ldb_group: int,
+        ldd: int,
+        sfa_stride_group: int,
+        sfa_stride_row: int,
+        sfa_stride_kb: int,
+        sfa_group_rows: int,
+        sfb_stride_group: int,
+        sfb_stride_row: int,
+        stream: int,
+        /,
+    ) -> None:
+        """As Sm90Fp8Fp4TableGemmLauncher, then the scratch and the zeroed flags. Asynchronous."""
+
+    def bind(
+        self,
+        device: int,
+        rows: int,
+        m: int,
+        n: int,
+        k: int,
+        num_groups: int,
+        lda: int,
+        ldb: int,
+        ldb_group: int,
+        ldd: int,
+        sfa_stride_group: int,
+        sfa_stride_row: int,
+        sfa_stride_kb: int,
+        sfa_group_rows: int,
+        sfb_stride_group: int,
+        sfb_stride_row: int,
+        /,
+    ) -> Callable[[int, int, int, int, int, int, int, int, int], bool]:
+        """launch(a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, group_info_ptr, scratch_ptr, flags_ptr,
+        stream, /) -> bool."""
+
+    bind_args: ClassVar[tuple[str, ...]]
+    @property
+    def num_blocks(self) -> int:
+        """CTAs per launch (at most one per SM: a split tile's last part waits on the CTAs of its
+        other parts; the scratch holds a slot per CTA)."""
+
+class Sm90Fp8Fp4TableSplitMoeGemmLauncher:
+    """Sm90Fp8Fp4TableSplitGemmLauncher's twin built with a fused-MoE epilogue (SwiGLU or RowScale,
+    register stores): bias and row-scale pointers before group_info_ptr, as
+    Sm90Fp8Fp4TableMoeGemmLauncher's, then the scratch and the flags."""
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        block_m: int,
+        block_n: int,
+        block_k: int,
+        num_blocks: int,
+        num_threads: int,
+        smem_bytes: int,
+        cluster_m: int,
+        cluster_n: int,
+        *,
+        load_box_a: tuple[int, int] = (0, 0),
+        load_box_b: tuple[int, int] = (0, 0),
+        swizzle_a: int = 0,
+        swizzle_b: int = 0,
+        load_box_sfb: tuple[int, int] = (0, 0),
+        store_box_d: tuple[int, int] = (0, 0),
+        swizzle_d: int = 0,
+    ) -> None: ...
+    def __call__(
+        self,
+        a_ptr: int,
+        b_ptr: int,
+        d_ptr: int,
+        sfa_ptr: int,
+        sfb_ptr: int,
+        bias_ptr: int,
+        row_scale_ptr: int,
+        group_info_ptr: int,
+        scratch_ptr: int,
+        flags_ptr: int,
+        rows: int,
+        m: int,
+        n: int,
+        k: int,
+        num_groups: int,
+        lda: int,
+        ldb: int,
+        ldb_group: int,
+        ldd: int,
+        sfa_stride_group: int,
+        sfa_stride_row: int,
+        sfa_stride_kb: int,
+        sfa_group_rows: int,
+        sfb_stride_group: int,
+        sfb_stride_row: int,
+        stream: int,
+        /,
+    ) -> None:
+        """As Sm90Fp8Fp4TableMoeGemmLauncher, then the scratch and the zeroed flags.
+        Asynchronous."""
+
+    def bind(
+        self,
+        device: int,
+        rows: int,
+        m: int,
+        n: int,
+        k: int,
+        num_groups: int,
+        lda: int,
+        ldb: int,
+        ldb_group: int,
+        ldd: int,
+        sfa_stride_group: int,
+        sfa_stride_row: int,
+        sfa_stride_kb: int,
+        sfa_group_rows: int,
+        sfb_stride_group: int,
+        sfb_stride_row: int,
+        /,
+    ) -> Callable[[int, int, int, int, int, int, int, int, int, int, int], bool]:
+        """launch(a_ptr, b_ptr, d_ptr, sfa_ptr, sfb_ptr, bias_ptr, row_scale_ptr, group_info_ptr,
+        scratch_ptr, flags_ptr, stream, /) -> bool."""
+
+    bind_args: ClassVar[tuple[str, ...]]
+    @property
+    def num_blocks(self) -> int:
+        """CTAs per launch (at most one per SM: a split tile's last part waits on the CTAs of its
+        other parts; the scratch holds a slot per CTA)."""
+
 class Sm100Fp8Fp4GemmLauncher:
     """Launches sm100_fp8_fp4_grouped_gemm (dense or m-grouped; E4M3 activations with FP32
     power-of-two scales per 128 of K, MXFP4 weights in the SM100 preparation) with the kernel and

@@ -45,6 +45,7 @@
 #include <type_traits>
 
 #include <moegemm/common/sm90_fp8_fp4_params.h>
+#include <moegemm/epilogue/split_k_fixup.cuh>
 #include <moegemm/kernels/sm90_m_grouped.cuh>
 #include <moegemm/kernels/sm90_persistent_gemm.cuh>
 #include <moegemm/loader/tma_loaders.cuh>
@@ -52,6 +53,7 @@
 #include <moegemm/mma/sm90_fp4_table_mma.cuh>
 #include <moegemm/scheduler/dense_scheduler.cuh>
 #include <moegemm/scheduler/group_walk_scheduler.cuh>
+#include <moegemm/scheduler/tail_split_scheduler.cuh>
 
 namespace moegemm::sm90 {
 
@@ -80,6 +82,40 @@ struct Fp8Fp4SwapAbGemmKernel : SwapAbTiles<Config, Sm90Fp8Fp4GemmParams> {
   static_assert(!kPrepared || !Fp4TableMma<BLOCK_M, BLOCK_N>::kPairedKBlocks ||
                     Config::kNumStages >= 4,
                 "paired k-blocks hold two stages and wait for two more");
+  static_assert(!Base::kSplitsK || kPrepared, "tiles split along K on prepared weights");
+
+  // A part of a split tile (Base::kSplitsK, parts > 1) hands its sums to the tile's last part
+  // through the launch's workspace (params.w8 as FP32 slots, params.ready as their flags), which
+  // adds them and stores the tile.
+  template <typename Accum>
+  __device__ __forceinline__ static void epilogue(const Sm90Fp8Fp4GemmParams& params, Accum& acc,
+                                                  const typename Base::Work& work,
+                                                  uint32_t math_wg, uint8_t* smem_d) {
+    if constexpr (Base::kSplitsK) {
+      using Fixup = SplitKFixup<Mma::kNumAccum>;
+      constexpr uint32_t W = Base::kNumMathWG;
+      const uint32_t part = work.part(), parts = work.parts();
+      // Part p of the round's tile t: slot p R + t (R tiles in the round), W words a slot.
+      const uint32_t stride = work.round_tiles() * W, first = work.round_tile() * W + math_wg;
+      // The pointers in vector registers for the few instructions that use them: held in
+      // uniform ones, they pushed the walk's state out of the math warps' registers (spills).
+      float* workspace = reinterpret_cast<float*>(params.w8);
+      uint32_t* flags = params.ready;
+      asm volatile("mov.b64 %0, %0;" : "+l"(workspace));
+      asm volatile("mov.b64 %0, %0;" : "+l"(flags));
+      const uint32_t barrier = NamedBarrier::kSplitFixup + math_wg;
+      if (part + 1 < parts) {
+        Fixup::store_partial(workspace, flags, first + part * stride, acc.v[0], barrier);
+      } else {
+        if (parts > 1)
+          Fixup::add_partials(workspace, flags, first, stride, parts - 1, acc.v[0],
+                              barrier);
+        Base::epilogue(params, acc, work, math_wg, smem_d);
+      }
+    } else {
+      Base::epilogue(params, acc, work, math_wg, smem_d);
+    }
+  }
 };
 
 template <typename Config>

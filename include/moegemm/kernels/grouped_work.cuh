@@ -34,20 +34,27 @@ struct ConfigTile {
 template <typename Config, typename Params_>
 struct MGroupedWork : ConfigTile<Config> {
   using Params = Params_;
-  using Work = Tile;
+  using Scheduler = typename Config::Scheduler;
+  static constexpr bool kSplitsK = splits_k<Scheduler>::value;
+  using Work = std::conditional_t<kSplitsK, SplitTile, Tile>;
   // The fused MoE layer's epilogue (epilogue/functors.cuh), kMoeNone unless the Config names one.
   static constexpr uint32_t kMoe = moe_epilogue_of<Config>::value;
 
-  __device__ __forceinline__ static typename Config::Scheduler make_scheduler(
-      const Params& params) {
-    using Scheduler = typename Config::Scheduler;
-    return Scheduler(GroupingArgs{params.m, params.n, params.num_groups, params.group_info});
+  // A splitting scheduler splits only where the launch brought a workspace (Params::ready).
+  __device__ __forceinline__ static Scheduler make_scheduler(const Params& params) {
+    const GroupingArgs args{params.m, params.n, params.num_groups, params.group_info};
+    if constexpr (kSplitsK) {
+      return Scheduler(args, k_blocks(params), params.ready != nullptr);
+    } else {
+      return Scheduler(args);
+    }
   }
   __device__ __forceinline__ static uint32_t k_blocks(const Params& params) {
     return (params.k + Config::kBlockK - 1) / Config::kBlockK;
   }
-  __device__ __forceinline__ static uint32_t num_k_blocks(uint32_t k_blocks, const Work&) {
-    return k_blocks;  // every tile runs all of K
+  // Every tile runs all of K, a split tile's part its share.
+  __device__ __forceinline__ static uint32_t num_k_blocks(uint32_t k_blocks, const Work& work) {
+    return k_blocks_of(k_blocks, work);
   }
 };
 

@@ -71,6 +71,7 @@
 #include <moegemm/ptx/sm90_wgmma.cuh>
 #include <moegemm/ptx/smem.cuh>
 #include <moegemm/ptx/tma.cuh>
+#include <moegemm/scheduler/tile.cuh>
 
 namespace moegemm::sm90 {
 
@@ -137,6 +138,7 @@ struct PersistentGemm {
   static_assert(Transform::kNumWarpgroups <= 2, "a transform runs in one or two warpgroups");
 
   static constexpr bool kRelay = has_relay<Mma>::value;
+  static constexpr bool kSplitsK = splits_k<typename Kernel::Scheduler>::value;
   static_assert(!kRelay || (!kTransform && kClusterSize == 1 && runs_tile<Mma>::value),
                 "a relay serves math warpgroups that run whole tiles, alone on the ring");
   using Ring = std::conditional_t<kRelay, RelayRing<kNumStages>,
@@ -327,9 +329,10 @@ struct PersistentGemm {
         typename Kernel::Work next_work;
         bool next_more = false;
         Loader::wait_tile(params, work, num_k_blocks, lane);
+        const uint32_t k0 = first_k_block(work, k_blocks);  // a split tile's part: inside K
         for (uint32_t kb = 0; kb < num_k_blocks; ++kb) {
           if (kb == ask_at) next_more = scheduler.next(next_work);
-          fill_stage(work, kb);
+          fill_stage(work, k0 + kb);
         }
         if (num_k_blocks == 0) next_more = scheduler.next(next_work);
         work = next_work;
@@ -339,8 +342,9 @@ struct PersistentGemm {
     }
     while (scheduler.next(work)) {
       const uint32_t num_k_blocks = Kernel::num_k_blocks(k_blocks, work);
+      const uint32_t k0 = first_k_block(work, k_blocks);  // a split tile's part: inside K
       if constexpr (Loader::kLaneCopies) {
-        for (uint32_t kb = 0; kb < num_k_blocks; ++kb) fill_stage(work, kb);
+        for (uint32_t kb = 0; kb < num_k_blocks; ++kb) fill_stage(work, k0 + kb);
         continue;
       }
       if (leader) {
@@ -348,7 +352,8 @@ struct PersistentGemm {
           ring.producer_acquire(state);
           ring.producer_commit_bytes(state, Loader::kExpectedBytes);
           Loader::template load<Stages>(params, ring.full_barrier(state),
-                                        StageRef{smem, state.stage_idx}, work, kb, cta_rank);
+                                        StageRef{smem, state.stage_idx}, work, k0 + kb,
+                                        cta_rank);
           state.advance();
         };
         if constexpr (Loader::kRolledLoop) {
@@ -544,6 +549,8 @@ struct PersistentGemm {
       Mma::template run_tile<Stages>(acc, tmp, params, work, num_k_blocks, ring, in, smem,
                                      smem_d, math_wg, lane_idx);
       if constexpr (has_prefetch<Sched>::value) scheduler.prefetch();  // under the stores
+      // A split tile's part, derived again: the mainloop carries no register for it.
+      if constexpr (kSplitsK) scheduler.restore_split(work);
       Kernel::epilogue(params, acc, work, math_wg, smem_d);
     }
   }

@@ -39,6 +39,7 @@
 #include <moegemm/ptx/sm90_wgmma.cuh>
 #include <moegemm/pipeline/stage_layout.cuh>
 #include <moegemm/ptx/smem.cuh>
+#include <moegemm/scheduler/tile.cuh>
 #include <moegemm/transform/fp4_table.cuh>
 
 namespace moegemm::sm90 {
@@ -332,7 +333,7 @@ struct Fp4TableMma {
                                               uint32_t (&cur)[16], uint3& ow_cur,
                                               uint32_t (&nxt)[16], uint3& ow_nxt,
                                               const Params& params, const Work& work,
-                                              uint32_t& kb, uint32_t num_k_blocks,
+                                              uint32_t& kb, uint32_t k_end,
                                               const Ring& ring, typename Ring::State& state,
                                               uint32_t smem, const Lane& lane,
                                               uint32_t lane_idx) {
@@ -340,7 +341,7 @@ struct Fp4TableMma {
     typename Ring::State next = state;
     next.advance();
     const Slabs next_stage = slabs_of<Stages>(smem, next.stage_idx);
-    const bool last = __any_sync(0xFFFFFFFFu, kb + 1 == num_k_blocks);  // uniform, as above
+    const bool last = __any_sync(0xFFFFFFFFu, kb + 1 == k_end);  // uniform, as above
     if (!last) {
       ring.consumer_wait(next);
       ow_nxt = convert(next_stage, lane, nxt);
@@ -456,7 +457,8 @@ struct Fp4TableMma {
 
   template <typename Stages, typename Ring, typename Params, typename Work>
   __device__ __forceinline__ static void run_tile_pairs(Accum& acc, Accum& tmp, const Params& params,
-                                                  const Work& work, uint32_t num_k_blocks,
+                                                  const Work& work, uint32_t k_first,
+                                                  uint32_t k_end,
                                                   const Ring& ring, typename Ring::State& state,
                                                   uint8_t* smem, uint32_t math_wg,
                                                   uint32_t lane_idx, const Lane& lane) {
@@ -469,18 +471,18 @@ struct Fp4TableMma {
     const Slabs s0 = slabs_of<Stages>(smem_base, state.stage_idx);
     const Slabs s1 = slabs_of<Stages>(smem_base, st1.stage_idx);
     w0 = convert(s0, lane, a0);
-    const bool has1 = __any_sync(0xFFFFFFFFu, num_k_blocks > 1);
+    const bool has1 = __any_sync(0xFFFFFFFFu, k_end - k_first > 1);
     w1 = convert_or_zero(has1, ring, st1, s1, lane, a1);
     wait_issue_turn(math_wg);
     issue(a0, tmp, uniform_tokens(s0));
     issue(a1, t1, uniform_tokens(has1 ? s1 : s0));
     pass_issue_turn(math_wg);
-    uint32_t kb = 0;
+    uint32_t kb = k_first;
 #pragma unroll 1
     while (pair_step<Stages>(acc, tmp, t1, a0, a1, w0, w1, a2, a3, w2, w3, params, work, kb,
-                             num_k_blocks, ring, state, smem_base, lane, lane_idx) &&
+                             k_end, ring, state, smem_base, lane, lane_idx) &&
            pair_step<Stages>(acc, tmp, t1, a2, a3, w2, w3, a0, a1, w0, w1, params, work, kb,
-                             num_k_blocks, ring, state, smem_base, lane, lane_idx)) {
+                             k_end, ring, state, smem_base, lane, lane_idx)) {
     }
   }
 
@@ -492,12 +494,15 @@ struct Fp4TableMma {
                                                   uint8_t* smem, uint8_t* scratch,
                                                   uint32_t math_wg, uint32_t lane_idx) {
     const Lane lane = make_lane(math_wg, smem_u32(scratch));
+    // The loops count k-blocks from the tile's first (a split tile's part starts inside K), so
+    // the exact passes read their scale bytes at kb.
+    const uint32_t k_first = first_k_block(work, (params.k + 127) / 128);
     if constexpr (kPairedKBlocks) {
-      run_tile_pairs<Stages>(acc, tmp, params, work, num_k_blocks, ring, state, smem, math_wg,
-                             lane_idx, lane);
+      run_tile_pairs<Stages>(acc, tmp, params, work, k_first, k_first + num_k_blocks, ring,
+                             state, smem, math_wg, lane_idx, lane);
     } else {
-      run_tile_steps<Stages>(acc, tmp, params, work, num_k_blocks, ring, state, smem, math_wg,
-                             lane_idx, lane);
+      run_tile_steps<Stages>(acc, tmp, params, work, k_first, k_first + num_k_blocks, ring,
+                             state, smem, math_wg, lane_idx, lane);
     }
   }
 
@@ -505,7 +510,8 @@ struct Fp4TableMma {
   template <typename Stages, typename Ring, typename Params, typename Work>
   __device__ __forceinline__ static void run_tile_steps(Accum& acc, Accum& tmp,
                                                         const Params& params, const Work& work,
-                                                        uint32_t num_k_blocks, const Ring& ring,
+                                                        uint32_t k_first, uint32_t k_end,
+                                                        const Ring& ring,
                                                         typename Ring::State& state,
                                                         uint8_t* smem, uint32_t math_wg,
                                                         uint32_t lane_idx, const Lane& lane) {
@@ -520,12 +526,12 @@ struct Fp4TableMma {
     wait_issue_turn(math_wg);
     issue(a0, tmp, uniform_tokens(first));
     pass_issue_turn(math_wg);
-    uint32_t kb = 0;
+    uint32_t kb = k_first;
 #pragma unroll 1
-    while (step<Stages>(acc, tmp, t1, a0, ow0, a1, ow1, params, work, kb, num_k_blocks, ring,
-                        state, smem_base, lane, lane_idx) &&
-           step<Stages>(acc, t1, tmp, a1, ow1, a0, ow0, params, work, kb, num_k_blocks, ring,
-                        state, smem_base, lane, lane_idx)) {
+    while (step<Stages>(acc, tmp, t1, a0, ow0, a1, ow1, params, work, kb, k_end, ring, state,
+                        smem_base, lane, lane_idx) &&
+           step<Stages>(acc, t1, tmp, a1, ow1, a0, ow0, params, work, kb, k_end, ring, state,
+                        smem_base, lane, lane_idx)) {
     }
   }
 };

@@ -33,6 +33,8 @@ struct NamedBarrier {
   static constexpr uint32_t kFixup = 1;        // all math threads: the loader's stage fixup
   static constexpr uint32_t kStoreBf16 = 2;    // + warpgroup: BF16 TMA-store staging
   static constexpr uint32_t kStoreF32 = 6;     // + warpgroup: FP32 TMA-store chunks
+  // + warpgroup: a split tile's partial sums (the swapped kernels, which store no FP32 by TMA).
+  static constexpr uint32_t kSplitFixup = kStoreF32;
   static constexpr uint32_t kIdleRelease = 10; // + warpgroup: an idle warpgroup in a cluster
   // + warpgroup: a math warpgroup's own barrier in a kernel without clusters (the same ids).
   static constexpr uint32_t kMathWarpgroup = kIdleRelease;

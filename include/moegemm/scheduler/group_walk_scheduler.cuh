@@ -87,10 +87,15 @@ struct GroupWalkScheduler {
     prefetched_rows = rows;
   }
 
-  __device__ __forceinline__ bool next(Tile& tile) {
+  __device__ __forceinline__ bool next(Tile& tile) { return next_at(tile, tile_idx); }
+
+  // next() with tile `idx` (at least this round's, so the cursor still only moves forward) in
+  // place of this round's: the tail split's rounds (scheduler/tail_split_scheduler.cuh). The
+  // next round's index stays a function of the round, which ptxas then need not hold.
+  __device__ __forceinline__ bool next_at(Tile& tile, uint32_t idx) {
     constexpr uint32_t kFullMask = 0xffffffffu;
     const uint32_t lane = threadIdx.x % 32;
-    while (tile_idx >= group_first_tile + group_tiles) {
+    while (idx >= group_first_tile + group_tiles) {
       if (next_group >= num_groups) return false;
       const uint32_t base = group_first_tile + group_tiles;
       const uint32_t g = next_group + lane;
@@ -109,7 +114,7 @@ struct GroupWalkScheduler {
         const uint32_t up = __shfl_up_sync(kFullMask, cum, delta);
         if (lane >= delta) cum += up;
       }
-      const uint32_t hit = __ballot_sync(kFullMask, g < num_groups && base + cum > tile_idx);
+      const uint32_t hit = __ballot_sync(kFullMask, g < num_groups && base + cum > idx);
       if (hit == 0) {  // none of these 32 groups holds the tile
         group_first_tile = base + __shfl_sync(kFullMask, cum, 31);
         group_tiles = 0;
@@ -125,7 +130,7 @@ struct GroupWalkScheduler {
       group_rows = __shfl_sync(kFullMask, rows, l);
       group_m_blocks = (group_rows + kClusterRows - 1) / kClusterRows;  // in cluster tiles
     }
-    const uint32_t local = tile_idx - group_first_tile;
+    const uint32_t local = idx - group_first_tile;
     uint32_t m_offset, n_offset;
     cluster_offsets<kClusterM, kClusterN>(m_offset, n_offset);
     uint32_t m_block = local % group_m_blocks, n_block = local / group_m_blocks;

@@ -22,6 +22,46 @@ struct Tile {
   uint32_t group;
 };
 
+// A part of a tile split along K (scheduler/tail_split_scheduler.cuh): part `part` of `parts`
+// (at most 4) runs k-blocks [part K / parts, (part + 1) K / parts) of the tile's K k-blocks;
+// the split round's tile `tile` of `tiles` keeps part p's sums in workspace slot p tiles + tile.
+// One part (parts = 1) is the whole tile. One word, uniform in the CTA: every role carries its
+// work through its loop (the producer in the 40 registers it keeps), and a divisor of 1 to 4
+// keeps the k-block arithmetic on the uniform datapath (a division by a run-time value would
+// move it, and the walk's state with it, into vector registers the math warps lack).
+struct SplitTile : Tile {
+  uint32_t split;  // part | parts << 4 | tile << 8 | tiles << 20
+
+  __device__ __forceinline__ uint32_t part() const { return split & 0xFu; }
+  __device__ __forceinline__ uint32_t parts() const { return (split >> 4) & 0xFu; }
+  __device__ __forceinline__ uint32_t round_tile() const { return (split >> 8) & 0xFFFu; }
+  __device__ __forceinline__ uint32_t round_tiles() const { return split >> 20; }
+};
+
+// x / d for d in 1..4, by constants.
+__device__ __forceinline__ uint32_t div_by_parts(uint32_t x, uint32_t d) {
+  return d == 3 ? __umulhi(x, 0xAAAAAAABu) >> 1 : x >> (d == 4 ? 2 : d == 2 ? 1 : 0);
+}
+
+// The first k-block and the k-blocks a tile's work runs of the problem's `k_blocks`.
+__device__ __forceinline__ uint32_t first_k_block(const Tile&, uint32_t) { return 0; }
+__device__ __forceinline__ uint32_t first_k_block(const SplitTile& tile, uint32_t k_blocks) {
+  return div_by_parts(tile.part() * k_blocks, tile.parts());
+}
+__device__ __forceinline__ uint32_t k_blocks_of(uint32_t k_blocks, const Tile&) {
+  return k_blocks;
+}
+__device__ __forceinline__ uint32_t k_blocks_of(uint32_t k_blocks, const SplitTile& tile) {
+  return div_by_parts((tile.part() + 1) * k_blocks, tile.parts()) -
+         first_k_block(tile, k_blocks);
+}
+
+// A scheduler that splits tiles along K (Sched::kSplitsK: its Work is a SplitTile).
+template <typename Sched, typename = void>
+struct splits_k : std::false_type {};
+template <typename Sched>
+struct splits_k<Sched, std::enable_if_t<Sched::kSplitsK>> : std::true_type {};
+
 // A scheduler that can start reading what its next next() needs early (prefetch(), e.g. between
 // a tile's mainloop and its stores); the others are called as they are.
 template <typename Sched, typename = void>

@@ -84,6 +84,10 @@ class Layout:
     # Grouped walk (packed offsets, masked): a group's tiles taken stripe_m m-blocks at a time;
     # 0 takes all of its m-blocks per n-block.
     stripe_m: int = 0
+    # The FP8 x FP4 decode kernel's grouped walk with its last wave split along K into at most
+    # split_tail parts a tile (scheduler/tail_split_scheduler.cuh; its launches take a
+    # workspace); 0: whole tiles only.
+    split_tail: int = 0
 
     @property
     def cluster_size(self) -> int:
@@ -152,6 +156,7 @@ class GemmConfig:
             f"w{self.launch.num_math_warpgroups}c{lay.cluster_m}x{lay.cluster_n}"
             + ("t" if lay.swap_ab else "")
             + (f"p{lay.stripe_m}" if lay.stripe_m else "")
+            + (f"q{lay.split_tail}" if lay.split_tail else "")
             + (f"e{self.storage.store_box_d[0]}" if self.storage.store_box_d else "")
             + (f"x{self.pipeline.transform_stages}" if self.pipeline.transform_stages else "")
         )

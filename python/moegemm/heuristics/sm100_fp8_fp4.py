@@ -151,6 +151,7 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
         and lay.block_k == BLOCK_K
         and lay.cluster_size == 1
         and lay.stripe_m == 0
+        and lay.split_tail == 0
         and config.storage == storage_of(lay.block_m)
         and MIN_STAGES <= stages <= MAX_STAGES
         and config.pipeline.smem_bytes == smem_bytes_for(lay.block_m, stages)

@@ -336,6 +336,8 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
     """Whether a kernel of `config` computes `desc` correctly on `arch`: any config a caller may
     force through `config=`, including clusters and the other walk, which are never enumerated."""
     lay = config.layout
+    if lay.split_tail:
+        return False
     if lay.swap_ab:
         return _swap_ab_legal(config, desc, arch)
     num_wg = config.launch.num_math_warpgroups

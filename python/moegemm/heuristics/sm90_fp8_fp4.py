@@ -184,6 +184,8 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
     num_wg = launch.num_math_warpgroups
     if not moe_epilogue_legal(config, desc):
         return False
+    if lay.split_tail and not sm90_fp8_fp4_table.split_tail_legal(config, desc):
+        return False
     if desc.weights == "prepared":
         return desc_legal(desc) and sm90_fp8_fp4_table.is_legal(config, desc, arch)
     if lay.swap_ab:

@@ -19,6 +19,7 @@ warpgroup. Both are bounded below by HBM moving the problem's bytes once (the fa
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from . import sm90_fp8_fp4_convert_ahead as convert_ahead
 from .arch import ArchSpec
@@ -95,11 +96,72 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
     if not config.layout.swap_ab:
         return prefill_is_legal(config, desc, arch)
     lay, num_wg = config.layout, config.launch.num_math_warpgroups
+    if lay.split_tail:
+        return split_tail_legal(config, desc) and is_legal(unsplit(config), desc, arch)
     return (
         desc.kind in KINDS
         and desc.weights == "prepared"
         and FORM.is_legal(config, arch, token_choices(desc.kind))
         and (not paired_k_blocks(lay.block_m, num_wg) or config.pipeline.num_stages >= 4)
+    )
+
+
+# The decode kernel's last wave split along K (Layout.split_tail): at most this many parts a
+# tile, on the grouped walk's layouts.
+SPLIT_TAIL_PARTS = (2, 3, 4)
+SPLIT_TAIL_KINDS = ("m_grouped_offsets", "m_grouped_masked")
+
+
+def unsplit(config: GemmConfig) -> GemmConfig:
+    """The decode config a split one is built on: whole tiles."""
+    return replace(config, layout=replace(config.layout, split_tail=0))
+
+
+def with_split_tail(config: GemmConfig, parts: int) -> GemmConfig:
+    """A decode config with its last wave split into at most `parts` parts a tile (the same
+    shared memory: the scheduler's plan word is static, in the 1 KiB SMEM_RESERVE keeps)."""
+    return replace(config, layout=replace(config.layout, split_tail=parts))
+
+
+def split_tail_plan(tiles: int, ctas: int, k_blocks: int, max_parts: int) -> tuple[int, int, int]:
+    """(whole rounds, tiles of the split round, parts a tile) as the kernel plans them
+    (TailSplitScheduler): the last round's tiles cut into as many parts as idle CTAs allow, at
+    most max_parts and k_blocks; (rounds, 0, 1) where nothing splits."""
+    rest = tiles % ctas
+    parts = min(ctas // rest, max_parts, k_blocks) if rest else 1
+    whole = tiles // ctas
+    if parts < 2 or whole >= 0xFFFF or rest >= 4096:
+        return -(-tiles // ctas), 0, 1
+    return whole, rest, parts
+
+
+def split_tail_units(tiles: int, ctas: int, k_blocks: int, max_parts: int) -> list[list[tuple]]:
+    """Each CTA's work in order, as (tile, first k-block, k-blocks, part, parts, slot): the
+    walk's rounds (round r's tiles r ctas + (b + r) % ctas), then the split round's unit
+    (b + whole) % ctas: part unit // R of tile whole ctas + unit % R, in slot unit."""
+    whole, tail, parts = split_tail_plan(tiles, ctas, k_blocks, max_parts)
+    work: list[list[tuple]] = [[] for _ in range(ctas)]
+    for b in range(ctas):
+        for r in range(whole):
+            tile = r * ctas + (b + r) % ctas
+            if tile < tiles:
+                work[b].append((tile, 0, k_blocks, 0, 1, 0))
+        unit = (b + whole) % ctas
+        if tail and unit < tail * parts:
+            part, t = divmod(unit, tail)
+            first = part * k_blocks // parts
+            count = (part + 1) * k_blocks // parts - first
+            work[b].append((whole * ctas + t, first, count, part, parts, unit))
+    return work
+
+
+def split_tail_legal(config: GemmConfig, desc: GemmDesc) -> bool:
+    """Whether `config`'s split_tail is one the decode kernel takes for `desc`."""
+    return (
+        config.layout.split_tail in SPLIT_TAIL_PARTS
+        and config.layout.swap_ab
+        and desc.weights == "prepared"
+        and desc.kind in SPLIT_TAIL_KINDS
     )
 
 

@@ -328,8 +328,22 @@ def _fp8_fp4_swap_ab_spec(
         )
     if lay.block_n != 64 * config.launch.num_math_warpgroups:
         raise ValueError("fp8_fp4 swap_ab: each math warpgroup owns 64 weight rows")
+    scheduler = None
+    if lay.split_tail:
+        if lay.split_tail < 2 or weights != "prepared" or kind not in GROUP_WALK_KINDS:
+            raise ValueError(
+                "fp8_fp4 swap_ab: split_tail (at least 2 parts) takes prepared weights and the "
+                f"grouped walk ({', '.join(GROUP_WALK_KINDS)})"
+            )
+        offsets = "true" if kind == "m_grouped_offsets" else "false"
+        scheduler = (
+            f"moegemm::TailSplitScheduler<{lay.block_m}, {lay.block_n}, {offsets}, "
+            f"{lay.split_tail}>"
+        )
     # The tokens (block_m) are the wgmma's N here.
-    return _fp8_fp4_kernel_spec(config, kind, weights, epilogue, moe, _FP8_FP4_SWAP_AB, lay.block_m)
+    return _fp8_fp4_kernel_spec(
+        config, kind, weights, epilogue, moe, _FP8_FP4_SWAP_AB, lay.block_m, scheduler=scheduler
+    )
 
 
 def _fp8_fp4_kernel_spec(
@@ -341,11 +355,13 @@ def _fp8_fp4_kernel_spec(
     kernel: _Kernel,
     wgmma_n: int,
     transform: str = "",
+    scheduler: str | None = None,
 ) -> KernelSpec:
     """An FP8 x FP4 kernel's spec: BF16 out without C, named by layout, config, weights' form
     and MoE epilogue; the Config adds the transform ring's member, the form and the epilogue's
-    member (`moe`), each where given."""
-    scheduler, tag = _one_cta_scheduler(kind, config)
+    member (`moe`), each where given; `scheduler` replaces the layout's one-CTA scheduler."""
+    one_cta, tag = _one_cta_scheduler(kind, config)
+    scheduler = scheduler or one_cta
     name = f"sm90_fp8fp4_{tag}_{config.short_name()}_{weights}" + _epilogue_suffix(epilogue)
     flag = "true" if weights == "prepared" else "false"
     prepared = f"  static constexpr bool kPreparedWeights = {flag};"
