@@ -43,8 +43,12 @@ __device__ __forceinline__ uint32_t div_by_parts(uint32_t x, uint32_t d) {
   return d == 3 ? __umulhi(x, 0xAAAAAAABu) >> 1 : x >> (d == 4 ? 2 : d == 2 ? 1 : 0);
 }
 
-// The first k-block and the k-blocks a tile's work runs of the problem's `k_blocks`.
-__device__ __forceinline__ uint32_t first_k_block(const Tile&, uint32_t) { return 0; }
+// The first k-block and the k-blocks a tile's work runs of the problem's `k_blocks` (any work
+// but a split tile's part starts at the first).
+template <typename Work>
+__device__ __forceinline__ uint32_t first_k_block(const Work&, uint32_t) {
+  return 0;
+}
 __device__ __forceinline__ uint32_t first_k_block(const SplitTile& tile, uint32_t k_blocks) {
   return div_by_parts(tile.part() * k_blocks, tile.parts());
 }
