@@ -504,3 +504,32 @@ def test_paired_k_blocks_need_four_stages() -> None:
             assert table.is_legal(config, desc, SM90) is legal, (tokens, num_wg, stages)
     for config in table.enumerate_configs(desc, SM90):
         assert table.is_legal(config, desc, SM90), config
+
+
+@pytest.mark.parametrize("max_parts", [2, 3, 4])
+@pytest.mark.parametrize("ctas", [16, 60, 132])
+def test_split_tail_plan_covers_every_k_block_once(ctas: int, max_parts: int) -> None:
+    """The split round's plan as the kernel makes it (TailSplitScheduler): every tile's k-blocks
+    run exactly once over the CTAs' whole rounds and split parts, each CTA takes at most one part,
+    a tile's parts hold distinct slots below the CTA count, and the last round takes at most 1 /
+    parts of a tile where the tail splits."""
+    from moegemm.heuristics.sm90_fp8_fp4_table import split_tail_plan, split_tail_units
+
+    for tiles in (*range(1, 3 * ctas + 5, 5), 704, 1216):
+        for k_blocks in (1, 2, 3, 23, 56):
+            work = split_tail_units(tiles, ctas, k_blocks, max_parts)
+            covered: dict[int, list[int]] = {}
+            slots: dict[int, set[int]] = {}
+            for units in work:
+                assert sum(parts > 1 for *_, parts, _ in units) <= 1
+                for tile, first, count, part, parts, slot in units:
+                    covered.setdefault(tile, []).extend(range(first, first + count))
+                    if parts > 1:
+                        assert slot < ctas
+                        slots.setdefault(tile, set()).add(slot)
+            assert sorted(covered) == list(range(tiles))
+            assert all(sorted(ks) == list(range(k_blocks)) for ks in covered.values())
+            whole, tail, parts = split_tail_plan(tiles, ctas, k_blocks, max_parts)
+            assert all(len(s) == parts for s in slots.values()) and len(slots) == tail
+            if tail:
+                assert 2 <= parts <= min(max_parts, k_blocks) and whole * ctas + tail == tiles
