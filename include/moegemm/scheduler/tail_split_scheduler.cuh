@@ -99,8 +99,14 @@ struct TailSplitScheduler {
     const uint32_t packed = plan_word();
     const uint32_t whole_rounds = packed & 0xFFFFu;
     uint32_t split = 1u << 4;
-    if (whole_rounds != kWholeWalk && walk.round == whole_rounds + 1)
-      split = split_of(packed, (blockIdx.x + whole_rounds) % gridDim.x);
+    if (whole_rounds != kWholeWalk && walk.round == whole_rounds + 1) {
+      // The walk's next tile is (b + round + 1) % ctas into the next round; this round's unit
+      // was (b + round) % ctas: one less, cyclically (no division, so the part stays on the
+      // uniform datapath, and with it the mainloop's ring state).
+      const uint32_t ctas = gridDim.x;
+      const uint32_t next_unit = walk.tile_idx - (whole_rounds + 1) * ctas;
+      split = split_of(packed, next_unit == 0 ? ctas - 1 : next_unit - 1);
+    }
     work.split = split;
   }
 
