@@ -89,7 +89,7 @@ struct TailSplitScheduler {
       idx = whole_rounds * gridDim.x + ((split >> 8) & 0xFFFu);  // past every tile so far
     }
     if (!walk.next_at(work, idx)) return false;  // (counts the round)
-    work.split = split;
+    work.split = uniform(split);
     return true;
   }
 
@@ -107,14 +107,20 @@ struct TailSplitScheduler {
       const uint32_t next_unit = walk.tile_idx - (whole_rounds + 1) * ctas;
       split = split_of(packed, next_unit == 0 ? ctas - 1 : next_unit - 1);
     }
-    work.split = split;
+    work.split = uniform(split);
   }
 
  private:
-  // REDUX (the lanes hold the same word) puts it in a uniform register: what derives from it,
-  // the walk's round and tile index among them, stays off the vector registers.
+  // A word the lanes hold alike, through REDUX into a uniform register: what derives from it
+  // stays off the vector registers. The walk's tile index is a vector value (its rotation
+  // divides by the grid), and a part derived from it would carry the tile's k-block count, and
+  // through it the mainloop's ring state, into vector registers.
+  __device__ __forceinline__ static uint32_t uniform(uint32_t word) {
+    return __reduce_or_sync(0xffffffffu, word);
+  }
+
   __device__ __forceinline__ static uint32_t plan_word() {
-    return __reduce_or_sync(0xffffffffu, *static_cast<volatile uint32_t*>(&plan_slot()));
+    return uniform(*static_cast<volatile uint32_t*>(&plan_slot()));
   }
 
   // The plan, whole_rounds | tail_tiles << 16 | parts << 28, in static shared memory (an
