@@ -84,37 +84,29 @@ struct Fp8Fp4SwapAbGemmKernel : SwapAbTiles<Config, Sm90Fp8Fp4GemmParams> {
                 "paired k-blocks hold two stages and wait for two more");
   static_assert(!Base::kSplitsK || kPrepared, "tiles split along K on prepared weights");
 
-  // A part of a split tile (Base::kSplitsK, parts > 1) hands its sums to the tile's last part
-  // through the launch's workspace (params.w8 as FP32 slots, params.ready as their flags), which
-  // adds them and stores the tile.
-  template <typename Accum>
+  // A part of a split tile (the split round's SplitTile, parts > 1) hands its sums to the
+  // tile's last part through the launch's workspace (params.w8 as FP32 slots, params.ready as
+  // their flags), which adds them and stores the tile.
+  template <typename Accum, typename W>
   __device__ __forceinline__ static void epilogue(const Sm90Fp8Fp4GemmParams& params, Accum& acc,
-                                                  const typename Base::Work& work,
-                                                  uint32_t math_wg, uint8_t* smem_d) {
-    if constexpr (Base::kSplitsK) {
+                                                  const W& work, uint32_t math_wg,
+                                                  uint8_t* smem_d) {
+    if constexpr (std::is_same_v<W, SplitTile>) {
       using Fixup = SplitKFixup<Mma::kNumAccum>;
-      constexpr uint32_t W = Base::kNumMathWG;
+      constexpr uint32_t W_ = Base::kNumMathWG;
       const uint32_t part = work.part(), parts = work.parts();
       // Part p of the round's tile t: slot p R + t (R tiles in the round), W words a slot.
-      const uint32_t stride = work.round_tiles() * W, first = work.round_tile() * W + math_wg;
-      // The pointers in vector registers for the few instructions that use them: held in
-      // uniform ones, they pushed the walk's state out of the math warps' registers (spills).
+      const uint32_t stride = work.round_tiles() * W_, first = work.round_tile() * W_ + math_wg;
       float* workspace = reinterpret_cast<float*>(params.w8);
-      uint32_t* flags = params.ready;
-      asm volatile("mov.b64 %0, %0;" : "+l"(workspace));
-      asm volatile("mov.b64 %0, %0;" : "+l"(flags));
       const uint32_t barrier = NamedBarrier::kSplitFixup + math_wg;
       if (part + 1 < parts) {
-        Fixup::store_partial(workspace, flags, first + part * stride, acc.v[0], barrier);
-      } else {
-        if (parts > 1)
-          Fixup::add_partials(workspace, flags, first, stride, parts - 1, acc.v[0],
-                              barrier);
-        Base::epilogue(params, acc, work, math_wg, smem_d);
+        Fixup::store_partial(workspace, params.ready, first + part * stride, acc.v[0], barrier);
+        return;
       }
-    } else {
-      Base::epilogue(params, acc, work, math_wg, smem_d);
+      if (parts > 1)
+        Fixup::add_partials(workspace, params.ready, first, stride, parts - 1, acc.v[0], barrier);
     }
+    Base::epilogue(params, acc, work, math_wg, smem_d);
   }
 };
 

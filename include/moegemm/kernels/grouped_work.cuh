@@ -53,7 +53,8 @@ struct MGroupedWork : ConfigTile<Config> {
     return (params.k + Config::kBlockK - 1) / Config::kBlockK;
   }
   // Every tile runs all of K, a split tile's part its share.
-  __device__ __forceinline__ static uint32_t num_k_blocks(uint32_t k_blocks, const Work& work) {
+  template <typename W>
+  __device__ __forceinline__ static uint32_t num_k_blocks(uint32_t k_blocks, const W& work) {
     return k_blocks_of(k_blocks, work);
   }
 };

@@ -120,6 +120,16 @@ struct has_relay : std::false_type {};
 template <typename Mma>
 struct has_relay<Mma, std::enable_if_t<Mma::kRelay>> : std::true_type {};
 
+// The work a scheduler hands out: Sched::Work where it names one, else the kernel's.
+template <typename Sched, typename Fallback, typename = void>
+struct work_of {
+  using type = Fallback;
+};
+template <typename Sched, typename Fallback>
+struct work_of<Sched, Fallback, std::void_t<typename Sched::Work>> {
+  using type = typename Sched::Work;
+};
+
 template <typename Kernel>
 struct PersistentGemm {
   using Loader = typename Kernel::Loader;
@@ -248,11 +258,29 @@ struct PersistentGemm {
     // Every role walks its own copy of the schedule (warp-cooperative schedulers: whole warps).
     auto scheduler = Kernel::make_scheduler(params);
     const uint32_t k_blocks = Kernel::k_blocks(params);
+    // A splitting scheduler runs in two phases, each role's loop compiled once for each: its
+    // whole rounds (Tile work, the mainloop's trip count the kernel's own) and then its split
+    // round (one SplitTile part at most); the ring's state carries over.
     if (threadIdx.x < 128) {
       cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
-      if (warp_idx == 0) produce(params, ring, smem, cta_rank, scheduler, k_blocks);
+      typename Ring::State state;
+      if (warp_idx == 0) {
+        if constexpr (kSplitsK) {
+          produce(params, ring, smem, cta_rank, scheduler.whole_rounds(), k_blocks, state);
+          produce(params, ring, smem, cta_rank, scheduler.split_round(), k_blocks, state);
+        } else {
+          produce(params, ring, smem, cta_rank, scheduler, k_blocks, state);
+        }
+      }
       if constexpr (kRelay) {
-        if (warp_idx == 1) relay(params, ring, smem, lane_idx, scheduler, k_blocks);
+        if (warp_idx == 1) {
+          if constexpr (kSplitsK) {
+            relay(params, ring, smem, lane_idx, scheduler.whole_rounds(), k_blocks, state);
+            relay(params, ring, smem, lane_idx, scheduler.split_round(), k_blocks, state);
+          } else {
+            relay(params, ring, smem, lane_idx, scheduler, k_blocks, state);
+          }
+        }
       }
       if constexpr (kClusterSize == 1) return;
     } else if (kTransform && threadIdx.x < 128 * kFirstMathWG) {
@@ -274,7 +302,15 @@ struct PersistentGemm {
         consume_passes(params, ring, transform_ring, smem, smem_transform, smem_d, warp_idx,
                        lane_idx, scheduler, k_blocks);
       } else if constexpr (runs_tile<Mma>::value) {
-        consume_tiles(params, ring, smem, smem_d, lane_idx, scheduler, k_blocks);
+        typename Ring::State in;
+        if constexpr (kSplitsK) {
+          consume_tiles(params, ring, smem, smem_d, lane_idx, scheduler.whole_rounds(), k_blocks,
+                        in);
+          consume_tiles(params, ring, smem, smem_d, lane_idx, scheduler.split_round(), k_blocks,
+                        in);
+        } else {
+          consume_tiles(params, ring, smem, smem_d, lane_idx, scheduler, k_blocks, in);
+        }
       } else if constexpr (owns_k_block<Mma>::value) {
         consume_k_blocks(params, ring, smem, smem_d, lane_idx, scheduler, k_blocks);
       } else if constexpr (kTransform) {
@@ -295,14 +331,15 @@ struct PersistentGemm {
   template <typename Sched>
   __device__ __forceinline__ static void produce(const Params& params, const Ring& ring,
                                                  uint8_t* smem, uint32_t cta_rank,
-                                                 Sched scheduler, uint32_t k_blocks) {
+                                                 Sched scheduler, uint32_t k_blocks,
+                                                 typename Ring::State& state) {
+    using Work = typename work_of<Sched, typename Kernel::Work>::type;
     const bool leader = cute::elect_one_sync();
-    typename Ring::State state;
-    typename Kernel::Work work;
+    Work work;
     // A loader with lane copies: every lane copies its share of the stage (scales) besides the
     // leader's TMA boxes, and arrives on the full barrier once its copies land
     // (Loader::kFillArrivals). Other loaders never call it (and have no copy_lanes).
-    auto fill_stage = [&](const typename Kernel::Work& tile, uint32_t kb) {
+    auto fill_stage = [&](const Work& tile, uint32_t kb) {
       if constexpr (Loader::kLaneCopies) {
         ring.producer_acquire(state);
         if (leader) {
@@ -326,7 +363,7 @@ struct PersistentGemm {
         const uint32_t num_k_blocks = Kernel::num_k_blocks(k_blocks, work);
         constexpr uint32_t kStages = Ring::kNumStages;
         const uint32_t ask_at = num_k_blocks > kStages ? num_k_blocks - kStages : 0;
-        typename Kernel::Work next_work;
+        Work next_work;
         bool next_more = false;
         Loader::wait_tile(params, work, num_k_blocks, lane);
         const uint32_t k0 = first_k_block(work, k_blocks);  // a split tile's part: inside K
@@ -372,10 +409,10 @@ struct PersistentGemm {
   template <typename Sched>
   __device__ __forceinline__ static void relay(const Params& params, const Ring& ring,
                                                uint8_t* smem, uint32_t lane_idx,
-                                               Sched scheduler, uint32_t k_blocks) {
+                                               Sched scheduler, uint32_t k_blocks,
+                                               typename Ring::State& state) {
     const uint32_t smem_base = smem_u32(smem);
-    typename Ring::State state;
-    typename Kernel::Work work;
+    typename work_of<Sched, typename Kernel::Work>::type work;
     while (scheduler.next(work)) {
       const uint32_t num_k_blocks = Kernel::num_k_blocks(k_blocks, work);
 #pragma unroll 1
@@ -533,11 +570,11 @@ struct PersistentGemm {
   __device__ __forceinline__ static void consume_tiles(const Params& params, const Ring& ring,
                                                        uint8_t* smem, uint8_t* smem_d,
                                                        uint32_t lane_idx, Sched scheduler,
-                                                       uint32_t k_blocks) {
+                                                       uint32_t k_blocks,
+                                                       typename Ring::State& in) {
     const uint32_t math_wg = threadIdx.x / 128 - kFirstMathWG;
-    typename Ring::State in;
     typename Mma::Accum acc, tmp;
-    typename Kernel::Work work;
+    typename work_of<Sched, typename Kernel::Work>::type work;
     while (scheduler.next(work)) {
       const uint32_t num_k_blocks = Kernel::num_k_blocks(k_blocks, work);
       if (Kernel::math_idle(params, work, math_wg)) {  // uniform in the warpgroup
@@ -549,10 +586,11 @@ struct PersistentGemm {
       Mma::template run_tile<Stages>(acc, tmp, params, work, num_k_blocks, ring, in, smem,
                                      smem_d, math_wg, lane_idx);
       if constexpr (has_prefetch<Sched>::value) scheduler.prefetch();  // under the stores
-      // A split tile's part, derived again: the mainloop carries no register for it.
-      if constexpr (kSplitsK) scheduler.restore_split(work);
       Kernel::epilogue(params, acc, work, math_wg, smem_d);
     }
+    // A splitting scheduler's next phase starts its own wgmma: none of these may be thought in
+    // flight there (ptxas would wait on a path it takes for divergent, C7517 / C7518).
+    if constexpr (kSplitsK) warpgroup_wait<0>();
   }
 
   // Math warpgroups whose MMA policy runs each k-block itself (Mma::kOwnsKBlock: the FP8 x FP4

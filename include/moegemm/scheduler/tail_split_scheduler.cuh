@@ -30,11 +30,50 @@ struct TailSplitScheduler {
   static constexpr uint32_t kClusterM = 1;
   static constexpr uint32_t kClusterN = 1;
   static constexpr bool kSplitsK = true;
-  using Work = SplitTile;
   using Walk = GroupWalkScheduler<BLOCK_M, BLOCK_N, kOffsets>;
   static constexpr uint32_t kWholeWalk = 0xFFFFu;  // whole_rounds: no split round
 
-  Walk walk;  // its round counts this scheduler's rounds too
+  Walk walk;
+
+  // The whole rounds: the walk's own tiles until the split round.
+  struct WholeRounds {
+    using Work = Tile;
+    Walk walk;
+    __device__ __forceinline__ void prefetch() { walk.prefetch(); }
+    __device__ __forceinline__ bool next(Tile& work) {
+      const uint32_t whole_rounds = plan_word() & 0xFFFFu;
+      return (whole_rounds == kWholeWalk || walk.round < whole_rounds) && walk.next(work);
+    }
+  };
+
+  // The split round: this CTA's part, if it has one. A fresh copy of the walk finds its tile
+  // (the cursor moves forward from the first group).
+  struct SplitRound {
+    using Work = SplitTile;
+    Walk walk;
+    bool done = false;
+    __device__ __forceinline__ bool next(SplitTile& work) {
+      const uint32_t packed = plan_word();
+      const uint32_t whole_rounds = packed & 0xFFFFu;
+      if (done || whole_rounds == kWholeWalk) return false;
+      done = true;
+      const uint32_t tail_tiles = (packed >> 16) & 0xFFFu, parts = packed >> 28;
+      // Round r's tiles go to the CTAs rotated by r, as the walk's rounds do.
+      const uint32_t ctas = gridDim.x;
+      uint32_t tile = (blockIdx.x + whole_rounds) % ctas, part = 0;
+      if (tile >= tail_tiles * parts) return false;
+#pragma unroll
+      for (uint32_t p = 1; p < kMaxParts; ++p) {  // part = unit / R, by subtraction
+        if (tile >= tail_tiles) {
+          tile -= tail_tiles;
+          ++part;
+        }
+      }
+      if (!walk.next_at(work, whole_rounds * ctas + tile)) return false;
+      work.split = part | parts << 4 | tile << 8 | tail_tiles << 20;
+      return true;
+    }
+  };
 
   // Every thread of the CTA, whole warps (the count is warp-cooperative). `split`: whether the
   // launch brought a workspace. No part gets fewer than one k-block.
@@ -53,9 +92,11 @@ struct TailSplitScheduler {
                       : kWholeWalk;
   }
 
-  // Tiles of the whole problem, in every lane.
+  __device__ __forceinline__ WholeRounds whole_rounds() const { return WholeRounds{walk}; }
+  __device__ __forceinline__ SplitRound split_round() const { return SplitRound{walk}; }
+
+  // Tiles of the whole problem, in every lane (REDUX: a uniform register).
   __device__ __forceinline__ uint32_t count_tiles() const {
-    constexpr uint32_t kFullMask = 0xffffffffu;
     const uint32_t lane = threadIdx.x % 32;
     uint32_t tiles = 0;
 #pragma unroll 4
@@ -64,87 +105,19 @@ struct TailSplitScheduler {
       if (g0 + lane < walk.num_groups) walk.read_group(g0 + lane, start, rows);
       tiles += (rows + BLOCK_M - 1) / BLOCK_M * walk.num_n_blocks;
     }
-    // REDUX: the sum lands in a uniform register, so the plan and the walk's round and tile
-    // index derived from it stay uniform (vector registers spilled where the math warpgroups
-    // had none to spare).
-    return __reduce_add_sync(kFullMask, tiles);
-  }
-
-  __device__ __forceinline__ void prefetch() { walk.prefetch(); }
-
-  __device__ __forceinline__ bool next(SplitTile& work) {
-    const uint32_t packed = plan_word();
-    const uint32_t whole_rounds = packed & 0xFFFFu;
-    uint32_t split = 1u << 4;  // a whole tile: part 0 of 1
-    uint32_t idx = walk.tile_idx;
-    if (whole_rounds != kWholeWalk && walk.round >= whole_rounds) {
-      if (walk.round != whole_rounds) return false;
-      // The walk's own tile for this round is (b + round) % ctas into it: its rotation.
-      const uint32_t unit = idx - whole_rounds * gridDim.x;
-      if (unit >= ((packed >> 16) & 0xFFFu) * (packed >> 28)) {
-        ++walk.round;  // nothing for this CTA: the round ends its walk
-        return false;
-      }
-      split = split_of(packed, unit);
-      idx = whole_rounds * gridDim.x + ((split >> 8) & 0xFFFu);  // past every tile so far
-    }
-    if (!walk.next_at(work, idx)) return false;  // (counts the round)
-    work.split = uniform(split);
-    return true;
-  }
-
-  // work.split of the tile next() handed out last, derived again from the walk (the math
-  // warpgroups call it after the mainloop, which then carries no register for it).
-  __device__ __forceinline__ void restore_split(SplitTile& work) const {
-    const uint32_t packed = plan_word();
-    const uint32_t whole_rounds = packed & 0xFFFFu;
-    uint32_t split = 1u << 4;
-    if (whole_rounds != kWholeWalk && walk.round == whole_rounds + 1) {
-      // The walk's next tile is (b + round + 1) % ctas into the next round; this round's unit
-      // was (b + round) % ctas: one less, cyclically (no division, so the part stays on the
-      // uniform datapath, and with it the mainloop's ring state).
-      const uint32_t ctas = gridDim.x;
-      const uint32_t next_unit = walk.tile_idx - (whole_rounds + 1) * ctas;
-      split = split_of(packed, next_unit == 0 ? ctas - 1 : next_unit - 1);
-    }
-    work.split = uniform(split);
-  }
-
- private:
-  // A word the lanes hold alike, through REDUX into a uniform register: what derives from it
-  // stays off the vector registers. The walk's tile index is a vector value (its rotation
-  // divides by the grid), and a part derived from it would carry the tile's k-block count, and
-  // through it the mainloop's ring state, into vector registers.
-  __device__ __forceinline__ static uint32_t uniform(uint32_t word) {
-    return __reduce_or_sync(0xffffffffu, word);
-  }
-
-  __device__ __forceinline__ static uint32_t plan_word() {
-    return uniform(*static_cast<volatile uint32_t*>(&plan_slot()));
+    return __reduce_add_sync(0xffffffffu, tiles);
   }
 
   // The plan, whole_rounds | tail_tiles << 16 | parts << 28, in static shared memory (an
-  // immediate address): the roles read it at each next() instead of carrying it, which the
-  // math warpgroups have no register for. Static shared memory puts the kernel's dynamic
-  // shared memory (aligned to 1 KiB) 1 KiB on, which the configs leave free (SMEM_RESERVE).
+  // immediate address), read where needed rather than carried (REDUX: uniform). Static shared
+  // memory puts the kernel's dynamic shared memory (aligned to 1 KiB) 1 KiB on, which the
+  // configs leave free (SMEM_RESERVE).
   __device__ __forceinline__ static uint32_t& plan_slot() {
     __shared__ uint32_t plan;
     return plan;
   }
-
-  // Unit u of the split round: part u / R of its tile u % R (by subtraction: at most 3 parts
-  // past the first).
-  __device__ __forceinline__ static uint32_t split_of(uint32_t packed, uint32_t unit) {
-    const uint32_t tail_tiles = (packed >> 16) & 0xFFFu, parts = packed >> 28;
-    uint32_t part = 0;
-#pragma unroll
-    for (uint32_t p = 1; p < kMaxParts; ++p) {
-      if (unit >= tail_tiles) {
-        unit -= tail_tiles;
-        ++part;
-      }
-    }
-    return part | parts << 4 | unit << 8 | tail_tiles << 20;
+  __device__ __forceinline__ static uint32_t plan_word() {
+    return __reduce_or_sync(0xffffffffu, *static_cast<volatile uint32_t*>(&plan_slot()));
   }
 };
 
