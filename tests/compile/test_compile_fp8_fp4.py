@@ -483,8 +483,8 @@ def test_table_kernel_mainloop_gate(kind: str, config, tmp_path) -> None:
 
 @pytest.mark.parametrize(
     "block_t,num_wg,parts",
-    [(48, 3, 3), (16, 4, 2), (8, 4, 3)],
-    ids=["t48w3q3", "t16w4q2", "t8w4q3"],
+    [(64, 3, 3), (48, 3, 3), (16, 4, 2), (8, 4, 3)],
+    ids=["t64w3q3", "t48w3q3", "t16w4q2", "t8w4q3"],
 )
 def test_split_tail_whole_rounds_run_the_unsplit_mainloop(
     block_t: int, num_wg: int, parts: int, tmp_path

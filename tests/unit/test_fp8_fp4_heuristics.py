@@ -19,8 +19,9 @@ from moegemm.heuristics import (
     sm90_fp8_fp4_decode,
     sm90_fp8_fp4_table,
 )
-from moegemm.heuristics.config import PipelineConfig
+from moegemm.heuristics.config import GemmConfig, PipelineConfig
 from moegemm.heuristics.ragged import normal_sf, routed_view, rows_sigma
+from moegemm.heuristics.waves import count_tiles
 
 BUDGET = 232448 - 1024  # the contract's limit on smem_bytes
 
@@ -274,8 +275,10 @@ def test_few_rows_over_many_groups_read_only_the_groups_they_reach() -> None:
     # The wave floor: a tile is the least a problem with any tiles takes.
     one = fp4("m_grouped_masked", 8, 2048, 768, 2, expected_m=8, weights="prepared")
     config = select_config(one, SM90)
-    assert sm90_fp8_fp4_table.decode_waves(one, config.layout.block_m, config.layout.block_n,
-                                           SM90.num_sms) == 1.0  # fmt: skip
+    rounds, split = sm90_fp8_fp4_table.decode_rounds(
+        one, config.layout.block_m, config.layout.block_n, SM90.num_sms, 6, 0
+    )
+    assert (rounds, split) == (1.0, 0.0)
 
 
 @pytest.mark.parametrize("desc", DESCS, ids=lambda d: f"{d.kind}-{d.m}-{d.n}-{d.k}")
@@ -533,3 +536,42 @@ def test_split_tail_plan_covers_every_k_block_once(ctas: int, max_parts: int) ->
             assert all(len(s) == parts for s in slots.values()) and len(slots) == tail
             if tail:
                 assert 2 <= parts <= min(max_parts, k_blocks) and whole * ctas + tail == tiles
+
+
+def test_split_tail_is_priced_by_its_rounds_and_costs() -> None:
+    """The decode kernel's rounds: whole tiles, ceil(T / SMs) (balanced T exact; ragged T
+    expected over the spread); a split tail's last round 1 / parts of a tile where it splits.
+    The pick splits where a tile outlasts the split's own costs (measured on the H100 against
+    the unsplit pick: DeepSeek-V3 L1 at 32 rows 0.94 x and one row 0.94 x, gpt-oss L1 at 32
+    rows 0.98 x) and not where tiles are short (DeepSeek-V3 L2 1.02 x) or no round splits
+    (gpt-oss L2 at 32 rows: 3.64 waves, 1.04 x)."""
+    from moegemm.heuristics import sm90_fp8_fp4_table as table
+
+    flat = fp4("m_grouped_contiguous", 32 * 128, 4096, 7168, 32, weights="prepared")
+    tiles = 32 * 128 // 32 * math.ceil(4096 / 192)  # 2816: 21.33 waves
+    assert table.decode_rounds(flat, 32, 192, 132, 56, 0) == (22.0, 0.0)
+    assert table.decode_rounds(flat, 32, 192, 132, 56, 3) == (21 + 1 / 3, 1.0)
+    assert tiles % 132 == 44
+    for r in (1, 8, 32, 64):
+        desc = fp4("m_grouped_masked", 128, 4096, 7168, 32, expected_m=r, weights="prepared")
+        for block_t in (8, 16, 48, 64):
+            plain, _ = table.decode_rounds(desc, block_t, 192, 132, 56, 0)
+            split, p = table.decode_rounds(desc, block_t, 192, 132, 56, 3)
+            expected = count_tiles(desc, block_t, 192) / 132
+            assert plain >= expected - 1e-9 and split <= plain and 0 <= p <= 1
+            assert split >= expected - 1e-9 or expected < 1
+
+    def pick(n: int, k: int, rows: int) -> GemmConfig:
+        desc = fp4("m_grouped_masked", 128, n, k, 32, expected_m=rows, weights="prepared")
+        return select_config(desc, SM90)
+
+    assert pick(4096, 7168, 32).layout.split_tail == 3
+    assert pick(4096, 7168, 1).layout.split_tail == 3
+    assert pick(5760, 2880, 32).layout.split_tail == 3
+    assert pick(7168, 2048, 32).layout.split_tail == 0
+    assert pick(2880, 2880, 32).layout.split_tail == 0
+    # Token blocks past 64 are not split (their split builds spill).
+    for config in table.enumerate_configs(
+        fp4("m_grouped_masked", 256, 4096, 7168, 32, expected_m=128, weights="prepared"), SM90
+    ):
+        assert not config.layout.split_tail or config.layout.block_m <= 64

@@ -24,7 +24,7 @@ from dataclasses import replace
 from . import sm90_fp8_fp4_convert_ahead as convert_ahead
 from .arch import ArchSpec
 from .config import GemmConfig, GemmDesc, LaunchConfig, Layout, PipelineConfig
-from .ragged import RAGGED_KINDS
+from .ragged import expected_rows_per_group
 from .sm90_bf16 import PIPELINE_FILL_CYCLES, tma_store_cols
 from .sm90_fp8_fp4_tiles import (
     BARRIER_BYTES,
@@ -37,7 +37,7 @@ from .sm90_fp8_fp4_tiles import (
     stages_that_fit,
     storage_of,
 )
-from .waves import count_tiles, expected_waves
+from .waves import count_tiles, expected_waves, tile_count_spread
 
 KINDS = ("bf16_gemm_nt", "m_grouped_contiguous", "m_grouped_offsets", "m_grouped_masked")
 TOKEN_CHOICES = (8, 16, 24, 32, 48, 64, 96, 128, 160)  # wgmma N
@@ -110,6 +110,11 @@ def is_legal(config: GemmConfig, desc: GemmDesc, arch: ArchSpec) -> bool:
 # tile, on the grouped walk's layouts.
 SPLIT_TAIL_PARTS = (2, 3, 4)
 SPLIT_TAIL_KINDS = ("m_grouped_offsets", "m_grouped_masked")
+# The widest token block whose split build keeps every register (ptxas 13.0: 96 tokens on two
+# math warpgroups spill 4 bytes, 160 spill 8; 8..64 on one to four warpgroups none).
+SPLIT_TAIL_MAX_TOKENS = 64
+# The parts the search offers (3 measured at least as fast as 2 on every problem that split).
+SPLIT_TAIL_ENUMERATED = 3
 
 
 def unsplit(config: GemmConfig) -> GemmConfig:
@@ -160,6 +165,7 @@ def split_tail_legal(config: GemmConfig, desc: GemmDesc) -> bool:
     return (
         config.layout.split_tail in SPLIT_TAIL_PARTS
         and config.layout.swap_ab
+        and config.layout.block_m <= SPLIT_TAIL_MAX_TOKENS
         and desc.weights == "prepared"
         and desc.kind in SPLIT_TAIL_KINDS
     )
@@ -177,11 +183,14 @@ def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> list[GemmConfig]:
     as fit."""
     if desc.kind not in KINDS or desc.weights != "prepared":
         return []
-    return (
-        prefill_configs(desc, arch)
-        + convert_ahead.enumerate_configs(desc, arch)
-        + FORM.configs(arch, token_choices(desc.kind))
-    )
+    decode = FORM.configs(arch, token_choices(desc.kind))
+    if desc.kind in SPLIT_TAIL_KINDS:
+        decode += [
+            with_split_tail(c, SPLIT_TAIL_ENUMERATED)
+            for c in decode
+            if c.layout.block_m <= SPLIT_TAIL_MAX_TOKENS
+        ]
+    return prefill_configs(desc, arch) + convert_ahead.enumerate_configs(desc, arch) + decode
 
 
 # The decode kernel on the H200, fitted (2026-12-04: the DeepSeek-V3 L1, gpt-oss L1 and
@@ -212,22 +221,51 @@ make_config = FORM.make_config
 kblock_cycles = FORM.kblock_cycles
 
 
-def decode_waves(desc: GemmDesc, block_t: int, block_w: int, num_sms: int) -> float:
-    """Waves of the decode kernel: on ragged layouts the expected token blocks of groups spread
-    around the mean (ragged.py). A group past its token block streams its weights again for
-    the next one (measured on the H200: 8 rows a group drawn from 6..10 take 1.45x the time of
-    8 each with 8-token blocks, as many as the extra blocks). Called with tiles to run."""
-    if desc.kind not in RAGGED_KINDS:
-        return expected_waves(desc, block_t, block_w, num_sms)
-    # Under two waves a tile's time is what an SM with one more tile adds, whole: fewer tiles
-    # than SMs take one tile's time, 1.3 waves two (measured on the H100 at one token, 8 of
-    # 64 DeepSeek-V3 experts: 128 x 256 tiles 51.9 us, 176 x 192 65.8, 256 x 128 49.5).
-    waves = count_tiles(desc, block_t, block_w) / num_sms
-    return float(math.ceil(waves)) if waves < 2 else waves
+def decode_rounds(
+    desc: GemmDesc, block_t: int, block_w: int, num_sms: int, k_blocks: int, split_tail: int
+) -> tuple[float, float]:
+    """(rounds, P(a split round)) of the decode kernel's persistent grid, expected over the
+    tiles a ragged layout may have (waves.tile_count_spread): T tiles take ceil(T / num_sms)
+    rounds of a tile each, whole, since its tiles cost alike whatever their rows (measured on
+    the H100: DeepSeek-V3 L1 at 32 rows, 704 tiles in 5.33 waves, took 6 tiles' time); with
+    `split_tail` parts (Layout.split_tail) the last round's tiles are cut along K as the kernel
+    plans it (split_tail_plan) and that round takes 1 / parts of a tile. A group past its token
+    block streams its weights again for the next one (measured on the H200: 8 rows a group
+    drawn from 6..10 take 1.45x the time of 8 each with 8-token blocks, as many as the extra
+    blocks): the spread counts those tiles."""
+    expected = count_tiles(desc, block_t, block_w)
+    if expected < 2 * num_sms or (
+        desc.kind == "m_grouped_offsets" and expected_rows_per_group(desc) <= 1
+    ):
+        # Under two waves a tile's time is what an SM with one more tile adds, whole (measured
+        # on the H100 at one token, 8 of 64 DeepSeek-V3 experts: 128 x 256 tiles 51.9 us,
+        # 176 x 192 65.8, 256 x 128 49.5); one row a group in the packed layout is spread only
+        # to count the groups it reaches (ragged.routed_view), too coarse a count for whole
+        # rounds or a split plan: its tiles are taken as they come.
+        waves = expected / num_sms
+        return (math.ceil(waves - 1e-9) if waves < 2 else waves), 0.0
+    rounds = split = 0.0
+    for tiles, p in tile_count_spread(desc, block_t, block_w):
+        if split_tail:
+            whole, tail, parts = split_tail_plan(tiles, num_sms, k_blocks, split_tail)
+        else:
+            whole, tail, parts = -(-tiles // num_sms), 0, 1
+        rounds += p * (whole + (1 / parts if tail else 0))
+        split += p * (tail > 0)
+    return rounds, split
+
+
+# What a split tail costs besides its round (H100, 2026-12-07, tools/fp8_fp4_config_sweep.py
+# on the DeepSeek-V3 L1/L2 and gpt-oss L1/L2 shapes at 32 rows and DeepSeek-V3 L1 at one row,
+# every pick beside its splits in 2 and 3 parts): every call counts its tiles before the first
+# and zeroes the flags (~2.5 us), and a split round adds its parts' own pipeline fill and the
+# fixup's wait on the other parts (6-8 us).
+SPLIT_CALL_CYCLES = 4500
+SPLIT_ROUND_CYCLES = 12500
 
 
 def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec, streamed: float) -> float:
-    """Cycles of the whole problem: waves of tiles, each its k-blocks one after another, bounded
+    """Cycles of the whole problem: rounds of tiles, each its k-blocks one after another, bounded
     below by `streamed` (HBM moving the problem's bytes once)."""
     lay = config.layout
     if convert_ahead.is_convert_ahead(config):
@@ -236,11 +274,16 @@ def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec, streamed
         return prefill_estimate_cycles(config, desc, arch, streamed)
     if count_tiles(desc, lay.block_m, lay.block_n) == 0:
         return float(PIPELINE_FILL_CYCLES)
-    waves = decode_waves(desc, lay.block_m, lay.block_n, arch.num_sms)
     k_blocks = -(-desc.k // BLOCK_K)
     tile = k_blocks * kblock_cycles(lay.block_m, config.launch.num_math_warpgroups)
     tile += TILE_CYCLES + STORE_CYCLES_PER_KI_OUTPUT * lay.block_m * lay.block_n / 1024
-    return max(waves * tile, streamed) + PIPELINE_FILL_CYCLES
+    rounds, split = decode_rounds(
+        desc, lay.block_m, lay.block_n, arch.num_sms, k_blocks, lay.split_tail
+    )
+    cycles = rounds * tile
+    if lay.split_tail:
+        cycles += SPLIT_CALL_CYCLES + split * SPLIT_ROUND_CYCLES
+    return max(cycles, streamed) + PIPELINE_FILL_CYCLES
 
 
 # The prefill kernel (tokens on M). Its tile: block_m tokens (one math warpgroup per 64) x

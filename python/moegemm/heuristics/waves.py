@@ -124,6 +124,29 @@ def ragged_waves(
         w += 1
 
 
+def tile_count_spread(desc: GemmDesc, block_m: int, block_n: int) -> list[tuple[int, float]]:
+    """The tiles a problem may have, with their probabilities: one count for balanced layouts;
+    for ragged ones the groups' total m-blocks (normal, as ragged_waves) times the n-blocks,
+    from 5 sigma below the mean to 5 above, where no group holds more than its capacity."""
+    n_blocks = math.ceil(desc.n / block_n)
+    if desc.kind not in ("m_grouped_offsets", "m_grouped_masked"):
+        return [(round(count_tiles(desc, block_m, block_n)), 1.0)]
+    blocks = ragged_blocks(desc, block_m)
+    mu, sigma = _total_blocks(
+        desc.kind, desc.num_groups, blocks.mean_rows, block_m, blocks.cap_blocks
+    )
+    if sigma < 1e-6:
+        return [(round(mu) * n_blocks, 1.0)]
+    top = math.inf if blocks.max_blocks is None else blocks.max_blocks
+    lo, hi = max(0, math.floor(mu - 5 * sigma)), min(top, math.ceil(mu + 5 * sigma))
+    spread = [
+        (b * n_blocks, normal_sf((b - 0.5 - mu) / sigma) - normal_sf((b + 0.5 - mu) / sigma))
+        for b in range(lo, hi + 1)
+    ]
+    total = sum(p for _, p in spread)
+    return [(tiles, p / total) for tiles, p in spread]
+
+
 def waves_and_l2_share(
     desc: GemmDesc, block_m: int, block_n: int, arch: ArchSpec
 ) -> tuple[float, float] | None:
