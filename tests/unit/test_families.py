@@ -128,11 +128,30 @@ LAUNCHERS = [
     (SM90, _desc("m_grouped_offsets", "fp8_fp4"), "Sm90Fp8Fp4GemmLauncher"),
     (SM90, _desc("bf16_gemm_nt", "fp8_fp4"), "Sm90Fp8Fp4GemmLauncher"),
     (SM90, _desc("m_grouped_offsets", "fp8_fp4", epilogue="swiglu"), "Sm90Fp8Fp4MoeGemmLauncher"),
-    (SM90, _desc("m_grouped_masked", "fp8_fp4", weights="prepared"), "Sm90Fp8Fp4TableGemmLauncher"),
     (
         SM90,
-        _desc("m_grouped_masked", "fp8_fp4", weights="prepared", epilogue="row_scale"),
+        _desc("m_grouped_masked", "fp8_fp4", weights="prepared", expected_m=8),
+        "Sm90Fp8Fp4TableGemmLauncher",
+    ),
+    (
+        SM90,
+        _desc(
+            "m_grouped_masked", "fp8_fp4", weights="prepared", epilogue="row_scale", expected_m=8
+        ),
         "Sm90Fp8Fp4TableMoeGemmLauncher",
+    ),
+    # The decode kernel with its last wave split along K (32 rows: 5.3 waves of long tiles).
+    (
+        SM90,
+        _desc("m_grouped_masked", "fp8_fp4", weights="prepared", expected_m=32),
+        "Sm90Fp8Fp4TableSplitGemmLauncher",
+    ),
+    (
+        SM90,
+        _desc(
+            "m_grouped_masked", "fp8_fp4", weights="prepared", epilogue="row_scale", expected_m=32
+        ),
+        "Sm90Fp8Fp4TableSplitMoeGemmLauncher",
     ),
     (SM100, _desc("m_grouped_offsets", "fp8_fp4", weights="prepared"), "Sm100Fp8Fp4GemmLauncher"),
     (SM100, _desc("bf16_gemm_nt", "fp8_fp4", weights="prepared"), "Sm100Fp8Fp4GemmLauncher"),

@@ -24,7 +24,7 @@ from dataclasses import replace
 from . import sm90_fp8_fp4_convert_ahead as convert_ahead
 from .arch import ArchSpec
 from .config import GemmConfig, GemmDesc, LaunchConfig, Layout, PipelineConfig
-from .ragged import expected_rows_per_group
+from .ragged import RAGGED_KINDS, expected_rows_per_group
 from .sm90_bf16 import PIPELINE_FILL_CYCLES, tma_store_cols
 from .sm90_fp8_fp4_tiles import (
     BARRIER_BYTES,
@@ -221,38 +221,43 @@ make_config = FORM.make_config
 kblock_cycles = FORM.kblock_cycles
 
 
-def decode_rounds(
-    desc: GemmDesc, block_t: int, block_w: int, num_sms: int, k_blocks: int, split_tail: int
-) -> tuple[float, float]:
-    """(rounds, P(a split round)) of the decode kernel's persistent grid, expected over the
-    tiles a ragged layout may have (waves.tile_count_spread): T tiles take ceil(T / num_sms)
-    rounds of a tile each, whole, since its tiles cost alike whatever their rows (measured on
-    the H100: DeepSeek-V3 L1 at 32 rows, 704 tiles in 5.33 waves, took 6 tiles' time); with
-    `split_tail` parts (Layout.split_tail) the last round's tiles are cut along K as the kernel
-    plans it (split_tail_plan) and that round takes 1 / parts of a tile. A group past its token
-    block streams its weights again for the next one (measured on the H200: 8 rows a group
-    drawn from 6..10 take 1.45x the time of 8 each with 8-token blocks, as many as the extra
-    blocks): the spread counts those tiles."""
+def decode_waves(desc: GemmDesc, block_t: int, block_w: int, num_sms: int) -> float:
+    """Waves of the decode kernel: on ragged layouts the expected token blocks of groups spread
+    around the mean (ragged.py). A group past its token block streams its weights again for
+    the next one (measured on the H200: 8 rows a group drawn from 6..10 take 1.45x the time of
+    8 each with 8-token blocks, as many as the extra blocks). Called with tiles to run."""
+    if desc.kind not in RAGGED_KINDS:
+        return expected_waves(desc, block_t, block_w, num_sms)
+    # Under two waves a tile's time is what an SM with one more tile adds, whole: fewer tiles
+    # than SMs take one tile's time, 1.3 waves two (measured on the H100 at one token, 8 of
+    # 64 DeepSeek-V3 experts: 128 x 256 tiles 51.9 us, 176 x 192 65.8, 256 x 128 49.5).
+    waves = count_tiles(desc, block_t, block_w) / num_sms
+    return float(math.ceil(waves)) if waves < 2 else waves
+
+
+def split_tail_rounds(
+    desc: GemmDesc, block_t: int, block_w: int, num_sms: int, k_blocks: int, max_parts: int
+) -> tuple[float, float, float]:
+    """(rounds unsplit, rounds split, P(a split round)) of the decode kernel's persistent grid,
+    expected over the tiles a ragged layout may have (waves.tile_count_spread): T tiles take
+    ceil(T / num_sms) rounds of a tile each, whole, since its tiles cost alike whatever their
+    rows (measured on the H100: DeepSeek-V3 L1 at 32 rows, 704 tiles in 5.33 waves, took 6
+    tiles' time); split, the last round's tiles are cut along K as the kernel plans it
+    (split_tail_plan) and that round takes 1 / parts of a tile. Under two waves, and at one row
+    a group in the packed layout (spread only to count the groups it reaches:
+    ragged.routed_view), the count is too coarse to plan a split on: no split, (1, 1, 0)."""
     expected = count_tiles(desc, block_t, block_w)
     if expected < 2 * num_sms or (
         desc.kind == "m_grouped_offsets" and expected_rows_per_group(desc) <= 1
     ):
-        # Under two waves a tile's time is what an SM with one more tile adds, whole (measured
-        # on the H100 at one token, 8 of 64 DeepSeek-V3 experts: 128 x 256 tiles 51.9 us,
-        # 176 x 192 65.8, 256 x 128 49.5); one row a group in the packed layout is spread only
-        # to count the groups it reaches (ragged.routed_view), too coarse a count for whole
-        # rounds or a split plan: its tiles are taken as they come.
-        waves = expected / num_sms
-        return (math.ceil(waves - 1e-9) if waves < 2 else waves), 0.0
-    rounds = split = 0.0
+        return 1.0, 1.0, 0.0
+    whole_rounds = split_rounds = split = 0.0
     for tiles, p in tile_count_spread(desc, block_t, block_w):
-        if split_tail:
-            whole, tail, parts = split_tail_plan(tiles, num_sms, k_blocks, split_tail)
-        else:
-            whole, tail, parts = -(-tiles // num_sms), 0, 1
-        rounds += p * (whole + (1 / parts if tail else 0))
+        whole, tail, parts = split_tail_plan(tiles, num_sms, k_blocks, max_parts)
+        whole_rounds += p * -(-tiles // num_sms)
+        split_rounds += p * (whole + (1 / parts if tail else 0))
         split += p * (tail > 0)
-    return rounds, split
+    return whole_rounds, split_rounds, split
 
 
 # What a split tail costs besides its round (H100, 2026-12-07, tools/fp8_fp4_config_sweep.py
@@ -265,7 +270,7 @@ SPLIT_ROUND_CYCLES = 12500
 
 
 def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec, streamed: float) -> float:
-    """Cycles of the whole problem: rounds of tiles, each its k-blocks one after another, bounded
+    """Cycles of the whole problem: waves of tiles, each its k-blocks one after another, bounded
     below by `streamed` (HBM moving the problem's bytes once)."""
     lay = config.layout
     if convert_ahead.is_convert_ahead(config):
@@ -277,12 +282,13 @@ def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec, streamed
     k_blocks = -(-desc.k // BLOCK_K)
     tile = k_blocks * kblock_cycles(lay.block_m, config.launch.num_math_warpgroups)
     tile += TILE_CYCLES + STORE_CYCLES_PER_KI_OUTPUT * lay.block_m * lay.block_n / 1024
-    rounds, split = decode_rounds(
-        desc, lay.block_m, lay.block_n, arch.num_sms, k_blocks, lay.split_tail
-    )
-    cycles = rounds * tile
+    cycles = decode_waves(desc, lay.block_m, lay.block_n, arch.num_sms) * tile
     if lay.split_tail:
-        cycles += SPLIT_CALL_CYCLES + split * SPLIT_ROUND_CYCLES
+        # The fitted waves, less the share of whole rounds the split round saves.
+        whole, split, p = split_tail_rounds(
+            desc, lay.block_m, lay.block_n, arch.num_sms, k_blocks, lay.split_tail
+        )
+        cycles = cycles * split / whole + SPLIT_CALL_CYCLES + p * SPLIT_ROUND_CYCLES
     return max(cycles, streamed) + PIPELINE_FILL_CYCLES
 
 
