@@ -21,7 +21,7 @@ from moegemm.heuristics import (
 )
 from moegemm.heuristics.config import GemmConfig, PipelineConfig
 from moegemm.heuristics.ragged import normal_sf, routed_view, rows_sigma
-from moegemm.heuristics.waves import count_tiles
+from moegemm.heuristics.waves import count_tiles, tile_count_spread
 
 BUDGET = 232448 - 1024  # the contract's limit on smem_bytes
 
@@ -558,8 +558,18 @@ def test_split_tail_is_priced_by_its_rounds_and_costs() -> None:
     assert rounds(flat, 32, 192, 600, 56, 3) == (1.0, 1.0, 0.0)
     routed = fp4("m_grouped_offsets", 8, 4096, 7168, 64, expected_m=1, weights="prepared")
     assert rounds(routed, 8, 128, 132, 56, 3) == (1.0, 1.0, 0.0)
+    # The spread is a distribution within the layout's bound, even where the hint's mean rows
+    # pass it (256 packed rows, 128 groups of 8 expected: at most 159 blocks of 8).
+    packed = fp4("m_grouped_offsets", 256, 1536, 2048, 128, expected_m=8, weights="prepared")
+    spread = tile_count_spread(packed, 8, 128)
+    assert abs(sum(p for _, p in spread) - 1) < 1e-9
+    assert spread and all(tiles <= 159 * 12 and p >= 0 for tiles, p in spread)
     for r in (1, 8, 32, 64):
         desc = fp4("m_grouped_masked", 128, 4096, 7168, 32, expected_m=r, weights="prepared")
+        spread = tile_count_spread(desc, 8, 192)
+        assert abs(sum(p for _, p in spread) - 1) < 1e-9
+        mean = sum(tiles * p for tiles, p in spread)
+        assert abs(mean - count_tiles(desc, 8, 192)) < 0.01 * mean
         for block_t in (8, 16, 48, 64):
             whole, split, p = rounds(desc, block_t, 192, 132, 56, 3)
             waves = count_tiles(desc, block_t, 192) / 132

@@ -288,7 +288,7 @@ def estimate_cycles(config: GemmConfig, desc: GemmDesc, arch: ArchSpec, streamed
         whole, split, p = split_tail_rounds(
             desc, lay.block_m, lay.block_n, arch.num_sms, k_blocks, lay.split_tail
         )
-        cycles = cycles * split / whole + SPLIT_CALL_CYCLES + p * SPLIT_ROUND_CYCLES
+        cycles = cycles * split / max(whole, 1.0) + SPLIT_CALL_CYCLES + p * SPLIT_ROUND_CYCLES
     return max(cycles, streamed) + PIPELINE_FILL_CYCLES
 
 

@@ -127,7 +127,8 @@ def ragged_waves(
 def tile_count_spread(desc: GemmDesc, block_m: int, block_n: int) -> list[tuple[int, float]]:
     """The tiles a problem may have, with their probabilities: one count for balanced layouts;
     for ragged ones the groups' total m-blocks (normal, as ragged_waves) times the n-blocks,
-    from 5 sigma below the mean to 5 above, where no group holds more than its capacity."""
+    from 5 sigma below the mean to 5 above (the end counts holding the tails) and no more than
+    the layout's bound on m-blocks (RaggedBlocks.max_blocks)."""
     n_blocks = math.ceil(desc.n / block_n)
     if desc.kind not in ("m_grouped_offsets", "m_grouped_masked"):
         return [(round(count_tiles(desc, block_m, block_n)), 1.0)]
@@ -138,13 +139,17 @@ def tile_count_spread(desc: GemmDesc, block_m: int, block_n: int) -> list[tuple[
     if sigma < 1e-6:
         return [(round(mu) * n_blocks, 1.0)]
     top = math.inf if blocks.max_blocks is None else blocks.max_blocks
-    lo, hi = max(0, math.floor(mu - 5 * sigma)), min(top, math.ceil(mu + 5 * sigma))
+    hi = min(top, math.ceil(mu + 5 * sigma))
+    lo = min(hi, max(0, math.floor(mu - 5 * sigma)))
     spread = [
-        (b * n_blocks, normal_sf((b - 0.5 - mu) / sigma) - normal_sf((b + 0.5 - mu) / sigma))
+        (
+            b * n_blocks,
+            (1.0 if b == lo else normal_sf((b - 0.5 - mu) / sigma))
+            - (0.0 if b == hi else normal_sf((b + 0.5 - mu) / sigma)),
+        )
         for b in range(lo, hi + 1)
     ]
-    total = sum(p for _, p in spread)
-    return [(tiles, p / total) for tiles, p in spread]
+    return spread
 
 
 def waves_and_l2_share(
