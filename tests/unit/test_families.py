@@ -146,13 +146,6 @@ LAUNCHERS = [
         _desc("m_grouped_masked", "fp8_fp4", weights="prepared", expected_m=32),
         "Sm90Fp8Fp4TableSplitGemmLauncher",
     ),
-    (
-        SM90,
-        _desc(
-            "m_grouped_masked", "fp8_fp4", weights="prepared", epilogue="row_scale", expected_m=32
-        ),
-        "Sm90Fp8Fp4TableSplitMoeGemmLauncher",
-    ),
     (SM100, _desc("m_grouped_offsets", "fp8_fp4", weights="prepared"), "Sm100Fp8Fp4GemmLauncher"),
     (SM100, _desc("bf16_gemm_nt", "fp8_fp4", weights="prepared"), "Sm100Fp8Fp4GemmLauncher"),
     (
@@ -188,6 +181,19 @@ def test_launcher_names_and_what_the_plans_bind(
     assert type(launcher).__name__ == name
     assert launcher.kernel == families.kernel_spec(desc, config, arch)
     assert launcher.storage == config.storage.launcher_kwargs()  # the boxes come from the config
+
+
+def test_a_forced_split_config_with_a_moe_epilogue_takes_the_split_moe_launcher() -> None:
+    """The search offers split configs to the plain epilogue only (a fused-layer call allocates
+    nothing); forced, a split config takes the split launcher with the MoE epilogue too."""
+    plain = _desc("m_grouped_masked", "fp8_fp4", weights="prepared", expected_m=32)
+    split = families.select_config(plain, SM90)
+    assert split.layout.split_tail
+    fused = dataclasses.replace(plain, epilogue="row_scale")
+    assert families.select_config(fused, SM90).layout.split_tail == 0
+    assert families.is_legal(split, fused, SM90)
+    name = families.lookup(SM90, fused).launcher_name(fused, split)
+    assert name == "Sm90Fp8Fp4TableSplitMoeGemmLauncher" and isinstance(getattr(C, name), type)
 
 
 def _kernel_spec_cases() -> list[tuple[ArchSpec, GemmDesc, object]]:

@@ -586,6 +586,24 @@ def test_split_tail_is_priced_by_its_rounds_and_costs() -> None:
     assert pick(5760, 2880, 32).layout.split_tail == 3
     assert pick(7168, 2048, 32).layout.split_tail == 0
     assert pick(2880, 2880, 32).layout.split_tail == 0
+    # Not offered where a call must allocate nothing (the fused layer's and expert
+    # parallelism's epilogues) nor past the workspace limit; forced, still legal.
+    desc = fp4("m_grouped_masked", 128, 4096, 7168, 32, expected_m=32, weights="prepared")
+    split = select_config(desc, SM90)
+    for epilogue in ("swiglu", "swiglu_oai", "row_scale"):
+        fused = dataclasses.replace(desc, epilogue=epilogue)
+        assert select_config(fused, SM90).layout.split_tail == 0
+        assert families.is_legal(split, fused, SM90)
+    from moegemm.launch import device
+
+    limit = device.get_workspace_limit()
+    try:
+        device.set_workspace_limit(table.SPLIT_TAIL_MAX_SCRATCH - 1)
+        assert select_config(desc, SM90).layout.split_tail == 0
+        device.set_workspace_limit(table.SPLIT_TAIL_MAX_SCRATCH)
+        assert select_config(desc, SM90) == split
+    finally:
+        device.set_workspace_limit(limit)
     # Token blocks past 64 are not split (their split builds spill).
     for config in table.enumerate_configs(
         fp4("m_grouped_masked", 256, 4096, 7168, 32, expected_m=128, weights="prepared"), SM90

@@ -306,7 +306,7 @@ def candidate_key(desc: GemmDesc) -> tuple:
     """What enumerate_configs and is_legal read of `desc`."""
     return (
         desc.kind, desc.d_dtype, desc.with_c, desc_legal(desc), desc.epilogue, desc.weights,
-        convert_ahead.desc_fits(desc),
+        convert_ahead.desc_fits(desc), sm90_fp8_fp4_table.split_tail_offered(desc),
     )  # fmt: skip
 
 
@@ -338,6 +338,7 @@ def selection_key(desc: GemmDesc) -> tuple:
     desc = routed_view(desc)
     base = (desc.kind, desc.n, desc.k, desc.num_groups, desc.ab_dtype, desc.d_dtype)
     base += (desc.with_c, desc.weights, desc.epilogue, convert_ahead.desc_fits(desc))
+    base += (sm90_fp8_fp4_table.split_tail_offered(desc),)
     if desc.kind in RAGGED_KINDS:
         block_ms = (
             sm90_fp8_fp4_table.TOKEN_CHOICES

@@ -160,6 +160,24 @@ def split_tail_units(tiles: int, ctas: int, k_blocks: int, max_parts: int) -> li
     return work
 
 
+# The most scratch a split launch takes (families/sm90_fp8_fp4.py split_tail_workspace: a slot
+# of FP32 sums a CTA, one CTA an SM).
+SPLIT_TAIL_MAX_SCRATCH = 132 * SPLIT_TAIL_MAX_TOKENS * 256 * 4
+
+
+def split_tail_offered(desc: GemmDesc) -> bool:
+    """Whether the search offers split configs for `desc` (forced ones are legal regardless):
+    the grouped walk's layouts with the plain epilogue only, since a split launch takes a
+    transient workspace and the fused layer and expert parallelism promise calls that allocate
+    nothing, and only while that workspace is within the limit (set_workspace_limit)."""
+    return (
+        desc.kind in SPLIT_TAIL_KINDS
+        and desc.weights == "prepared"
+        and desc.epilogue == "none"
+        and SPLIT_TAIL_MAX_SCRATCH <= convert_ahead.workspace_limit()
+    )
+
+
 def split_tail_legal(config: GemmConfig, desc: GemmDesc) -> bool:
     """Whether `config`'s split_tail is one the decode kernel takes for `desc`."""
     return (
@@ -184,7 +202,7 @@ def enumerate_configs(desc: GemmDesc, arch: ArchSpec) -> list[GemmConfig]:
     if desc.kind not in KINDS or desc.weights != "prepared":
         return []
     decode = FORM.configs(arch, token_choices(desc.kind))
-    if desc.kind in SPLIT_TAIL_KINDS:
+    if split_tail_offered(desc):
         decode += [
             with_split_tail(c, SPLIT_TAIL_ENUMERATED)
             for c in decode

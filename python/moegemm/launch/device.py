@@ -55,10 +55,11 @@ def set_num_sms(num_sms: int | None) -> None:
 
 
 def set_workspace_limit(nbytes: int) -> None:
-    """The most bytes of transient workspace one call may allocate (the FP8 x FP4 convert-ahead
-    kernel's E4M3 copy of the call's weights, from torch's caching allocator); calls needing more
-    take kernels without one. 0 turns the convert-ahead kernel off; the default is 4 GiB.
-    Clears the plans and the config picks made under the previous limit."""
+    """The most bytes of transient workspace one call may allocate from torch's caching
+    allocator (the FP8 x FP4 convert-ahead kernel's E4M3 copy of the call's weights; the decode
+    kernel's FP32 partial sums where its last wave is split along K, at most ~8.7 MB); calls
+    needing more take kernels without one. 0 turns both off; the default is 4 GiB. Clears the
+    plans and the config picks made under the previous limit."""
     if isinstance(nbytes, bool) or not isinstance(nbytes, int):
         raise TypeError(f"nbytes must be an int, got {type(nbytes).__name__} {nbytes!r}")
     if nbytes < 0:
