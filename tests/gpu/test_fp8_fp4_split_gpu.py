@@ -1,5 +1,5 @@
 """The FP8 x FP4 table decode kernel with its last wave split along K (Layout.split_tail,
-scheduler/tail_split_scheduler.cuh) through the public API with forced configs, on CTA counts
+scheduler/tail_split_scheduler.cuh) through the public API (forced configs, and the pick where it splits), on CTA counts
 (set_num_sms) chosen so that the last round splits 2, 3 or 4 ways after whole rounds, or the whole
 problem splits where it has fewer tiles than CTAs: offsets and masked layouts, ragged and empty
 groups, K not a multiple of 128, blocks on the exact path. NaN-poisoned outputs against FP32 on
@@ -66,7 +66,7 @@ def num_sms():
     moegemm.set_num_sms(None)
 
 
-CASES = [(48, 3, 3, True), (48, 3, 2, False), (16, 4, 4, True), (96, 2, 2, True), (32, 3, 4, False)]
+CASES = [(48, 3, 3, True), (48, 3, 2, False), (16, 4, 4, True), (64, 2, 2, True), (32, 3, 4, False)]
 IDS = [f"t{t}w{w}q{q}{'-whole' if h else '-all'}" for t, w, q, h in CASES]
 
 
@@ -180,3 +180,31 @@ def test_graph_replay_matches_eager(num_sms) -> None:
             assert torch.equal(d[grp, :rows].view(torch.int16), eager[grp, :rows].view(torch.int16))
             ref = ref_fp32(a[grp, :rows], sfa[grp, :rows], b[grp], sfb[grp])
             assert calc_diff(d[grp, :rows].float(), ref) < TOL, grp
+
+
+def test_the_pick_splits_and_is_exact() -> None:
+    """The heuristics' own pick where it splits (DeepSeek-V3 L1 at 32 rows a group: 5.3 waves of
+    long tiles), through the plain call with no config: ragged and empty groups, the
+    transient workspace from the caching allocator."""
+    import moegemm
+    from moegemm.families import select_config
+    from moegemm.heuristics import SM90, GemmDesc
+
+    groups, max_m, n, k = 32, 128, 4096, 7168
+    desc = GemmDesc("m_grouped_masked", max_m, n, k, groups, ab_dtype="fp8_fp4",
+                    expected_m=32, weights="prepared")  # fmt: skip
+    assert select_config(desc, SM90).layout.split_tail
+    g = gen(71)
+    rows = torch.randint(22, 43, (groups,), generator=torch.Generator().manual_seed(5))
+    rows[3] = 0
+    _, a, sfa = activations(groups, max_m, k, gen=g)
+    b, sfb = random_mxfp4(groups, n=n, k=k, gen=g)
+    w = weights_arg(b, sfb, "prepared")
+    masked_m = rows.to(device="cuda", dtype=torch.int32)
+    d = nan_bf16(groups, max_m, n)
+    moegemm.m_grouped_fp8_fp4_gemm_nt_masked((a, sfa), w, d, masked_m, 32)
+    for grp, r in enumerate(rows.tolist()):
+        if r:
+            ref = ref_fp32(a[grp, :r], sfa[grp, :r], b[grp], sfb[grp])
+            assert calc_diff(d[grp, :r].float(), ref) < TOL, grp
+        assert d[grp, r:].isnan().all(), grp
