@@ -1,10 +1,10 @@
 """The FP8 x FP4 table decode kernel with its last wave split along K (Layout.split_tail,
-scheduler/tail_split_scheduler.cuh) through the public API (forced configs, and the pick where it splits), on CTA counts
-(set_num_sms) chosen so that the last round splits 2, 3 or 4 ways after whole rounds, or the whole
-problem splits where it has fewer tiles than CTAs: offsets and masked layouts, ragged and empty
-groups, K not a multiple of 128, blocks on the exact path. NaN-poisoned outputs against FP32 on
-the dequantized operands, and the same bits on a second launch and in a CUDA graph replay (the
-parts are added in a fixed order)."""
+scheduler/tail_split_scheduler.cuh) through the public API (forced configs, and the pick where
+it splits), on CTA counts (set_num_sms) chosen so that the last round splits 2, 3 or 4 ways
+after whole rounds, or the whole problem splits where it has fewer tiles than CTAs: offsets and
+masked layouts, ragged and empty groups, K not a multiple of 128, blocks on the exact path.
+NaN-poisoned outputs against FP32 on the dequantized operands, and the same bits on a second
+launch and in a CUDA graph replay (the parts are added in a fixed order)."""
 
 from __future__ import annotations
 
