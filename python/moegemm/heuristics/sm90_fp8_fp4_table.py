@@ -22,7 +22,7 @@ import math
 from dataclasses import replace
 
 from . import sm90_fp8_fp4_convert_ahead as convert_ahead
-from .arch import ArchSpec
+from .arch import SM90, ArchSpec
 from .config import GemmConfig, GemmDesc, LaunchConfig, Layout, PipelineConfig
 from .ragged import RAGGED_KINDS, expected_rows_per_group
 from .sm90_bf16 import PIPELINE_FILL_CYCLES, tma_store_cols
@@ -162,7 +162,7 @@ def split_tail_units(tiles: int, ctas: int, k_blocks: int, max_parts: int) -> li
 
 # The most scratch a split launch takes (families/sm90_fp8_fp4.py split_tail_workspace: a slot
 # of FP32 sums a CTA, one CTA an SM).
-SPLIT_TAIL_MAX_SCRATCH = 132 * SPLIT_TAIL_MAX_TOKENS * 256 * 4
+SPLIT_TAIL_MAX_SCRATCH = SM90.num_sms * SPLIT_TAIL_MAX_TOKENS * 256 * 4
 
 
 def split_tail_offered(desc: GemmDesc) -> bool:
