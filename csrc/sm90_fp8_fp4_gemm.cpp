@@ -209,7 +209,8 @@ struct Sm90Fp8Fp4GemmOf {
 // (the prefill kernel's composition without a transform ring), the scratch its E4M3 copy w8
 // [G, N, Kp] and the flags a ready flag a unit, then the converters' claim counter (G * Kb *
 // N / 64 + 1 words); else the decode kernel with its last wave split along K
-// (scheduler/tail_split_scheduler.cuh), the scratch FP32 partial sums and the flags one a slot.
+// (scheduler/tail_split_scheduler.cuh), the scratch FP32 partial sums and the flags a ticket a
+// split tile's math warpgroup.
 template <bool kMoe, bool kConvertAhead>
 struct Sm90Fp8Fp4WorkspaceOf {
   using Params = Sm90Fp8Fp4GemmParams;
@@ -308,7 +309,7 @@ struct Sm90Fp8Fp4TableSplitGemmOf : Sm90Fp8Fp4WorkspaceOf<false, false> {
   static constexpr const char* kDoc =
       "Launches sm90_fp8_fp4_swap_ab_gemm on prepared weights built with its last wave split "
       "along K: arguments as Sm90Fp8Fp4TableGemmLauncher's plus, last of the pointers, the FP32 "
-      "partial sums (4 x block_m x block_n bytes a CTA) and int32 flags (block_n / 64 a CTA), "
+      "partial sums (4 x block_m x block_n bytes a CTA) and int32 tickets (block_n / 64 a CTA), "
       "which must be zero at the launch.";
   static constexpr const char* kArgNames[] = {
       "a_ptr", "b_ptr", "d_ptr", "sfa_ptr", "sfb_ptr", "group_info_ptr", "scratch_ptr",

@@ -786,8 +786,8 @@ class Sm90Fp8Fp4ConvertAheadMoeGemmLauncher:
 class Sm90Fp8Fp4TableSplitGemmLauncher:
     """Launches sm90_fp8_fp4_swap_ab_gemm on prepared weights built with its last wave split along
     K: arguments as Sm90Fp8Fp4TableGemmLauncher's plus, last of the pointers, the FP32 partial sums
-    (4 x block_m x block_n bytes a CTA) and int32 flags (block_n / 64 a CTA), which must be zero at
-    the launch."""
+    (4 x block_m x block_n bytes a CTA) and int32 tickets (block_n / 64 a CTA), which must be zero
+    at the launch."""
 
     def __init__(
         self,

@@ -150,7 +150,7 @@ def test_exact_path_blocks_in_split_parts(num_sms) -> None:
 
 def test_graph_replay_matches_eager(num_sms) -> None:
     """Captured once, replayed on new rows: the same bits as an eager launch (a fresh workspace
-    and zeroed flags each call, from the graph's pool under capture)."""
+    and zeroed tickets each call, from the graph's pool under capture)."""
     import moegemm
 
     groups, max_m, n, k = 8, 48, 2048, 1024

@@ -84,9 +84,9 @@ struct Fp8Fp4SwapAbGemmKernel : SwapAbTiles<Config, Sm90Fp8Fp4GemmParams> {
                 "paired k-blocks hold two stages and wait for two more");
   static_assert(!Base::kSplitsK || kPrepared, "tiles split along K on prepared weights");
 
-  // A part of a split tile (the split round's SplitTile, parts > 1) hands its sums to the
-  // tile's last part through the launch's workspace (params.w8 as FP32 slots, params.ready as
-  // their flags), which adds them and stores the tile.
+  // A part of a split tile (the split round's SplitTile, parts > 1) stores its sums to the
+  // launch's workspace (params.w8 as FP32 slots, params.ready as the tiles' tickets); the part
+  // that counts last on its tile's ticket adds every part's and stores the tile.
   template <typename Accum, typename W>
   __device__ __forceinline__ static void epilogue(const Sm90Fp8Fp4GemmParams& params, Accum& acc,
                                                   const W& work, uint32_t math_wg,
@@ -94,17 +94,18 @@ struct Fp8Fp4SwapAbGemmKernel : SwapAbTiles<Config, Sm90Fp8Fp4GemmParams> {
     if constexpr (std::is_same_v<W, SplitTile>) {
       using Fixup = SplitKFixup<Mma::kNumAccum>;
       constexpr uint32_t W_ = Base::kNumMathWG;
-      const uint32_t part = work.part(), parts = work.parts();
-      // Part p of the round's tile t: slot p R + t (R tiles in the round), W words a slot.
-      const uint32_t stride = work.round_tiles() * W_, first = work.round_tile() * W_ + math_wg;
-      float* workspace = reinterpret_cast<float*>(params.w8);
-      const uint32_t barrier = NamedBarrier::kSplitFixup + math_wg;
-      if (part + 1 < parts) {
-        Fixup::store_partial(workspace, params.ready, first + part * stride, acc.v[0], barrier);
-        return;
+      const uint32_t parts = work.parts();
+      if (parts > 1) {
+        // Part p of the round's tile t: slot p R + t (R tiles in the round), W words a slot;
+        // the tile's ticket t, W words a ticket.
+        const uint32_t stride = work.round_tiles() * W_, first = work.round_tile() * W_ + math_wg;
+        float* workspace = reinterpret_cast<float*>(params.w8);
+        const uint32_t barrier = NamedBarrier::kSplitFixup + math_wg;
+        if (!Fixup::finish_part(workspace, params.ready, first + work.part() * stride, first,
+                                parts, acc.v[0], barrier))
+          return;
+        Fixup::add_parts(workspace, first, stride, parts, acc.v[0]);
       }
-      if (parts > 1)
-        Fixup::add_partials(workspace, params.ready, first, stride, parts - 1, acc.v[0], barrier);
     }
     Base::epilogue(params, acc, work, math_wg, smem_d);
   }

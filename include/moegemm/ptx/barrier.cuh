@@ -89,6 +89,18 @@ __device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t num_t
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(num_threads) : "memory");
 }
 
+// A named barrier that also ORs a predicate over its threads and returns the result to each.
+__device__ __forceinline__ bool named_barrier_or(uint32_t id, uint32_t num_threads, bool pred) {
+  uint32_t result;
+  asm volatile(
+      "{\n .reg .pred p, q;\n setp.ne.u32 q, %1, 0;\n barrier.red.or.pred p, %2, %3, q;\n"
+      " selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(result)
+      : "r"(static_cast<uint32_t>(pred)), "r"(id), "r"(num_threads)
+      : "memory");
+  return result != 0;
+}
+
 __device__ __forceinline__ uint32_t warp_idx_sync() {
   return __shfl_sync(0xffffffff, threadIdx.x / 32, 0);
 }

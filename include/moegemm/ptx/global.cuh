@@ -34,6 +34,18 @@ __device__ __forceinline__ void red_release_gpu_add(uint32_t* ptr, uint32_t valu
   asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(ptr), "r"(value) : "memory");
 }
 
+// Adds to a counter and returns its old value, acquire-release at GPU scope: the release
+// publishes what this thread has observed (cumulative, as red_release_gpu_add), the acquire
+// makes what the earlier adders published visible to it.
+__device__ __forceinline__ uint32_t atom_add_acq_rel_gpu(uint32_t* ptr, uint32_t value) {
+  uint32_t old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;"
+               : "=r"(old)
+               : "l"(ptr), "r"(value)
+               : "memory");
+  return old;
+}
+
 // Brings a line into L2 ahead of its load.
 __device__ __forceinline__ void prefetch_l2(const void* ptr) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr));

@@ -6,11 +6,11 @@
 // parts of consecutive k-blocks, one part a CTA: the round then takes about S times less.
 //
 // Unit u < S R of the split round (the CTAs take units rotated by the round, as the walk does)
-// is part u / R of the round's tile u % R, and its workspace slot. The epilogue of part p < S - 1
-// writes its FP32 accumulators to its slot and raises its flag; part S - 1 waits for the others'
-// flags and adds their slots in part order, so the sum is the same whatever order the CTAs
-// finish in (epilogue/split_k_fixup.cuh). A part waits only on parts of its own round, which run
-// on other CTAs with nothing to wait for, so every wait ends once those CTAs are resident.
+// is part u / R of the round's tile u % R, and its workspace slot. Each part's epilogue writes
+// its FP32 accumulators to its slot and counts itself in on the tile's ticket; the part that
+// counts last adds every slot in part order, so the sum is the same whatever order the CTAs
+// finish in, and stores the tile (epilogue/split_k_fixup.cuh). No part waits for another, so
+// the grid needs no CTA resident beside any other.
 //
 // T is counted before the first tile: each CTA's warps read every group's size (32 a window, the
 // rows clamped as the walk clamps them), so the grid agrees on T without talking. Without a

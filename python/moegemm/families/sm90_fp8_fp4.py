@@ -32,7 +32,7 @@ def launcher_name(desc: GemmDesc, config: GemmConfig) -> str:
 
 def workspace(desc: GemmDesc, config: GemmConfig) -> tuple[int, int] | None:
     """The convert-ahead kernel's E4M3 copy and ready flags, the split decode kernel's partial
-    sums and their flags; nothing for the other kernels."""
+    sums and their tickets; nothing for the other kernels."""
     if _convert_ahead(desc, config):
         return convert_ahead.workspace_bytes(desc)
     if config.layout.split_tail:
@@ -42,7 +42,7 @@ def workspace(desc: GemmDesc, config: GemmConfig) -> tuple[int, int] | None:
 
 def split_tail_workspace(config: GemmConfig) -> tuple[int, int]:
     """A slot a CTA, at most one CTA an SM (no SM90 part has more SMs than SM90.num_sms): the
-    tile's FP32 sums (block_m tokens x block_n weight rows) and a flag a math warpgroup."""
+    tile's FP32 sums (block_m tokens x block_n weight rows) and a ticket a math warpgroup."""
     lay = config.layout
     return SM90.num_sms * lay.block_m * lay.block_n * 4, SM90.num_sms * (lay.block_n // 64)
 

@@ -281,8 +281,8 @@ def split_tail_rounds(
 # What a split tail costs besides its round (H100, 2026-12-07, tools/fp8_fp4_config_sweep.py
 # on the DeepSeek-V3 L1/L2 and gpt-oss L1/L2 shapes at 32 rows and DeepSeek-V3 L1 at one row,
 # every pick beside its splits in 2 and 3 parts): every call counts its tiles before the first
-# and zeroes the flags (~2.5 us), and a split round adds its parts' own pipeline fill and the
-# fixup's wait on the other parts (6-8 us).
+# and zeroes the tickets (~2.5 us), and a split round adds its parts' own pipeline fill and the
+# fixup by the last part (6-8 us; measured with the last part waiting on the others' flags).
 SPLIT_CALL_CYCLES = 4500
 SPLIT_ROUND_CYCLES = 12500
 
