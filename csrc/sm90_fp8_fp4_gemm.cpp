@@ -223,8 +223,8 @@ struct Sm90Fp8Fp4WorkspaceOf {
   static constexpr const char* kNumBlocksDoc =
       kConvertAhead ? "CTAs per launch (at most one per SM: the producers wait on every CTA's "
                       "converter)."
-                    : "CTAs per launch (at most one per SM: a split tile's last part waits on "
-                      "the CTAs of its other parts; the scratch holds a slot per CTA).";
+                    : "CTAs per launch (the scratch holds a slot per CTA and the flags a "
+                      "ticket per CTA's math warpgroup: size them for this count).";
 
   static void check_shape(const LaunchShape& shape) {
     Base::check_shape(shape);

@@ -865,8 +865,8 @@ class Sm90Fp8Fp4TableSplitGemmLauncher:
     bind_args: ClassVar[tuple[str, ...]]
     @property
     def num_blocks(self) -> int:
-        """CTAs per launch (at most one per SM: a split tile's last part waits on the CTAs of its
-        other parts; the scratch holds a slot per CTA)."""
+        """CTAs per launch (the scratch holds a slot per CTA and the flags a ticket per CTA's math
+        warpgroup: size them for this count)."""
 
 class Sm90Fp8Fp4TableSplitMoeGemmLauncher:
     """Sm90Fp8Fp4TableSplitGemmLauncher's twin built with a fused-MoE epilogue (SwiGLU or RowScale,
@@ -952,8 +952,8 @@ class Sm90Fp8Fp4TableSplitMoeGemmLauncher:
     bind_args: ClassVar[tuple[str, ...]]
     @property
     def num_blocks(self) -> int:
-        """CTAs per launch (at most one per SM: a split tile's last part waits on the CTAs of its
-        other parts; the scratch holds a slot per CTA)."""
+        """CTAs per launch (the scratch holds a slot per CTA and the flags a ticket per CTA's math
+        warpgroup: size them for this count)."""
 
 class Sm100Fp8Fp4GemmLauncher:
     """Launches sm100_fp8_fp4_grouped_gemm (dense or m-grouped; E4M3 activations with FP32
